@@ -1,0 +1,379 @@
+"""`NeoXArgs`: every config group merged into one typed, validated object."""
+import argparse
+import base64
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
+
+from .errors import NeoXArgsError
+from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES
+from .yaml_loader import load_config_files, normalise_key, parse_value
+
+EVAL_MODES = ("nonoverlap", "sliding", "position")
+OPTIMIZERS = ("Adam", "AdamW")
+
+
+@dataclass
+class NeoXArgs(*reversed(GROUPS)):
+    # Derived at load time (not YAML keys).
+    lr: Optional[float] = field(default=None, metadata={"derived": True})
+    world_size: int = field(default=1, metadata={"derived": True})
+    rank: int = field(default=0, metadata={"derived": True})
+    local_rank: int = field(default=0, metadata={"derived": True})
+    padded_vocab_size: Optional[int] = field(default=None, metadata={"derived": True})
+    config_files: dict = field(default_factory=dict, metadata={"derived": True})
+    config_sources: dict = field(default_factory=dict, metadata={"derived": True})
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def user_keys(cls) -> dict:
+        """name -> dataclasses.Field of every key a config file may set."""
+        return {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("derived")}
+
+    @classmethod
+    def from_dict(cls, values: dict, sources: Optional[dict] = None, config_files: Optional[dict] = None,
+                  world_size: Optional[int] = None) -> "NeoXArgs":
+        """Validated args from a {key: value} dict (keys may use '-' or '_')."""
+        sources = dict(sources or {})
+        known = cls.user_keys()
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for raw_key, value in values.items():
+            key = normalise_key(raw_key)
+            where = sources.get(key, "the given config")
+            if key not in known:
+                raise NeoXArgsError(_unknown_key_message(raw_key, where, known))
+            kwargs[key] = _coerce(key, value, hints[key], where)
+        args = cls(**kwargs)
+        args.config_sources = {k: sources.get(k, "the given config") for k in kwargs}
+        args.config_files = dict(config_files or {})
+        if world_size is None:
+            world_size = int(os.environ.get("WORLD_SIZE", 1))
+        args.world_size = world_size
+        args.rank = int(os.environ.get("RANK", 0))
+        args.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        args._derive_and_validate()
+        return args
+
+    @classmethod
+    def from_ymls(cls, paths, overrides: Optional[dict] = None, world_size: Optional[int] = None):
+        values, sources, texts = load_config_files(paths)
+        for key, value in (overrides or {}).items():
+            values[normalise_key(key)] = value
+            sources[normalise_key(key)] = "command line"
+        return cls.from_dict(values, sources, texts, world_size)
+
+    @classmethod
+    def consume_args(cls, argv=None) -> "NeoXArgs":
+        """What train.py / evaluate.py call: the config deepy.py sent (`--megatron_config`), or YAML
+        files named directly (`python train.py configs/tiny.yml --set train-iters=10`)."""
+        parser = argparse.ArgumentParser(description="Run with a NeoX config (YAML files or deepy.py).")
+        parser.add_argument("configs", nargs="*", help="YAML config files, merged in order")
+        parser.add_argument("--megatron_config", help="base64 JSON config sent by deepy.py")
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="override one config key (repeatable)")
+        parser.add_argument("--local_rank", type=int, help="set by the DeepSpeed launcher; ignored")
+        ns = parser.parse_args(argv)
+        if ns.megatron_config:
+            payload = decode_config(ns.megatron_config)
+            return cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
+        if not ns.configs:
+            parser.error("give at least one YAML config file (e.g. configs/tiny.yml)")
+        return cls.from_ymls(ns.configs, parse_overrides(ns.set))
+
+    # ---------------------------------------------------------------- derivation
+    def _derive_and_validate(self):
+        def fail(key, message):
+            where = self.config_sources.get(key, "the config")
+            raise NeoXArgsError(f"{where}: {key.replace('_', '-')}: {message}")
+
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "train_iters",
+                    "make_vocab_size_divisible_by", "attention_block_size", "log_interval",
+                    "eval_interval", "rpe_num_buckets", "rpe_max_distance", "fire_mlp_width"):
+            if getattr(self, key) <= 0:
+                fail(key, f"must be a positive integer, got {getattr(self, key)}.")
+        if self.eval_iters < 0:
+            fail("eval_iters", f"must be >= 0, got {self.eval_iters}.")
+        if self.hidden_size % self.num_attention_heads:
+            fail("num_attention_heads", f"{self.num_attention_heads} heads do not divide hidden-size "
+                 f"{self.hidden_size}; choose a head count that divides it.")
+        for key in ("hidden_dropout", "attention_dropout", "warmup"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                fail(key, f"must lie in [0, 1], got {getattr(self, key)}.")
+        if not 0.0 < self.rotary_pct <= 1.0:
+            fail("rotary_pct", f"must lie in (0, 1], got {self.rotary_pct}.")
+        for key in ("model_parallel_size", "pipe_parallel_size"):
+            if getattr(self, key) != 1:
+                fail(key, f"{getattr(self, key)} is not supported yet: this project trains with data "
+                     "parallelism (and ZeRO) only. Set it to 1.")
+
+        canonical = POS_EMB_ALIASES.get(self.pos_emb, self.pos_emb)
+        if canonical not in POS_EMB_CHOICES:
+            close = difflib.get_close_matches(self.pos_emb, POS_EMB_CHOICES + tuple(POS_EMB_ALIASES), n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            fail("pos_emb", f"unknown positional method '{self.pos_emb}'.{hint} Choose one of: "
+                 + ", ".join(POS_EMB_CHOICES) + ".")
+        self.pos_emb = canonical
+
+        if self.max_position_embeddings is None:
+            self.max_position_embeddings = self.seq_length
+        if self.pos_emb == "learned" and self.max_position_embeddings < self.seq_length:
+            fail("max_position_embeddings", f"{self.max_position_embeddings} is smaller than seq-length "
+                 f"{self.seq_length}, and pos-emb 'learned' cannot embed positions past it. Raise "
+                 "max-position-embeddings or use a relative method.")
+        if self.seq_length_val is None:
+            self.seq_length_val = self.seq_length
+        if self.attention_window is not None and self.attention_window <= 0:
+            fail("attention_window", f"must be a positive number of tokens, got {self.attention_window}.")
+        if self.mep_weights is not None and len(self.mep_weights) != len(self.mep_kernels):
+            fail("mep_weights", f"has {len(self.mep_weights)} entries but mep-kernels has "
+                 f"{len(self.mep_kernels)}; give one weight per kernel.")
+
+        self._derive_optimizer(fail)
+        self._derive_precision(fail)
+        self._derive_batch_sizes(fail)
+        if self.lr_decay_iters is None:
+            self.lr_decay_iters = self.train_iters
+
+        if self.eval_lengths is None:
+            self.eval_lengths = [self.seq_length]
+        if not all(isinstance(n, int) and n > 0 for n in self.eval_lengths):
+            fail("eval_lengths", f"must be a list of positive integers, got {self.eval_lengths}.")
+        bad_modes = [m for m in self.eval_modes if m not in EVAL_MODES]
+        if bad_modes:
+            fail("eval_modes", f"unknown mode(s) {bad_modes}; choose from {list(EVAL_MODES)}.")
+        if self.data_path is None and self.train_data_paths is None and self.test_data_paths is None:
+            pass  # tools that need data say so when they look for it
+        for paths, weights in (("train_data_paths", "train_data_weights"),
+                               ("valid_data_paths", "valid_data_weights"),
+                               ("test_data_paths", "test_data_weights")):
+            p, w = getattr(self, paths), getattr(self, weights)
+            if w is not None and (p is None or len(p) != len(w)):
+                fail(weights, f"needs one weight per entry of {paths.replace('_', '-')}.")
+
+    def _derive_optimizer(self, fail):
+        opt = self.optimizer
+        kind = opt.get("type")
+        match = {o.lower(): o for o in OPTIMIZERS}.get(str(kind).lower())
+        if match is None:
+            fail("optimizer", f"type '{kind}' is not supported; use one of {list(OPTIMIZERS)}.")
+        params = dict(opt.get("params") or {})
+        if "lr" not in params:
+            fail("optimizer", "params.lr is missing: give the peak learning rate, e.g. "
+                 "optimizer: {type: Adam, params: {lr: 6.0e-4}}.")
+        for name in ("lr", "eps"):
+            if name in params:
+                params[name] = _as_float(params[name], f"optimizer.params.{name}", fail)
+        self.optimizer = {**opt, "type": match, "params": params}
+        self.lr = params["lr"]
+
+    def _derive_precision(self, fail):
+        fp16_on = bool((self.fp16 or {}).get("enabled", False))
+        bf16_on = bool((self.bf16 or {}).get("enabled", False))
+        if fp16_on and bf16_on:
+            fail("fp16", "fp16 and bf16 are both enabled; enable one of them.")
+        derived = "fp16" if fp16_on else "bf16" if bf16_on else "fp32"
+        if self.precision is None:
+            self.precision = derived
+        elif self.precision != derived and (fp16_on or bf16_on):
+            fail("precision", f"is '{self.precision}' but the {derived} dict is enabled; make them agree.")
+        elif self.precision == "fp16" and self.fp16 is None:
+            self.fp16 = {"enabled": True}
+        elif self.precision == "bf16" and self.bf16 is None:
+            self.bf16 = {"enabled": True}
+
+    def _derive_batch_sizes(self, fail):
+        """train_batch_size = micro x grad_accum x data-parallel size, given any two (or micro alone)."""
+        dp = self.world_size
+        glob, micro, gas = (self.train_batch_size, self.train_micro_batch_size_per_gpu,
+                            self.gradient_accumulation_steps)
+        for key, value in (("train_batch_size", glob), ("train_micro_batch_size_per_gpu", micro),
+                           ("gradient_accumulation_steps", gas)):
+            if value is not None and value <= 0:
+                fail(key, f"must be a positive integer, got {value}.")
+        if glob is None and micro is None:
+            fail("train_micro_batch_size_per_gpu", "no batch size is set: give two of train-batch-size, "
+                 "train-micro-batch-size-per-gpu and gradient-accumulation-steps (or the micro size alone).")
+        if micro is None:
+            gas = gas or 1
+            if glob % (gas * dp):
+                fail("train_batch_size", f"{glob} is not divisible by gradient-accumulation-steps {gas} "
+                     f"x data-parallel size {dp}.")
+            micro = glob // (gas * dp)
+        elif glob is None:
+            gas = gas or 1
+            glob = micro * gas * dp
+        elif gas is None:
+            if glob % (micro * dp):
+                fail("train_batch_size", f"{glob} is not divisible by micro batch {micro} x data-parallel "
+                     f"size {dp}.")
+            gas = glob // (micro * dp)
+        elif glob != micro * gas * dp:
+            fail("train_batch_size", f"{glob} != micro batch {micro} x gradient-accumulation-steps {gas} "
+                 f"x data-parallel size {dp} = {micro * gas * dp}. Give only two of the three.")
+        self.train_batch_size, self.train_micro_batch_size_per_gpu = glob, micro
+        self.gradient_accumulation_steps = gas
+
+    # ---------------------------------------------------------------- views
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def user_values(self) -> dict:
+        """The keys a config file set, as given (what deepy.py sends to every rank)."""
+        return {k: getattr(self, k) for k in self.config_sources}
+
+    def config_hash(self) -> str:
+        blob = json.dumps({k: v for k, v in sorted(self.to_dict().items())
+                           if k not in ("config_files", "config_sources", "rank", "local_rank")},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def deepspeed_config(self) -> dict:
+        """The DeepSpeed JSON, derived from the same config."""
+        params = dict(self.optimizer["params"])
+        params.setdefault("weight_decay", self.weight_decay)
+        config = {
+            "train_batch_size": self.train_batch_size,
+            "train_micro_batch_size_per_gpu": self.train_micro_batch_size_per_gpu,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "optimizer": {"type": self.optimizer["type"], "params": params},
+            "gradient_clipping": self.gradient_clipping,
+            "zero_optimization": self.zero_optimization,
+            "steps_per_print": self.steps_per_print,
+            "wall_clock_breakdown": self.wall_clock_breakdown,
+        }
+        if self.fp16 is not None:
+            config["fp16"] = self.fp16
+        if self.bf16 is not None:
+            config["bf16"] = self.bf16
+        return config
+
+    def describe(self) -> str:
+        """The merged config, one key a line, with the file (and line) that set each non-default value."""
+        rows = []
+        for key in sorted(self.user_keys()):
+            value = getattr(self, key)
+            source = self.config_sources.get(key)
+            if source is None:
+                default = self.user_keys()[key]
+                default = default.default_factory() if callable(default.default_factory) else default.default
+                source = "default" if value == default else "derived"
+            rows.append((key, json.dumps(value, default=str), source))
+        width = max(len(r[0]) for r in rows)
+        vwidth = min(max(len(r[1]) for r in rows), 60)
+        return "\n".join(f"{k:<{width}}  {v:<{vwidth}}  # {s}" for k, v, s in rows)
+
+
+def _unknown_key_message(raw_key, where, known) -> str:
+    dashed = {k.replace("_", "-"): k for k in known}
+    close = difflib.get_close_matches(normalise_key(raw_key), known, n=1, cutoff=0.6)
+    hint = f" Did you mean '{close[0].replace('_', '-')}'?" if close else ""
+    return (f"{where}: '{raw_key}' is not a known config key.{hint} Fix or remove it; README.md's config "
+            f"reference lists all {len(dashed)} keys.")
+
+
+def _as_float(value, key, fail):
+    if isinstance(value, bool):
+        fail(key, f"must be a number, got {value!r}.")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    fail(key, f"must be a number, got {value!r}.")
+
+
+def _coerce(key, value, hint, where):
+    """Check (and gently convert) one value against its field's type annotation."""
+    def wrong(expected):
+        return NeoXArgsError(f"{where}: {key.replace('_', '-')} must be {expected}, got {value!r} "
+                             f"({type(value).__name__}).")
+
+    origin = typing.get_origin(hint)
+    if origin is Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(key, value, inner[0], where)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            hint_text = f" Did you mean '{close[0]}'?" if close else ""
+            raise NeoXArgsError(f"{where}: {key.replace('_', '-')} is {value!r}, which is not one of "
+                                f"{list(choices)}.{hint_text}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise wrong("an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool):
+            raise wrong("a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise wrong("a number")
+    if hint is str:
+        if isinstance(value, (dict, list)) or value is None or isinstance(value, bool):
+            raise wrong("a string")
+        return str(value)
+    if hint is list:
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list):
+            raise wrong("a list")
+        return value
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise wrong("a mapping")
+        return value
+    return value
+
+
+def parse_overrides(items) -> dict:
+    """['key=value', ...] -> {key: value}, values read as YAML (so 10 is int, 1e-5 float)."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise NeoXArgsError(f"--set {item!r}: write overrides as KEY=VALUE, e.g. --set train-iters=100.")
+        key, text = item.split("=", 1)
+        out[normalise_key(key)] = parse_value(text)
+    return out
+
+
+def encode_config(args: NeoXArgs) -> str:
+    payload = {"values": args.user_values(), "sources": args.config_sources,
+               "config_files": args.config_files}
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+
+
+def decode_config(text: str) -> dict:
+    return json.loads(base64.urlsafe_b64decode(text.encode()).decode())
+
+
+def run_cli(main):
+    """Run an entry point, printing a config mistake as one paragraph instead of a traceback."""
+    try:
+        return main()
+    except NeoXArgsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
