@@ -1,0 +1,88 @@
+"""The protocol every positional method implements, and the registry that names them.
+
+Attention calls only this protocol and never branches on a method's name. The three channels are
+independent and each defaults to "do nothing":
+- `add_to_embeddings(x, positions)`: absolute methods (learned, sinusoidal) add to token embeddings;
+- `rotate_qk(q, k, q_positions, k_positions)`: rotary rotates queries and keys;
+- `pairwise(q_positions, k_positions)` -> (bias, weight): per-head score edits
+  `score = (q.k / sqrt(D)) * weight + bias`. Methods whose edit depends only on d = i - j
+  (`distance_only`, all but fire) implement `distance_tables(length)` instead, so attention can read
+  an O(H * L) table rather than materialise an O(H * L^2) matrix.
+"""
+import torch
+from torch import nn
+
+
+class PositionalEmbeddingError(ValueError):
+    """A positional method was asked for something it cannot do (bad name, option or length)."""
+
+
+class PositionalEmbedding(nn.Module):
+    name: str = "?"            # set by @register
+    distance_only: bool = True  # the score edit depends only on d = i - j
+    max_length: int | None = None  # largest number of positions the method can embed (learned)
+
+    def __init__(self, num_heads: int, head_dim: int, hidden_size: int | None = None):
+        super().__init__()
+        self.num_heads, self.head_dim, self.hidden_size = num_heads, head_dim, hidden_size
+        # Follows the module across .to(device) (never .to(dtype): it is empty), so every method
+        # knows where to build its tables even when it has no parameters.
+        self.register_buffer("_device_anchor", torch.empty(0), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device_anchor.device
+
+    def add_to_embeddings(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return x  # x [b, s, hidden], positions LongTensor [s]
+
+    def rotate_qk(self, q, k, q_positions, k_positions):
+        return q, k  # q, k [b, H, s, D]
+
+    def distance_tables(self, length: int):
+        """(bias[H, length] | None, weight[H, length] | None) over d = 0..length-1, float32, differentiable."""
+        return None, None
+
+    def pairwise(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
+        """(bias[H, q, k] | None, weight[H, q, k] | None) for these query and key positions.
+
+        Future keys (j > i) get d = 0; the causal mask removes them anyway."""
+        d = (q_positions[:, None] - k_positions[None, :]).clamp(min=0)  # [q, k]
+        bias, weight = self.distance_tables(int(d.max()) + 1 if d.numel() else 1)
+        return (None if bias is None else bias[:, d], None if weight is None else weight[:, d])
+
+    def _last_positions(self, query_length: int, key_length: int):
+        # The queries are the last `query_length` of `key_length` positions (a KV-cache step when 1).
+        if not 0 < query_length <= key_length:
+            raise PositionalEmbeddingError(
+                f"pos-emb '{self.name}': need 0 < query_length <= key_length, got {query_length} and {key_length}")
+        keys = torch.arange(key_length, device=self.device)
+        return keys[key_length - query_length:], keys
+
+    def bias(self, query_length: int, key_length: int) -> torch.Tensor | None:
+        """Additive bias [H, q, k] for the last `query_length` queries over `key_length` keys."""
+        return self.pairwise(*self._last_positions(query_length, key_length))[0]
+
+    def weight(self, query_length: int, key_length: int) -> torch.Tensor | None:
+        """Multiplicative score weight [H, q, k] (kerple_bias_weight), else None."""
+        return self.pairwise(*self._last_positions(query_length, key_length))[1]
+
+    def kernel_parameters(self) -> dict[str, torch.Tensor]:
+        """name -> Tensor[H] of the effective (constrained) learnable kernel values."""
+        return {}
+
+
+REGISTRY: dict[str, type[PositionalEmbedding]] = {}
+
+
+def register(name: str):
+    """Class decorator: make a PositionalEmbedding selectable as `pos-emb: <name>`."""
+    def add(cls):
+        if name in REGISTRY:
+            raise PositionalEmbeddingError(
+                f"positional embedding '{name}' is registered twice ({REGISTRY[name].__qualname__} and "
+                f"{cls.__qualname__}); pick a new name for one of them")
+        cls.name = name
+        REGISTRY[name] = cls
+        return cls
+    return add
