@@ -1,0 +1,33 @@
+"""`fire` (Li et al., 2024): b_h(i, j) = MLP(psi(i - j) / psi(max(L, i)))_h with psi(x) = log(|c x| + 1),
+an MLP 1 -> width -> ReLU -> H, c learnable, and L = fire_init_L * a learnable multiplier (init 1).
+The bias depends on i as well as on d, so there is no per-distance table: it implements `pairwise`.
+"""
+import torch
+from torch import nn
+
+from .base import PositionalEmbedding, register
+
+
+@register("fire")
+class FIRE(PositionalEmbedding):
+    distance_only = False
+
+    def __init__(self, num_heads, head_dim, hidden_size=None, *, fire_mlp_width: int = 32,
+                 fire_init_c: float = 0.1, fire_init_L: float = 512.0):
+        super().__init__(num_heads, head_dim, hidden_size)
+        self.mlp = nn.Sequential(nn.Linear(1, fire_mlp_width), nn.ReLU(), nn.Linear(fire_mlp_width, num_heads))
+        self.c = nn.Parameter(torch.tensor(fire_init_c))
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.init_L = fire_init_L
+
+    def pairwise(self, q_positions, k_positions):
+        i, j = q_positions.float()[:, None], k_positions.float()[None, :]
+        c, threshold = self.c.float(), (self.L_multiplier.float() * self.init_L).abs()
+
+        def psi(x):
+            return torch.log((c * x).abs() + 1)
+
+        # The 1e-6 keeps psi(max(L, 0)) = 0 from dividing when a learned L reaches 0 (as in FIRE's code).
+        normalised = psi((i - j).clamp(min=0)) / (psi(torch.maximum(i, threshold)) + 1e-6)  # [q, k]
+        bias = self.mlp(normalised[..., None].to(self.mlp[0].weight.dtype))  # [q, k, H]
+        return bias.float().permute(2, 0, 1), None
