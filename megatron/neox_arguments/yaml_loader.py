@@ -34,7 +34,7 @@ def parse_value(text: str):
 
 
 def _read_one(path: pathlib.Path):
-    """Returns ({key: value}, {key: line}) for one file, keys normalised."""
+    """Returns ({key: (spelling, value)}, {key: line}, text) for one file, keys normalised."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -60,25 +60,31 @@ def _read_one(path: pathlib.Path):
                 "('-' and '_' are the same in config keys). Keep one of them.")
         lines[key] = line
     for raw, value in values.items():
-        out[normalise_key(raw)] = value
+        out[normalise_key(raw)] = (str(raw), value)
     return out, lines, text
 
 
-def load_config_files(paths, _seen=()):
-    """Merge YAML files. Returns (values, sources, texts): sources[key] = 'file:line'."""
+def load_config_files(paths):
+    """Merge YAML files. Returns (values, sources, texts): values keep the user's spelling of each
+    key (for error messages), sources[normalised key] = 'file:line'."""
+    spelled, sources, texts = _merge(paths, ())
+    return dict(spelled.values()), sources, texts
+
+
+def _merge(paths, _seen):
     values, sources, texts = {}, {}, {}
     for path in map(pathlib.Path, paths):
         resolved = path.resolve()
         if resolved in _seen:
             raise NeoXArgsError(f"Config file {path} extends itself (through `extends`). Remove the cycle.")
         file_values, lines, text = _read_one(path)
-        bases = file_values.pop("extends", [])
+        bases = file_values.pop("extends", (None, []))[1]
         if isinstance(bases, str):
             bases = [bases]
         if not isinstance(bases, list):
             raise NeoXArgsError(f"{path} line {lines['extends']}: `extends` must be a file name or a list of them.")
         if bases:
-            inc_values, inc_sources, inc_texts = load_config_files(
+            inc_values, inc_sources, inc_texts = _merge(
                 [path.parent / base for base in bases], _seen + (resolved,))
             values.update(inc_values)
             sources.update(inc_sources)

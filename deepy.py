@@ -1,0 +1,134 @@
+#!/usr/bin/env python
+"""Launch a NeoX script on every rank: `python deepy.py train.py [-d DIR] CONFIG... [--set K=V]...`
+
+Merges and validates the YAML configs, then hands SCRIPT and the merged config (base64 JSON in
+`--megatron_config`) to DeepSpeed's launcher. Without GPUs it runs on DeepSpeed's CPU accelerator
+(gloo) and `num_gpus` counts processes. `--dry-run` prints the config, the DeepSpeed JSON and the
+launcher command, and launches nothing.
+"""
+import argparse
+import json
+import os
+import pathlib
+import shlex
+import sys
+
+from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
+
+# Upstream deepy.py's own overrides, kept for users' scripts.
+CLI_OVERRIDES = ("wandb_group", "wandb_run_name", "iteration", "hostfile")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Validate NeoX configs and launch SCRIPT on every rank with DeepSpeed.")
+    parser.add_argument("script", help="the program every rank runs, e.g. train.py or evaluate.py")
+    parser.add_argument("configs", nargs="+", help="YAML config files, merged in order (later wins)")
+    parser.add_argument("-d", "--conf_dir", help="directory prefixed to every config name")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (repeatable); beats every file")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the merged config, DeepSpeed JSON and launcher command; launch nothing")
+    parser.add_argument("-H", "--hostfile", help="MPI-style hostfile (`host slots=N` per line)")
+    parser.add_argument("--wandb_group")
+    parser.add_argument("--wandb_run_name")
+    parser.add_argument("--iteration", type=int, help="checkpoint step to load")
+    return parser.parse_intermixed_args(argv)
+
+
+def config_paths(names, conf_dir):
+    paths = []
+    for name in names:
+        path = pathlib.Path(conf_dir, name) if conf_dir else pathlib.Path(name)
+        if path.suffix not in (".yml", ".yaml", ".json"):
+            path = path.with_name(path.name + ".yml")
+        paths.append(path)
+    return paths
+
+
+def read_hostfile(path):
+    """{host: slots} from an MPI-style hostfile; None when there is none."""
+    if not path or not os.path.isfile(path):
+        return None
+    hosts = {}
+    for number, line in enumerate(open(path), 1):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].startswith("slots="):
+            raise NeoXArgsError(f"{path} line {number}: '{line}' is not `HOST slots=N`. Fix the hostfile.")
+        hosts[parts[0]] = int(parts[1].split("=", 1)[1])
+    return hosts
+
+
+def launch_world_size(values, hostfile):
+    """How many ranks the launcher will start, for deriving batch sizes before launch."""
+    num_gpus, num_nodes = values.get("num_gpus"), values.get("num_nodes", -1)
+    hosts = read_hostfile(hostfile)
+    if hosts:
+        slots = list(hosts.values())[: num_nodes if num_nodes and num_nodes > 0 else None]
+        return sum(num_gpus or s for s in slots)
+    if num_gpus:
+        return num_gpus * max(num_nodes, 1)
+    import torch
+    return torch.cuda.device_count() or 1
+
+
+def runner_arguments(args: NeoXArgs, hostfile, script):
+    """The argv for `deepspeed.launcher.runner`, from the launcher keys."""
+    argv = []
+    if hostfile:
+        argv += ["--hostfile", hostfile]
+    if args.include:
+        argv += ["--include", args.include]
+    if args.exclude:
+        argv += ["--exclude", args.exclude]
+    if not (args.include or args.exclude):
+        argv += ["--num_nodes", str(args.num_nodes)]
+        if args.num_gpus is not None:
+            argv += ["--num_gpus", str(args.num_gpus)]
+    argv += ["--master_port", str(args.master_port), "--launcher", args.launcher]
+    master_addr = args.master_addr or os.environ.get("MASTER_ADDR")
+    if master_addr:
+        argv += ["--master_addr", master_addr]
+    if args.force_multi:
+        argv.append("--force_multi")
+    if args.no_ssh_check:
+        argv.append("--no_ssh_check")
+    return argv + [script, "--megatron_config", encode_config(args)]
+
+
+def main(argv=None):
+    cli = parse_args(sys.argv[1:] if argv is None else argv)
+    overrides = parse_overrides(cli.set)
+    for key in CLI_OVERRIDES:
+        if getattr(cli, key) is not None:
+            overrides[key] = getattr(cli, key)
+
+    from megatron.neox_arguments.yaml_loader import load_config_files
+    values, _, _ = load_config_files(config_paths(cli.configs, cli.conf_dir))
+    values.update(overrides)
+    hostfile = values.get("hostfile") or os.environ.get("DLTS_HOSTFILE")
+    world_size = launch_world_size(values, hostfile)
+    neox_args = NeoXArgs.from_ymls(config_paths(cli.configs, cli.conf_dir), overrides, world_size)
+    if not os.path.isfile(cli.script):
+        raise NeoXArgsError(f"Script {cli.script} does not exist; give the program to launch first, "
+                            "e.g. `python deepy.py train.py configs/tiny.yml`.")
+    runner_argv = runner_arguments(neox_args, hostfile, cli.script)
+
+    if cli.dry_run:
+        print("# NeoX config (key, value, where it was set)")
+        print(neox_args.describe())
+        print("\n# DeepSpeed config")
+        print(json.dumps(neox_args.deepspeed_config(), indent=2))
+        print("\n# Launcher command")
+        print(shlex.join([sys.executable, "-m", "deepspeed.launcher.runner"] + runner_argv))
+        return 0
+
+    from deepspeed.launcher import runner
+    return runner.main(runner_argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
