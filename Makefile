@@ -1,0 +1,36 @@
+# Two commands from a fresh clone: `make demo` (the main job on the built-in corpus) and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+REQS := requirements/requirements.txt requirements/requirements-wandb.txt \
+        requirements/requirements-tensorboard.txt requirements/requirements-dev.txt
+DEMO_DATA := data/stdlib/stdlib_text_document
+
+.PHONY: venv data demo test test-slow reproduce clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: $(REQS)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(addprefix -r ,$(REQS))
+	touch $@
+
+# The built-in default corpus: the CPython standard library of this interpreter, byte-level tokens.
+data: venv $(DEMO_DATA).bin
+$(DEMO_DATA).bin:
+	$(PY) tools/datasets/build_default_corpus.py --output-prefix $(DEMO_DATA)
+
+# Train a tiny KERPLE-log model on CPU, evaluate it at 1x-8x its training length, print the table.
+demo: data
+	$(PY) deepy.py train.py configs/tiny.yml
+	$(PY) evaluate.py configs/tiny.yml configs/eval/tiny_extrapolation.yml
+	$(PY) tools/analysis/make_tables.py eval_results/tiny
+
+test: venv
+	$(PY) -m pytest -q
+
+test-slow: venv
+	$(PY) -m pytest -q -m slow
+
+clean:
+	rm -rf data/stdlib checkpoints/tiny eval_results/tiny
