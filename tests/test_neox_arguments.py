@@ -208,3 +208,12 @@ def test_entry_point_prints_one_paragraph_not_a_traceback(tmp_path, repo_root):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("error: ") and "Did you mean 'num-layers'?" in result.stderr
+
+
+def test_dotted_override_sets_a_nested_deepspeed_key(repo_root):
+    args = NeoXArgs.from_ymls([repo_root / "configs" / "kerple_log.yml"],
+                              overrides={"optimizer.params.lr": 1e-3, "zero_optimization.stage": 1})
+    assert args.lr == 1e-3 and args.optimizer["params"]["betas"] == [0.9, 0.999]
+    assert args.zero_optimization == {"stage": 1}
+    with pytest.raises(NeoXArgsError, match="'seed' is not a mapping"):
+        NeoXArgs.from_ymls([repo_root / "configs" / "kerple_log.yml"], overrides={"seed.x": 1})

@@ -64,9 +64,11 @@ class NeoXArgs(*reversed(GROUPS)):
     @classmethod
     def from_ymls(cls, paths, overrides: Optional[dict] = None, world_size: Optional[int] = None):
         values, sources, texts = load_config_files(paths)
+        values = {normalise_key(k): v for k, v in values.items()}
         for key, value in (overrides or {}).items():
-            values[normalise_key(key)] = value
-            sources[normalise_key(key)] = "command line"
+            top, *path = normalise_key(key).split(".")
+            values[top] = _set_nested(values.get(top), path, value, key) if path else value
+            sources[top] = "command line"
         return cls.from_dict(values, sources, texts, world_size)
 
     @classmethod
@@ -347,6 +349,16 @@ def _coerce(key, value, hint, where):
             raise wrong("a mapping")
         return value
     return value
+
+
+def _set_nested(current, path, value, key):
+    """`--set optimizer.params.lr=1e-3`: a copy of the nested dict with one leaf replaced."""
+    if not isinstance(current, dict):
+        raise NeoXArgsError(f"--set {key}: '{key.split('.')[0]}' is not a mapping in the config, so it "
+                            "has no nested keys to set.")
+    out = dict(current)
+    out[path[0]] = _set_nested(current.get(path[0], {}), path[1:], value, key) if len(path) > 1 else value
+    return out
 
 
 def parse_overrides(items) -> dict:
