@@ -1,0 +1,205 @@
+"""Evaluate one trained run at several lengths and write its result file (what evaluate.py calls)."""
+import dataclasses
+import datetime
+import hashlib
+import json
+import pathlib
+import resource
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from megatron.neox_arguments import groups
+from .chunks import chunk_starts
+from .results import MODES, SCHEMA, summarize, write_atomic
+from .scoring import nonoverlap_losses, sliding_losses
+
+
+class EvaluationError(ValueError):
+    """Evaluation cannot run as configured (missing checkpoint, bad eval keys, data too short)."""
+
+
+def evaluate_run(neox_args) -> pathlib.Path:
+    """Load the checkpoint named by `load`, score every (length, mode), write the JSON; return its path."""
+    from megatron.checkpointing import load_model_weights
+    from megatron.data import build_evaluation_stream
+    from megatron.model import GPTModel
+    from megatron.tokenizer import build_tokenizer
+
+    lengths, modes = _checked_plan(neox_args)
+    build_tokenizer(neox_args)  # sets padded_vocab_size
+    stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split))
+    plan = {length: _starts(stream, length, neox_args) for length in lengths}
+
+    device = torch.device(f"cuda:{neox_args.local_rank}" if torch.cuda.is_available() else "cpu")
+    # bf16/fp16 only where the hardware runs them fast; CPU evaluates in fp32.
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(neox_args.precision, torch.float32)
+    dtype = dtype if device.type == "cuda" else torch.float32
+    model = GPTModel(neox_args)
+    iteration = load_model_weights(neox_args, model)
+    model.to(device=device, dtype=dtype).eval()
+    limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
+
+    run = run_identity(neox_args, iteration)
+    print(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "
+          f"split: {len(stream):,} tokens, lengths {lengths}, modes {modes}", flush=True)
+    records = []
+    with torch.inference_mode():  # no autograd: the model's `auto` attention takes its memory-light path
+        for length in lengths:
+            if limit is not None and length > limit:
+                records += _skipped(neox_args, length, modes, limit)
+                continue
+            records += _evaluate_length(lambda x: model(x.to(device)), stream, plan[length], length,
+                                        modes, neox_args, device)
+
+    document = {
+        "schema": SCHEMA, "run": run,
+        "evaluation": {
+            "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
+            "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
+            "stream_tokens": int(len(stream)),
+            "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
+            "device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
+            "peak_memory": "cuda max allocated per length" if device.type == "cuda" else "process peak RSS so far",
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        },
+        "results": records,
+    }
+    path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
+    write_atomic(path, document)
+    print(f"wrote {path}", flush=True)
+    return path
+
+
+def _checked_plan(neox_args):
+    lengths = list(neox_args.eval_lengths or [neox_args.seq_length])
+    modes = list(neox_args.eval_modes)
+    bad_modes = [m for m in modes if m not in MODES]
+    if bad_modes or not modes:
+        raise EvaluationError(f"eval-modes {modes} is not a non-empty list of {', '.join(MODES)}; fix "
+                              "eval-modes in the evaluation config (e.g. configs/eval/extrapolation.yml)")
+    bad_lengths = [x for x in lengths if not isinstance(x, int) or isinstance(x, bool) or x < 1]
+    if bad_lengths:
+        raise EvaluationError(f"eval-lengths must be positive integers; {bad_lengths} are not")
+    if neox_args.eval_stride is not None and neox_args.eval_stride < 1:
+        raise EvaluationError(f"eval-stride must be a positive integer, got {neox_args.eval_stride}")
+    if neox_args.eval_chunks is not None and neox_args.eval_chunks < 1:
+        raise EvaluationError(f"eval-chunks must be a positive integer (or unset for all), got "
+                              f"{neox_args.eval_chunks}")
+    if not neox_args.load:
+        raise EvaluationError("`load` is not set: evaluation needs the checkpoint folder of a trained run "
+                              "(the `save` folder of its training config)")
+    if not pathlib.Path(neox_args.load).is_dir():
+        raise EvaluationError(f"checkpoint folder {neox_args.load} (key `load`) does not exist; point `load` "
+                              "at the `save` folder of a finished training run")
+    return lengths, modes
+
+
+def _starts(stream, length, neox_args):
+    try:
+        return chunk_starts(len(stream), length, neox_args.eval_chunks, neox_args.eval_seed)
+    except ValueError as e:
+        raise EvaluationError(f"eval-lengths: at length {length}, {e} (eval-split "
+                              f"{neox_args.eval_split!r})") from None
+
+
+def _skipped(neox_args, length, modes, limit):
+    message = (f"pos-emb {neox_args.pos_emb} embeds at most {limit} positions (max-position-embeddings), "
+               f"so it cannot score length {length}; only relative methods evaluate beyond it")
+    print(f"L={length}: skipped: {message}", flush=True)
+    return [{"length": length, "mode": mode, "skipped": message} for mode in modes]
+
+
+def _evaluate_length(model, stream, starts, length, modes, neox_args, device):
+    """Records for one length; nonoverlap and position share one pass over the chunks."""
+    batch = neox_args.eval_micro_batch_size
+    stride = min(neox_args.eval_stride or max(length // 2, 1), length)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    passes = {}
+    if {"nonoverlap", "position"} & set(modes):
+        passes["nonoverlap"] = lambda progress: nonoverlap_losses(model, stream, starts, length, batch, progress)
+    if "sliding" in modes:
+        passes["sliding"] = lambda progress: sliding_losses(model, stream, starts, length, stride, batch, progress)
+
+    records = []
+    for name, score in passes.items():
+        began = time.perf_counter()
+        with _progress_bar(f"L={length} {name}", len(starts)) as progress:
+            losses = score(progress)
+        seconds = time.perf_counter() - began
+        for mode in [m for m in modes if m == name or (name == "nonoverlap" and m == "position")]:
+            record = summarize(losses, length, mode, starts)
+            record.update(seconds=round(seconds, 3), peak_memory_mb=_peak_memory_mb(device))
+            if mode == "sliding":
+                record["stride"] = stride
+            stderr = f" ± {record['stderr']:.4f}" if record["stderr"] is not None else ""
+            print(f"L={length} {mode}: loss {record['loss']:.4f}{stderr}, ppl {record['ppl']:.3f}, "
+                  f"{record['chunks']} chunks, {record['tokens']:,} tokens, {seconds:.1f} s", flush=True)
+            records.append(record)
+    return records
+
+
+class _progress_bar:
+    """tqdm over chunks with scored-input tokens per second in the postfix."""
+
+    def __init__(self, desc, total):
+        self.bar = tqdm(total=total, desc=desc, unit="chunk", dynamic_ncols=True)
+        self.tokens, self.began = 0, time.perf_counter()
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, chunks, tokens):
+        self.tokens += tokens
+        self.bar.update(chunks)
+        self.bar.set_postfix_str(f"{self.tokens / (time.perf_counter() - self.began):,.0f} tok/s")
+
+    def __exit__(self, *exc):
+        self.bar.close()
+
+
+def _peak_memory_mb(device) -> float:
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: kilobytes
+
+
+def dataset_name(neox_args) -> str:
+    """Short name of the evaluated data: the dataset file stem(s) without `_text_document`."""
+    paths = getattr(neox_args, f"{neox_args.eval_split}_data_paths") or [neox_args.data_path]
+    names = [pathlib.Path(str(p)).name.removesuffix("_text_document") for p in paths if p]
+    return "+".join(names) or "unknown"
+
+
+def method_name(neox_args) -> str:
+    window = neox_args.attention_window
+    return neox_args.pos_emb + (f"+window{window}" if window else "")
+
+
+# Settings that do not change what was trained or how it is scored stay out of the config hash.
+_UNHASHED_GROUPS = (groups.EvaluationArgs, groups.LoggingArgs, groups.LauncherArgs)
+# The seed stays out too, so the seeds of one configuration share a hash (NeoXArgs.config_hash hashes all).
+_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "config_files", "config_sources", "rank",
+                  "local_rank", "world_size", "num_workers", "data_cache_path"}
+
+
+def training_config_hash(neox_args) -> str:
+    skip = _UNHASHED_KEYS | {f.name for g in _UNHASHED_GROUPS for f in dataclasses.fields(g)}
+    config = {k: v for k, v in neox_args.to_dict().items() if k not in skip}
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_identity(neox_args, iteration: int) -> dict:
+    digest = training_config_hash(neox_args)
+    dataset, method = dataset_name(neox_args), method_name(neox_args)
+    return {
+        "name": f"{dataset}_{method}_seed{neox_args.seed}_step{iteration}_{digest[:8]}",
+        "method": method, "pos_emb": neox_args.pos_emb, "attention_window": neox_args.attention_window,
+        "seed": neox_args.seed, "dataset": dataset, "train_length": neox_args.seq_length,
+        "checkpoint": str(neox_args.load), "checkpoint_step": int(iteration), "config_hash": digest,
+        "num_layers": neox_args.num_layers, "hidden_size": neox_args.hidden_size,
+        "num_attention_heads": neox_args.num_attention_heads,
+    }
