@@ -64,10 +64,11 @@ class NeoXArgs(*reversed(GROUPS)):
     @classmethod
     def from_ymls(cls, paths, overrides: Optional[dict] = None, world_size: Optional[int] = None):
         values, sources, texts = load_config_files(paths)
-        values = {normalise_key(k): v for k, v in values.items()}
+        spelling = {normalise_key(k): k for k in values}  # keep the user's spelling for messages
         for key, value in (overrides or {}).items():
             top, *path = normalise_key(key).split(".")
-            values[top] = _set_nested(values.get(top), path, value, key) if path else value
+            current = values.pop(spelling.get(top, top), None)
+            values[top] = _set_nested(current, path, value, key) if path else value
             sources[top] = "command line"
         return cls.from_dict(values, sources, texts, world_size)
 
