@@ -1,0 +1,140 @@
+"""Train/valid/test datasets on megatron-core's `GPTDataset` and `BlendedMegatronDatasetBuilder`.
+
+Samples are `seq_length + 1` tokens packed across documents, with a per-epoch sample index shuffled
+by the seed and cached next to the data (or in `data-cache-path`). The validation and test sets
+use `seq-length-val`: megatron-core has one sequence length per config, so each split is built by
+its own builder call that masks out the other splits. No per-sample attention masks are made
+(they are L x L; the model is causal by construction).
+"""
+import numpy as np
+import torch
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.blended_megatron_dataset_config import (
+    convert_split_vector_to_split_matrix, parse_and_normalize_split)
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
+from megatron.tokenizer import build_tokenizer
+
+from .errors import DataError
+from .indexed import open_indexed_dataset
+
+SPLITS = ("train", "valid", "test")
+
+
+def build_train_valid_test_datasets(neox_args, tokenizer=None):
+    """(train, valid, test) GPTDatasets (or BlendedDatasets of them); a split without data is None.
+    Items are dicts of "tokens", "labels" (LongTensor[s]), "loss_mask" (FloatTensor[s]) and
+    "position_ids"; train has seq_length tokens, valid/test seq_length_val."""
+    if neox_args.data_path and any(getattr(neox_args, f"{s}_data_paths") for s in SPLITS):
+        raise DataError("both data-path and train-/valid-/test-data-paths are set; use one: data-path "
+                        "(one dataset cut by split) or the per-split paths.")
+    tokenizer = tokenizer or build_tokenizer(neox_args)
+    sizes = samples_per_split(neox_args)
+    lengths = (neox_args.seq_length,) + (neox_args.seq_length_val or neox_args.seq_length,) * 2
+    return tuple(_build_split(index, neox_args, tokenizer, lengths[index], sizes) for index in range(3))
+
+
+def samples_per_split(neox_args) -> list:
+    """Samples each split must provide (as NeoX): every training step, and every evaluation run."""
+    batch = neox_args.train_batch_size
+    evaluations = neox_args.train_iters // neox_args.eval_interval + 1
+    return [neox_args.train_iters * batch, evaluations * neox_args.eval_iters * batch, neox_args.eval_iters * batch]
+
+
+def build_evaluation_stream(neox_args, split: str, tokenizer=None) -> np.ndarray:
+    """The token ids (int64, 1-D) of `split`'s documents in stored order, each ending with EOD: the
+    same documents the training datasets use for that split, unshuffled and unpacked."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}.")
+    tokenizer = tokenizer or build_tokenizer(neox_args)
+    index = SPLITS.index(split)
+    if neox_args.data_path:
+        dataset = _open(neox_args.data_path, tokenizer)
+        begin, end = _document_range(neox_args, len(dataset), index)
+        parts = [(dataset, begin, end)]
+    else:
+        prefixes, _ = _blend_of_split(neox_args, index)
+        parts = [(dataset, 0, len(dataset)) for dataset in (_open(p, tokenizer) for p in prefixes)]
+    return np.concatenate([_documents_with_eod(*part, tokenizer.eod) for part in parts])
+
+
+def _build_split(index, neox_args, tokenizer, seq_length, sizes):
+    if neox_args.data_path:
+        dataset = _open(neox_args.data_path, tokenizer)
+        if _document_range(neox_args, len(dataset), index) is None:
+            return None
+        config = _config(neox_args, tokenizer, seq_length, blend=([neox_args.data_path], None),
+                         split=neox_args.split)
+        # Build only this split (the others may have another sequence length).
+        config.split_matrix = [m if i == index else None for i, m in enumerate(config.split_matrix)]
+        prefixes = [neox_args.data_path]
+    else:
+        blend = _blend_of_split(neox_args, index)
+        if blend is None:
+            return None
+        prefixes = blend[0]
+        for prefix in prefixes:
+            _open(prefix, tokenizer)
+        config = _config(neox_args, tokenizer, seq_length,
+                         blend_per_split=[blend if i == index else None for i in range(3)])
+    if len(prefixes) > 1 and not torch.distributed.is_initialized():
+        # megatron-core 0.16's BlendedDataset calls torch.distributed.get_rank() when its cache
+        # misses; in a single process the (cheap) blend index is therefore rebuilt, not cached.
+        config.path_to_cache = None
+    builder = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config)
+    return builder.build()[index]
+
+
+def _config(neox_args, tokenizer, seq_length, **blend) -> GPTDatasetConfig:
+    return GPTDatasetConfig(
+        random_seed=neox_args.seed, sequence_length=seq_length, tokenizer=tokenizer,
+        path_to_cache=neox_args.data_cache_path, reset_position_ids=False, reset_attention_mask=False,
+        eod_mask_loss=False, create_attention_mask=False, **blend)
+
+
+def _open(prefix, tokenizer):
+    return open_indexed_dataset(prefix, vocab_size=max(tokenizer.vocab_size, tokenizer.eod + 1))
+
+
+def _document_range(neox_args, num_documents, index):
+    """Documents [begin, end) of split `index` of data-path (megatron-core's own rounding), or None
+    when `split` gives it no weight. A weighted split with no documents is an error."""
+    try:
+        matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(neox_args.split))
+    except (AssertionError, ValueError, ZeroDivisionError) as err:
+        raise DataError(f"split '{neox_args.split}' is not three non-negative weights like '969,30,1'.") from err
+    if matrix[index] is None:
+        return None
+    begin, end = (int(round(bound * num_documents)) for bound in matrix[index])
+    if end <= begin:
+        raise DataError(f"split '{neox_args.split}' gives the {SPLITS[index]} split no documents of "
+                        f"{neox_args.data_path} ({num_documents} documents in all). Use more data, or give "
+                        f"that split more weight (or 0 to have no {SPLITS[index]} set).")
+    return begin, end
+
+
+def _blend_of_split(neox_args, index):
+    """(prefixes, weights) of train-/valid-/test-data-paths, or None when the split has none."""
+    name = SPLITS[index]
+    prefixes = getattr(neox_args, f"{name}_data_paths")
+    if not prefixes:
+        if index == 0:
+            raise DataError("no training data: set data-path (one dataset, cut by split) or "
+                            "train-data-paths / valid-data-paths / test-data-paths.")
+        return None
+    weights = getattr(neox_args, f"{name}_data_weights")
+    if weights is None:
+        weights = [1.0] * len(prefixes)  # NeoX: equal weighting when none is given
+    if len(weights) != len(prefixes) or any(w <= 0 for w in weights):
+        raise DataError(f"{name}-data-weights {weights} must hold one positive weight per path of "
+                        f"{name}-data-paths ({len(prefixes)} paths).")
+    return list(prefixes), [float(w) for w in weights]
+
+
+def _documents_with_eod(dataset, begin, end, eod) -> np.ndarray:
+    lengths = dataset.sequence_lengths[begin:end].astype(np.int64)
+    tokens = dataset.bin_reader.read(dtype=dataset.index.dtype, count=int(lengths.sum()),
+                                     offset=int(dataset.index.sequence_pointers[begin])).astype(np.int64)
+    ends = np.cumsum(lengths)
+    missing = tokens[ends - 1] != eod  # data preprocessed without --append-eod
+    return np.insert(tokens, ends[missing], eod)

@@ -1,0 +1,44 @@
+"""A resumable DataLoader over one data-parallel rank's share of a dataset.
+
+The global sample stream is dataset[0], dataset[1], ... (the dataset is already shuffled by
+megatron-core), continuing at dataset[g % len(dataset)] if a run asks for more samples than were
+built. Each micro-step takes `micro_batch * data_parallel_size` consecutive samples and rank r gets
+the r-th slice, so a run resumed with `consumed_samples` (global samples used so far, i.e.
+iteration x train_batch_size) sees exactly the samples an uninterrupted run would. The sampler is
+endless, so the loader is iterated once per run: no re-created iterators, no `itertools.cycle`
+caching every batch.
+"""
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+
+class PretrainingBatchSampler(Sampler):
+    def __init__(self, dataset_size: int, consumed_samples: int, micro_batch_size: int,
+                 data_parallel_rank: int, data_parallel_size: int):
+        if dataset_size <= 0:
+            raise ValueError("cannot sample from an empty dataset")
+        if not 0 <= data_parallel_rank < data_parallel_size:
+            raise ValueError(f"data-parallel rank {data_parallel_rank} is outside 0..{data_parallel_size - 1}")
+        self.dataset_size = dataset_size
+        self.consumed_samples = consumed_samples
+        self.micro_batch_size = micro_batch_size
+        self.rank, self.world = data_parallel_rank, data_parallel_size
+
+    def __iter__(self):
+        step = self.micro_batch_size * self.world
+        start = self.consumed_samples + self.rank * self.micro_batch_size
+        while True:
+            yield [(start + i) % self.dataset_size for i in range(self.micro_batch_size)]
+            start += step
+
+
+def build_data_loader(dataset, neox_args, consumed_samples: int = 0, micro_batch_size: int = None):
+    """Batches (dicts of [micro_batch, s] tensors) of this rank's share, starting after
+    `consumed_samples` global samples. None for a split without data."""
+    if dataset is None:
+        return None
+    sampler = PretrainingBatchSampler(
+        len(dataset), consumed_samples, micro_batch_size or neox_args.train_micro_batch_size_per_gpu,
+        neox_args.rank, neox_args.world_size)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=neox_args.num_workers,
+                      pin_memory=torch.cuda.is_available())

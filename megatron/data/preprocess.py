@@ -1,0 +1,166 @@
+"""Tokenize documents into NeoX `<prefix>_<key>_document.bin/.idx` with megatron-core's builder.
+
+Worker processes tokenize batches of documents while the main process reads the input and writes
+the results in input order, so the output is byte-identical for any number of workers. At most a
+few batches per worker are in flight, so memory stays bounded on corpora of any size. The files
+are written under temporary names and renamed only when everything succeeded: a failed or
+interrupted run never leaves a `.bin/.idx` pair that looks valid.
+"""
+import multiprocessing
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+from tqdm import tqdm
+
+from .documents import InputProblems, expand_inputs, read_documents
+from .errors import DataError
+
+BATCH_DOCUMENTS = 32
+IN_FLIGHT_PER_WORKER = 4
+
+
+@dataclass
+class PreprocessSummary:
+    outputs: list
+    dtype: str
+    documents: int = 0
+    tokens: int = 0
+    text_bytes: int = 0
+    input_bytes: int = 0
+    seconds: float = 0.0
+    empty_documents: int = 0
+    skipped: dict = field(default_factory=dict)
+    skipped_examples: list = field(default_factory=list)
+
+    def __str__(self):
+        rate = max(self.seconds, 1e-9)
+        lines = [f"documents {self.documents:,}   tokens {self.tokens:,}   text {self.text_bytes / 1e6:,.1f} MB "
+                 f"(input files {self.input_bytes / 1e6:,.1f} MB)   time {self.seconds:.1f} s",
+                 f"throughput {self.documents / rate:,.0f} docs/s   {self.tokens / rate:,.0f} tokens/s   "
+                 f"token dtype {self.dtype}"]
+        if self.empty_documents:
+            lines.append(f"empty documents left out: {self.empty_documents:,}")
+        for kind, count in sorted(self.skipped.items()):
+            lines.append(f"skipped ({kind}): {count:,}")
+        lines += [f"  e.g. {message}" for message in self.skipped_examples]
+        lines += [f"wrote {prefix}.bin / .idx" for prefix in self.outputs]
+        return "\n".join(lines)
+
+
+def output_prefix_for(output_prefix: str, key: str) -> str:
+    """NeoX's naming: `--output-prefix data/x` with key `text` gives `data/x_text_document`."""
+    return f"{output_prefix}_{key}_document"
+
+
+def token_dtype(tokenizer):
+    """uint16 when every id fits (as NeoX and megatron-core choose), else int32."""
+    return DType.optimal_dtype(max(tokenizer.vocab_size, tokenizer.eod + 1))
+
+
+def preprocess(inputs, output_prefix: str, tokenizer, jsonl_keys=("text",), append_eod: bool = False,
+               workers: int = 1, skip_bad_input: bool = False, show_progress: bool = True) -> PreprocessSummary:
+    """Tokenize every document of `inputs` into one dataset per key; returns the run's summary."""
+    if workers < 1:
+        raise DataError(f"--workers must be at least 1, got {workers}.")
+    files = expand_inputs(inputs)
+    dtype = token_dtype(tokenizer)
+    prefixes = [output_prefix_for(output_prefix, key) for key in jsonl_keys]
+    summary = PreprocessSummary(outputs=prefixes, dtype=dtype.__name__,
+                                input_bytes=sum(os.path.getsize(f) for f in files))
+    problems = InputProblems(skip=skip_bad_input)
+    documents = (texts for _, _, texts in read_documents(files, tuple(jsonl_keys), problems))
+
+    os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
+    partial = [(prefix + ".bin.partial", prefix + ".idx.partial") for prefix in prefixes]
+    builders = [IndexedDatasetBuilder(bin_path, dtype=dtype) for bin_path, _ in partial]
+    start = time.perf_counter()
+    progress = tqdm(unit=" docs", disable=not show_progress, smoothing=0.1, mininterval=0.5)
+    try:
+        for batch in _tokenized_batches(documents, tokenizer, append_eod, dtype, workers):
+            for arrays, text_bytes in batch:
+                summary.text_bytes += text_bytes
+                for builder, tokens in zip(builders, arrays):
+                    if len(tokens) == append_eod:  # no text tokens: leave the document out
+                        summary.empty_documents += 1
+                        continue
+                    builder.add_document(tokens, [len(tokens)])
+                    summary.tokens += len(tokens)
+                summary.documents += 1
+            progress.update(len(batch))
+            progress.set_postfix_str(f"{summary.tokens / max(time.perf_counter() - start, 1e-9):,.0f} tokens/s",
+                                     refresh=False)
+        progress.close()
+        if summary.documents == 0:
+            raise DataError(f"no documents were read from {', '.join(files)}; nothing was written.")
+        for builder, (bin_path, idx_path), prefix in zip(builders, partial, prefixes):
+            builder.finalize(idx_path)
+            os.replace(bin_path, prefix + ".bin")
+            os.replace(idx_path, prefix + ".idx")
+    except BaseException:
+        progress.close()
+        for builder, paths in zip(builders, partial):
+            builder.data_file.close()
+            for path in paths:
+                if os.path.exists(path):
+                    os.remove(path)
+        raise
+    summary.seconds = time.perf_counter() - start
+    summary.skipped = dict(problems.counts)
+    summary.skipped_examples = problems.first_messages
+    return summary
+
+
+# ------------------------------------------------------------------ tokenization (in workers)
+_worker_state = {}
+
+
+def _init_worker(tokenizer, append_eod, dtype):
+    _worker_state.update(tokenizer=tokenizer, append_eod=append_eod, dtype=dtype)
+
+
+def _encode_batch(batch):
+    """[(texts per key)] -> [([token array per key], utf-8 bytes of the texts)]."""
+    tokenizer, append_eod, dtype = _worker_state["tokenizer"], _worker_state["append_eod"], _worker_state["dtype"]
+    encoded = []
+    for texts in batch:
+        arrays = []
+        for text in texts:
+            ids = tokenizer.tokenize(text)
+            if append_eod:
+                ids.append(tokenizer.eod)
+            arrays.append(np.asarray(ids, dtype=dtype))
+        encoded.append((arrays, sum(len(t.encode("utf-8")) for t in texts)))
+    return encoded
+
+
+def _batches(documents, size):
+    batch = []
+    for texts in documents:
+        batch.append(texts)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _tokenized_batches(documents, tokenizer, append_eod, dtype, workers):
+    """Encoded batches in input order; with several workers, a bounded number are in flight."""
+    if workers == 1:
+        _init_worker(tokenizer, append_eod, dtype)
+        yield from map(_encode_batch, _batches(documents, BATCH_DOCUMENTS))
+        return
+    # fork: workers inherit the tokenizer instead of re-importing this package.
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer, append_eod, dtype)) as pool:
+        pending = deque()
+        for batch in _batches(documents, BATCH_DOCUMENTS):
+            pending.append(pool.apply_async(_encode_batch, (batch,)))
+            if len(pending) >= IN_FLIGHT_PER_WORKER * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()

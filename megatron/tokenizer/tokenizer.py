@@ -1,0 +1,184 @@
+"""The tokenizers a NeoX config can name (`tokenizer-type`), all with one small interface.
+
+Every tokenizer has `tokenize(text) -> list[int]`, `detokenize(ids) -> str`, `eod` (the
+end-of-document id appended after each document), `pad` (an id no text ever maps to; samples padded
+with it are masked out of the loss) and `vocab_size` (the ids its files define). The model's
+embedding is `padded_vocab_size(tokenizer, divisor)` rows, which also covers `pad`.
+BPE and SentencePiece come from the Hugging Face `tokenizers` and `sentencepiece` libraries.
+"""
+import os
+
+from megatron.neox_arguments import NeoXArgsError
+
+
+class TokenizerError(NeoXArgsError):
+    """A tokenizer that cannot be built from the given type and files."""
+
+
+class Tokenizer:
+    name: str
+    vocab_size: int
+    eod: int
+    pad: int
+
+    def tokenize(self, text: str) -> list:
+        raise NotImplementedError
+
+    def detokenize(self, ids) -> str:
+        raise NotImplementedError
+
+    @property
+    def unique_identifiers(self) -> dict:
+        # megatron-core hashes this into the names of its cached sample indices.
+        return {"class": self.name, "vocab_size": self.vocab_size, "eod": self.eod, "pad": self.pad}
+
+
+class GPT2BPETokenizer(Tokenizer):
+    """GPT-2's byte-level BPE from its vocab.json + merges.txt. `<|endoftext|>` is the EOD id; text
+    that happens to contain the string "<|endoftext|>" is encoded as ordinary text, never as EOD."""
+    name = "GPT2BPETokenizer"
+
+    def __init__(self, vocab_file: str, merge_file: str):
+        from tokenizers import Tokenizer as HFBackend, decoders, models, pre_tokenizers
+        try:
+            self.backend = HFBackend(models.BPE.from_file(vocab_file, merge_file))
+        except Exception as err:  # the library raises a bare Exception on malformed files
+            raise TokenizerError(f"vocab-file {vocab_file} / merge-file {merge_file} are not GPT-2's "
+                                 f"vocab.json and merges.txt ({err}).") from err
+        self.backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        self.backend.decoder = decoders.ByteLevel()
+        self.vocab_size = self.backend.get_vocab_size()
+        self.eod = _require_token(self.backend, ["<|endoftext|>"], vocab_file)
+        self.pad = self.vocab_size
+
+    def tokenize(self, text):
+        return self.backend.encode(text).ids
+
+    def detokenize(self, ids):
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+
+class HFTokenizer(Tokenizer):
+    """Any Hugging Face `tokenizer.json` (e.g. one trained by tools/train_tokenizer.py)."""
+    name = "HFTokenizer"
+    EOD_TOKENS = ["<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[EOS]"]
+    PAD_TOKENS = ["<|padding|>", "<pad>", "[PAD]"]
+
+    def __init__(self, tokenizer_file: str):
+        from tokenizers import Tokenizer as HFBackend
+        try:
+            self.backend = HFBackend.from_file(tokenizer_file)
+        except Exception as err:  # the library raises a bare Exception on malformed JSON
+            raise TokenizerError(f"vocab-file {tokenizer_file} is not a Hugging Face tokenizer.json "
+                                 f"({err}). Give the tokenizer.json of a `tokenizers` tokenizer.") from err
+        self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
+        self.eod = _require_token(self.backend, self.EOD_TOKENS, tokenizer_file)
+        pads = [self.backend.token_to_id(t) for t in self.PAD_TOKENS if self.backend.token_to_id(t) is not None]
+        self.pad = pads[0] if pads else self.vocab_size
+
+    def tokenize(self, text):
+        return self.backend.encode(text).ids
+
+    def detokenize(self, ids):
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+
+class SPMTokenizer(Tokenizer):
+    """A SentencePiece `.model`; its end-of-sentence piece is the EOD id."""
+    name = "SPMTokenizer"
+
+    def __init__(self, model_file: str):
+        import sentencepiece
+        try:
+            self.backend = sentencepiece.SentencePieceProcessor(model_file=model_file)
+        except (OSError, RuntimeError) as err:
+            raise TokenizerError(f"vocab-file {model_file} is not a SentencePiece model ({err}).") from err
+        self.vocab_size = self.backend.get_piece_size()
+        self.eod = self.backend.eos_id()
+        if self.eod < 0:
+            raise TokenizerError(f"SentencePiece model {model_file} has no end-of-sentence piece "
+                                 "(eos_id = -1); retrain it with --eos_id set, it is the document separator.")
+        self.pad = self.backend.pad_id() if self.backend.pad_id() >= 0 else self.vocab_size
+
+    def tokenize(self, text):
+        return self.backend.encode(text)
+
+    def detokenize(self, ids):
+        return self.backend.decode([int(i) for i in ids])
+
+
+class ByteLevelTokenizer(Tokenizer):
+    """The UTF-8 bytes of the text (ids 0-255); EOD = 256 and pad = 257 collide with no byte. Needs no files."""
+    name = "ByteLevelTokenizer"
+    vocab_size, eod, pad = 258, 256, 257
+
+    def tokenize(self, text):
+        return list(text.encode("utf-8"))
+
+    def detokenize(self, ids):
+        return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
+
+
+class CharLevelTokenizer(Tokenizer):
+    """One id per Unicode code point below 512 (ASCII, Latin-1, Latin Extended); any other character
+    becomes `unk` (decoded as U+FFFD). EOD, pad and unk come after the characters. Needs no files."""
+    name = "CharLevelTokenizer"
+    num_chars = 512
+    eod, pad, unk = num_chars, num_chars + 1, num_chars + 2
+    vocab_size = num_chars + 3
+
+    def tokenize(self, text):
+        return [c if c < self.num_chars else self.unk for c in map(ord, text)]
+
+    def detokenize(self, ids):
+        return "".join(chr(i) if i < self.num_chars else "\ufffd" for i in map(int, ids) if i != self.eod)
+
+
+def _require_token(backend, candidates, path) -> int:
+    for token in candidates:
+        token_id = backend.token_to_id(token)
+        if token_id is not None:
+            return token_id
+    raise TokenizerError(f"{path} defines no end-of-document token (looked for {', '.join(candidates)}). "
+                         "Add one as a special token; documents are separated by it.")
+
+
+def _require_file(path, key: str, tokenizer_type: str, what: str) -> str:
+    if not path:
+        raise TokenizerError(f"tokenizer-type {tokenizer_type} needs `{key}`: {what}. Set it in the config "
+                             "(or use ByteLevelTokenizer, which needs no files).")
+    if not os.path.isfile(path):
+        raise TokenizerError(f"{key} {path} does not exist (tokenizer-type {tokenizer_type} needs {what}).")
+    return path
+
+
+def make_tokenizer(tokenizer_type: str, vocab_file=None, merge_file=None) -> Tokenizer:
+    """The tokenizer of a NeoX `tokenizer-type` from its files."""
+    if tokenizer_type == "GPT2BPETokenizer":
+        vocab = _require_file(vocab_file, "vocab-file", tokenizer_type, "GPT-2's vocab.json")
+        merges = _require_file(merge_file, "merge-file", tokenizer_type, "GPT-2's merges.txt")
+        return GPT2BPETokenizer(vocab, merges)
+    if tokenizer_type == "HFTokenizer":
+        return HFTokenizer(_require_file(vocab_file, "vocab-file", tokenizer_type, "a tokenizer.json"))
+    if tokenizer_type == "SPMTokenizer":
+        return SPMTokenizer(_require_file(vocab_file, "vocab-file", tokenizer_type, "a SentencePiece .model"))
+    if tokenizer_type in TOKENIZERS_WITHOUT_FILES:
+        return TOKENIZERS_WITHOUT_FILES[tokenizer_type]()
+    raise TokenizerError(f"unknown tokenizer-type '{tokenizer_type}'; choose one of {', '.join(TOKENIZER_TYPES)}.")
+
+
+TOKENIZERS_WITHOUT_FILES = {"ByteLevelTokenizer": ByteLevelTokenizer, "CharLevelTokenizer": CharLevelTokenizer}
+TOKENIZER_TYPES = ("GPT2BPETokenizer", "HFTokenizer", "SPMTokenizer", *TOKENIZERS_WITHOUT_FILES)
+
+
+def padded_vocab_size(tokenizer: Tokenizer, divisible_by: int) -> int:
+    """Embedding rows: every id the tokenizer can emit (pad included), rounded up to `divisible_by`."""
+    needed = max(tokenizer.vocab_size, tokenizer.pad + 1, tokenizer.eod + 1)
+    return -(-needed // divisible_by) * divisible_by
+
+
+def build_tokenizer(neox_args) -> Tokenizer:
+    """The config's tokenizer; sets `neox_args.padded_vocab_size` for the model."""
+    tokenizer = make_tokenizer(neox_args.tokenizer_type, neox_args.vocab_file, neox_args.merge_file)
+    neox_args.padded_vocab_size = padded_vocab_size(tokenizer, neox_args.make_vocab_size_divisible_by)
+    return tokenizer
