@@ -1,0 +1,82 @@
+"""The GPT-NeoX-style decoder: embedding, pre-norm layers, final norm, output head."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from megatron.model.attention import plan_attention
+from megatron.model.init_functions import init_normal_
+from megatron.model.norms import build_norm
+from megatron.model.positional_embeddings import PositionalEmbedding, build_positional_embedding_from_args
+from megatron.model.transformer import TransformerLayer
+from megatron.neox_arguments import NeoXArgsError
+
+
+def adds_to_embeddings(pe) -> bool:
+    return type(pe).add_to_embeddings is not PositionalEmbedding.add_to_embeddings
+
+
+class GPTModel(nn.Module):
+    def __init__(self, neox_args):
+        super().__init__()
+        if neox_args.padded_vocab_size is None:
+            raise NeoXArgsError(
+                "GPTModel needs neox_args.padded_vocab_size, which is not set yet. Build the tokenizer "
+                "first: megatron.tokenizer.build_tokenizer(neox_args) sets it from the tokenizer's "
+                "vocabulary padded to make-vocab-size-divisible-by.")
+        if neox_args.hidden_size % neox_args.num_attention_heads:
+            raise NeoXArgsError(
+                f"hidden-size {neox_args.hidden_size} is not divisible by num-attention-heads "
+                f"{neox_args.num_attention_heads}; choose values where it is.")
+        self.attention_impl = neox_args.attention_impl
+        self.attention_block_size = neox_args.attention_block_size
+        self.attention_window = neox_args.attention_window
+        self.attention_dropout = neox_args.attention_dropout
+        self.checkpoint_activations = neox_args.checkpoint_activations
+
+        self.word_embeddings = nn.Embedding(neox_args.padded_vocab_size, neox_args.hidden_size)
+        init_normal_(self.word_embeddings.weight, neox_args.init_method, neox_args)
+        self.embedding_dropout = nn.Dropout(neox_args.hidden_dropout)
+        # One positional module shared by all layers (the paper's setting), or one per layer.
+        copies = neox_args.num_layers if neox_args.pos_emb_per_layer else 1
+        self.pos_embs = nn.ModuleList(build_positional_embedding_from_args(neox_args) for _ in range(copies))
+        if copies > 1 and adds_to_embeddings(self.pos_embs[0]):
+            raise NeoXArgsError(
+                f"pos-emb-per-layer is set, but pos-emb {neox_args.pos_emb!r} adds positions to the "
+                "token embeddings once, before the first layer, so it has nothing to give each layer. "
+                "Remove pos-emb-per-layer (it is meant for methods that act inside attention).")
+        self.layers = nn.ModuleList(TransformerLayer(neox_args) for _ in range(neox_args.num_layers))
+        self.final_layernorm = build_norm(neox_args)
+        self.output_head = None
+        if neox_args.no_weight_tying:
+            self.output_head = nn.Linear(neox_args.hidden_size, neox_args.padded_vocab_size, bias=False)
+            init_normal_(self.output_head.weight, neox_args.init_method, neox_args)
+
+    def positional_embeddings(self) -> list[nn.Module]:
+        return list(self.pos_embs)
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [b, s] -> logits [b, s, padded_vocab]; position_ids [s] default 0..s-1."""
+        b, s = tokens.shape
+        if position_ids is None:
+            position_ids = torch.arange(s, device=tokens.device)
+        elif position_ids.shape != (s,):
+            raise ValueError(f"position_ids must be a LongTensor [{s}] shared by the batch; got shape "
+                             f"{tuple(position_ids.shape)}.")
+        x = self.word_embeddings(tokens)  # [b, s, hidden]
+        x = self.embedding_dropout(self.pos_embs[0].add_to_embeddings(x, position_ids))
+        # Path and positional tables once per forward (per positional module), shared by the layers.
+        dropout_p = self.attention_dropout if self.training else 0.0
+        plans = [plan_attention(pe, position_ids, impl=self.attention_impl, window=self.attention_window,
+                                block_size=self.attention_block_size, needs_grad=torch.is_grad_enabled(),
+                                dropout_p=dropout_p)
+                 for pe in self.pos_embs]
+        for i, layer in enumerate(self.layers):
+            plan = plans[i if len(plans) > 1 else 0]
+            if self.checkpoint_activations and torch.is_grad_enabled():
+                x = checkpoint(layer, x, plan, use_reentrant=False)
+            else:
+                x = layer(x, plan)
+        x = self.final_layernorm(x)
+        head = self.word_embeddings.weight if self.output_head is None else self.output_head.weight
+        return F.linear(x, head)  # [b, s, padded_vocab]
