@@ -8,18 +8,19 @@ import importlib
 import inspect
 import pkgutil
 
+from megatron.neox_arguments.groups import POS_EMB_ALIASES as ALIASES  # kerple_power_ap_, rpe
+from megatron.neox_arguments.groups import POS_EMB_CHOICES
+
 from .base import REGISTRY, PositionalEmbedding, PositionalEmbeddingError, register
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-# Spellings of the KERPLE fork (kerple_power_ap_) and of upstream NeoX (rpe).
-ALIASES = {"kerple_power_ap_": "kerple_power", "rpe": "t5"}
-
 
 def available() -> tuple[str, ...]:
-    """The registered method names, sorted."""
-    return tuple(sorted(REGISTRY))
+    """The registered method names, in the order of the config's `pos-emb` choices, then any others."""
+    order = {name: i for i, name in enumerate(POS_EMB_CHOICES)}
+    return tuple(sorted(REGISTRY, key=lambda name: (order.get(name, len(order)), name)))
 
 
 def option_names(name: str) -> tuple[str, ...]:

@@ -1,6 +1,5 @@
 """`learned`: a trained embedding per absolute position, added to the token embeddings. It cannot
 embed positions it has no row for, so evaluating past max-position-embeddings is an error."""
-import torch
 from torch import nn
 
 from .base import PositionalEmbedding, PositionalEmbeddingError, register
