@@ -1,0 +1,245 @@
+"""Result files -> the paper's Table 3 (perplexity per length and method) and Table 4 (sec/step).
+
+    python -m tools.analysis.make_tables eval_results/ [--mode nonoverlap] [--reference kerple_log]
+        [--paper [stdlib=GitHub ...]] [--train-logs RUN_DIR ...] [--out docs/tables] [--format md|tex|csv]
+
+Rows are evaluation lengths, columns the methods of each dataset; a cell is perplexity mean ± std over
+seeds, with a dagger where the reference method is significantly better (significance.py). `--paper`
+adds the paper's own cell beside each method at the same extrapolation ratio, labelled as the paper's.
+"""
+import argparse
+import csv
+import io
+import pathlib
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from megatron.evaluation.results import ResultFileError, load_results
+from .paper_numbers import DEFAULT_DATASET_MAP, PAPER_TRAIN_LENGTH, TABLE3, paper_cell
+from .results_index import index_results, method_sort_key, train_lengths
+from .significance import Comparison, compare
+from .training_speed import render_table4, speed_table
+
+DAGGER = "†"
+
+
+@dataclass
+class Cell:
+    ppl_mean: float | None = None
+    ppl_std: float | None = None      # over seeds; None with one seed
+    loss_mean: float | None = None
+    seeds: int = 0
+    comparison: Comparison | None = None
+    skipped: str | None = None        # why the method cannot score this length (learned)
+    paper: str | None = None          # the paper's "mean ± std" at the same ratio
+
+
+@dataclass
+class Table3:
+    mode: str
+    reference: str
+    alpha: float
+    datasets: list
+    methods: dict                     # dataset -> ordered methods
+    lengths: list
+    train_length: dict                # dataset -> train length (None when runs differ)
+    paper_map: dict                   # our dataset -> paper dataset
+    cells: dict = field(default_factory=dict)  # (dataset, method, length) -> Cell
+
+
+def build_table3(documents, mode="nonoverlap", reference="kerple_log", alpha=0.05, paper_map=None):
+    index = index_results(documents, mode)
+    if not index:
+        raise ResultFileError(f"no {mode} records in the result files; evaluate with eval-modes "
+                              f"including {mode} or pick another --mode")
+    datasets = sorted(index)
+    table = Table3(
+        mode, reference, alpha, datasets,
+        methods={d: sorted(index[d], key=method_sort_key) for d in datasets},
+        lengths=sorted({length for d in datasets for m in index[d] for length in index[d][m]}),
+        train_length=train_lengths(documents), paper_map=paper_map or {})
+    for dataset in datasets:
+        for method in table.methods[dataset]:
+            for length, runs in index[dataset][method].items():
+                table.cells[dataset, method, length] = _cell(table, index[dataset], dataset, method, length)
+    return table
+
+
+def _cell(table, runs_by_method, dataset, method, length):
+    runs = runs_by_method[method][length]
+    scored = {seed: r for seed, r in runs.items() if "skipped" not in r}
+    cell = Cell(seeds=len(scored), paper=_paper(table, dataset, method, length))
+    if not scored:
+        cell.skipped = next(iter(runs.values()))["skipped"]
+        return cell
+    ppl = np.array([r["ppl"] for r in scored.values()])
+    cell.ppl_mean, cell.loss_mean = float(ppl.mean()), float(np.mean([r["loss"] for r in scored.values()]))
+    cell.ppl_std = float(ppl.std(ddof=1)) if len(ppl) > 1 else None
+    reference_runs = runs_by_method.get(table.reference, {}).get(length, {})
+    reference_runs = {s: r for s, r in reference_runs.items() if "skipped" not in r}
+    if method != table.reference and reference_runs:
+        cell.comparison = compare(reference_runs, scored, table.alpha)
+    return cell
+
+
+def _paper(table, dataset, method, length):
+    paper_dataset, train = table.paper_map.get(dataset), table.train_length.get(dataset)
+    if paper_dataset is None or train is None:
+        return None
+    return paper_cell(paper_dataset, length / train, method)
+
+
+# ---------------------------------------------------------------- rendering
+
+def fmt(value: float, like: float | None = None) -> str:
+    """Three significant figures the way the paper prints them (23.9, 3.40, 5507)."""
+    scale = abs(like if like is not None else value)
+    return f"{value:.0f}" if scale >= 100 else f"{value:.1f}" if scale >= 10 else f"{value:.2f}"
+
+
+def cell_text(cell: Cell | None) -> str:
+    if cell is None:
+        return "—"
+    if cell.skipped:
+        return "n/a"
+    text = fmt(cell.ppl_mean) + (f" ± {fmt(cell.ppl_std, cell.ppl_mean)}" if cell.ppl_std is not None else "")
+    return text + (DAGGER if cell.comparison and cell.comparison.dagger else "")
+
+
+def _columns(table, dataset):
+    """(header, function(length) -> text) per column of one dataset, paper columns beside ours."""
+    columns = []
+    for method in table.methods[dataset]:
+        columns.append((method, lambda L, m=method: cell_text(table.cells.get((dataset, m, L)))))
+        if dataset in table.paper_map and any(k[2] == method for k in TABLE3):
+            columns.append((f"{method} (paper, {table.paper_map[dataset]})",
+                            lambda L, m=method: (getattr(table.cells.get((dataset, m, L)), "paper", None) or "")))
+    return columns
+
+
+def _footnote(table, dataset):
+    over = sorted({c.comparison.over for (d, _, _), c in table.cells.items()
+                   if d == dataset and c.comparison and c.comparison.over})
+    seeds = sorted({c.seeds for (d, _, _), c in table.cells.items() if d == dataset and c.seeds})
+    lines = [f"Perplexity ({table.mode}), mean ± std over {'/'.join(map(str, seeds))} seed(s). "
+             f"{DAGGER}: {table.reference} significantly better (paired two-sided t-test on loss over "
+             f"{' and '.join(over) or 'seeds'}, α = {table.alpha})."]
+    if any(c.skipped for (d, _, _), c in table.cells.items() if d == dataset):
+        lines.append("n/a: the method cannot score that length (it embeds fewer positions).")
+    if dataset in table.paper_map:
+        lines.append(f"Paper columns: the KERPLE paper's own Table 3 numbers for {table.paper_map[dataset]} "
+                     f"(162M model trained at {PAPER_TRAIN_LENGTH} tokens), at the same ratio L / train length; "
+                     "not this reproduction's.")
+    return " ".join(lines)
+
+
+def _row_label(table, dataset, length):
+    train = table.train_length.get(dataset)
+    return f"{length} ({length / train:g}×)" if train else str(length)
+
+
+def render_markdown(table: Table3) -> str:
+    out = []
+    for dataset in table.datasets:
+        columns = _columns(table, dataset)
+        train = table.train_length.get(dataset)
+        out.append(f"**{dataset}** (trained at {train if train else 'several lengths'})\n")
+        out.append("| L | " + " | ".join(h for h, _ in columns) + " |")
+        out.append("|---|" + "---|" * len(columns))
+        for length in table.lengths:
+            out.append(f"| {_row_label(table, dataset, length)} | " + " | ".join(f(length) for _, f in columns) + " |")
+        out.append("\n" + _footnote(table, dataset) + "\n")
+    return "\n".join(out)
+
+
+def _tex(text: str) -> str:
+    return (text.replace("_", r"\_").replace("±", r"$\pm$").replace(DAGGER, r"$^\dagger$")
+            .replace("×", r"$\times$").replace("—", "--").replace("α", r"$\alpha$"))
+
+
+def render_latex(table: Table3) -> str:
+    groups = [(d, _columns(table, d)) for d in table.datasets]
+    spec = "r" + "".join("|" + "c" * len(cols) for _, cols in groups)
+    lines = [r"\begin{tabular}{" + spec + "}", r"\toprule",
+             " & " + " & ".join(rf"\multicolumn{{{len(cols)}}}{{c}}{{{_tex(d)}}}" for d, cols in groups) + r" \\",
+             "L & " + " & ".join(_tex(h) for _, cols in groups for h, _ in cols) + r" \\", r"\midrule"]
+    for length in table.lengths:
+        lines.append(f"{length} & " + " & ".join(_tex(f(length)) for _, cols in groups for _, f in cols) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    notes = " ".join(_footnote(table, d) for d in table.datasets)
+    return "\n".join(lines) + "\n% " + _tex(notes).replace("\n", " ") + "\n"
+
+
+def render_csv(table: Table3) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["dataset", "train_length", "length", "method", "mode", "ppl_mean", "ppl_std", "loss_mean",
+                     "seeds", "reference", "p_value", "paired_over", "pairs", "dagger", "skipped", "paper"])
+    for (dataset, method, length), c in sorted(table.cells.items(),
+                                               key=lambda kv: (kv[0][0], kv[0][2], method_sort_key(kv[0][1]))):
+        comp = c.comparison
+        writer.writerow([dataset, table.train_length.get(dataset), length, method, table.mode, c.ppl_mean,
+                         c.ppl_std, c.loss_mean, c.seeds, table.reference, comp.p_value if comp else None,
+                         comp.over if comp else None, comp.pairs if comp else None,
+                         comp.dagger if comp else None, c.skipped, c.paper])
+    return buffer.getvalue()
+
+
+RENDERERS = {"md": render_markdown, "tex": render_latex, "csv": render_csv}
+
+
+def _paper_map(items):
+    if items is None:
+        return {}
+    if not items:
+        return dict(DEFAULT_DATASET_MAP)
+    known = sorted({k[0] for k in TABLE3})
+    mapping = {}
+    for item in items:
+        ours, _, theirs = item.partition("=")
+        if not ours or theirs not in known:
+            raise ResultFileError(f"--paper {item!r}: write OUR_DATASET=PAPER_DATASET with PAPER_DATASET one of "
+                                  f"{known} (e.g. --paper stdlib=GitHub)")
+        mapping[ours] = theirs
+    return mapping
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", help="folder of result files written by evaluate.py")
+    parser.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding", "position"))
+    parser.add_argument("--reference", default="kerple_log", help="method the daggers compare against")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the t-test")
+    parser.add_argument("--paper", nargs="*", metavar="OURS=PAPER",
+                        help="add the paper's numbers beside ours; default map " +
+                        ", ".join(f"{k}={v}" for k, v in DEFAULT_DATASET_MAP.items()))
+    parser.add_argument("--train-logs", nargs="+", metavar="RUN_DIR",
+                        help="training log folders for Table 4 (sec/step)")
+    parser.add_argument("--format", choices=tuple(RENDERERS), default="md", help="what to print")
+    parser.add_argument("--out", help="also write table3.{md,tex,csv} (and table4.*) into this folder")
+    args = parser.parse_args(argv)
+
+    table = build_table3(load_results(args.results), args.mode, args.reference, args.alpha,
+                         _paper_map(args.paper))
+    print(RENDERERS[args.format](table))
+    speeds = speed_table(args.train_logs) if args.train_logs else None
+    if speeds:
+        print(render_table4(speeds, args.format))
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for ext, render in RENDERERS.items():
+            (out / f"table3.{ext}").write_text(render(table))
+            if speeds:
+                (out / f"table4.{ext}").write_text(render_table4(speeds, ext))
+        print(f"wrote {out}/table3.{{md,tex,csv}}" + (" and table4.*" if speeds else ""), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ResultFileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

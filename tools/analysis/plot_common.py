@@ -1,0 +1,40 @@
+"""What every figure shares: a fixed colour per method, and saving as PNG + PDF."""
+import pathlib
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed on a cluster
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from megatron.neox_arguments.groups import POS_EMB_CHOICES  # noqa: E402
+
+_PALETTE = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
+
+
+def method_color(method: str):
+    """Same colour for a method in every figure; a windowed variant is drawn dashed in its base's colour."""
+    base = method.split("+")[0]
+    rank = POS_EMB_CHOICES.index(base) if base in POS_EMB_CHOICES else len(POS_EMB_CHOICES)
+    return _PALETTE[rank % len(_PALETTE)]
+
+
+def method_linestyle(method: str) -> str:
+    return "--" if "+window" in method else "-"
+
+
+def save_figure(fig, stem) -> list[pathlib.Path]:
+    """Write `stem`.png and `stem`.pdf; return both paths."""
+    stem = pathlib.Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    return paths
+
+
+def plain_numbers(axis) -> None:
+    """Label a log axis 32, 64, 3.5 rather than 2^5, 6x10^0."""
+    label = FuncFormatter(lambda value, _: f"{value:g}")
+    axis.set_major_formatter(label)
+    axis.set_minor_formatter(label)

@@ -1,0 +1,41 @@
+"""Result files grouped the way tables and figures read them: dataset -> method -> length -> seed."""
+from collections import defaultdict
+
+from megatron.evaluation.results import ResultFileError
+
+# Paper order first (Table 3), then anything else alphabetically; a windowed variant follows its base.
+METHOD_ORDER = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight", "alibi", "t5",
+                "rotary", "sinusoidal")
+
+
+def method_sort_key(method: str):
+    base = method.split("+")[0]
+    rank = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
+    return rank, base, method
+
+
+def index_results(documents: list[dict], mode: str) -> dict:
+    """{dataset: {method: {length: {seed: record}}}} for one mode; one file per (dataset, method, seed)."""
+    index = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    owner = {}
+    for doc in documents:
+        run = doc["run"]
+        key = (run["dataset"], run["method"], run["seed"])
+        if key in owner:
+            raise ResultFileError(
+                f"two result files for dataset {key[0]}, method {key[1]}, seed {key[2]}: {owner[key]} and "
+                f"{doc['path']} (different checkpoints or configs?); keep one per run in the folder")
+        owner[key] = doc["path"]
+        for record in doc["results"]:
+            if record["mode"] == mode:
+                index[run["dataset"]][run["method"]][record["length"]][run["seed"]] = record
+    return index
+
+
+def train_lengths(documents: list[dict]) -> dict:
+    """{dataset: train length} where every run of the dataset shares one (else None)."""
+    seen = defaultdict(set)
+    for doc in documents:
+        seen[doc["run"]["dataset"]].add(doc["run"]["train_length"])
+    return {dataset: next(iter(s)) if len(s) == 1 else None for dataset, s in seen.items()}
+

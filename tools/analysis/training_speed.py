@@ -1,0 +1,63 @@
+"""Table 4: seconds per training step, read from training runs' TensorBoard logs.
+
+Each `--train-logs` item is `METHOD=FOLDER` or a FOLDER named after the method; runs given the same
+method (seeds) are averaged. A run's sec/step is the median of the logged step times, leaving out the
+first logged point (start-up: data index building, first-call compilation).
+"""
+import pathlib
+from collections import defaultdict
+
+import numpy as np
+
+from megatron.evaluation.results import ResultFileError
+from .paper_numbers import TABLE4
+from .results_index import method_sort_key
+
+STEP_TIME_TAG = "train/seconds_per_step"
+
+
+def run_seconds_per_step(folder) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = pathlib.Path(folder)
+    event_dirs = sorted({p.parent for p in folder.rglob("events.out.tfevents.*")})
+    times = []
+    for event_dir in event_dirs:
+        events = EventAccumulator(str(event_dir), size_guidance={"scalars": 0}).Reload()
+        if STEP_TIME_TAG in events.Tags()["scalars"]:
+            times += [(e.step, e.value) for e in events.Scalars(STEP_TIME_TAG)]
+    if len(times) < 2:
+        raise ResultFileError(
+            f"{folder}: found {len(times)} '{STEP_TIME_TAG}' points in TensorBoard event files "
+            f"({len(event_dirs)} event folders); pass the tensorboard-dir of a training run that logged "
+            "at least two log intervals")
+    times.sort()
+    return float(np.median([value for _, value in times[1:]]))
+
+
+def speed_table(items) -> dict:
+    """{method: [sec/step of each run]} from `METHOD=FOLDER` or `FOLDER` items."""
+    speeds = defaultdict(list)
+    for item in items:
+        method, _, folder = item.rpartition("=")
+        speeds[method or pathlib.Path(folder).name].append(run_seconds_per_step(folder))
+    return dict(speeds)
+
+
+def render_table4(speeds: dict, fmt: str = "md") -> str:
+    rows = []
+    for method in sorted(speeds, key=method_sort_key):
+        values = np.array(speeds[method])
+        std = f" ± {values.std(ddof=1):.4f}" if len(values) > 1 else ""
+        paper = TABLE4.get(method)
+        rows.append((method, f"{values.mean():.4f}{std}", len(values), "" if paper is None else f"{paper:.3f}"))
+    header = ("method", "sec/step (this run)", "runs", "paper sec/step (A100, GitHub)")
+    if fmt == "csv":
+        return "\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n"
+    if fmt == "tex":
+        body = [" & ".join(map(str, r)).replace("_", r"\_").replace("±", r"$\pm$") + r" \\" for r in rows]
+        return "\n".join([r"\begin{tabular}{lrrr}", r"\toprule", " & ".join(header) + r" \\", r"\midrule",
+                          *body, r"\bottomrule", r"\end{tabular}"]) + "\n"
+    lines = ["| " + " | ".join(header) + " |", "|---|---|---|---|"]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n\nPaper column: the KERPLE paper's Table 4 (one A100), not this machine.\n"
