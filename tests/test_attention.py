@@ -1,0 +1,183 @@
+"""The three attention paths give one answer for every registered positional method.
+
+Parametrised over the registry, so a new method gets every check. The reference is a float64
+softmax written out here, with the visibility mask built by a plain Python loop."""
+import itertools
+import math
+
+import pytest
+import torch
+
+from megatron.model.attention import ATTENTION_IMPLS, attend, choose_path, plan_attention
+from megatron.model.positional_embeddings import available, build_positional_embedding
+from megatron.neox_arguments import NeoXArgsError
+
+HEADS, HEAD_DIM, LENGTH, BLOCK = 4, 8, 40, 16  # 40 = two full blocks and a partial one
+METHODS = available()
+
+
+def make_pe(name):
+    torch.manual_seed(0)
+    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
+                                    **({"max_position_embeddings": 4 * LENGTH} if name == "learned" else {}))
+    # Move every learnable kernel parameter off its initial value so the terms are not special.
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.add_(0.3 * torch.rand_like(p))
+    return pe
+
+
+def qkv(requires_grad=False, dtype=torch.float32):
+    torch.manual_seed(1)
+    return [(2 * torch.randn(2, HEADS, LENGTH, HEAD_DIM)).to(dtype).requires_grad_(requires_grad) for _ in range(3)]
+
+
+def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
+    positions = torch.arange(LENGTH) if positions is None else positions
+    plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=needs_grad,
+                          dropout_p=0.0)
+    assert plan.path == impl
+    return attend(q, k, v, plan)
+
+
+def reference_attention(pe, q, k, v, window=None):
+    """float64 softmax(q.k/sqrt(D) * weight + bias) over keys j <= i with i - j < window."""
+    bias, weight = pe.bias(LENGTH, LENGTH), pe.weight(LENGTH, LENGTH)
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(HEAD_DIM)
+    if weight is not None:
+        scores = scores * weight.double()
+    if bias is not None:
+        scores = scores + bias.double()
+    visible = torch.tensor([[j <= i and (window is None or i - j < window) for j in range(LENGTH)]
+                            for i in range(LENGTH)])
+    return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v.double()
+
+
+@pytest.mark.parametrize("window", [None, 7])
+@pytest.mark.parametrize("name", METHODS)
+def test_every_path_matches_the_float64_reference(name, window):
+    # Flex is compiled once for all methods (one kernel per length), so it stays in the default run.
+    pe, (q, k, v) = make_pe(name), qkv()
+    expected = reference_attention(pe, q, k, v, window)
+    with torch.no_grad():
+        for impl in ("sdpa", "blocked", "flex") if pe.distance_only else ("sdpa", "blocked"):
+            out = run_path(pe, impl, q, k, v, window)
+            torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5, msg=f"path {impl}")
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_paths_agree_for_shifted_positions(name):
+    # Evaluation windows start at any position: terms must depend on the positions passed in.
+    pe, (q, k, v) = make_pe(name), qkv()
+    positions = torch.arange(LENGTH) + 100
+    with torch.no_grad():
+        expected = run_path(pe, "sdpa", q, k, v, 5, positions)
+        torch.testing.assert_close(run_path(pe, "blocked", q, k, v, 5, positions), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_sdpa_and_blocked_gradients_agree(name):
+    pe = make_pe(name)
+    grads = {}
+    for impl in ("sdpa", "blocked"):
+        pe.zero_grad()
+        q, k, v = qkv(requires_grad=True)
+        out = run_path(pe, impl, q, k, v, window=9, needs_grad=True)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads[impl] = {"q": q.grad, "k": k.grad, "v": v.grad} | {n: p.grad for n, p in pe.named_parameters()}
+    has_terms = pe.bias(2, 2) is not None or pe.weight(2, 2) is not None
+    for key, expected in grads["sdpa"].items():
+        if key in ("q", "k", "v") or has_terms:  # parameters of absolute methods live outside attention
+            assert expected is not None and expected.abs().sum() > 0, f"no gradient reached {key}"
+            torch.testing.assert_close(grads["blocked"][key], expected, atol=1e-5, rtol=1e-5, msg=f"gradient of {key}")
+
+
+def test_blocked_path_saves_no_length_squared_tensor_for_backward():
+    # The blocked path recomputes each block in backward: nothing of size H * L * L is kept.
+    pe, (q, k, v) = make_pe("kerple_log"), qkv(requires_grad=True)
+    largest = {}
+    for impl in ("sdpa", "blocked"):
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            run_path(pe, impl, q, k, v, needs_grad=True).sum().backward()
+        largest[impl] = max(sizes)
+    assert largest["sdpa"] >= HEADS * LENGTH * LENGTH
+    assert largest["blocked"] <= 2 * HEADS * LENGTH * HEAD_DIM  # q, k, v themselves
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_paths_agree_with_fp32(dtype):
+    pe = make_pe("kerple_bias_weight")  # bias and multiplicative weight: both code paths
+    q, k, v = qkv(dtype=dtype)
+    expected = reference_attention(pe, q.float(), k.float(), v.float(), window=11)
+    with torch.no_grad():
+        for impl in ("sdpa", "blocked", "flex"):
+            out = run_path(pe, impl, q, k, v, window=11)
+            assert out.dtype == dtype
+            torch.testing.assert_close(out.double(), expected, atol=3e-2, rtol=3e-2, msg=f"path {impl}")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention backward needs CUDA (no CPU backward in torch)")
+@pytest.mark.parametrize("name", [n for n in METHODS if n != "fire"])
+def test_flex_gradients_match_sdpa_on_cuda(name):
+    pe = make_pe(name).cuda()
+    grads = {}
+    for impl in ("sdpa", "flex"):
+        pe.zero_grad()
+        q, k, v = (t.detach().cuda().requires_grad_() for t in qkv())
+        positions = torch.arange(LENGTH, device="cuda")
+        out = run_path(pe, impl, q, k, v, window=9, positions=positions, needs_grad=True)
+        (out * torch.linspace(-1, 1, out.numel(), device="cuda").view_as(out)).sum().backward()
+        grads[impl] = {"q": q.grad, "k": k.grad, "v": v.grad} | {n: p.grad for n, p in pe.named_parameters()}
+    for key, expected in grads["sdpa"].items():
+        torch.testing.assert_close(grads["flex"][key], expected, atol=1e-4, rtol=1e-4, msg=f"gradient of {key}")
+
+
+def test_flex_refuses_what_it_cannot_do():
+    q, k, v = qkv()
+    positions = torch.arange(LENGTH)
+    with pytest.raises(NeoXArgsError, match="no backward pass on CPU.*'blocked' or 'auto'"):
+        plan_attention(make_pe("alibi"), positions, impl="flex", window=None, block_size=BLOCK,
+                       needs_grad=True, dropout_p=0.0)
+    non_distance = [n for n in METHODS if not make_pe(n).distance_only]
+    for name in non_distance:
+        with pytest.raises(NeoXArgsError, match="depends on the query position itself"):
+            plan_attention(make_pe(name), positions, impl="flex", window=None, block_size=BLOCK,
+                           needs_grad=False, dropout_p=0.0)
+    with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):
+        choose_path("fast", length=8, block_size=4, distance_only=True, has_score_terms=True, windowed=False,
+                    device_type="cpu", needs_grad=False, dropout_p=0.0)
+    with pytest.raises(NeoXArgsError, match="attention-window is 0"):
+        plan_attention(make_pe("alibi"), positions, impl="sdpa", window=0, block_size=BLOCK,
+                       needs_grad=False, dropout_p=0.0)
+
+
+def test_auto_never_picks_a_path_that_cannot_run():
+    for length, distance_only, terms, windowed, device, grad, dropout in itertools.product(
+            (64, 4096), (True, False), (True, False), (True, False), ("cpu", "cuda"), (True, False), (0.0, 0.1)):
+        if not distance_only and not terms:
+            continue  # a method depending on i itself always has terms
+        path = choose_path("auto", length=length, block_size=512, distance_only=distance_only,
+                           has_score_terms=terms, windowed=windowed, device_type=device, needs_grad=grad,
+                           dropout_p=dropout)
+        assert path in ATTENTION_IMPLS[1:]
+        if path == "flex":
+            assert distance_only and dropout == 0.0 and not (device == "cpu" and grad)
+        if length > 512 and (terms or windowed):
+            assert path != "sdpa", "long sequences with score terms must not materialise L x L"
+
+
+def test_auto_choices():
+    def auto(**overrides):
+        settings = dict(length=4096, block_size=512, distance_only=True, has_score_terms=True, windowed=False,
+                        device_type="cpu", needs_grad=False, dropout_p=0.0) | overrides
+        return choose_path("auto", **settings)
+    assert auto(length=512) == "sdpa"
+    assert auto(has_score_terms=False) == "sdpa"          # fused causal kernels: no L x L
+    assert auto(has_score_terms=False, windowed=True) == "flex"
+    assert auto() == "flex"                                # CPU evaluation
+    assert auto(needs_grad=True) == "blocked"              # CPU training
+    assert auto(device_type="cuda", needs_grad=True) == "flex"
+    assert auto(device_type="cuda", needs_grad=True, dropout_p=0.1) == "blocked"
+    assert auto(device_type="cuda", distance_only=False) == "blocked"
