@@ -80,7 +80,7 @@ def read_documents(files, keys=("text",), problems: InputProblems = None):
 def _read_json_lines(path, keys, problems):
     lineno, documents = 0, 0
     with open(path, "rb") as fh:
-        lines = _zstd_lines(fh) if path.endswith(".zst") else fh
+        lines = zstd_lines(fh) if path.endswith(".zst") else fh
         try:
             for lineno, raw in enumerate(lines, start=1):
                 if not raw.strip():
@@ -150,7 +150,7 @@ def _read_archive(path, keys, problems):
         problems.report(path, f"document {count + 1}", "unreadable archive", f"{type(err).__name__}: {err}")
 
 
-def _zstd_lines(fh, chunk_size: int = 1 << 20):
+def zstd_lines(fh, chunk_size: int = 1 << 20):
     """Lines of a zstd file of one or more frames. Raises ZstdError on corrupt data and on a file
     that ends inside a frame (zstandard's stream reader reports truncation as a clean end)."""
     dctx = zstandard.ZstdDecompressor()
