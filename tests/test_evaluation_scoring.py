@@ -81,17 +81,18 @@ def test_sliding_gives_every_target_between_length_minus_stride_plus_one_and_len
 
 def test_scores_match_a_float64_bigram_reference_and_do_not_depend_on_batch_size():
     torch.manual_seed(0)
-    table = torch.randn(VOCAB, VOCAB, dtype=torch.float64)
+    table = torch.randn(VOCAB, VOCAB + 3, dtype=torch.float64)  # 3 padding rows of the output layer
     bigram = lambda inputs: table[inputs]  # noqa: E731  (logits of the next token given the current one)
     stream = np.random.default_rng(0).integers(0, VOCAB, 500)
     starts = chunk_starts(len(stream), 32, 6, seed=1)
-    one = nonoverlap_losses(bigram, stream, starts, 32, batch_size=1)
-    np.testing.assert_allclose(one, nonoverlap_losses(bigram, stream, starts, 32, batch_size=4), rtol=0, atol=0)
-    log_probs = torch.log_softmax(table, -1).numpy()
+    one = nonoverlap_losses(bigram, stream, starts, 32, batch_size=1, vocab_size=VOCAB)
+    np.testing.assert_allclose(one, nonoverlap_losses(bigram, stream, starts, 32, 4, vocab_size=VOCAB), rtol=0, atol=0)
+    log_probs = torch.log_softmax(table[:, :VOCAB], -1).numpy()  # padding gets no probability
     reference = np.array([[-log_probs[stream[c + p], stream[c + p + 1]] for p in range(32)] for c in starts])
     np.testing.assert_allclose(one, reference, rtol=1e-6)
+    assert (nonoverlap_losses(bigram, stream, starts, 32, 4) > one).all()  # the padded softmax is worse
     # A bigram model ignores longer context, so sliding scores the same targets identically.
-    np.testing.assert_allclose(sliding_losses(bigram, stream, starts, 32, 8, 3), one, rtol=1e-6)
+    np.testing.assert_allclose(sliding_losses(bigram, stream, starts, 32, 8, 3, vocab_size=VOCAB), one, rtol=1e-6)
 
 
 def test_summary_statistics_match_numpy_and_scipy():

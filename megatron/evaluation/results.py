@@ -5,15 +5,16 @@
   "run": {"name", "method", "pos_emb", "attention_window", "seed", "dataset", "train_length",
           "checkpoint", "checkpoint_step", "config_hash", "num_layers", "hidden_size",
           "num_attention_heads"},
-  "evaluation": {"split", "eval_seed", "eval_chunks", "eval_stride", "stream_tokens",
-                 "stream_sha256", "device", "dtype", "torch", "created"},
+  "evaluation": {"split", "eval_seed", "eval_chunks", "eval_stride", "stream_tokens", "vocab_size",
+                 "stream_sha256", "device", "dtype", "torch", "peak_memory", "created"},
   "results": [ one record per (length, mode):
       {"length", "mode", "loss", "ppl", "tokens", "chunks", "stderr", "chunk_starts", "chunk_losses",
        "seconds", "peak_memory_mb",
        "stride" (sliding only), "position_loss", "position_stderr" (position only)}
     or {"length", "mode", "skipped": "why"} ]
 }
-`loss` is the mean per-token cross-entropy in nats, `ppl` = exp(loss); `stderr` is the standard error of
+`config_hash` hashes the training config without seed, paths, logging and evaluation keys, so the
+seeds of one configuration share it. `loss` is the mean per-token cross-entropy in nats, `ppl` = exp(loss); `stderr` is the standard error of
 the mean over chunks (null with one chunk). `chunk_losses[i]` is the mean loss of the chunk starting at
 stream offset `chunk_starts[i]`; equal starts and equal `stream_sha256` mean two runs are paired.
 """
@@ -25,11 +26,13 @@ import tempfile
 
 import numpy as np
 
+from megatron.neox_arguments import NeoXArgsError
+
 SCHEMA = "neox-eval/1"
 MODES = ("nonoverlap", "sliding", "position")
 
 
-class ResultFileError(ValueError):
+class ResultFileError(NeoXArgsError):
     """A result file that is missing, unreadable or not in the schema above."""
 
 

@@ -11,26 +11,25 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from megatron.neox_arguments import groups
+from megatron.checkpointing import load_model_weights
+from megatron.data import build_evaluation_stream
+from megatron.model import GPTModel
+from megatron.neox_arguments import NeoXArgsError, groups
+from megatron.tokenizer import build_tokenizer
 from .chunks import chunk_starts
 from .results import MODES, SCHEMA, summarize, write_atomic
 from .scoring import nonoverlap_losses, sliding_losses
 
 
-class EvaluationError(ValueError):
+class EvaluationError(NeoXArgsError):
     """Evaluation cannot run as configured (missing checkpoint, bad eval keys, data too short)."""
 
 
 def evaluate_run(neox_args) -> pathlib.Path:
     """Load the checkpoint named by `load`, score every (length, mode), write the JSON; return its path."""
-    from megatron.checkpointing import load_model_weights
-    from megatron.data import build_evaluation_stream
-    from megatron.model import GPTModel
-    from megatron.tokenizer import build_tokenizer
-
     lengths, modes = _checked_plan(neox_args)
-    build_tokenizer(neox_args)  # sets padded_vocab_size
-    stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split))
+    tokenizer = build_tokenizer(neox_args)  # also sets padded_vocab_size
+    stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     plan = {length: _starts(stream, length, neox_args) for length in lengths}
 
     device = torch.device(f"cuda:{neox_args.local_rank}" if torch.cuda.is_available() else "cpu")
@@ -52,14 +51,14 @@ def evaluate_run(neox_args) -> pathlib.Path:
                 records += _skipped(neox_args, length, modes, limit)
                 continue
             records += _evaluate_length(lambda x: model(x.to(device)), stream, plan[length], length,
-                                        modes, neox_args, device)
+                                        modes, neox_args, device, tokenizer.vocab_size)
 
     document = {
         "schema": SCHEMA, "run": run,
         "evaluation": {
             "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
             "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
-            "stream_tokens": int(len(stream)),
+            "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
             "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
             "device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
             "peak_memory": "cuda max allocated per length" if device.type == "cuda" else "process peak RSS so far",
@@ -112,7 +111,7 @@ def _skipped(neox_args, length, modes, limit):
     return [{"length": length, "mode": mode, "skipped": message} for mode in modes]
 
 
-def _evaluate_length(model, stream, starts, length, modes, neox_args, device):
+def _evaluate_length(model, stream, starts, length, modes, neox_args, device, vocab_size):
     """Records for one length; nonoverlap and position share one pass over the chunks."""
     batch = neox_args.eval_micro_batch_size
     stride = min(neox_args.eval_stride or max(length // 2, 1), length)
@@ -120,9 +119,9 @@ def _evaluate_length(model, stream, starts, length, modes, neox_args, device):
         torch.cuda.reset_peak_memory_stats(device)
     passes = {}
     if {"nonoverlap", "position"} & set(modes):
-        passes["nonoverlap"] = lambda progress: nonoverlap_losses(model, stream, starts, length, batch, progress)
+        passes["nonoverlap"] = lambda progress: nonoverlap_losses(model, stream, starts, length, batch, progress, vocab_size)
     if "sliding" in modes:
-        passes["sliding"] = lambda progress: sliding_losses(model, stream, starts, length, stride, batch, progress)
+        passes["sliding"] = lambda progress: sliding_losses(model, stream, starts, length, stride, batch, progress, vocab_size)
 
     records = []
     for name, score in passes.items():

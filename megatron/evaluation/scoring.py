@@ -1,5 +1,8 @@
 """Per-token losses over a token stream, for any `model(tokens[b, s]) -> logits[b, s, V]` callable.
 
+`vocab_size` cuts the logits to the tokenizer's vocabulary: the rows that pad the output layer are no
+tokens and get no probability, as in training's loss (megatron/training.lm_loss).
+
 Every mode reduces to a matrix of per-token losses [chunks, L] over the same chunk targets:
 `nonoverlap` scores each chunk on its own; `sliding` scores the same targets with earlier context from
 the stream; `position` averages the non-overlapping matrix over chunks instead of over positions.
@@ -15,10 +18,10 @@ from .chunks import sliding_windows
 LOSS_SLICE = 2048
 
 
-def window_losses(model, windows: torch.Tensor) -> torch.Tensor:
+def window_losses(model, windows: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:
     """windows [b, s + 1] token ids -> losses [b, s] (fp32) of predicting windows[:, 1:]."""
     inputs, targets = windows[:, :-1], windows[:, 1:]
-    logits = model(inputs)  # [b, s, V]
+    logits = model(inputs)[..., :vocab_size]  # [b, s, V]
     losses = torch.empty(targets.shape, dtype=torch.float32)
     for i in range(0, targets.shape[1], LOSS_SLICE):
         piece = logits[:, i:i + LOSS_SLICE]
@@ -34,19 +37,19 @@ def _batches(n: int, batch_size: int):
 
 
 def nonoverlap_losses(model, stream: np.ndarray, starts: np.ndarray, length: int, batch_size: int,
-                      progress=None) -> np.ndarray:
+                      progress=None, vocab_size: int | None = None) -> np.ndarray:
     """Losses [chunks, L] of each chunk stream[c : c + L + 1] scored on its own."""
     out = np.empty((len(starts), length), dtype=np.float32)
     for rows in _batches(len(starts), batch_size):
         windows = np.stack([stream[c:c + length + 1] for c in starts[rows]])
-        out[rows] = window_losses(model, torch.from_numpy(windows.astype(np.int64))).numpy()
+        out[rows] = window_losses(model, torch.from_numpy(windows.astype(np.int64)), vocab_size).numpy()
         if progress is not None:
             progress(rows.stop - rows.start, windows.shape[0] * length)
     return out
 
 
 def sliding_losses(model, stream: np.ndarray, starts: np.ndarray, length: int, stride: int,
-                   batch_size: int, progress=None) -> np.ndarray:
+                   batch_size: int, progress=None, vocab_size: int | None = None) -> np.ndarray:
     """Losses [chunks, L] of the same targets as `nonoverlap_losses`, each scored once by a window of
     L inputs that reaches back before the chunk (see chunks.sliding_windows)."""
     # Flatten (chunk, window) pairs so batches are full regardless of windows per chunk.
@@ -59,7 +62,7 @@ def sliding_losses(model, stream: np.ndarray, starts: np.ndarray, length: int, s
     for rows in _batches(len(plan), batch_size):
         batch = plan[rows]
         windows = np.stack([stream[s:s + length + 1] for _, s, _, _ in batch])
-        losses = window_losses(model, torch.from_numpy(windows.astype(np.int64))).numpy()
+        losses = window_losses(model, torch.from_numpy(windows.astype(np.int64)), vocab_size).numpy()
         for (row, s, first, last), loss in zip(batch, losses):
             # Window target position p is stream target s + 1 + p; chunk target position is that - c - 1.
             offset = s - int(starts[row])

@@ -1,0 +1,17 @@
+#!/usr/bin/env python
+"""Evaluate a trained run at many lengths: `python evaluate.py RUN.yml configs/eval/extrapolation.yml`
+(one process) or `python deepy.py evaluate.py RUN.yml configs/eval/extrapolation.yml`.
+
+Loads the checkpoint named by `load`, scores the `eval-split` stream at each of `eval-lengths` in each
+of `eval-modes`, and writes one JSON result file into `eval-results-dir` (megatron/evaluation).
+"""
+from megatron.evaluation import evaluate_run
+from megatron.neox_arguments import NeoXArgs, run_cli
+
+
+def main():
+    evaluate_run(NeoXArgs.consume_args())
+
+
+if __name__ == "__main__":
+    run_cli(main)
