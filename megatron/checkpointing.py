@@ -1,0 +1,265 @@
+"""Checkpoints in NeoX's layout, written atomically, checked against the run that loads them.
+
+    <save>/global_stepN/mp_rank_00_model_states.pt   model (+ our client state), DeepSpeed's files
+    <save>/global_stepN/*optim_states.pt             optimizer (ZeRO partitions, bf16 masters)
+    <save>/global_stepN/configs/*.yml                the config files of the run
+    <save>/latest                                    "global_stepN", the newest complete checkpoint
+
+A save is written under a hidden temporary name, renamed into place once complete, and only then
+named by `latest` (itself replaced atomically), so a crash mid-save leaves the previous checkpoint
+in charge. The run's architecture is stored with the weights; loading compares it with the loading
+run's and names every difference instead of loading something else.
+"""
+import os
+import pathlib
+import random
+import re
+import shutil
+
+import numpy as np
+import torch
+from deepspeed.accelerator import get_accelerator
+
+from megatron.model.positional_embeddings import option_names
+from megatron.neox_arguments import NeoXArgsError
+
+TAG = re.compile(r"global_step(\d+)")
+MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-3: 2nd
+
+# Keys that fix the parameters' shapes or meaning, whatever the method.
+ARCHITECTURE_KEYS = (
+    "num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "padded_vocab_size",
+    "tokenizer_type", "norm", "layernorm_epsilon", "activation", "no_weight_tying", "gpt_j_residual",
+    "pos_emb", "pos_emb_per_layer",
+)
+# Length keys: stored for the record; only `learned` has parameters sized by one of them.
+LENGTH_KEYS = ("seq_length", "max_position_embeddings", "seq_length_val", "attention_window")
+# Options of positional methods that only set initial values.
+INITIALISATION_ONLY = {"init_method_std", "fire_init_c", "fire_init_L"}
+
+
+class CheckpointError(NeoXArgsError):
+    """A checkpoint that is missing, incomplete or made by a different model than the one loading it."""
+
+
+def model_config(neox_args) -> dict:
+    """What a checkpoint records about the model that wrote it."""
+    keys = ARCHITECTURE_KEYS + LENGTH_KEYS + tuple(sorted(_method_options(neox_args.pos_emb)))
+    return {key: getattr(neox_args, key) for key in keys}
+
+
+def _method_options(pos_emb: str) -> set:
+    return set(option_names(pos_emb)) - INITIALISATION_ONLY
+
+
+def config_differences(saved: dict, neox_args) -> list[str]:
+    """'key: checkpoint X, this run Y' for every stored key that must agree but does not. Sequence
+    lengths may differ (length extrapolation is the point), except for `learned`, whose table has
+    max-position-embeddings rows."""
+    keys = list(ARCHITECTURE_KEYS)
+    if saved.get("pos_emb") == neox_args.pos_emb:
+        keys += sorted(_method_options(neox_args.pos_emb))
+    current = model_config(neox_args)
+    return [f"{key.replace('_', '-')}: checkpoint {saved.get(key)!r}, this run {current.get(key)!r}"
+            for key in keys if saved.get(key) != current.get(key)]
+
+
+# ------------------------------------------------------------------------------------------- where
+def checkpoint_steps(directory) -> list[int]:
+    """The steps of the complete checkpoints in `directory`, ascending."""
+    directory = pathlib.Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in directory.iterdir() if (m := TAG.fullmatch(p.name)) and p.is_dir())
+
+
+def resolve_tag(load_dir, iteration: int | None = None) -> str:
+    """The checkpoint folder to load: `global_step<iteration>` when asked for, else the one `latest`
+    names. Every way of not finding one is an error that says what is there instead."""
+    load_dir = pathlib.Path(load_dir)
+    if not load_dir.is_dir():
+        raise CheckpointError(f"checkpoint directory {load_dir} (config key `load`) does not exist. Point "
+                              "`load` at the `save` directory of a training run.")
+    steps = checkpoint_steps(load_dir)
+    found = f"It holds checkpoints for steps {steps}." if steps else "It holds no checkpoints."
+    if iteration is not None:
+        tag = f"global_step{iteration}"
+        if iteration not in steps:
+            raise CheckpointError(f"{load_dir} has no checkpoint {tag} (config key `iteration`). {found}")
+        return tag
+    latest = load_dir / "latest"
+    if not latest.is_file():
+        raise CheckpointError(f"{load_dir} has no `latest` file naming its newest checkpoint. {found} "
+                              "Set `iteration` to load one of them.")
+    tag = latest.read_text().strip()
+    if not (load_dir / tag).is_dir():
+        raise CheckpointError(f"{latest} names {tag!r}, which is not in {load_dir}. {found} "
+                              "Set `iteration` to load one of them.")
+    return tag
+
+
+def read_client_state(load_dir, tag: str) -> dict:
+    """The checkpoint's model-states file (ours and DeepSpeed's keys), weights memory-mapped."""
+    folder = pathlib.Path(load_dir) / tag
+    for name in MODEL_STATES:
+        if (folder / name).is_file():
+            try:
+                return torch.load(folder / name, map_location="cpu", weights_only=False, mmap=True)
+            except Exception as err:  # truncated or foreign file: say which
+                raise CheckpointError(f"cannot read {folder / name}: {err}. The checkpoint is damaged; "
+                                      "load another step with `iteration`.") from err
+    raise CheckpointError(f"{folder} contains no model states ({' or '.join(MODEL_STATES)}); it is empty "
+                          f"or not a checkpoint of this project. Contents: {sorted(os.listdir(folder))}.")
+
+
+def checkpoint_config(load_dir, iteration: int | None = None) -> dict:
+    """The model config stored with a checkpoint (e.g. to build a matching model for evaluation)."""
+    state = read_client_state(load_dir, resolve_tag(load_dir, iteration))
+    if "model_config" not in state:
+        raise CheckpointError(f"{load_dir} was not written by this project's train.py (no model_config).")
+    return state["model_config"]
+
+
+def _check_compatible(state: dict, neox_args, where) -> None:
+    if "model_config" not in state:
+        raise CheckpointError(f"{where} was not written by this project's train.py (it records no model "
+                              "config to check against), so it cannot be loaded safely.")
+    differences = config_differences(state["model_config"], neox_args)
+    if differences:
+        raise CheckpointError(f"the checkpoint {where} was made by a different model: "
+                              + "; ".join(differences) + ". Load it with the config it was trained "
+                              "with (its files are in the checkpoint's configs/ folder).")
+
+
+# -------------------------------------------------------------------------------------- evaluation
+def load_model_weights(neox_args, model: torch.nn.Module) -> int:
+    """Load the weights of checkpoint `neox_args.load` (step `iteration`, else `latest`) into a bare
+    model, for evaluation; returns the step. The model may be built for any sequence length unless
+    its method is `learned`. Anything that would leave the model not exactly the trained one is a
+    CheckpointError naming what differs."""
+    if not neox_args.load:
+        raise CheckpointError("no checkpoint to evaluate: set `load` to the `save` directory of a "
+                              "training run (and `iteration` to pick a step other than the latest).")
+    tag = resolve_tag(neox_args.load, neox_args.iteration)
+    where = pathlib.Path(neox_args.load) / tag
+    state = read_client_state(neox_args.load, tag)
+    _check_compatible(state, neox_args, where)
+    if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        weights = get_fp32_state_dict_from_zero_checkpoint(neox_args.load, tag=tag)
+    else:
+        weights = state["module"]
+    _load_exactly(model, weights, where)
+    return state["iteration"]
+
+
+def _load_exactly(model: torch.nn.Module, weights: dict, where) -> None:
+    own = model.state_dict()
+    missing = sorted(set(own) - set(weights))
+    unexpected = sorted(set(weights) - set(own))
+    reshaped = [f"{k} {tuple(weights[k].shape)} vs {tuple(own[k].shape)}"
+                for k in own if k in weights and weights[k].shape != own[k].shape]
+    if missing or unexpected or reshaped:
+        raise CheckpointError(f"the weights in {where} do not fit this model: missing {missing}, "
+                              f"unexpected {unexpected}, shapes (checkpoint vs model) {reshaped}.")
+    model.load_state_dict(weights)
+
+
+# -------------------------------------------------------------------------------------- training
+def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) -> pathlib.Path:
+    """Save step `iteration` (collective: every rank calls it). Returns the checkpoint folder."""
+    save_dir = pathlib.Path(neox_args.save)
+    tag = f"global_step{iteration}"
+    partial = f".{tag}.partial"
+    rank = torch.distributed.get_rank()
+    if rank == 0:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        for stale in save_dir.glob(".global_step*.partial"):  # left by a crashed save
+            shutil.rmtree(stale)
+    torch.distributed.barrier()
+    client_state = {
+        "iteration": iteration,
+        "consumed_train_samples": consumed_samples,
+        "model_config": model_config(neox_args),
+        "neox_args": {k: v for k, v in neox_args.to_dict().items() if k != "config_files"},
+        "rng_state": rng_state(),
+    }
+    engine.save_checkpoint(str(save_dir), tag=partial, client_state=client_state, save_latest=False)
+    if rank == 0:
+        _write_config_files(save_dir / partial / "configs", neox_args.config_files)
+        _commit(save_dir, partial, tag)
+        _prune(save_dir, neox_args.keep_last_n_checkpoints)
+    torch.distributed.barrier()
+    return save_dir / tag
+
+
+def _write_config_files(folder: pathlib.Path, files: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / pathlib.Path(name).name).write_text(text)
+
+
+def _commit(save_dir: pathlib.Path, partial: str, tag: str) -> None:
+    """Move the finished checkpoint into place, then point `latest` at it (both atomic renames)."""
+    final = save_dir / tag
+    if final.exists():  # the same step saved again (e.g. after resuming): replace it
+        old = save_dir / f".{tag}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(save_dir / partial, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(save_dir / partial, final)
+    pointer = save_dir / "latest.tmp"
+    with open(pointer, "w") as f:
+        f.write(tag)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(pointer, save_dir / "latest")
+
+
+def _prune(save_dir: pathlib.Path, keep: int | None) -> None:
+    if not keep:
+        return
+    for step in checkpoint_steps(save_dir)[:-keep]:
+        shutil.rmtree(save_dir / f"global_step{step}")
+
+
+def load_checkpoint(neox_args, engine) -> tuple[int, int]:
+    """Resume from `load`: model, optimizer, LR schedule, RNG and data position. Returns (iteration,
+    consumed training samples); (0, 0) when `load` holds no checkpoint yet (the first launch of a
+    run whose `load` is its own `save`). `finetune` loads the weights only and starts at step 0."""
+    if not neox_args.load:
+        return 0, 0
+    nothing_yet = not checkpoint_steps(neox_args.load) and not (pathlib.Path(neox_args.load) / "latest").exists()
+    if nothing_yet and neox_args.iteration is None and not neox_args.finetune:
+        if torch.distributed.get_rank() == 0:
+            print(f"no checkpoint in {neox_args.load} yet: starting from step 0", flush=True)
+        return 0, 0
+    tag = resolve_tag(neox_args.load, neox_args.iteration)
+    where = pathlib.Path(neox_args.load) / tag
+    _check_compatible(read_client_state(neox_args.load, tag), neox_args, where)
+    weights_only = neox_args.finetune
+    path, state = engine.load_checkpoint(
+        neox_args.load, tag=tag, load_module_only=weights_only,
+        load_optimizer_states=not (weights_only or neox_args.no_load_optim),
+        load_lr_scheduler_states=not (weights_only or neox_args.no_load_optim))
+    if path is None:
+        raise CheckpointError(f"DeepSpeed could not load {where}; see its messages above.")
+    if weights_only:
+        return 0, 0
+    if not neox_args.no_load_rng:
+        set_rng_state(state["rng_state"])
+    return state["iteration"], state["consumed_train_samples"]
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "accelerator": get_accelerator().get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    get_accelerator().set_rng_state(state["accelerator"])

@@ -1,0 +1,107 @@
+"""The optimizer (Adam/AdamW) and NeoX's learning-rate schedule, handed to DeepSpeed's engine."""
+import math
+import warnings
+
+import torch
+from deepspeed.accelerator import get_accelerator
+
+from megatron.model import get_params_for_weight_decay_optimization
+from megatron.neox_arguments import NeoXArgsError
+
+with warnings.catch_warnings():  # megatron.core announces at import that apex/TE are absent
+    warnings.simplefilter("ignore", UserWarning)
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+
+class SkippableStep:
+    """Mixin for the optimizer DeepSpeed wraps: while `skip_step` is set, step() changes nothing
+    (weights, moments, step counts). DeepSpeed itself skips only fp16 overflow; every wrapper it puts
+    on top (ZeRO, bf16) ends in this step(), so the loop can skip a NaN/inf-loss step at any precision.
+    The loop sets and clears the flag: ZeRO calls step() once per parameter group."""
+    skip_step = False
+
+    def step(self, closure=None):
+        if self.skip_step:
+            return None
+        return super().step(closure)
+
+
+class AdamW(SkippableStep, torch.optim.AdamW):
+    pass
+
+
+def _prebuilt_fused_adam():
+    """apex's or DeepSpeed's fused Adam when installed ready to run (never compiled at run time)."""
+    try:
+        from apex.optimizers import FusedAdam
+        return FusedAdam
+    except ImportError:
+        pass
+    from deepspeed.git_version_info import installed_ops
+    if installed_ops.get("fused_adam"):
+        from deepspeed.ops.adam import FusedAdam
+        return FusedAdam
+    return None
+
+
+def _adam_class(device_type: str):
+    """(class, extra kwargs) of the fastest Adam with decoupled weight decay on this device."""
+    if device_type != "cuda":
+        return AdamW, {}
+    fused = _prebuilt_fused_adam()
+    if fused is not None:
+        return type(fused.__name__, (SkippableStep, fused), {}), {"adam_w_mode": True}
+    return AdamW, {"fused": True}  # torch's own fused CUDA kernel
+
+
+def build_optimizer(neox_args, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """Adam for `optimizer.type` Adam or AdamW. Both use decoupled weight decay: NeoX's "Adam" is apex's
+    FusedAdam, whose default is AdamW mode. Norms, biases and kernel parameters get no decay."""
+    groups = get_params_for_weight_decay_optimization(model, neox_args.weight_decay)
+    for group in groups:  # the scheduler sets weight_decay = wd * wd_mult on every step
+        group["wd_mult"] = 1.0 if group["weight_decay"] > 0 else 0.0
+    params = dict(neox_args.optimizer.get("params", {}))
+    params.pop("weight_decay", None)
+    params["lr"] = neox_args.lr
+    if "betas" in params:
+        params["betas"] = tuple(params["betas"])
+    cls, extra = _adam_class(get_accelerator().device_name())
+    return cls(groups, weight_decay=neox_args.weight_decay, **params, **extra)
+
+
+class AnnealingLR(OptimizerParamScheduler):
+    """NeoX's learning-rate schedule on megatron-core's scheduler (which also keeps and restores its
+    state). Warmup (linear from 0 over `warmup` x decay iters), `constant` and `cosine` (towards
+    min_lr) are megatron-core's formulas, identical to NeoX's. NeoX's `linear` decays towards 0 and
+    is floored at min_lr (megatron-core's lands on min_lr instead) and `exponential` halves over the
+    decay and goes on decaying; those two are computed here. Past the decay, cosine stays at min_lr
+    (NeoX's would climb back up)."""
+
+    def get_lr(self, param_group: dict) -> float:
+        in_warmup = self.lr_warmup_steps > 0 and self.num_steps <= self.lr_warmup_steps
+        if self.lr_decay_style not in ("linear", "exponential") or in_warmup:
+            return super().get_lr(param_group)
+        progress = (self.num_steps - self.lr_warmup_steps) / (self.lr_decay_steps - self.lr_warmup_steps)
+        if self.lr_decay_style == "linear":
+            lr = self.max_lr * (1.0 - progress)
+        else:
+            lr = self.max_lr * math.exp(-0.693 * progress)  # NeoX's constant, ~ln 2
+        return max(lr, self.min_lr)
+
+
+def build_lr_scheduler(neox_args, optimizer: torch.optim.Optimizer) -> AnnealingLR:
+    """NeoX's schedule over `lr_decay_iters` steps. On resume the step count comes from the checkpoint
+    and everything else from the current config, so a run can be extended by raising train-iters."""
+    decay_iters = max(1, neox_args.lr_decay_iters)
+    warmup_iters = neox_args.warmup * decay_iters  # a float, as in NeoX
+    if warmup_iters >= decay_iters:
+        raise NeoXArgsError(f"warmup {neox_args.warmup} covers the whole decay ({decay_iters} steps): "
+                            "warmup is a fraction of lr-decay-iters; set it below 1.")
+    if neox_args.min_lr > neox_args.lr:
+        raise NeoXArgsError(f"min_lr {neox_args.min_lr} is above the peak learning rate "
+                            f"optimizer.params.lr {neox_args.lr}; lower min_lr.")
+    return AnnealingLR(
+        optimizer, init_lr=0.0, max_lr=neox_args.lr, min_lr=neox_args.min_lr,
+        lr_warmup_steps=warmup_iters, lr_decay_steps=decay_iters, lr_decay_style=neox_args.lr_decay_style,
+        start_wd=neox_args.weight_decay, end_wd=neox_args.weight_decay, wd_incr_steps=decay_iters,
+        wd_incr_style="constant", use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=True)

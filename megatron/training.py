@@ -1,0 +1,244 @@
+"""The NeoX training loop on DeepSpeed's engine.
+
+pretrain() -> initialise -> datasets -> model, optimizer, LR schedule -> deepspeed.initialize ->
+resume -> train() (train_step() per step, evaluate() every eval-interval, save every
+checkpoint-factor) -> final checkpoint, validation and test.
+"""
+import itertools
+import signal
+import time
+from dataclasses import dataclass, field
+
+import deepspeed
+import torch
+import torch.nn.functional as F
+from deepspeed.accelerator import get_accelerator
+
+from megatron.checkpointing import load_checkpoint, save_checkpoint
+from megatron.data import build_data_loader, build_train_valid_test_datasets
+from megatron.initialize import initialize_megatron
+from megatron.model import GPTModel
+from megatron.monitor import Monitor, kernel_scalars
+from megatron.optimizer import build_lr_scheduler, build_optimizer
+from megatron.tokenizer import build_tokenizer
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (e.g. it diverged); the message says why and what to try."""
+
+
+@dataclass
+class TrainingResult:
+    iteration: int                                         # last step trained
+    losses: dict[int, float] = field(default_factory=dict)  # step -> mean training loss (this launch)
+    skipped_steps: int = 0
+    valid_loss: float | None = None
+    test_loss: float | None = None
+    preempted: bool = False                                # stopped by SIGTERM/SIGINT
+
+
+@dataclass
+class StepOutcome:
+    loss: float        # mean over the global batch (all micro-batches and ranks)
+    skipped: bool      # the optimizer did not update (NaN/inf loss, fp16 overflow)
+    grad_norm: float | None
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Mean next-token cross entropy over the tokens loss_mask keeps. logits [b, s, padded_vocab];
+    the rows past `vocab_size` pad the output layer and are no tokens, so they get no probability."""
+    losses = F.cross_entropy(logits[..., :vocab_size].float().flatten(0, 1), labels.flatten(), reduction="none")
+    mask = loss_mask.flatten().float()
+    return (losses * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def pretrain(neox_args) -> TrainingResult:
+    initialize_megatron(neox_args)
+    tokenizer = build_tokenizer(neox_args)  # sets neox_args.padded_vocab_size
+    train_set, valid_set, test_set = build_train_valid_test_datasets(neox_args, tokenizer)
+    engine, optimizer = setup_model_and_optimizer(neox_args)
+    iteration, consumed = load_checkpoint(neox_args, engine)
+    with torch.random.fork_rng(devices=[]):  # starting a DataLoader draws a seed: keep dropout's stream
+        train_batches = iter(build_data_loader(train_set, neox_args, consumed))
+
+    monitor = Monitor(neox_args, iteration)
+    try:
+        with Preemption() as preemption:
+            result = train(neox_args, engine, optimizer, train_batches, valid_set, tokenizer.vocab_size,
+                           monitor, preemption, iteration, consumed)
+        if result.preempted:
+            return result
+        for split, dataset in (("valid", valid_set), ("test", test_set)):
+            loss = evaluate(neox_args, engine, dataset, tokenizer.vocab_size)
+            if loss is not None:
+                monitor.report_evaluation(result.iteration, split, loss, neox_args.seq_length_val)
+                setattr(result, f"{split}_loss", loss)
+    finally:
+        monitor.close()
+    return result
+
+
+def setup_model_and_optimizer(neox_args):
+    """The DeepSpeed engine around the model, our optimizer and LR schedule (the DeepSpeed JSON's own
+    `optimizer` entry is dropped: the optimizer built here carries the weight-decay groups)."""
+    model = GPTModel(neox_args)
+    optimizer = build_optimizer(neox_args, model)
+    scheduler = build_lr_scheduler(neox_args, optimizer)
+    config = {k: v for k, v in neox_args.deepspeed_config().items() if k not in ("optimizer", "scheduler")}
+    config["zero_allow_untested_optimizer"] = True  # ZeRO checks the exact class; ours subclasses torch's AdamW
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
+    if neox_args.rank == 0:
+        count = sum(p.numel() for p in model.parameters())
+        print(f"model: {count:,} parameters, pos-emb {neox_args.pos_emb}, {neox_args.precision}, "
+              f"ZeRO stage {engine.zero_optimization_stage()}, {neox_args.world_size} rank(s)", flush=True)
+    return engine, optimizer
+
+
+def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, monitor, preemption,
+          iteration: int, consumed: int) -> TrainingResult:
+    result = TrainingResult(iteration)
+    bad_in_a_row = 0
+    last_saved = iteration
+    save_due = False  # a save falls due at a checkpoint-factor step; it waits for a step that was applied
+    while iteration < neox_args.train_iters:
+        step = train_step(neox_args, engine, optimizer, train_batches, vocab_size)
+        iteration += 1
+        consumed += neox_args.train_batch_size
+        result.iteration, result.losses[iteration] = iteration, step.loss
+        result.skipped_steps += step.skipped
+        bad_in_a_row = bad_in_a_row + 1 if step.skipped else 0
+        scale = engine.optimizer.loss_scale if engine.fp16_enabled() else None
+        monitor.record_step(step.loss, step.skipped, _current_lr(engine), step.grad_norm, scale)
+        if iteration % neox_args.log_interval == 0:
+            monitor.report(iteration, kernel_scalars(engine.module))
+        if bad_in_a_row >= neox_args.max_consecutive_bad_steps:
+            raise TrainingError(
+                f"stopping at step {iteration}: the last {bad_in_a_row} steps had a NaN/inf loss or fp16 "
+                f"overflow (max-consecutive-bad-steps = {neox_args.max_consecutive_bad_steps}); they were "
+                f"skipped and nothing was saved after step {last_saved}. Lower the learning rate, lengthen "
+                "warmup, use bf16 or fp32 instead of fp16, or check the data, then resume from the last "
+                "checkpoint.")
+        if neox_args.save and neox_args.checkpoint_factor and iteration % neox_args.checkpoint_factor == 0:
+            save_due = True
+        if save_due and not step.skipped:
+            checked_save(neox_args, engine, iteration, consumed, monitor)
+            last_saved, save_due = iteration, False
+        if iteration % neox_args.eval_interval == 0 and iteration < neox_args.train_iters:
+            loss = evaluate(neox_args, engine, valid_set, vocab_size)
+            if loss is not None:
+                monitor.report_evaluation(iteration, "valid", loss, neox_args.seq_length_val)
+        if preemption.requested():
+            monitor.print(f"received {preemption.signal_name}: stopping after step {iteration}")
+            result.preempted = True
+            break
+    if not neox_args.save:
+        if result.preempted:
+            monitor.print("no checkpoint written: `save` is not set")
+    elif bad_in_a_row:
+        monitor.print(f"no final checkpoint: the last {bad_in_a_row} step(s) were skipped (NaN/inf loss); "
+                      f"the last checkpoint is step {last_saved}")
+    elif iteration > last_saved:
+        checked_save(neox_args, engine, iteration, consumed, monitor)
+    return result
+
+
+def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepOutcome:
+    """One optimizer step over gradient-accumulation-steps micro-batches. A step whose loss is NaN/inf
+    on any rank changes nothing (fp16 overflow is DeepSpeed's to skip; the LR schedule then waits too)."""
+    device = get_accelerator().current_device_name()
+    accumulation = neox_args.gradient_accumulation_steps
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for micro in range(accumulation):
+        batch = {k: v.to(device) for k, v in next(train_batches).items()}
+        loss = lm_loss(engine(batch["tokens"]), batch["labels"], batch["loss_mask"], vocab_size)
+        engine.backward(loss)
+        total += loss.detach().double()
+        if micro < accumulation - 1:
+            engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
+    torch.distributed.all_reduce(total)  # NaN anywhere makes the sum NaN everywhere: all ranks agree
+    mean_loss = total.item() / (accumulation * torch.distributed.get_world_size())
+    skip = not torch.isfinite(total).item() and not engine.fp16_enabled()
+
+    # DeepSpeed reports the gradient norm, except for fp32 without ZeRO, where it is computed here.
+    plain_fp32 = not (engine.zero_optimization() or engine.fp16_enabled() or engine.bfloat16_enabled())
+    grad_norm = _gradient_norm(engine.module) if plain_fp32 else None
+    optimizer.skip_step = skip
+    try:
+        engine.step(lr_kwargs={"increment": 0 if skip else 1})
+    finally:
+        optimizer.skip_step = False
+    if not plain_fp32:
+        grad_norm = engine.get_global_grad_norm()
+    grad_norm = None if grad_norm is None else float(grad_norm)
+    return StepOutcome(mean_loss, skip or not engine.was_step_applied(), grad_norm)
+
+
+def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
+    """Mean loss of the first `eval-iters` batches of `dataset` (at seq-length-val): the same
+    batches at every evaluation, so the curve shows the model changing, not the sample."""
+    if dataset is None or neox_args.eval_iters == 0:
+        return None
+    device = get_accelerator().current_device_name()
+    stats = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, batches
+    engine.eval()
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
+        for batch in itertools.islice(build_data_loader(dataset, neox_args, 0), neox_args.eval_iters):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            stats[0] += lm_loss(engine(batch["tokens"]), batch["labels"], batch["loss_mask"], vocab_size).double()
+            stats[1] += 1
+    engine.train()
+    torch.distributed.all_reduce(stats)
+    return (stats[0] / stats[1]).item()
+
+
+def checked_save(neox_args, engine, iteration, consumed, monitor) -> None:
+    """Save, unless the weights hold NaN/inf: a checkpoint is never worse than the last one."""
+    finite = torch.tensor([all(torch.isfinite(p).all() for p in engine.module.parameters())],
+                          dtype=torch.float32, device=get_accelerator().current_device_name())
+    torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+    if not finite.item():
+        raise TrainingError(f"the weights hold NaN/inf at step {iteration}; not saving them over the "
+                            f"checkpoints in {neox_args.save}. Resume from the last one with a lower "
+                            "learning rate.")
+    start = time.time()
+    folder = save_checkpoint(neox_args, engine, iteration, consumed)
+    monitor.print(f"saved checkpoint {folder} in {time.time() - start:.1f}s")
+
+
+def _current_lr(engine) -> float:
+    return engine.optimizer.param_groups[0]["lr"]
+
+
+def _gradient_norm(model: torch.nn.Module) -> float:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return torch.nn.utils.get_total_norm(grads).item() if grads else 0.0
+
+
+class Preemption:
+    """SIGTERM (a scheduler's preemption notice, or DeepSpeed's launcher passing one on) and SIGINT
+    (Ctrl-C) ask the loop to save and stop after the current step; a second signal aborts at once.
+    Every rank stops at the same step: the request is reduced over ranks each step."""
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __enter__(self):
+        self.received = None
+        self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum, frame):
+        if self.received is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without saving")
+        self.received = signum
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.received).name if self.received else "a stop request from another rank"
+
+    def requested(self) -> bool:
+        flag = torch.tensor([float(self.received is not None)], device=get_accelerator().current_device_name())
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())

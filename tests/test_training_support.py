@@ -1,0 +1,56 @@
+"""Fixtures for the training, checkpoint and logging tests (no tests here): a slice of the built-in
+corpus (the CPython standard library, byte-level tokens) and the tiny profile pointed at it."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from megatron.data.preprocess import preprocess
+from megatron.data.stdlib_corpus import write_stdlib_corpus
+from megatron.neox_arguments import NeoXArgs
+from megatron.tokenizer import make_tokenizer
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = REPO_ROOT / "configs" / "tiny.yml"
+
+
+@pytest.fixture(scope="session")
+def stdlib_data(tmp_path_factory) -> str:
+    """~3 MB of the stdlib corpus as a NeoX dataset; returns its prefix."""
+    folder = tmp_path_factory.mktemp("stdlib")
+    write_stdlib_corpus(str(folder / "stdlib.jsonl.zst"), max_bytes=3_000_000)
+    preprocess([str(folder / "stdlib.jsonl.zst")], str(folder / "stdlib"),
+               make_tokenizer("ByteLevelTokenizer", None, None), append_eod=True, show_progress=False)
+    return str(folder / "stdlib_text_document")
+
+
+def tiny_overrides(data_prefix: str, folder, **overrides) -> dict:
+    """configs/tiny.yml on the test corpus, checkpoints and logs in `folder`, small and quick."""
+    values = {"data_path": data_prefix, "split": "90,8,2", "save": str(folder / "ckpt"), "load": str(folder / "ckpt"),
+              "train_iters": 8, "log_interval": 4, "eval_interval": 1000, "eval_iters": 2,
+              "checkpoint_factor": None, "keep_last_n_checkpoints": None, "tensorboard_dir": None}
+    values.update(overrides)
+    return values
+
+
+def tiny_args(data_prefix: str, folder, **overrides) -> NeoXArgs:
+    torch.set_num_threads(1)  # two shared cores; also keeps CPU float results reproducible
+    return NeoXArgs.from_ymls([TINY], tiny_overrides(data_prefix, folder, **overrides))
+
+
+def set_flags(values: dict) -> list:
+    """The same overrides as `--set key=value` command-line flags."""
+    flags = []
+    for key, value in values.items():
+        text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        flags += ["--set", f"{key}={text}"]
+    return flags
+
+
+def run_script(argv: list, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, **popen)
