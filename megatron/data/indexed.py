@@ -2,11 +2,16 @@
 files are missing, truncated or disagree (megatron-core itself fails with bare asserts or reads
 past the end of the data)."""
 import os
+import struct
 
 import numpy as np
-from megatron.core.datasets.indexed_dataset import DType, IndexedDataset
+from megatron.core.datasets.indexed_dataset import _INDEX_HEADER, DType, IndexedDataset
 
 from .errors import DataError
+
+# The fixed start of an .idx: magic, version, dtype code, sequence count, document-index count.
+# Read here only to report a truncated index precisely; megatron-core does the actual reading.
+INDEX_START = struct.Struct("<9sQBQQ")
 
 REBUILD_HINT = ("Re-run tools/datasets/preprocess_data.py (or tools/datasets/build_default_corpus.py) "
                 "to write the pair again.")
@@ -21,11 +26,15 @@ def open_indexed_dataset(prefix: str, vocab_size: int = None) -> IndexedDataset:
     if missing:
         raise DataError(f"dataset {prefix}: {' and '.join(missing)} not found. data-path names the prefix "
                         f"of a .bin/.idx pair (without the extension). {REBUILD_HINT}")
-    try:
-        dataset = IndexedDataset(prefix, mmap=True)
-    except (AssertionError, ValueError, KeyError, IndexError) as err:
-        raise DataError(f"dataset {prefix}: {idx_path} is not a valid megatron/NeoX index "
-                        f"(truncated or corrupt: {err or type(err).__name__}). {REBUILD_HINT}") from err
+    problem = _index_problem(idx_path)
+    if problem is None:
+        try:
+            dataset = IndexedDataset(prefix, mmap=True)
+        except (AssertionError, ValueError, KeyError, IndexError, struct.error) as err:
+            problem = str(err) or type(err).__name__
+    if problem is not None:
+        raise DataError(f"dataset {prefix}: {idx_path} is not a valid megatron/NeoX index ({problem}). "
+                        f"{REBUILD_HINT}")
     lengths, pointers = dataset.index.sequence_lengths, dataset.index.sequence_pointers
     if len(lengths) == 0:
         raise DataError(f"dataset {prefix} holds no documents. {REBUILD_HINT}")
@@ -39,6 +48,20 @@ def open_indexed_dataset(prefix: str, vocab_size: int = None) -> IndexedDataset:
     if vocab_size is not None:
         _check_token_ids(dataset, prefix, vocab_size)
     return dataset
+
+
+def _index_problem(idx_path):
+    size = os.path.getsize(idx_path)
+    if size < INDEX_START.size:
+        return f"it has {size} bytes, fewer than the {INDEX_START.size}-byte header: truncated"
+    with open(idx_path, "rb") as fh:
+        magic, _, _, sequences, document_entries = INDEX_START.unpack(fh.read(INDEX_START.size))
+    if magic != _INDEX_HEADER:
+        return "it does not start with the MMIDIDX magic bytes"
+    needed = INDEX_START.size + sequences * (4 + 8) + document_entries * 8  # lengths, pointers, doc index
+    if size < needed:
+        return f"it has {size:,} bytes but its header describes {sequences:,} sequences needing {needed:,}: truncated"
+    return None
 
 
 def _check_token_ids(dataset, prefix, vocab_size, max_documents: int = 64):
