@@ -226,4 +226,6 @@ def attend_flex(q, k, v, plan: AttentionPlan):
         distance = (positions[q_idx] - positions[kv_idx]).clamp(min=0)
         return score * weight_table[h, distance] + bias_table[h, distance]
 
+    # Contiguous inputs: one memory layout, so the compiled kernel is not rebuilt per caller.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     return compiled_flex_attention()(q, k, v, score_mod=add_score_terms, block_mask=plan.block_mask)
