@@ -51,7 +51,8 @@ def read_source(path: str) -> str:
 
 def write_stdlib_corpus(output_path: str, include_tests: bool = False, max_bytes: int = None,
                         root: str = None) -> CorpusStats:
-    """Write the corpus to `output_path` (.jsonl.zst); stop before the file that would pass `max_bytes`."""
+    """Write the corpus to `output_path` (.jsonl.zst). With `max_bytes`, files that would pass the cap
+    are left out (smaller ones after them still fit), so a small corpus still has many documents."""
     root = root or stdlib_root()
     stats = CorpusStats()
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
@@ -66,7 +67,7 @@ def write_stdlib_corpus(output_path: str, include_tests: bool = False, max_bytes
                 continue
             size = len(text.encode("utf-8"))
             if max_bytes is not None and stats.bytes + size > max_bytes:
-                break
+                continue
             record = {"text": text, "meta": {"source": "cpython-stdlib", "path": relative}}
             out.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
             stats.files += 1
