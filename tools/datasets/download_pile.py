@@ -106,9 +106,9 @@ def extract_subsets(shards, subsets, output_dir: str) -> dict:
     """Write <output_dir>/<subset>.jsonl.zst with each subset's documents; returns counts."""
     paths = {name: os.path.join(output_dir, f"{name}.jsonl.zst") for name in subsets}
     counts = dict.fromkeys(subsets, 0)
-    compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
-    files = {name: open(path + ".partial", "wb") for name, path in paths.items()}
-    writers = {name: compressor.stream_writer(fh) for name, fh in files.items()}
+    # One compressor per output: a ZstdCompressor holds one stream's state at a time.
+    writers = {name: zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(open(path + ".partial", "wb"))
+               for name, path in paths.items()}
     try:
         for shard in shards:
             with open(shard, "rb") as fh:
