@@ -50,7 +50,15 @@ def set_flags(values: dict) -> list:
     return flags
 
 
-def run_script(argv: list, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, **popen)
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def child_environment() -> dict:
+    """This environment minus the rank variables an in-process run set (a child is its own run)."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run_script(argv: list, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=child_environment(), capture_output=True,
+                          text=True, timeout=timeout)
