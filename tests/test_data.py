@@ -118,6 +118,10 @@ def test_evaluation_stream_is_the_split_documents_in_order(tmp_path, split_datas
     assert build_evaluation_stream(args, "test").tolist() == [t for d in bare for t in d + [EOD]]
     with pytest.raises(DataError, match="unknown split 'dev'"):
         build_evaluation_stream(args, "dev")
+    with pytest.raises(DataError, match="no valid data: set data-path"):
+        build_evaluation_stream(args, "valid")
+    with pytest.raises(DataError, match="gives the test split no weight"):
+        build_evaluation_stream(make_args(tmp_path, data_path=prefix, split="9,1,0"), "test")
 
 
 def test_broken_dataset_files_give_clear_errors(tmp_path, split_dataset):

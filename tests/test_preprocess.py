@@ -14,7 +14,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.data import DataError
 from megatron.data.preprocess import preprocess
 from megatron.data.stdlib_corpus import read_source, stdlib_python_files, stdlib_root
-from megatron.tokenizer import ByteLevelTokenizer
+from megatron.tokenizer import ByteLevelTokenizer, make_tokenizer
 
 PYTHON = sys.executable
 
@@ -184,3 +184,21 @@ def test_inputs_from_directories_and_globs_in_sorted_order(tmp_path):
         preprocess([str(tmp_path / "nothing*.jsonl")], str(tmp_path / "out"), ByteLevelTokenizer())
     with pytest.raises(DataError, match="does not exist"):
         preprocess([str(tmp_path / "missing.jsonl")], str(tmp_path / "out"), ByteLevelTokenizer())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", ["prose", "latex"])
+def test_whole_shared_corpus_with_gpt2(tmp_path, shared_dir, corpus):
+    from transformers import GPT2TokenizerFast
+    vocab, merges = str(shared_dir / "data/gpt2/gpt2-vocab.json"), str(shared_dir / "data/gpt2/gpt2-merges.txt")
+    source = shared_dir / f"data/corpora/{corpus}.jsonl.zst"
+    summary = preprocess([str(source)], str(tmp_path / corpus), make_tokenizer("GPT2BPETokenizer", vocab, merges),
+                         append_eod=True, workers=2, show_progress=False)
+    texts = [json.loads(line)["text"] for line in first_lines_of(source, 10**6)]
+    assert summary.skipped == {} and summary.documents == len(texts)
+    nonempty = [t for t in texts if t]
+    dataset = IndexedDataset(str(tmp_path / f"{corpus}_text_document"))
+    assert len(dataset) == len(nonempty) and int(dataset.sequence_lengths.sum()) == summary.tokens
+    reference = GPT2TokenizerFast(vocab, merges)
+    for i in np.random.default_rng(0).choice(len(nonempty), 20, replace=False):
+        assert dataset[int(i)].tolist() == reference.encode(nonempty[i]) + [50256]

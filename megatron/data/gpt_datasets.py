@@ -50,11 +50,16 @@ def build_evaluation_stream(neox_args, split: str, tokenizer=None) -> np.ndarray
     index = SPLITS.index(split)
     if neox_args.data_path:
         dataset = _open(neox_args.data_path, tokenizer)
-        begin, end = _document_range(neox_args, len(dataset), index)
-        parts = [(dataset, begin, end)]
+        documents = _document_range(neox_args, len(dataset), index)
+        if documents is None:
+            raise DataError(f"split '{neox_args.split}' gives the {split} split no weight, so there is no "
+                            f"{split} data to evaluate on; give it a weight or evaluate another split.")
+        parts = [(dataset, *documents)]
     else:
-        prefixes, _ = _blend_of_split(neox_args, index)
-        parts = [(dataset, 0, len(dataset)) for dataset in (_open(p, tokenizer) for p in prefixes)]
+        blend = _blend_of_split(neox_args, index)
+        if blend is None:
+            raise DataError(f"no {split} data: set data-path (cut by split) or {split}-data-paths.")
+        parts = [(dataset, 0, len(dataset)) for dataset in (_open(p, tokenizer) for p in blend[0])]
     return np.concatenate([_documents_with_eod(*part, tokenizer.eod) for part in parts])
 
 
