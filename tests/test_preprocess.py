@@ -1,4 +1,5 @@
 """Preprocessing: real corpora into files megatron-core reads; worker-count invariance; bad input."""
+import importlib.util
 import io
 import itertools
 import json
@@ -14,6 +15,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.data import DataError
 from megatron.data.preprocess import preprocess
 from megatron.data.stdlib_corpus import read_source, stdlib_python_files, stdlib_root
+from megatron.neox_arguments import run_cli
 from megatron.tokenizer import ByteLevelTokenizer, make_tokenizer
 
 PYTHON = sys.executable
@@ -160,15 +162,18 @@ def test_a_failed_run_leaves_an_earlier_dataset_untouched(tmp_path):
     assert outputs_in(tmp_path) == ["out_text_document.bin", "out_text_document.idx"]
 
 
-def test_cli_prints_the_error_without_a_traceback(tmp_path, repo_root):
+def test_cli_prints_the_error_without_a_traceback(tmp_path, repo_root, capsys):
     bad_inputs(tmp_path)
-    result = subprocess.run(
-        [PYTHON, str(repo_root / "tools/datasets/preprocess_data.py"), "--input", str(tmp_path / "bad_json.jsonl"),
-         "--output-prefix", str(tmp_path / "out"), "--tokenizer-type", "ByteLevelTokenizer", "--no-progress"],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    assert "bad_json.jsonl, line 51: invalid JSON" in result.stderr
+    spec = importlib.util.spec_from_file_location("preprocess_data", repo_root / "tools/datasets/preprocess_data.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    argv = ["--input", str(tmp_path / "bad_json.jsonl"), "--output-prefix", str(tmp_path / "out"),
+            "--tokenizer-type", "ByteLevelTokenizer", "--no-progress"]
+    with pytest.raises(SystemExit) as exit_status:
+        run_cli(lambda: tool.main(argv))  # what `python tools/datasets/preprocess_data.py ...` runs
+    assert exit_status.value.code != 0
+    stderr = capsys.readouterr().err
+    assert "Traceback" not in stderr and "bad_json.jsonl, line 51: invalid JSON" in stderr
 
 
 def test_inputs_from_directories_and_globs_in_sorted_order(tmp_path):
