@@ -78,7 +78,7 @@ def read_documents(files, keys=("text",), problems: InputProblems = None):
 
 
 def _read_json_lines(path, keys, problems):
-    lineno, documents = 0, 0
+    lineno = 0
     with open(path, "rb") as fh:
         lines = zstd_lines(fh) if path.endswith(".zst") else fh
         try:
@@ -87,7 +87,6 @@ def _read_json_lines(path, keys, problems):
                     continue
                 texts = _parse_line(raw, keys, path, lineno, problems)
                 if texts is not None:
-                    documents += 1
                     yield path, f"line {lineno}", texts
         except zstandard.ZstdError as err:
             problems.report(path, f"line {lineno + 1}", "corrupt zstd data",
