@@ -57,7 +57,8 @@ class Monitor:
         if self.active and neox_args.use_wandb:
             self.wandb = _start_wandb(neox_args)
         if self.active and sys.stdout.isatty():
-            self.bar = tqdm(total=neox_args.train_iters, initial=start_iteration, unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=neox_args.train_iters, initial=start_iteration, unit="step", dynamic_ncols=True,
+                            file=sys.stdout)
         self.start_time = self.interval_start = time.time()
         self.start_iteration = start_iteration
         self.skipped_total = 0

@@ -122,7 +122,7 @@ def _losses(stdlib_data, folder, **overrides):
                               hidden_dropout=0.0, **overrides)).losses
 
 
-@pytest.mark.parametrize("zero", [{"stage": 1}, {"stage": 2}, {"stage": 3}])
+@pytest.mark.parametrize("zero", [{"stage": 1}, {"stage": 2}, {"stage": 3}], ids=["stage1", "stage2", "stage3"])
 def test_zero_stages_match_plain_data_parallel(zero, stdlib_data, tmp_path):
     reference = _losses(stdlib_data, tmp_path / "plain")
     sharded = _losses(stdlib_data, tmp_path / "zero", zero_optimization=zero)

@@ -1,0 +1,119 @@
+"""Logging: TensorBoard event files and an offline W&B run are read back and hold the training loss
+and the effective kernel parameters per head; the console shows a progress bar on a terminal."""
+import fcntl
+import glob
+import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from wandb.proto import wandb_internal_pb2
+
+from megatron.checkpointing import load_model_weights
+from megatron.model import GPTModel
+from megatron.monitor import kernel_scalars
+from megatron.tokenizer import build_tokenizer
+from megatron.training import pretrain
+from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, stdlib_data, tiny_args, tiny_overrides  # noqa: F401,E501
+
+
+def wandb_history(run_file: str) -> list[dict]:
+    """The `history` rows of a .wandb file: W&B's record log (LevelDB log format: 32 KiB blocks of
+    checksum/length/type-framed chunks after a 7-byte file header) holding protobuf Records."""
+    raw = open(run_file, "rb").read()
+    assert raw[:4] == b":W&B"
+    block, pos, pending, rows = 32768, 7, b"", []
+    while pos + 7 <= len(raw):
+        room = block - pos % block
+        _, length, kind = struct.unpack("<IHB", raw[pos:pos + 7]) if room >= 7 else (0, 0, 0)
+        if kind == 0:  # block padding
+            pos += room
+            continue
+        pending += raw[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows
+
+
+def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    args = tiny_args(stdlib_data, tmp_path, train_iters=4, log_interval=2, use_wandb=True,
+                     wandb_project="tests", log_dir=str(tmp_path / "logs"), tensorboard_dir=str(tmp_path / "tb"))
+    result = pretrain(args)
+    interval_means = {2: (result.losses[1] + result.losses[2]) / 2, 4: (result.losses[3] + result.losses[4]) / 2}
+
+    # The kernel parameters of the trained model, from its checkpoint (written at step 4).
+    model = GPTModel(args)
+    load_model_weights(args, model)
+    kernel = {name: values.float() for name, values in model.positional_embeddings()[0].kernel_parameters().items()}
+    assert set(kernel) == {"r1", "r2"}  # KERPLE-log
+
+    tensorboard = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
+    tensorboard.Reload()
+    scalars = {tag: {e.step: e.value for e in tensorboard.Scalars(tag)} for tag in tensorboard.Tags()["scalars"]}
+    assert scalars["train/loss"] == pytest.approx(interval_means, rel=1e-6)
+    for name, values in kernel.items():
+        assert scalars[f"pos_emb/{name}/mean"][4] == pytest.approx(values.mean().item(), rel=1e-6)
+        assert scalars[f"pos_emb/{name}/min"][4] == pytest.approx(values.min().item(), rel=1e-6)
+        assert scalars[f"pos_emb/{name}/max"][4] == pytest.approx(values.max().item(), rel=1e-6)
+        for head in range(args.num_attention_heads):
+            assert scalars[f"pos_emb/{name}/head{head}"][4] == pytest.approx(values[head].item(), rel=1e-6)
+    for tag in ("train/lr", "train/grad_norm", "train/tokens_per_sec", "train/ppl", "valid/loss", "test/loss"):
+        assert tag in scalars
+
+    (run_file,) = glob.glob(str(tmp_path / "logs" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    history = {row["_step"]: row for row in wandb_history(run_file)}
+    assert {step: history[step]["train/loss"] for step in (2, 4)} == pytest.approx(interval_means, rel=1e-9)
+    for tag in ("pos_emb/r1/mean", "pos_emb/r2/max", "pos_emb/r1/head3", "train/lr", "valid/loss"):
+        assert history[4][tag] == pytest.approx(scalars[tag][4], rel=1e-6)
+
+
+def test_kernel_scalars_name_each_layer_when_not_shared(stdlib_data, tmp_path):
+    args = tiny_args(stdlib_data, tmp_path, pos_emb_per_layer=True)
+    build_tokenizer(args)
+    model = GPTModel(args)
+    with torch.no_grad():
+        for p in model.positional_embeddings()[1].parameters():  # make layer 1 differ from layer 0
+            p.add_(1.0)
+    scalars = kernel_scalars(model)
+    assert {k.split("/")[1] for k in scalars} == {"layer0", "layer1"}
+    for layer, pe in enumerate(model.positional_embeddings()):
+        r1 = pe.kernel_parameters()["r1"]
+        assert scalars[f"pos_emb/layer{layer}/r1/max"] == pytest.approx(r1.max().item(), rel=1e-6)
+    assert scalars["pos_emb/layer1/r1/mean"] != scalars["pos_emb/layer0/r1/mean"]
+
+
+@pytest.mark.slow
+def test_progress_bar_on_a_terminal(stdlib_data, tmp_path):
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=6, log_interval=3, save=None, load=None)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a 120-column terminal
+    process = subprocess.Popen([sys.executable, "train.py", str(TINY), *set_flags(overrides)], cwd=REPO_ROOT,
+                               env=child_environment(), stdin=follower, stdout=follower, stderr=subprocess.DEVNULL)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=120) == 0, output.decode(errors="replace")
+    text = output.decode(errors="replace")
+    assert "6/6 [" in text and "step/s" in text  # tqdm's bar, rate in steps
+    assert "step 3/6 | loss" in text  # the log lines are printed above the bar
