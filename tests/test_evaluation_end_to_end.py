@@ -148,3 +148,10 @@ def test_a_missing_checkpoint_is_a_hard_error_and_writes_nothing(workspace, tmp_
     assert cli.returncode != 0 and "Traceback" not in cli.stderr
     assert f"error: checkpoint folder {tmp_path / 'nowhere'} (key `load`) does not exist" in cli.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_run_identity_comes_from_the_checkpoint_not_the_evaluating_config(workspace, results, tmp_path):
+    args = neox_args(workspace[1]["kerple_log"], seed=999, eval_lengths=[64], eval_modes=["nonoverlap"],
+                     eval_chunks=1, eval_results_dir=str(tmp_path), num_workers=3)
+    run_info = load_result(evaluate_run(args))["run"]
+    assert run_info["seed"] == 1234 and run_info["config_hash"] == results["kerple_log"]["run"]["config_hash"]

@@ -11,8 +11,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from megatron.checkpointing import load_model_weights
+from megatron.checkpointing import load_model_weights, read_client_state, resolve_tag
 from megatron.data import build_evaluation_stream
+from megatron.initialize import initialize_megatron
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgsError, groups
 from megatron.tokenizer import build_tokenizer
@@ -26,8 +27,14 @@ class EvaluationError(NeoXArgsError):
 
 
 def evaluate_run(neox_args) -> pathlib.Path:
-    """Load the checkpoint named by `load`, score every (length, mode), write the JSON; return its path."""
+    """Load the checkpoint named by `load`, score every (length, mode), write the JSON; return its path.
+
+    Launched on several ranks (deepy.py), each rank scores every world_size-th chunk and rank 0
+    gathers the losses and writes the file."""
     lengths, modes = _checked_plan(neox_args)
+    if neox_args.world_size > 1:
+        initialize_megatron(neox_args)
+    say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
     tokenizer = build_tokenizer(neox_args)  # also sets padded_vocab_size
     stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     plan = {length: _starts(stream, length, neox_args) for length in lengths}
@@ -41,34 +48,38 @@ def evaluate_run(neox_args) -> pathlib.Path:
     model.to(device=device, dtype=dtype).eval()
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
 
-    run = run_identity(neox_args, iteration)
-    print(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "
-          f"split: {len(stream):,} tokens, lengths {lengths}, modes {modes}", flush=True)
+    run = run_identity(neox_args, trained_config(neox_args), iteration)
+    say(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "
+        f"split: {len(stream):,} tokens, lengths {lengths}, modes {modes}", flush=True)
     records = []
     with torch.inference_mode():  # no autograd: the model's `auto` attention takes its memory-light path
         for length in lengths:
             if limit is not None and length > limit:
-                records += _skipped(neox_args, length, modes, limit)
+                records += _skipped(neox_args, length, modes, limit, say)
                 continue
             records += _evaluate_length(lambda x: model(x.to(device)), stream, plan[length], length,
-                                        modes, neox_args, device, tokenizer.vocab_size)
+                                        modes, neox_args, device, tokenizer.vocab_size, say)
 
-    document = {
-        "schema": SCHEMA, "run": run,
-        "evaluation": {
-            "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
-            "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
-            "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
-            "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
-            "device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
-            "peak_memory": "cuda max allocated per length" if device.type == "cuda" else "process peak RSS so far",
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        },
-        "results": records,
-    }
     path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
-    write_atomic(path, document)
-    print(f"wrote {path}", flush=True)
+    if neox_args.rank == 0:
+        write_atomic(path, {
+            "schema": SCHEMA, "run": run,
+            "evaluation": {
+                "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
+                "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
+                "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
+                "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
+                "device": str(device), "dtype": str(dtype).removeprefix("torch."), "ranks": neox_args.world_size,
+                "torch": torch.__version__,
+                "peak_memory": ("cuda max allocated per length" if device.type == "cuda"
+                                else "process peak RSS so far"),
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            },
+            "results": records,
+        })
+        say(f"wrote {path}", flush=True)
+    if neox_args.world_size > 1:
+        torch.distributed.barrier()  # no rank returns before the file exists
     return path
 
 
@@ -104,30 +115,33 @@ def _starts(stream, length, neox_args):
                               f"{neox_args.eval_split!r})") from None
 
 
-def _skipped(neox_args, length, modes, limit):
+def _skipped(neox_args, length, modes, limit, say):
     message = (f"pos-emb {neox_args.pos_emb} embeds at most {limit} positions (max-position-embeddings), "
                f"so it cannot score length {length}; only relative methods evaluate beyond it")
-    print(f"L={length}: skipped: {message}", flush=True)
+    say(f"L={length}: skipped: {message}", flush=True)
     return [{"length": length, "mode": mode, "skipped": message} for mode in modes]
 
 
-def _evaluate_length(model, stream, starts, length, modes, neox_args, device, vocab_size):
+def _evaluate_length(model, stream, starts, length, modes, neox_args, device, vocab_size, say):
     """Records for one length; nonoverlap and position share one pass over the chunks."""
     batch = neox_args.eval_micro_batch_size
     stride = min(neox_args.eval_stride or max(length // 2, 1), length)
+    mine = starts[neox_args.rank::neox_args.world_size]  # this rank's share of the chunks
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     passes = {}
     if {"nonoverlap", "position"} & set(modes):
-        passes["nonoverlap"] = lambda progress: nonoverlap_losses(model, stream, starts, length, batch, progress, vocab_size)
+        passes["nonoverlap"] = lambda progress: nonoverlap_losses(
+            model, stream, mine, length, batch, progress, vocab_size)
     if "sliding" in modes:
-        passes["sliding"] = lambda progress: sliding_losses(model, stream, starts, length, stride, batch, progress, vocab_size)
+        passes["sliding"] = lambda progress: sliding_losses(
+            model, stream, mine, length, stride, batch, progress, vocab_size)
 
     records = []
     for name, score in passes.items():
         began = time.perf_counter()
-        with _progress_bar(f"L={length} {name}", len(starts)) as progress:
-            losses = score(progress)
+        with _progress_bar(f"L={length} {name}", len(mine), neox_args.rank == 0) as progress:
+            losses = _gathered(score(progress), neox_args.world_size)
         seconds = time.perf_counter() - began
         for mode in [m for m in modes if m == name or (name == "nonoverlap" and m == "position")]:
             record = summarize(losses, length, mode, starts)
@@ -135,17 +149,29 @@ def _evaluate_length(model, stream, starts, length, modes, neox_args, device, vo
             if mode == "sliding":
                 record["stride"] = stride
             stderr = f" ± {record['stderr']:.4f}" if record["stderr"] is not None else ""
-            print(f"L={length} {mode}: loss {record['loss']:.4f}{stderr}, ppl {record['ppl']:.3f}, "
-                  f"{record['chunks']} chunks, {record['tokens']:,} tokens, {seconds:.1f} s", flush=True)
+            say(f"L={length} {mode}: loss {record['loss']:.4f}{stderr}, ppl {record['ppl']:.3f}, "
+                f"{record['chunks']} chunks, {record['tokens']:,} tokens, {seconds:.1f} s", flush=True)
             records.append(record)
     return records
+
+
+def _gathered(losses: np.ndarray, world_size: int) -> np.ndarray:
+    """Every rank's [its chunks, L] losses back in chunk order (rank r scored chunks r, r + world, ...)."""
+    if world_size == 1:
+        return losses
+    parts = [None] * world_size
+    torch.distributed.all_gather_object(parts, losses)
+    out = np.empty((sum(len(p) for p in parts), losses.shape[1]), dtype=losses.dtype)
+    for rank, part in enumerate(parts):
+        out[rank::world_size] = part
+    return out
 
 
 class _progress_bar:
     """tqdm over chunks with scored-input tokens per second in the postfix."""
 
-    def __init__(self, desc, total):
-        self.bar = tqdm(total=total, desc=desc, unit="chunk", dynamic_ncols=True)
+    def __init__(self, desc, total, show):
+        self.bar = tqdm(total=total, desc=desc, unit="chunk", dynamic_ncols=True, disable=not show)
         self.tokens, self.began = 0, time.perf_counter()
 
     def __enter__(self):
@@ -181,23 +207,29 @@ def method_name(neox_args) -> str:
 # Settings that do not change what was trained or how it is scored stay out of the config hash.
 _UNHASHED_GROUPS = (groups.EvaluationArgs, groups.LoggingArgs, groups.LauncherArgs)
 # The seed stays out too, so the seeds of one configuration share a hash (NeoXArgs.config_hash hashes all).
-_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "config_files", "config_sources", "rank",
-                  "local_rank", "world_size", "num_workers", "data_cache_path"}
+_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "finetune", "config_files", "config_sources", "rank",
+                  "local_rank", "num_workers", "data_cache_path"}
 
 
-def training_config_hash(neox_args) -> str:
+def training_config_hash(trained: dict) -> str:
     skip = _UNHASHED_KEYS | {f.name for g in _UNHASHED_GROUPS for f in dataclasses.fields(g)}
-    config = {k: v for k, v in neox_args.to_dict().items() if k not in skip}
+    config = {k: v for k, v in trained.items() if k not in skip}
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def run_identity(neox_args, iteration: int) -> dict:
-    digest = training_config_hash(neox_args)
+def trained_config(neox_args) -> dict:
+    """The config the checkpoint was trained with (stored in it by train.py): seed, train length and
+    config hash come from here, not from the evaluating config, which may be launched differently."""
+    return read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))["neox_args"]
+
+
+def run_identity(neox_args, trained: dict, iteration: int) -> dict:
+    digest = training_config_hash(trained)
     dataset, method = dataset_name(neox_args), method_name(neox_args)
     return {
-        "name": f"{dataset}_{method}_seed{neox_args.seed}_step{iteration}_{digest[:8]}",
+        "name": f"{dataset}_{method}_seed{trained['seed']}_step{iteration}_{digest[:8]}",
         "method": method, "pos_emb": neox_args.pos_emb, "attention_window": neox_args.attention_window,
-        "seed": neox_args.seed, "dataset": dataset, "train_length": neox_args.seq_length,
+        "seed": trained["seed"], "dataset": dataset, "train_length": trained["seq_length"],
         "checkpoint": str(neox_args.load), "checkpoint_step": int(iteration), "config_hash": digest,
         "num_layers": neox_args.num_layers, "hidden_size": neox_args.hidden_size,
         "num_attention_heads": neox_args.num_attention_heads,
