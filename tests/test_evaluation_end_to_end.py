@@ -155,3 +155,21 @@ def test_run_identity_comes_from_the_checkpoint_not_the_evaluating_config(worksp
                      eval_chunks=1, eval_results_dir=str(tmp_path), num_workers=3)
     run_info = load_result(evaluate_run(args))["run"]
     assert run_info["seed"] == 1234 and run_info["config_hash"] == results["kerple_log"]["run"]["config_hash"]
+
+
+@pytest.mark.slow
+def test_deepy_on_two_ranks_writes_the_same_result_as_one_process(workspace, results, tmp_path):
+    """`python deepy.py evaluate.py ...` with two CPU ranks: each scores half of the chunks."""
+    launched = run(["deepy.py", "evaluate.py", "configs/tiny.yml", str(workspace[1]["kerple_log"]),
+                    "--set", "num_gpus=2", "--set", "master_port=29547", "--set", f"eval-results-dir={tmp_path}",
+                    "--set", f"eval-lengths={LENGTHS}", "--set", "eval-modes=[nonoverlap,sliding]",
+                    "--set", "eval-chunks=6", "--set", "eval-seed=3"], cwd=REPO, timeout=600)
+    assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
+    (path,) = tmp_path.glob("*.json")
+    document = load_result(path)
+    assert document["evaluation"]["ranks"] == 2
+    assert document["run"]["name"] == results["kerple_log"]["run"]["name"]
+    for record in document["results"]:
+        single = find_record(results["kerple_log"], record["length"], record["mode"])
+        assert record["chunk_starts"] == single["chunk_starts"]
+        np.testing.assert_allclose(record["chunk_losses"], single["chunk_losses"], rtol=1e-6)
