@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from megatron.model.attention import ATTENTION_IMPLS, attend, choose_path, plan_attention
+from torch.nn.attention.flex_attention import create_block_mask
+
+from megatron.model.attention import ATTENTION_IMPLS, attend, choose_path, flex_block_mask, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
 
@@ -63,6 +65,37 @@ def test_every_path_matches_the_float64_reference(name, window):
         for impl in ("sdpa", "blocked", "flex") if pe.distance_only else ("sdpa", "blocked"):
             out = run_path(pe, impl, q, k, v, window)
             torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5, msg=f"path {impl}")
+
+
+@pytest.mark.parametrize("length", [128, 300, 513])
+def test_flex_block_mask_matches_torchs_create_block_mask(length):
+    # Ours classifies 128 x 128 tiles from position ranges; torch's evaluates every pair.
+    def tiles(block_mask, full):
+        counts, indices = ((block_mask.full_kv_num_blocks, block_mask.full_kv_indices) if full
+                           else (block_mask.kv_num_blocks, block_mask.kv_indices))
+        return {(q, int(kv)) for q in range(counts.shape[-1]) for kv in indices[0, 0, q, :counts[0, 0, q]]}
+
+    for offset, window in itertools.product((0, 77), (None, 1, 100, 129, 255, 256)):  # 255: a tile pair's farthest distance
+        positions = torch.arange(length) + offset
+        limit = length if window is None else window
+        ours = flex_block_mask(positions, window, span=length)
+        expected = create_block_mask(lambda b, h, q, kv: (kv <= q) & (positions[q] - positions[kv] < limit),
+                                     None, None, length, length)
+        for full in (False, True):
+            assert tiles(ours, full) == tiles(expected, full), (offset, window, full)
+
+
+def test_flex_skips_and_fills_tiles_correctly_at_a_longer_length():
+    # 256 tokens = two tiles; window 100 makes a skipped tile, a full one and masked ones.
+    # (batch 1, 256 tokens: the kernel compiled for tests/test_model.py's extrapolation test)
+    torch.manual_seed(1)
+    pe, length = make_pe("kerple_log"), 256
+    q, k, v = (torch.randn(1, HEADS, length, HEAD_DIM) for _ in range(3))
+    positions = torch.arange(length)
+    with torch.no_grad():
+        outputs = [attend(q, k, v, plan_attention(pe, positions, impl=impl, window=100, block_size=BLOCK,
+                                                  needs_grad=False, dropout_p=0.0)) for impl in ("sdpa", "flex")]
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from megatron.neox_arguments import NeoXArgsError
@@ -148,8 +148,7 @@ def attend_materialised(q, k, v, bias, weight, allowed, dropout_p):
     scores = scores * weight
     if bias is not None:
         scores = scores + bias
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
+    scores = scores.masked_fill(~allowed, float("-inf"))
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return (probs @ v.float()).to(v.dtype)
 
@@ -201,16 +200,39 @@ def compiled_flex_attention():
     return _compiled_flex_attention
 
 
+FLEX_BLOCK = 128  # FlexAttention's tile: the block mask says, per tile, "skip", "full" or "apply mask_mod"
+
+
 def flex_block_mask(positions, window, span):
-    # The window is a captured 0-d tensor (span when unset: no effect), not a Python int the
-    # compiler would specialise on: every method and window share one compiled kernel per length.
+    """FlexAttention's BlockMask for causality (by index) and the window (by position distance).
+
+    torch's eager `create_block_mask` evaluates the mask on the whole L x L grid (2.5 GB of
+    temporaries at L = 16384) and compiling it costs seconds per length, so the tiles are classified
+    here from each tile's position range: O((L / 128)^2) memory, no compilation."""
     length = positions.shape[0]
-    limit = torch.tensor(span if window is None else window, device=positions.device)
+    tiles = -(-length // FLEX_BLOCK)
+    padded = F.pad(positions, (0, tiles * FLEX_BLOCK - length), value=int(positions[-1]))
+    lowest, highest = padded.view(tiles, FLEX_BLOCK).aminmax(dim=1)
+    tile = torch.arange(tiles, device=positions.device)
+    causal_full, causal_any = tile[None, :] < tile[:, None], tile[None, :] <= tile[:, None]  # [q tile, kv tile]
+    limit = span if window is None else window
+    window_full = highest[:, None] - lowest[None, :] < limit  # farthest pair of the tile is visible
+    window_any = lowest[:, None] - highest[None, :] < limit   # nearest pair is
+    ragged = (tile == tiles - 1) & (length % FLEX_BLOCK != 0)  # padding in the tile: let mask_mod decide
+    full = causal_full & window_full & ~ragged[:, None] & ~ragged[None, :]
+    partial = causal_any & window_any & ~full
+    limit = torch.tensor(limit, device=positions.device)  # a tensor, so the kernel is not specialised on it
 
     def visible(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) & (positions[q_idx] - positions[kv_idx] < limit)
 
-    return create_block_mask(visible, None, None, length, length, device=positions.device)
+    def ordered(tiles_mask):  # [q tile, kv tile] bool -> (counts [1, 1, q], kv tile indices [1, 1, q, kv])
+        counts = tiles_mask.sum(dim=-1, dtype=torch.int32)
+        indices = tiles_mask.to(torch.int32).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
+        return counts[None, None], indices[None, None]
+
+    return BlockMask.from_kv_blocks(*ordered(partial), *ordered(full), BLOCK_SIZE=FLEX_BLOCK, mask_mod=visible,
+                                    seq_lengths=(length, length))
 
 
 def attend_flex(q, k, v, plan: AttentionPlan):
