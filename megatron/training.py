@@ -216,8 +216,9 @@ def _gradient_norm(model: torch.nn.Module) -> float:
 
 class Preemption:
     """SIGTERM (a scheduler's preemption notice, or DeepSpeed's launcher passing one on) and SIGINT
-    (Ctrl-C) ask the loop to save and stop after the current step; a second signal aborts at once.
-    Every rank stops at the same step: the request is reduced over ranks each step."""
+    (Ctrl-C) ask the loop to save and stop after the current step. Every rank stops at the same step:
+    the request is reduced over ranks each step. Repeats are ignored: Ctrl-C reaches a rank both from
+    the terminal and from the launcher, which kills what has not exited 30 s later."""
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __enter__(self):
@@ -230,9 +231,7 @@ class Preemption:
             signal.signal(s, handler)
 
     def _handle(self, signum, frame):
-        if self.received is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without saving")
-        self.received = signum
+        self.received = self.received or signum
 
     @property
     def signal_name(self) -> str:

@@ -214,3 +214,31 @@ def test_auto_choices():
     assert auto(device_type="cuda", needs_grad=True) == "flex"
     assert auto(device_type="cuda", needs_grad=True, dropout_p=0.1) == "blocked"
     assert auto(device_type="cuda", distance_only=False) == "blocked"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", [None, 300])
+def test_paths_agree_at_a_realistic_size(window):
+    # 12 heads of 64 dims, 1100 tokens (ragged last tile and block), forward and gradients.
+    heads, head_dim, length = 12, 64, 1100
+    positions = torch.arange(length)
+    for name in ("kerple_bias_weight", "t5", "mep_kerple", "fire"):
+        torch.manual_seed(0)
+        pe = build_positional_embedding(name, num_heads=heads, head_dim=head_dim)
+        q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))
+        outputs, grads = {}, {}
+        for impl in ("sdpa", "blocked", "flex") if pe.distance_only else ("sdpa", "blocked"):
+            needs_grad = impl != "flex"
+            pe.zero_grad()
+            inputs = [t.clone().requires_grad_(needs_grad) for t in (q, k, v)]
+            with torch.set_grad_enabled(needs_grad):
+                plan = plan_attention(pe, positions, impl=impl, window=window, block_size=256, needs_grad=needs_grad,
+                                      dropout_p=0.0)
+                outputs[impl] = attend(*inputs, plan)
+            if needs_grad:
+                outputs[impl].square().sum().backward()
+                grads[impl] = [t.grad for t in inputs] + [p.grad for p in pe.parameters()]
+        for impl, out in outputs.items():
+            torch.testing.assert_close(out, outputs["sdpa"], atol=1e-5, rtol=1e-5, msg=f"{name} {impl}")
+        for blocked, expected in zip(grads["blocked"], grads["sdpa"]):
+            torch.testing.assert_close(blocked, expected, atol=1e-4, rtol=1e-4, msg=f"{name} gradients")

@@ -1,6 +1,8 @@
 """Checkpoints: exact resume, preemption by a real signal, atomic saves, pruning, and loading for
 evaluation (any length for relative methods; hard errors that name what is wrong)."""
+import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +17,8 @@ from megatron.model import GPTModel
 from megatron.model.positional_embeddings import available
 from megatron.tokenizer import build_tokenizer
 from megatron.training import pretrain, setup_model_and_optimizer
-from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, stdlib_data, tiny_args, tiny_overrides  # noqa: F401
+from test_training_support import (  # noqa: F401 (stdlib_data is a fixture)
+    REPO_ROOT, TINY, child_environment, free_port, set_flags, stdlib_data, tiny_args, tiny_overrides)
 
 
 def test_resume_is_bit_exact(stdlib_data, tmp_path):
@@ -202,3 +205,26 @@ def test_missing_and_empty_checkpoints_are_errors(saved, stdlib_data, tmp_path):
     with pytest.raises(CheckpointError, match=r"cannot read .*global_step9/mp_rank_00_model_states.pt"):
         _load(stdlib_data, tmp_path)
     assert _load(stdlib_data, tmp_path, iteration=3) == 3
+
+
+@pytest.mark.slow
+def test_two_ranks_stop_together_on_sigterm_and_resume(stdlib_data, tmp_path):
+    """SIGTERM to the whole launch (as a scheduler or Ctrl-C sends it): both ranks stop after the same
+    step, one checkpoint is written, and the same command with more steps carries on from it."""
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=100_000, log_interval=1, num_gpus=2,
+                               train_micro_batch_size_per_gpu=8, master_port=free_port())
+    argv = [sys.executable, "deepy.py", "train.py", str(TINY)]
+    process = subprocess.Popen(argv + set_flags(overrides), cwd=REPO_ROOT, env=child_environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    for line in process.stdout:
+        if line.startswith("step") and " 3/100000" in line:
+            break
+    os.killpg(process.pid, signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert "received SIGTERM: stopping after step " in output, output
+    stopped = int(output.split("received SIGTERM: stopping after step ")[1].split()[0])
+    assert (tmp_path / "ckpt" / "latest").read_text() == f"global_step{stopped}"
+    more = subprocess.run(argv + set_flags({**overrides, "train_iters": stopped + 2, "log_interval": 1}),
+                          cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0, more.stdout[-2000:] + more.stderr[-2000:]
+    assert re.findall(r"step +(\d+)/\d+ \|", more.stdout) == [str(stopped + 1), str(stopped + 2)]

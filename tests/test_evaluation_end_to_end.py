@@ -13,6 +13,7 @@ from scipy import stats
 from megatron.checkpointing import CheckpointError
 from megatron.evaluation import EvaluationError, evaluate_run, find_record, load_result, load_results
 from megatron.neox_arguments import NeoXArgs
+from tools.analysis import plot_kernels
 from tools.analysis.make_tables import build_table3
 from tools.analysis.plot_kernels import load_positional_embeddings, plot_kernel
 from tools.analysis.plot_position import plot_position_perplexity
@@ -116,13 +117,16 @@ def test_the_table_pairs_the_two_runs_over_chunks(results, workspace):
         assert cell.comparison.p_value == pytest.approx(stats.ttest_rel(reference, other).pvalue)
 
 
-def test_position_figure_and_kernel_figure_from_the_trained_runs(results, workspace):
+def test_position_figure_and_kernel_figure_from_the_trained_runs(results, workspace, tmp_path):
     fig = plot_position_perplexity(load_results(workspace[0] / "results"), 512)
     assert len(fig.axes[0].lines) == len(METHODS) + 1  # + the train-length marker
     args = neox_args(workspace[1]["kerple_log"])
     modules, step = load_positional_embeddings(args)
     assert step == STEPS and len(modules) == 1
     assert len(plot_kernel(modules[0], 256, "kerple_log").axes[0].lines) == args.num_attention_heads
+    plot_kernels.main([str(REPO / "configs" / "tiny.yml"), str(workspace[1]["kerple_log"]), "--out",
+                       str(tmp_path / "kernel")])
+    assert (tmp_path / "kernel.png").stat().st_size > 1000 and (tmp_path / "kernel.pdf").is_file()
 
 
 def test_learned_beyond_its_positions_is_recorded_as_skipped(workspace, tmp_path):

@@ -14,7 +14,8 @@ from megatron.optimizer import build_lr_scheduler, build_optimizer
 from megatron.training import TrainingError, lm_loss, pretrain, setup_model_and_optimizer, train_step
 from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
-from test_training_support import TINY, run_script, set_flags, stdlib_data, tiny_args, tiny_overrides  # noqa: F401
+from test_training_support import (  # noqa: F401 (stdlib_data is a fixture)
+    TINY, free_port, run_script, set_flags, stdlib_data, tiny_args, tiny_overrides)
 
 
 # ------------------------------------------------------------------------------- LR schedule
@@ -194,7 +195,7 @@ def test_divergence_stops_the_run_and_saves_nothing_after_it(stdlib_data, tmp_pa
 @pytest.mark.parametrize("ranks", [pytest.param(1, marks=pytest.mark.slow), 2])  # 1 rank: also in-process
 def test_deepy_trains_the_tiny_profile(ranks, stdlib_data, tmp_path):
     overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=30, log_interval=10, num_gpus=ranks,
-                               master_port=29500 + 17 * ranks + (hash(str(tmp_path)) % 1000),
+                               master_port=free_port(),
                                train_micro_batch_size_per_gpu=16 // ranks)
     done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -2,6 +2,7 @@
 corpus (the CPython standard library, byte-level tokens) and the tiny profile pointed at it."""
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 
@@ -39,6 +40,13 @@ def tiny_overrides(data_prefix: str, folder, **overrides) -> dict:
 def tiny_args(data_prefix: str, folder, **overrides) -> NeoXArgs:
     torch.set_num_threads(1)  # two shared cores; also keeps CPU float results reproducible
     return NeoXArgs.from_ymls([TINY], tiny_overrides(data_prefix, folder, **overrides))
+
+
+def free_port() -> int:
+    """A port nobody listens on now (runs of other people on this machine use fixed ones too)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def set_flags(values: dict) -> list:

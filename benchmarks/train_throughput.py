@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""Training throughput of every positional method, relative to `none`, in one run.
+
+    python benchmarks/train_throughput.py                       # configs/tiny.yml on this machine
+    python benchmarks/train_throughput.py configs/tiny.yml --set seq-length=256 --steps 10
+
+Each method gets a DeepSpeed engine built exactly as train.py builds it and runs the real
+train_step() (forward, backward, optimizer) on random tokens (the content does not change the
+cost). Methods take turns for several rounds so that a shared machine's load drifts over all of
+them alike; each method's figure is its median round. The paper's Table 4 (162M model, GPU)
+orders training time ALiBi ~ sinusoidal ~ KERPLE-log < KERPLE-power < rotary < T5.
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from megatron.initialize import initialize_megatron  # noqa: E402
+from megatron.model.positional_embeddings import available  # noqa: E402
+from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
+from megatron.tokenizer import build_tokenizer  # noqa: E402
+from megatron.training import setup_model_and_optimizer, train_step  # noqa: E402
+
+
+def random_batches(args, vocab_size: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    b, s = args.train_micro_batch_size_per_gpu, args.seq_length
+    while True:
+        tokens = torch.randint(0, vocab_size, (b, s + 1), generator=generator)
+        yield {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": torch.ones(b, s)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("configs", nargs="*", default=["configs/tiny.yml"])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--methods", nargs="+", default=list(available()))
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per method per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per method first")
+    cli = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    methods = ["none"] + [m for m in cli.methods if m != "none"]
+
+    overrides = {**parse_overrides(cli.set), "save": None, "load": None}
+    runs = {}
+    for method in methods:
+        args = NeoXArgs.from_ymls(cli.configs, {**overrides, "pos_emb": method})
+        initialize_megatron(args)
+        tokenizer = build_tokenizer(args)
+        engine, optimizer = setup_model_and_optimizer(args)
+        runs[method] = (args, engine, optimizer, random_batches(args, tokenizer.vocab_size, args.seed),
+                        tokenizer.vocab_size)
+    tokens_per_step = args.train_batch_size * args.seq_length
+
+    def run(method, steps):
+        args, engine, optimizer, batches, vocab = runs[method]
+        start = time.perf_counter()
+        for _ in range(steps):
+            train_step(args, engine, optimizer, batches, vocab)
+        return time.perf_counter() - start
+
+    for method in methods:
+        run(method, cli.warmup)
+    seconds = {m: [] for m in methods}
+    for _ in tqdm(range(cli.rounds), desc="rounds", unit="round"):
+        for method in methods:
+            seconds[method].append(run(method, cli.steps) / cli.steps)
+
+    per_step = {m: statistics.median(s) for m, s in seconds.items()}
+    print(f"\n{args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
+          f"seq {args.seq_length}, batch {args.train_batch_size}, {args.precision}, "
+          f"{torch.get_num_threads()} threads; median of {cli.rounds} rounds x {cli.steps} steps")
+    print(f"{'method':<20}{'tokens/s':>12}{'vs none':>10}{'time vs none':>14}")
+    for method in sorted(methods, key=per_step.get):
+        rate = tokens_per_step / per_step[method]
+        print(f"{method:<20}{rate:>12,.0f}{per_step['none'] / per_step[method]:>10.3f}"
+              f"{per_step[method] / per_step['none']:>14.3f}")
+
+
+if __name__ == "__main__":
+    run_cli(main)
