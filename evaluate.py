@@ -5,7 +5,7 @@
 Loads the checkpoint named by `load`, scores the `eval-split` stream at each of `eval-lengths` in each
 of `eval-modes`, and writes one JSON result file into `eval-results-dir` (megatron/evaluation).
 """
-from megatron.evaluation import evaluate_run
+from megatron.evaluation.run import evaluate_run
 from megatron.neox_arguments import NeoXArgs, run_cli
 
 

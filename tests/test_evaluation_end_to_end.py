@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from megatron.checkpointing import CheckpointError
-from megatron.evaluation import EvaluationError, evaluate_run, find_record, load_result, load_results
+from megatron.evaluation.results import find_record, load_result, load_results
+from megatron.evaluation.run import EvaluationError, evaluate_run
 from megatron.neox_arguments import NeoXArgs
 from tools.analysis import plot_kernels
 from tools.analysis.make_tables import build_table3

@@ -123,7 +123,8 @@ def _footnote(table, dataset):
     over = sorted({c.comparison.over for (d, _, _), c in table.cells.items()
                    if d == dataset and c.comparison and c.comparison.over})
     seeds = sorted({c.seeds for (d, _, _), c in table.cells.items() if d == dataset and c.seeds})
-    lines = [f"Perplexity ({table.mode}), mean ± std over {'/'.join(map(str, seeds))} seed(s). "
+    spread = "one seed per method" if seeds == [1] else f"mean ± std over {'/'.join(map(str, seeds))} seeds"
+    lines = [f"Perplexity ({table.mode}), {spread}. "
              f"{DAGGER}: {table.reference} significantly better (paired two-sided t-test on loss over "
              f"{' and '.join(over) or 'seeds'}, α = {table.alpha})."]
     if any(c.skipped for (d, _, _), c in table.cells.items() if d == dataset):

@@ -5,7 +5,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display needed on a cluster
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from megatron.neox_arguments.groups import POS_EMB_CHOICES  # noqa: E402
 
@@ -34,7 +34,13 @@ def save_figure(fig, stem) -> list[pathlib.Path]:
 
 
 def plain_numbers(axis) -> None:
-    """Label a log axis 32, 64, 3.5 rather than 2^5, 6x10^0."""
+    """Label a log axis 32, 64, 3.5 rather than 2^5, 6x10^0 (call after plotting: it reads the range).
+    Within a decade every minor tick gets a label; wider ranges label 1, 2, 5 x 10^k only."""
+    low, high = sorted(axis.get_view_interval())
     label = FuncFormatter(lambda value, _: f"{value:g}")
+    if high / max(low, 1e-300) > 10:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_minor_formatter(NullFormatter())
+    else:
+        axis.set_minor_formatter(label)
     axis.set_major_formatter(label)
-    axis.set_minor_formatter(label)

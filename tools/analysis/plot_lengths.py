@@ -6,6 +6,7 @@ import argparse
 import sys
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from megatron.evaluation.results import ResultFileError, load_results
 from .plot_common import method_color, method_linestyle, plain_numbers, plt, save_figure
@@ -38,7 +39,8 @@ def plot_perplexity_vs_length(documents, mode="nonoverlap"):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sorted({L for runs in index[dataset].values() for L in runs}))
-        plain_numbers(ax.xaxis)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         plain_numbers(ax.yaxis)
         ax.set_xlabel("evaluation length L (tokens)")
         ax.set_ylabel(f"perplexity ({mode})")

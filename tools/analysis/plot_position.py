@@ -43,12 +43,12 @@ def plot_position_perplexity(documents, length, dataset=None, smooth=1):
     if trained:
         ax.axvline(trained, color="grey", linestyle=":", linewidth=1, label="train length")
     ax.set_yscale("log")
-    plain_numbers(ax.yaxis)
     ax.set_xlabel("position in the sequence" + (f" (trailing mean over {smooth})" if smooth > 1 else ""))
     ax.set_ylabel("perplexity at position")
     ax.set_title(f"{dataset}: position-wise perplexity at L = {length}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    plain_numbers(ax.yaxis)
     fig.tight_layout()
     return fig
 
