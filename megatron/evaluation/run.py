@@ -84,20 +84,14 @@ def evaluate_run(neox_args) -> pathlib.Path:
 
 
 def _checked_plan(neox_args):
-    lengths = list(neox_args.eval_lengths or [neox_args.seq_length])
-    modes = list(neox_args.eval_modes)
-    bad_modes = [m for m in modes if m not in MODES]
-    if bad_modes or not modes:
-        raise EvaluationError(f"eval-modes {modes} is not a non-empty list of {', '.join(MODES)}; fix "
-                              "eval-modes in the evaluation config (e.g. configs/eval/extrapolation.yml)")
-    bad_lengths = [x for x in lengths if not isinstance(x, int) or isinstance(x, bool) or x < 1]
-    if bad_lengths:
-        raise EvaluationError(f"eval-lengths must be positive integers; {bad_lengths} are not")
-    if neox_args.eval_stride is not None and neox_args.eval_stride < 1:
-        raise EvaluationError(f"eval-stride must be a positive integer, got {neox_args.eval_stride}")
-    if neox_args.eval_chunks is not None and neox_args.eval_chunks < 1:
-        raise EvaluationError(f"eval-chunks must be a positive integer (or unset for all), got "
-                              f"{neox_args.eval_chunks}")
+    """What NeoXArgs does not check already (it checks eval-lengths and the names in eval-modes)."""
+    lengths, modes = list(neox_args.eval_lengths or [neox_args.seq_length]), list(neox_args.eval_modes)
+    if not modes:
+        raise EvaluationError(f"eval-modes is empty; list at least one of {', '.join(MODES)}")
+    for key in ("eval_stride", "eval_chunks"):
+        value = getattr(neox_args, key)
+        if value is not None and value < 1:
+            raise EvaluationError(f"{key.replace('_', '-')} must be a positive integer (or unset), got {value}")
     if not neox_args.load:
         raise EvaluationError("`load` is not set: evaluation needs the checkpoint folder of a trained run "
                               "(the `save` folder of its training config)")
