@@ -152,8 +152,9 @@ def test_table4_reads_step_times_from_tensorboard(tmp_path):
     assert speeds.keys() == expected.keys()
     for method in expected:
         np.testing.assert_allclose(speeds[method], expected[method], rtol=1e-6)
-    text = render_table4(speeds)
+    text = render_table4(speeds, with_paper=True)
     assert text.index("kerple_log") < text.index("alibi") and "0.307" in text  # the paper's A100 number
+    assert "0.307" not in render_table4(speeds) and r"\toprule" in render_table4(speeds, "tex")
 
 
 def test_table4_without_step_times_is_a_clear_error(tmp_path):

@@ -227,14 +227,14 @@ def main(argv=None):
     print(RENDERERS[args.format](table))
     speeds = speed_table(args.train_logs) if args.train_logs else None
     if speeds:
-        print(render_table4(speeds, args.format))
+        print(render_table4(speeds, args.format, args.paper is not None))
     if args.out:
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         for ext, render in RENDERERS.items():
             (out / f"table3.{ext}").write_text(render(table))
             if speeds:
-                (out / f"table4.{ext}").write_text(render_table4(speeds, ext))
+                (out / f"table4.{ext}").write_text(render_table4(speeds, ext, args.paper is not None))
         print(f"wrote {out}/table3.{{md,tex,csv}}" + (" and table4.*" if speeds else ""), file=sys.stderr)
 
 

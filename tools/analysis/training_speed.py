@@ -1,4 +1,5 @@
-"""Table 4: seconds per training step, read from training runs' TensorBoard logs.
+"""Table 4: seconds per training step, read from training runs' TensorBoard logs (the scalar
+`train/seconds_per_step` that the training monitor writes every log interval).
 
 Each `--train-logs` item is `METHOD=FOLDER` or a FOLDER named after the method; runs given the same
 method (seeds) are averaged. A run's sec/step is the median of the logged step times, leaving out the
@@ -44,20 +45,21 @@ def speed_table(items) -> dict:
     return dict(speeds)
 
 
-def render_table4(speeds: dict, fmt: str = "md") -> str:
+def render_table4(speeds: dict, fmt: str = "md", with_paper: bool = False) -> str:
+    header = ["method", "sec/step (this run)", "runs"] + (["paper sec/step (A100, GitHub)"] if with_paper else [])
     rows = []
     for method in sorted(speeds, key=method_sort_key):
         values = np.array(speeds[method])
         std = f" ± {values.std(ddof=1):.4f}" if len(values) > 1 else ""
-        paper = TABLE4.get(method)
-        rows.append((method, f"{values.mean():.4f}{std}", len(values), "" if paper is None else f"{paper:.3f}"))
-    header = ("method", "sec/step (this run)", "runs", "paper sec/step (A100, GitHub)")
+        paper = [f"{TABLE4[method]:.3f}" if method in TABLE4 else ""] if with_paper else []
+        rows.append([method, f"{values.mean():.4f}{std}", str(len(values))] + paper)
     if fmt == "csv":
-        return "\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n"
+        return "\n".join(",".join(r) for r in [header, *rows]) + "\n"
     if fmt == "tex":
-        body = [" & ".join(map(str, r)).replace("_", r"\_").replace("±", r"$\pm$") + r" \\" for r in rows]
-        return "\n".join([r"\begin{tabular}{lrrr}", r"\toprule", " & ".join(header) + r" \\", r"\midrule",
-                          *body, r"\bottomrule", r"\end{tabular}"]) + "\n"
-    lines = ["| " + " | ".join(header) + " |", "|---|---|---|---|"]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-    return "\n".join(lines) + "\n\nPaper column: the KERPLE paper's Table 4 (one A100), not this machine.\n"
+        body = [" & ".join(r).replace("_", r"\_").replace("±", r"$\pm$") + r" \\" for r in rows]
+        return "\n".join([r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule",
+                          " & ".join(header) + r" \\", r"\midrule", *body, r"\bottomrule", r"\end{tabular}"]) + "\n"
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    note = "\n\nPaper column: the KERPLE paper's Table 4 (one A100), not this machine.\n" if with_paper else "\n"
+    return "\n".join(lines) + note
