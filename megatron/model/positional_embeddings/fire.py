@@ -16,8 +16,9 @@ class FIRE(PositionalEmbedding):
                  fire_init_c: float = 0.1, fire_init_L: float = 512.0):
         super().__init__(num_heads, head_dim, hidden_size)
         self.mlp = nn.Sequential(nn.Linear(1, fire_mlp_width), nn.ReLU(), nn.Linear(fire_mlp_width, num_heads))
-        self.c = nn.Parameter(torch.tensor(fire_init_c))
-        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+        # Shape [1], not 0-dim: DeepSpeed broadcasts parameters as byte views, which 0-dim tensors refuse.
+        self.c = nn.Parameter(torch.tensor([fire_init_c]))
+        self.L_multiplier = nn.Parameter(torch.ones(1))
         self.init_L = fire_init_L
 
     def pairwise(self, q_positions, k_positions):
