@@ -11,7 +11,10 @@ import json
 import os
 import pathlib
 import shlex
+import signal
+import subprocess
 import sys
+import time
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 
@@ -126,8 +129,38 @@ def main(argv=None):
         print(shlex.join([sys.executable, "-m", "deepspeed.launcher.runner"] + runner_argv))
         return 0
 
-    from deepspeed.launcher import runner
-    return runner.main(runner_argv)
+    return launch(runner_argv)
+
+
+def launch(runner_argv):
+    """Run DeepSpeed's runner in its own process group and pass SIGTERM/SIGINT to the whole group, so
+    that a scheduler signalling deepy.py alone still reaches the ranks and they save a checkpoint
+    (the runner forwards nothing by itself). Returns once every process of the launch has exited."""
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-m", "deepspeed.launcher.runner", *runner_argv],
+                             start_new_session=True)
+
+    def forward(signum, _frame):
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    code = child.wait()
+    # Ranks may outlive the runner while they save after a signal: wait for the rest of the group.
+    while any(_in_group(p, child.pid) for p in psutil.process_iter(["status"])):
+        time.sleep(0.5)
+    return code
+
+
+def _in_group(process, group):
+    try:
+        return os.getpgid(process.pid) == group and process.info["status"] != "zombie"
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 if __name__ == "__main__":

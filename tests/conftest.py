@@ -18,3 +18,18 @@ def shared_dir() -> pathlib.Path:
 @pytest.fixture
 def repo_root() -> pathlib.Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def stdlib_data(tmp_path_factory) -> str:
+    """~3 MB of the built-in corpus (the CPython standard library, byte-level tokens) as a NeoX
+    dataset, built once per test session; returns its prefix."""
+    from megatron.data.preprocess import preprocess
+    from megatron.data.stdlib_corpus import write_stdlib_corpus
+    from megatron.tokenizer import make_tokenizer
+
+    folder = tmp_path_factory.mktemp("stdlib")
+    write_stdlib_corpus(str(folder / "stdlib.jsonl.zst"), max_bytes=3_000_000)
+    preprocess([str(folder / "stdlib.jsonl.zst")], str(folder / "stdlib"),
+               make_tokenizer("ByteLevelTokenizer", None, None), append_eod=True, show_progress=False)
+    return str(folder / "stdlib_text_document")

@@ -17,8 +17,8 @@ from megatron.model import GPTModel
 from megatron.model.positional_embeddings import available
 from megatron.tokenizer import build_tokenizer
 from megatron.training import pretrain, setup_model_and_optimizer
-from test_training_support import (  # noqa: F401 (stdlib_data is a fixture)
-    REPO_ROOT, TINY, child_environment, free_port, set_flags, stdlib_data, tiny_args, tiny_overrides)
+from test_training_support import (
+    REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, tiny_overrides)
 
 
 def test_resume_is_bit_exact(stdlib_data, tmp_path):

@@ -1,10 +1,12 @@
 """deepy.py: dry run output, launcher arguments from config keys, and a real 2-process CPU launch."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
-import pytest
+from test_training_support import (
+    TINY, child_environment, free_port, set_flags, tiny_overrides)
 
 
 def deepy(repo_root, *argv, env=None):
@@ -74,3 +76,21 @@ def test_two_process_cpu_launch_runs_the_script_on_both_ranks(repo_root, tmp_pat
     for rank, report in enumerate(reports):
         assert report == {"rank": rank, "world_size": 2, "pos_emb": "t5", "train_batch_size": 32,
                           "all_reduce_sum": 3.0}
+
+
+def test_sigterm_to_deepy_alone_reaches_the_ranks_which_save(stdlib_data, tmp_path, repo_root):
+    """A scheduler that signals only the launcher process: the ranks still save, and deepy.py returns
+    after they have."""
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=100_000, log_interval=1, master_port=free_port())
+    process = subprocess.Popen([sys.executable, "deepy.py", "train.py", str(TINY), *set_flags(overrides)],
+                               cwd=repo_root, env=child_environment(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    for line in process.stdout:
+        if line.startswith("step") and " 3/100000" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=180)
+    assert "received SIGTERM: stopping after step " in output, output[-3000:]
+    stopped = int(output.split("received SIGTERM: stopping after step ")[1].split()[0])
+    assert (tmp_path / "ckpt" / "latest").read_text() == f"global_step{stopped}"
+    assert (tmp_path / "ckpt" / f"global_step{stopped}" / "mp_rank_00_model_states.pt").is_file()

@@ -20,8 +20,8 @@ from megatron.model import GPTModel
 from megatron.monitor import kernel_scalars
 from megatron.tokenizer import build_tokenizer
 from megatron.training import pretrain
-from test_training_support import (  # noqa: F401 (stdlib_data is a fixture)
-    REPO_ROOT, TINY, child_environment, set_flags, stdlib_data, tiny_args, tiny_overrides)
+from test_training_support import (
+    REPO_ROOT, TINY, child_environment, set_flags, tiny_args, tiny_overrides)
 
 
 def wandb_history(run_file: str) -> list[dict]:

@@ -14,8 +14,8 @@ from megatron.optimizer import build_lr_scheduler, build_optimizer
 from megatron.training import TrainingError, lm_loss, pretrain, setup_model_and_optimizer, train_step
 from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
-from test_training_support import (  # noqa: F401 (stdlib_data is a fixture)
-    TINY, free_port, run_script, set_flags, stdlib_data, tiny_args, tiny_overrides)
+from test_training_support import (
+    TINY, free_port, run_script, set_flags, tiny_args, tiny_overrides)
 
 
 # ------------------------------------------------------------------------------- LR schedule

@@ -1,31 +1,17 @@
-"""Fixtures for the training, checkpoint and logging tests (no tests here): a slice of the built-in
-corpus (the CPython standard library, byte-level tokens) and the tiny profile pointed at it."""
+"""Helpers for the training, checkpoint and logging tests (no tests here): the tiny profile pointed
+at the `stdlib_data` corpus slice (a session fixture in conftest.py)."""
 import os
 import pathlib
 import socket
 import subprocess
 import sys
 
-import pytest
 import torch
 
-from megatron.data.preprocess import preprocess
-from megatron.data.stdlib_corpus import write_stdlib_corpus
 from megatron.neox_arguments import NeoXArgs
-from megatron.tokenizer import make_tokenizer
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO_ROOT / "configs" / "tiny.yml"
-
-
-@pytest.fixture(scope="session")
-def stdlib_data(tmp_path_factory) -> str:
-    """~3 MB of the stdlib corpus as a NeoX dataset; returns its prefix."""
-    folder = tmp_path_factory.mktemp("stdlib")
-    write_stdlib_corpus(str(folder / "stdlib.jsonl.zst"), max_bytes=3_000_000)
-    preprocess([str(folder / "stdlib.jsonl.zst")], str(folder / "stdlib"),
-               make_tokenizer("ByteLevelTokenizer", None, None), append_eod=True, show_progress=False)
-    return str(folder / "stdlib_text_document")
 
 
 def tiny_overrides(data_prefix: str, folder, **overrides) -> dict:
