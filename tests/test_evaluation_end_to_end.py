@@ -23,6 +23,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 TRAIN_LENGTH, STEPS = 64, 120
 LENGTHS = [64, 128, 256, 512]  # 1x - 8x
 MODES = ["nonoverlap", "sliding", "position"]
+CHUNKS = 12
 METHODS = ("kerple_log", "sinusoidal")
 
 
@@ -64,7 +65,7 @@ def neox_args(config, **overrides):
 @pytest.fixture(scope="module")
 def results(workspace):
     root, configs = workspace
-    settings = {"eval_lengths": LENGTHS, "eval_modes": MODES, "eval_chunks": 6, "eval_seed": 3}
+    settings = {"eval_lengths": LENGTHS, "eval_modes": MODES, "eval_chunks": CHUNKS, "eval_seed": 3}
     return {m: load_result(evaluate_run(neox_args(configs[m], **settings))) for m in METHODS}
 
 
@@ -77,7 +78,7 @@ def test_result_files_hold_every_length_and_mode_with_consistent_numbers(results
         for length in LENGTHS:
             for mode in MODES:
                 record = find_record(document, length, mode)
-                assert record["chunks"] == 6 and record["tokens"] == 6 * length
+                assert record["chunks"] == CHUNKS and record["tokens"] == CHUNKS * length
                 assert record["ppl"] == pytest.approx(np.exp(record["loss"]))
                 assert record["loss"] == pytest.approx(np.mean(record["chunk_losses"]))
                 assert record["stderr"] == pytest.approx(stats.sem(record["chunk_losses"]))
@@ -168,7 +169,7 @@ def test_deepy_on_two_ranks_writes_the_same_result_as_one_process(workspace, res
     launched = run(["deepy.py", "evaluate.py", "configs/tiny.yml", str(workspace[1]["kerple_log"]),
                     "--set", "num_gpus=2", "--set", "master_port=29547", "--set", f"eval-results-dir={tmp_path}",
                     "--set", f"eval-lengths={LENGTHS}", "--set", "eval-modes=[nonoverlap,sliding]",
-                    "--set", "eval-chunks=6", "--set", "eval-seed=3"], cwd=REPO, timeout=600)
+                    "--set", f"eval-chunks={CHUNKS}", "--set", "eval-seed=3"], cwd=REPO, timeout=600)
     assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
     (path,) = tmp_path.glob("*.json")
     document = load_result(path)
