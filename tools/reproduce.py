@@ -365,28 +365,30 @@ def train(run: Run, args: NeoXArgs, threads: int) -> None:
 
 
 def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
-    """Every run through `execute`, `jobs` at a time; a windowed run waits for its base. {run: error}."""
-    progress, failures, futures = Progress(len(runs), jobs), {}, {}
+    """Every run through `execute`, `jobs` at a time; returns {run: error}. A windowed run follows its
+    base run in the same worker, so no worker waits idle for another's checkpoint."""
+    progress, failures = Progress(len(runs), jobs), {}
+    follows = {id(r.base): r for r in runs if r.base}
     print(f"{len(runs)} runs, {jobs} at a time, {threads} thread(s) each", flush=True)
 
     def one(run):
-        if run.base:
-            futures[id(run.base)].result()  # the base is submitted first and never raises
-            if str(run.base) in failures:
-                failures[str(run)] = f"not evaluated: its base run {run.base} failed"
-                progress.finish(run, 0.0, failed=True)
-                return
         try:
             progress.finish(run, execute(run, threads))
         except Exception as err:  # noqa: BLE001 - whatever stops one run, the others go on
             failures[str(run)] = str(err) if isinstance(err, (RunFailed, NeoXArgsError)) else repr(err)
-            print(f"FAILED {run}: {err}", flush=True)
+            print(f"FAILED {run}: {failures[str(run)]}", flush=True)
             progress.finish(run, 0.0, failed=True)
+        follow = follows.get(id(run))
+        if follow and str(run) in failures:
+            failures[str(follow)] = f"not evaluated: its base run {run} failed"
+            progress.finish(follow, 0.0, failed=True)
+        elif follow:
+            one(follow)
 
-    # A windowed run is queued after its base, so its base has started (or ended) when it waits on it.
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         for run in runs:
-            futures[id(run)] = pool.submit(one, run)
+            if not run.base:
+                pool.submit(one, run)
     return failures
 
 
@@ -712,18 +714,35 @@ def _claims_section(sweep, table, documents) -> str:
 
 # Table 4, training curves, kernels, position-wise ------------------------------------------------
 def _speed_section(sweep, trained) -> str:
-    from tools.analysis.training_speed import render_table4, speed_table
+    from tools.analysis.training_speed import render_table4
     lines = ["## Table 4: training speed\n", f"_Scale: {sweep.scale}_\n"]
     for dataset in sorted({r.dataset.name for r in trained}):
-        items = [f"{r.method}={r.directory / 'tensorboard'}" for r in trained
-                 if r.dataset.name == dataset and trained_step(r) == r.args().train_iters]
+        finished = [r for r in trained if r.dataset.name == dataset and trained_step(r) == r.args().train_iters]
         try:
             lines += [f"**{dataset}** (seconds per step on this shared CPU, {sweep.jobs} run(s) at a time, "
                       f"{sweep.threads} thread(s) each; other work on the machine adds noise)\n",
-                      render_table4(speed_table(items))]
+                      render_table4(_seconds_per_step(finished), with_paper=sweep.data[dataset].paper == "GitHub")]
         except ResultFileError as err:
             lines.append(f"**{dataset}**: no speed table: {err}\n")
     return "\n".join(lines)
+
+
+def _seconds_per_step(runs) -> dict:
+    """{method: [sec/step per run]} by tools/analysis/training_speed; for runs whose monitor logged only
+    `train/tokens_per_sec`, sec/step = tokens per step / that rate, with the same rule (median of the
+    logged points after the first)."""
+    from tools.analysis.training_speed import speed_table
+    try:
+        return speed_table([f"{r.method}={r.directory / 'tensorboard'}" for r in runs])
+    except ResultFileError:
+        speeds = {}
+        for run in runs:
+            args = run.args()
+            rates = [v for _, v in _scalar_curves(run.directory / "tensorboard", "train/tokens_per_sec")][1:]
+            if not rates:
+                raise
+            speeds.setdefault(run.method, []).append(args.train_batch_size * args.seq_length / float(np.median(rates)))
+        return speeds
 
 
 def _scalar_curves(folder: pathlib.Path, tag: str):
