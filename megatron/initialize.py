@@ -1,7 +1,6 @@
 """Start-up of every rank: the process group (gloo on CPU) and the seeds."""
 import os
 import random
-import socket
 
 import numpy as np
 import torch
@@ -14,10 +13,11 @@ def initialize_megatron(neox_args) -> None:
     `python train.py`; pick this rank's device and seed every generator."""
     accelerator = get_accelerator()
     backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()
-    if "RANK" not in os.environ:  # run with plain `python`: what a launcher would have set (DeepSpeed
-        # reads these); a free port, so that single-process runs (tests, notebooks) can share a machine
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+    if int(os.environ.get("WORLD_SIZE", 1)) == 1 and not torch.distributed.is_initialized():
+        # A world of one needs no rendezvous: an in-memory store, so no port is taken and runs started
+        # side by side (tests, a sweep, notebooks) cannot collide. DeepSpeed reads the rank variables.
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+        torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
     neox_args.rank = torch.distributed.get_rank()
     neox_args.world_size = torch.distributed.get_world_size()
@@ -34,9 +34,3 @@ def set_seed(seed: int) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     get_accelerator().manual_seed_all(seed)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
