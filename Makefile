@@ -18,13 +18,13 @@ $(VENV)/.installed: $(REQS)
 # The built-in default corpus: the CPython standard library of this interpreter, byte-level tokens.
 data: venv $(DEMO_DATA).bin
 $(DEMO_DATA).bin:
-	$(PY) tools/datasets/build_default_corpus.py --output-prefix $(DEMO_DATA)
+	$(PY) tools/datasets/build_default_corpus.py
 
-# Train a tiny KERPLE-log model on CPU, evaluate it at 1x-8x its training length, print the table.
+# Train a tiny KERPLE-log model on CPU, evaluate it at 1x-32x its training length, print the table.
 demo: data
 	$(PY) deepy.py train.py configs/tiny.yml
-	$(PY) evaluate.py configs/tiny.yml configs/eval/tiny_extrapolation.yml
-	$(PY) tools/analysis/make_tables.py eval_results/tiny
+	$(PY) evaluate.py configs/tiny.yml configs/eval/tiny.yml
+	$(PY) -m tools.analysis.make_tables eval_results/tiny
 
 test: venv
 	$(PY) -m pytest -q

@@ -91,7 +91,8 @@ def runner_arguments(args: NeoXArgs, hostfile, script):
         argv += ["--num_nodes", str(args.num_nodes)]
         if args.num_gpus is not None:
             argv += ["--num_gpus", str(args.num_gpus)]
-    argv += ["--master_port", str(args.master_port), "--launcher", args.launcher]
+    # DeepSpeed's own INFO lines repeat the whole command per rank; `--dry-run` prints it once.
+    argv += ["--master_port", str(args.master_port), "--launcher", args.launcher, "--log_level", "warning"]
     master_addr = args.master_addr or os.environ.get("MASTER_ADDR")
     if master_addr:
         argv += ["--master_addr", master_addr]

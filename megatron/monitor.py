@@ -86,7 +86,8 @@ class Monitor:
         tokens_per_sec = self.args.train_batch_size * self.args.seq_length / per_step
         loss = sum(self.losses) / len(self.losses) if self.losses else float("nan")
         scalars = {"train/loss": loss, "train/ppl": perplexity(loss), "train/lr": self.last["lr"],
-                   "train/tokens_per_sec": tokens_per_sec, "train/skipped_steps": self.skipped_total}
+                   "train/tokens_per_sec": tokens_per_sec, "train/seconds_per_step": per_step,
+                   "train/skipped_steps": self.skipped_total}
         if self.last["grad_norm"] is not None:
             scalars["train/grad_norm"] = self.last["grad_norm"]
         if self.last["loss_scale"] is not None:

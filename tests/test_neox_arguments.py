@@ -121,6 +121,7 @@ def test_invalid_yaml_is_a_clear_error(tmp_path):
     (minimal(optimizer={"type": "Adam", "params": {}}), r"params.lr is missing"),
     (minimal(eval_modes=["nonoverlap", "strided"]), r"unknown mode\(s\) \['strided'\]"),
     (minimal(num_layers=0), r"num-layers: must be a positive integer, got 0"),
+    (minimal(eval_stride=0), r"eval-stride: must be a positive integer \(or null for the default\), got 0"),
     ({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4}, r"10 is not divisible by micro batch 4"),
     ({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2},
      r"16 != micro batch 4 x gradient-accumulation-steps 2 x data-parallel size 1 = 8"),

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import typing
+import zlib
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
@@ -148,6 +149,9 @@ class NeoXArgs(*reversed(GROUPS)):
             self.eval_lengths = [self.seq_length]
         if not all(isinstance(n, int) and n > 0 for n in self.eval_lengths):
             fail("eval_lengths", f"must be a list of positive integers, got {self.eval_lengths}.")
+        for key in ("eval_chunks", "eval_stride"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                fail(key, f"must be a positive integer (or null for the default), got {getattr(self, key)}.")
         bad_modes = [m for m in self.eval_modes if m not in EVAL_MODES]
         if bad_modes:
             fail("eval_modes", f"unknown mode(s) {bad_modes}; choose from {list(EVAL_MODES)}.")
@@ -374,13 +378,15 @@ def parse_overrides(items) -> dict:
 
 
 def encode_config(args: NeoXArgs) -> str:
+    """The config as deepy.py hands it to every rank: compressed JSON in base64 (upstream NeoX sends
+    plain base64 JSON; compressing keeps the command line short with the config files inside)."""
     payload = {"values": args.user_values(), "sources": args.config_sources,
                "config_files": args.config_files}
-    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+    return base64.urlsafe_b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
 
 
 def decode_config(text: str) -> dict:
-    return json.loads(base64.urlsafe_b64decode(text.encode()).decode())
+    return json.loads(zlib.decompress(base64.urlsafe_b64decode(text.encode())).decode())
 
 
 def run_cli(main):
