@@ -2,12 +2,8 @@
 """Train a model: `python deepy.py train.py configs/tiny.yml` (every rank), or `python train.py
 configs/tiny.yml [--set key=value]` in one process."""
 import sys
-import warnings
 
 from megatron.neox_arguments import NeoXArgs, run_cli
-
-# megatron-core (imported for its datasets and LR scheduler) announces that apex/TE are absent: noise here.
-warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
 
 def main():

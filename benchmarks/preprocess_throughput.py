@@ -13,10 +13,8 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
-warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
 import zstandard  # noqa: E402
 

@@ -8,10 +8,8 @@ Use the result with `tokenizer-type: HFTokenizer` and `vocab-file: data/stdlib/t
 import argparse
 import os
 import sys
-import warnings
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
-warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
 from megatron.data.documents import expand_inputs, read_documents  # noqa: E402
 from megatron.neox_arguments import run_cli  # noqa: E402

@@ -10,10 +10,8 @@ writes data/stdlib/stdlib.jsonl.zst and data/stdlib/stdlib_text_document.bin/.id
 import argparse
 import os
 import sys
-import warnings
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
 from megatron.data.documents import read_documents  # noqa: E402
 from megatron.data.preprocess import preprocess  # noqa: E402

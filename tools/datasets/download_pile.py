@@ -20,13 +20,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import warnings
 
 import zstandard
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
 from megatron.data.documents import zstd_lines  # noqa: E402
 from megatron.data.errors import DataError  # noqa: E402

@@ -10,10 +10,8 @@ writes data/prose/prose_text_document.bin/.idx (use `data-path: data/prose/prose
 import argparse
 import os
 import sys
-import warnings
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
 from megatron.data.preprocess import preprocess  # noqa: E402
 from megatron.neox_arguments import run_cli  # noqa: E402
