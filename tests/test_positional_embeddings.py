@@ -373,3 +373,13 @@ def test_every_relative_method_reaches_16x_its_training_length(name):
     for t in (bias, weight, q, k, x):
         assert t is None or torch.isfinite(t).all()
     assert bias is None or bias.shape == (H, length, length)
+
+
+def test_kerple_init_bounds_come_from_the_config():
+    torch.manual_seed(0)
+    pe = build_positional_embedding("kerple_log", num_heads=512, head_dim=8, kerple_init={"r1": 0.1})
+    values = pe.kernel_parameters()
+    assert values["r1"].max() <= 0.1 + 1e-6 and values["r1"].mean() < 0.1
+    assert values["r2"].max() > 0.5  # r2 keeps the paper's U(0, 1)
+    with pytest.raises(PositionalEmbeddingError, match=r"kerple-init names \['r3'\], which KerpleLog does not have"):
+        build_positional_embedding("kerple_log", num_heads=4, head_dim=8, kerple_init={"r3": 1.0})

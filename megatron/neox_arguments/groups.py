@@ -65,6 +65,9 @@ class PositionalArgs:
     pos_emb_per_layer: bool = arg(
         False, "Give every layer its own kernel parameters (the paper shares one set).")
     kerple_eps: float = arg(0.01, "Lower bound of every KERPLE parameter (the reference's clamp).")
+    kerple_init: Optional[dict] = arg(
+        None, "KERPLE init: {name: b} draws that parameter ~ U(0, b) (paper: log r1 2, r2 1; power r1 1, "
+        "r2 2; exponents 2 and multipliers 1 otherwise).")
     mep_kernels: list = arg(
         ["gaussian", "exponential", "t5", "kerple_log"],
         "`mep_kerple`: kernels averaged (gaussian, exponential, t5, kerple_log).")

@@ -12,9 +12,12 @@ independent and each defaults to "do nothing":
 import torch
 from torch import nn
 
+from megatron.neox_arguments import NeoXArgsError
 
-class PositionalEmbeddingError(ValueError):
-    """A positional method was asked for something it cannot do (bad name, option or length)."""
+
+class PositionalEmbeddingError(NeoXArgsError):
+    """A positional method was asked for something it cannot do (bad name, option or length); a user
+    mistake, so entry points print it without a traceback."""
 
 
 class PositionalEmbedding(nn.Module):

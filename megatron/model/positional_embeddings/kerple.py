@@ -16,6 +16,7 @@ everywhere. Cost: near a bound the effective value moves more slowly than the ra
 
 Initialisation follows the paper: for log, r1 ~ U(0, 2) and r2 ~ U(0, 1); for power, the exponent
 r2 ~ U(0, 2) and the multiplier r1 ~ U(0, 1); other exponents ~ U(0, 2), other multipliers ~ U(0, 1).
+`kerple-init: {r1: B1, r2: B2}` changes those upper bounds.
 Draws are kept at least eps inside the bounds so the inverse maps stay finite (the reference would
 have clamped the rare draw below 0.01 up to 0.01 instead).
 Distances and tables are float32 whatever the parameters' dtype (the reference's bf16 distances
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import PositionalEmbedding, register
+from .base import PositionalEmbedding, PositionalEmbeddingError, register
 
 
 def _multiplier(raw, eps):
@@ -52,10 +53,19 @@ class KernelPositionalEmbedding(PositionalEmbedding):
     """Per-head constrained kernel parameters; subclasses give PARAMS and `kernel(d, **params)`."""
     PARAMS: dict[str, tuple[str, float]]  # name -> (constraint, init upper bound of U(0, bound))
 
-    def __init__(self, num_heads, head_dim, hidden_size=None, *, kerple_eps: float = 0.01):
+    def __init__(self, num_heads, head_dim, hidden_size=None, *, kerple_eps: float = 0.01,
+                 kerple_init: dict | None = None):
         super().__init__(num_heads, head_dim, hidden_size)
         self.eps = kerple_eps
-        for name, (constraint, init_bound) in self.PARAMS.items():
+        bounds = {name: bound for name, (_, bound) in self.PARAMS.items()}
+        unknown = set(kerple_init or {}) - set(bounds)
+        if unknown:
+            raise PositionalEmbeddingError(
+                f"kerple-init names {sorted(unknown)}, which {type(self).__name__} does not have; its "
+                f"parameters are {sorted(bounds)} (give each an upper bound b for U(0, b)).")
+        bounds.update(kerple_init or {})
+        for name, (constraint, _) in self.PARAMS.items():
+            init_bound = float(bounds[name])
             upper = 2.0 if constraint == "exponent" else float("inf")
             value = (torch.rand(num_heads, dtype=torch.float64) * init_bound).clamp(2 * self.eps, upper - self.eps)
             raw = _CONSTRAINTS[constraint][1](value, self.eps).float()
