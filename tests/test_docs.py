@@ -1,0 +1,9 @@
+"""README stays true: its config reference is the one generated from the typed config groups."""
+import subprocess
+import sys
+
+
+def test_readme_config_reference_is_current(repo_root):
+    result = subprocess.run([sys.executable, "tools/docs/config_reference.py", "--check", "README.md"],
+                            cwd=repo_root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
