@@ -119,6 +119,7 @@ def test_invalid_yaml_is_a_clear_error(tmp_path):
     (minimal(fp16={"enabled": True}, bf16={"enabled": True}), r"fp16 and bf16 are both enabled"),
     (minimal(optimizer={"type": "SGD", "params": {"lr": 0.1}}), r"type 'SGD' is not supported"),
     (minimal(optimizer={"type": "Adam", "params": {}}), r"params.lr is missing"),
+    (minimal(optimizer={"type": "Adam", "params": {"lr": "fast"}}), r"optimizer.params.lr must be a number, got 'fast'"),
     (minimal(eval_modes=["nonoverlap", "strided"]), r"unknown mode\(s\) \['strided'\]"),
     (minimal(num_layers=0), r"num-layers: must be a positive integer, got 0"),
     (minimal(eval_stride=0), r"eval-stride: must be a positive integer \(or null for the default\), got 0"),

@@ -174,9 +174,10 @@ class NeoXArgs(*reversed(GROUPS)):
         if "lr" not in params:
             fail("optimizer", "params.lr is missing: give the peak learning rate, e.g. "
                  "optimizer: {type: Adam, params: {lr: 6.0e-4}}.")
+        where = self.config_sources.get("optimizer", "the config")
         for name in ("lr", "eps"):
             if name in params:
-                params[name] = _as_float(params[name], f"optimizer.params.{name}", fail)
+                params[name] = _coerce(f"optimizer.params.{name}", params[name], float, where)
         self.optimizer = {**opt, "type": match, "params": params}
         self.lr = params["lr"]
 
@@ -283,19 +284,6 @@ def _unknown_key_message(raw_key, where, known) -> str:
     hint = f" Did you mean '{close[0].replace('_', '-')}'?" if close else ""
     return (f"{where}: '{raw_key}' is not a known config key.{hint} Fix or remove it; README.md's config "
             f"reference lists all {len(dashed)} keys.")
-
-
-def _as_float(value, key, fail):
-    if isinstance(value, bool):
-        fail(key, f"must be a number, got {value!r}.")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    fail(key, f"must be a number, got {value!r}.")
 
 
 def _coerce(key, value, hint, where):

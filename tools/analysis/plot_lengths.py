@@ -3,11 +3,11 @@
     python -m tools.analysis.plot_lengths eval_results/ --out docs/images/ppl_vs_length [--mode nonoverlap]
 """
 import argparse
-import sys
 
 import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from megatron.neox_arguments import run_cli
 from megatron.evaluation.results import ResultFileError, load_results
 from .plot_common import method_color, method_linestyle, plain_numbers, plt, save_figure
 from .results_index import index_results, method_sort_key, train_lengths
@@ -62,8 +62,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ResultFileError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_cli(main)

@@ -7,10 +7,10 @@ chunks and then over seeds. A windowed run (attention-window at the training len
 baseline: a method that uses context beyond the window keeps falling below it past the window.
 """
 import argparse
-import sys
 
 import numpy as np
 
+from megatron.neox_arguments import run_cli
 from megatron.evaluation.results import ResultFileError, load_results
 from .plot_common import method_color, method_linestyle, plain_numbers, plt, save_figure
 from .results_index import index_results, method_sort_key, train_lengths
@@ -67,8 +67,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ResultFileError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_cli(main)
