@@ -461,7 +461,8 @@ def collect_documents(sweep: Sweep, runs: list[Run]) -> list[dict]:
     return documents
 
 
-def write_report(sweep: Sweep, runs: list[Run], failures: dict, command: str) -> pathlib.Path:
+def write_report(sweep: Sweep, runs: list[Run], failures: dict, command: str,
+                 rerendered: bool = False) -> pathlib.Path:
     from tools.analysis.make_tables import build_table3, render_csv, render_markdown
     from tools.analysis.plot_common import save_figure
     from tools.analysis.plot_lengths import plot_perplexity_vs_length
@@ -486,7 +487,7 @@ def write_report(sweep: Sweep, runs: list[Run], failures: dict, command: str) ->
         table5 = build_table3(complex_docs, "nonoverlap", reference, 0.05, {}) if complex_docs else None
 
     trained = [r for r in runs if not r.base]
-    sections = [_header(sweep, runs, documents, command), _claims_section(sweep, table3, documents),
+    sections = [_header(sweep, runs, documents, command, rerendered), _claims_section(sweep, table3, documents),
                 "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n",
                 render_markdown(table3), "![perplexity versus length](ppl_vs_length.png)\n"]
     if table5:
@@ -505,7 +506,7 @@ def write_report(sweep: Sweep, runs: list[Run], failures: dict, command: str) ->
     return report
 
 
-def _header(sweep, runs, documents, command) -> str:
+def _header(sweep, runs, documents, command, rerendered) -> str:
     commit, dirty = git_commit()
     args = runs[0].args()
     params = _parameter_count(runs[0])
@@ -518,7 +519,8 @@ def _header(sweep, runs, documents, command) -> str:
         f"**Scale: {sweep.scale}** These are this reproduction's numbers; wherever the paper's numbers "
         "appear they sit in columns labelled *paper* and come from the KERPLE paper (162M model, 512 "
         "tokens, Pile subsets), not from this run.\n",
-        f"- Command: `{command}`",
+        f"- Command: `{command}`" + (" (this file was re-rendered from its finished runs with `--report-only`)"
+                                     if rerendered else ""),
         f"- Commit: `{commit}`" + (" (with uncommitted changes to tracked files)" if dirty else "")
         + (f"; runs trained at {', '.join(trained_commits)}" if trained_commits else ""),
         f"- Generated: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on "
@@ -858,7 +860,9 @@ def main(argv=None):
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the commands; run nothing")
     parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs")
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "tools/reproduce.py", *(sys.argv[1:] if argv is None else argv)])
+    given = sys.argv[1:] if argv is None else list(argv)
+    # The command that produces this report from a clean checkout (a re-render runs no training).
+    command = shlex.join(["python", "tools/reproduce.py", *(a for a in given if a != "--report-only")])
     sweep_path = pathlib.Path(args.sweep).resolve()
     os.chdir(REPO_ROOT)  # the sweep's paths are relative to the repository root
     sweep = load_sweep(sweep_path.relative_to(REPO_ROOT) if sweep_path.is_relative_to(REPO_ROOT) else sweep_path)
@@ -885,7 +889,7 @@ def main(argv=None):
     # The report covers every dataset of the sweep with runs under work_dir, from this or earlier invocations.
     reported = [d for d in sweep.data.values() if d.ready() and (sweep.work_dir / d.name).is_dir()]
     try:
-        report = write_report(sweep, plan_runs(sweep, reported), failures, command)
+        report = write_report(sweep, plan_runs(sweep, reported), failures, command, args.report_only)
     except ResultFileError as err:
         raise SweepError(f"cannot write the report: {err}") from None
     print(f"wrote {report}" + (f"; {len(failures)} run(s) failed: {', '.join(failures)}" if failures else ""))
