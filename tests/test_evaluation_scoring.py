@@ -131,18 +131,18 @@ def test_load_result_names_the_file_and_the_problem(tmp_path):
 
 def test_evaluation_keys_are_checked_before_any_work(tmp_path):
     from megatron.evaluation.run import EvaluationError, evaluate_run
-    from megatron.neox_arguments import NeoXArgs
+    from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 
     def args(**values):
         return NeoXArgs.from_dict({"num_layers": 1, "hidden_size": 8, "num_attention_heads": 2,
                                    "pos_emb": "alibi", "train_micro_batch_size_per_gpu": 1, "load": str(tmp_path),
                                    **values})
 
-    with pytest.raises(EvaluationError, match="eval-stride must be a positive integer \\(or unset\\), got 0"):
-        evaluate_run(args(eval_stride=0))
-    with pytest.raises(EvaluationError, match="eval-chunks must be a positive integer"):
-        evaluate_run(args(eval_chunks=-2))
-    with pytest.raises(EvaluationError, match="eval-modes is empty"):
-        evaluate_run(args(eval_modes=[]))
+    with pytest.raises(NeoXArgsError, match="eval-stride: must be a positive integer \\(or null for the default\\), got 0"):
+        args(eval_stride=0)
+    with pytest.raises(NeoXArgsError, match="eval-chunks: must be a positive integer"):
+        args(eval_chunks=-2)
+    with pytest.raises(NeoXArgsError, match="eval-modes: is empty"):
+        args(eval_modes=[])
     with pytest.raises(EvaluationError, match="`load` is not set"):
         evaluate_run(args(load=None))

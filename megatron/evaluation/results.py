@@ -27,9 +27,10 @@ import tempfile
 import numpy as np
 
 from megatron.neox_arguments import NeoXArgsError
+from megatron.neox_arguments.neox_args import EVAL_MODES
 
 SCHEMA = "neox-eval/1"
-MODES = ("nonoverlap", "sliding", "position")
+MODES = EVAL_MODES  # the config is the one place the modes are named
 
 
 class ResultFileError(NeoXArgsError):

@@ -18,7 +18,7 @@ from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgsError, groups
 from megatron.tokenizer import build_tokenizer
 from .chunks import chunk_starts
-from .results import MODES, SCHEMA, summarize, write_atomic
+from .results import SCHEMA, summarize, write_atomic
 from .scoring import nonoverlap_losses, sliding_losses
 
 
@@ -84,14 +84,9 @@ def evaluate_run(neox_args) -> pathlib.Path:
 
 
 def _checked_plan(neox_args):
-    """What NeoXArgs does not check already (it checks eval-lengths and the names in eval-modes)."""
+    """What NeoXArgs does not check already (it checks eval-lengths, eval-modes, eval-stride and
+    eval-chunks): that there is a checkpoint to evaluate."""
     lengths, modes = list(neox_args.eval_lengths or [neox_args.seq_length]), list(neox_args.eval_modes)
-    if not modes:
-        raise EvaluationError(f"eval-modes is empty; list at least one of {', '.join(MODES)}")
-    for key in ("eval_stride", "eval_chunks"):
-        value = getattr(neox_args, key)
-        if value is not None and value < 1:
-            raise EvaluationError(f"{key.replace('_', '-')} must be a positive integer (or unset), got {value}")
     if not neox_args.load:
         raise EvaluationError("`load` is not set: evaluation needs the checkpoint folder of a trained run "
                               "(the `save` folder of its training config)")

@@ -152,6 +152,8 @@ class NeoXArgs(*reversed(GROUPS)):
         for key in ("eval_chunks", "eval_stride"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 fail(key, f"must be a positive integer (or null for the default), got {getattr(self, key)}.")
+        if not self.eval_modes:
+            fail("eval_modes", f"is empty; list at least one of {list(EVAL_MODES)}.")
         bad_modes = [m for m in self.eval_modes if m not in EVAL_MODES]
         if bad_modes:
             fail("eval_modes", f"unknown mode(s) {bad_modes}; choose from {list(EVAL_MODES)}.")
