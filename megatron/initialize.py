@@ -1,4 +1,5 @@
 """Start-up of every rank: the process group (gloo on CPU) and the seeds."""
+import atexit
 import os
 import random
 
@@ -19,6 +20,9 @@ def initialize_megatron(neox_args) -> None:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
         torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    # Tear the group down before interpreter exit: gloo's threads still running at exit abort the
+    # rank ("terminate called without an active exception"), which the launcher reports as a failure.
+    atexit.register(_destroy_process_group)
     neox_args.rank = torch.distributed.get_rank()
     neox_args.world_size = torch.distributed.get_world_size()
     neox_args.local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -34,3 +38,8 @@ def set_seed(seed: int) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     get_accelerator().manual_seed_all(seed)
+
+
+def _destroy_process_group() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

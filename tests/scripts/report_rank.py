@@ -18,3 +18,4 @@ dist.all_reduce(total)
 with open(os.path.join(os.environ["OUT_DIR"], f"rank{dist.get_rank()}.json"), "w") as f:
     json.dump({"rank": dist.get_rank(), "world_size": dist.get_world_size(), "pos_emb": args.pos_emb,
                "train_batch_size": args.train_batch_size, "all_reduce_sum": total.item()}, f)
+dist.destroy_process_group()  # gloo threads alive at exit abort the process
