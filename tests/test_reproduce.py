@@ -16,7 +16,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def write_corpus(path: pathlib.Path, documents: int = 200, size: int = 2000) -> None:
     """A small real corpus: pieces of CPython library files as lm_dataformat-style JSON lines."""
-    text = "".join(f.read_text(errors="ignore") for f in sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).glob("*.py")))
+    library = sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    text = "".join(f.read_text(errors="ignore") for f in library)
     with open(path, "w") as out:
         for i in range(documents):
             out.write(json.dumps({"text": text[i * size:(i + 1) * size], "meta": {"piece": i}}) + "\n")
@@ -84,6 +85,16 @@ def test_sweep_end_to_end_then_resume(tmp_path):
         assert (tmp_path / "work/code" / log).read_text().count("\n$ ") == 1  # launched by the first run only
     assert checkpoint.stat().st_mtime_ns == stamp
     assert (report_dir / "report.md").is_file()
+
+    # A changed training config never silently reuses the old checkpoints.
+    spec = yaml.safe_load(sweep.read_text())
+    spec["set"]["min-lr"] = 1.0e-5
+    sweep.write_text(yaml.safe_dump(spec))
+    third = reproduce(sweep)
+    assert third.returncode == 2
+    assert "FAILED code/kerple_log/seed7:" in third.stdout and "different training config" in third.stdout
+    assert "error: no finished runs" in third.stderr  # the old results are not reported as the new config's
+    assert checkpoint.stat().st_mtime_ns == stamp
 
 
 @pytest.mark.slow

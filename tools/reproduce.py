@@ -18,6 +18,7 @@ import argparse
 import concurrent.futures
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import pathlib
@@ -234,19 +235,47 @@ def trained_step(run: Run) -> int | None:
 
 
 def finished_result(run: Run, train_iters: int) -> pathlib.Path | None:
-    """The run's result file if it scores the final checkpoint at every (length, mode) of the plan."""
+    """The run's result file if it scores the final checkpoint at every (length, mode) of the plan, on
+    the split, chunks and chunk seed the sweep asks for."""
     from megatron.evaluation.results import load_result
-    lengths = run.sweep.evaluation.get("eval_lengths") or []
-    modes = run.sweep.evaluation.get("eval_modes") or ["nonoverlap"]
+    plan = run.sweep.evaluation
+    lengths, modes = plan.get("eval_lengths") or [], plan.get("eval_modes") or ["nonoverlap"]
+    settings = {"split": plan.get("eval_split"), "eval_seed": plan.get("eval_seed"),
+                "eval_chunks": plan.get("eval_chunks")}
     for path in sorted(run.results_dir.glob("*.json")):
         try:
             document = load_result(path)
         except ResultFileError:
             continue
         have = {(r["length"], r["mode"]) for r in document["results"]}
-        if document["run"]["checkpoint_step"] == train_iters and all((L, m) in have for L in lengths for m in modes):
+        complete = all((L, m) in have for L in lengths for m in modes)
+        same = all(v is None or document["evaluation"].get(k) == v for k, v in settings.items())
+        if document["run"]["checkpoint_step"] == train_iters and complete and same:
             return path
     return None
+
+
+def training_config_hash(args: NeoXArgs) -> str:
+    """Hash of the keys the run's configs set, leaving out those that do not change the trained model
+    (evaluation, logging, launcher); keys added to the config system later do not change it."""
+    from megatron.neox_arguments import groups
+    ignored = {f.name for g in (groups.EvaluationArgs, groups.LoggingArgs, groups.LauncherArgs)
+               for f in dataclasses.fields(g)}
+    values = {k: v for k, v in args.user_values().items() if k not in ignored}
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_training_config(run: Run, args: NeoXArgs) -> str:
+    """The hash of the run's training config; a RunFailed when its folder already holds checkpoints
+    trained with another one (the sweep or profile changed since): those are never reused silently."""
+    owner = run.base or run
+    identity, digest = owner.directory / "training_config.json", training_config_hash(args)
+    stored = json.loads(identity.read_text())["config_hash"] if identity.is_file() else digest
+    if trained_step(owner) is not None and stored != digest:
+        raise RunFailed(f"{owner.checkpoints} holds checkpoints of a different training config (the sweep or "
+                        "profile changed since); delete that run folder to retrain it, or give the sweep "
+                        "another work_dir")
+    return digest
 
 
 # ------------------------------------------------------------------------------------ running things
@@ -323,12 +352,13 @@ def _tail(path: pathlib.Path, lines: int = 6) -> str:
 def execute(run: Run, threads: int) -> float | None:
     """Train (unless a base run's checkpoint is reused) and evaluate one run; None when already finished."""
     args = run.args()
+    digest = check_training_config(run, args)
     done = finished_result(run, args.train_iters)
     if done and (run.base or trained_step(run) == args.train_iters):
         return None
     began = time.time()
     if not run.base:
-        train(run, args, threads)
+        train(run, args, digest, threads)
     elif trained_step(run.base) != args.train_iters:
         raise RunFailed(f"its base run {run.base} has no checkpoint at step {args.train_iters}")
     for stale in run.results_dir.glob("*.json"):  # one result file per run: a new checkpoint replaces the old
@@ -340,28 +370,20 @@ def execute(run: Run, threads: int) -> float | None:
     return time.time() - began
 
 
-def train(run: Run, args: NeoXArgs, threads: int) -> None:
-    from megatron.evaluation.run import training_config_hash
+def train(run: Run, args: NeoXArgs, digest: str, threads: int) -> None:
     step = trained_step(run)
     if step == args.train_iters:
         return
-    identity = run.directory / "training_config.json"
-    digest = training_config_hash(args.to_dict())
-    if step is not None and identity.is_file() and json.loads(identity.read_text())["config_hash"] != digest:
-        raise RunFailed(f"{run.checkpoints} holds checkpoints of a different training config (the sweep or "
-                        "profile changed since); delete that run folder to retrain it, or give the sweep "
-                        "another work_dir")
     if step is not None and step > args.train_iters:
         raise RunFailed(f"{run.checkpoints} has a checkpoint at step {step}, past train-iters "
                         f"{args.train_iters}; delete the run folder or raise train-iters")
-    identity.parent.mkdir(parents=True, exist_ok=True)
-    identity.write_text(json.dumps({"config_hash": digest, "commit": git_commit()[0]}, indent=1))
-    began = time.time()
+    run.directory.mkdir(parents=True, exist_ok=True)
+    identity = {"config_hash": digest, "commit": git_commit()[0]}
+    (run.directory / "training_config.json").write_text(json.dumps(identity))
     launch("train.py", run, run.training_overrides(), run.directory / "train.log", threads)
     if trained_step(run) != args.train_iters:
         raise RunFailed(f"train.py stopped without a checkpoint at step {args.train_iters} (preempted?); "
                         f"re-run the sweep to resume it; see {run.directory / 'train.log'}")
-    (run.directory / "train_seconds.txt").write_text(f"{time.time() - began:.1f}\n")
 
 
 def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
@@ -451,11 +473,17 @@ def git_commit() -> tuple[str, bool]:
     return git("rev-parse", "HEAD") or "unknown", bool(git("status", "--porcelain", "--untracked-files=no"))
 
 
-def collect_documents(sweep: Sweep, runs: list[Run]) -> list[dict]:
+def collect_documents(runs: list[Run]) -> list[dict]:
+    """The result files of the finished runs whose checkpoints match the sweep's current config."""
     from megatron.evaluation.results import load_result
     documents = []
     for run in runs:
-        path = finished_result(run, run.args().train_iters)
+        args = run.args()
+        try:
+            check_training_config(run, args)
+        except RunFailed:
+            continue
+        path = finished_result(run, args.train_iters)
         if path:
             documents.append(load_result(path))
     return documents
@@ -467,9 +495,10 @@ def write_report(sweep: Sweep, runs: list[Run], failures: dict, command: str,
     from tools.analysis.plot_common import save_figure
     from tools.analysis.plot_lengths import plot_perplexity_vs_length
 
-    documents = collect_documents(sweep, runs)
+    documents = collect_documents(runs)
     if not documents:
-        raise SweepError(f"no finished runs under {sweep.work_dir} to report on; run the sweep first")
+        raise SweepError(f"no finished runs of this sweep (as configured now) under {sweep.work_dir} to report "
+                         "on; run the sweep first")
     out = sweep.report_dir
     out.mkdir(parents=True, exist_ok=True)
     paper_map = {d.name: d.paper for d in sweep.data.values() if d.paper}
@@ -545,7 +574,7 @@ def _header(sweep, runs, documents, command, rerendered) -> str:
         f"- Evaluation: non-overlapping chunks of L tokens, lengths {evaluation.get('eval_lengths')}, "
         f"{evaluation.get('eval_chunks') or 'all'} chunks per length from the `{evaluation.get('eval_split', 'test')}` "
         "split, the same chunks for every model and seed",
-        f"- Datasets: " + "; ".join(_dataset_line(sweep.data[name]) for name in datasets if name in sweep.data),
+        "- Datasets: " + "; ".join(_dataset_line(sweep.data[name]) for name in datasets if name in sweep.data),
         f"- Methods: {', '.join(sweep.methods)}"
         + (f"; windowed baseline: {sweep.windowed_baseline} evaluated with attention-window = {args.seq_length} "
            "(training at that length masks nothing, so its checkpoint is the unwindowed run's)"
@@ -880,7 +909,8 @@ def _status_section(runs, documents, failures) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help="sweep YAML, e.g. configs/reproduce/cpu-mini.yml")
-    parser.add_argument("--datasets", nargs="+", help="run these datasets of the sweep's `data` (default: its `datasets`)")
+    parser.add_argument("--datasets", nargs="+",
+                        help="run these datasets of the sweep's `data` (default: its `datasets`)")
     parser.add_argument("--jobs", type=int, help="runs at a time (default: the sweep's `jobs`)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the commands; run nothing")
     parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs")
