@@ -32,6 +32,12 @@ demo: data
 	done
 	$(PY) -m tools.analysis.make_tables eval_results/tiny --reference kerple_log
 
+# The KERPLE paper's experiment at CPU scale: 7 methods x 3 seeds on the stdlib corpus through deepy.py,
+# report in docs/reproduction/report.md. Resumable: re-run to continue. The published report used
+# make reproduce REPRODUCE_ARGS="--datasets stdlib prose"
+reproduce: venv
+	$(PY) tools/reproduce.py configs/reproduce/cpu-mini.yml $(REPRODUCE_ARGS)
+
 test: venv
 	$(PY) -m pytest -q
 
