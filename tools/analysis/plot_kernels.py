@@ -49,9 +49,9 @@ def plot_kernel(pe, max_distance: int, title: str):
         for curve, label in zip(curves, _head_labels(pe)):
             ax.plot(d, curve, linewidth=1.2, label=label)
         # One steep head (power kernels reach -1e4 and beyond) would flatten the others on a linear
-        # axis: past two decades of range, symlog keeps every head readable.
+        # axis: past three decades of range, symlog keeps every head readable.
         extent = max(float(abs(c).max()) for c in curves)
-        if extent > 100:
+        if extent > 1000:
             ax.set_yscale("symlog", linthresh=1.0)
             ylabel += " (symlog)"
         ax.set_xlabel("distance d = i - j")
