@@ -6,6 +6,7 @@ few batches per worker are in flight, so memory stays bounded on corpora of any 
 are written under temporary names and renamed only when everything succeeded: a failed or
 interrupted run never leaves a `.bin/.idx` pair that looks valid.
 """
+import concurrent.futures
 import multiprocessing
 import os
 import time
@@ -154,13 +155,22 @@ def _tokenized_batches(documents, tokenizer, append_eod, dtype, workers):
         _init_worker(tokenizer, append_eod, dtype)
         yield from map(_encode_batch, _batches(documents, BATCH_DOCUMENTS))
         return
-    # fork: workers inherit the tokenizer instead of re-importing this package.
-    context = multiprocessing.get_context("fork")
-    with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer, append_eod, dtype)) as pool:
+    # forkserver, not fork: the caller may have threads (tokenizers' thread pool, torch, a logger)
+    # whose locks a forked child would inherit held, which hung a run here. The server preloads this
+    # module once, so each worker starts in milliseconds. The executor (unlike Pool.terminate) shuts
+    # down cleanly when a bad input stops the run mid-way.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                                                initargs=(tokenizer, append_eod, dtype)) as pool:
         pending = deque()
-        for batch in _batches(documents, BATCH_DOCUMENTS):
-            pending.append(pool.apply_async(_encode_batch, (batch,)))
-            if len(pending) >= IN_FLIGHT_PER_WORKER * workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        try:
+            for batch in _batches(documents, BATCH_DOCUMENTS):
+                pending.append(pool.submit(_encode_batch, batch))
+                if len(pending) >= IN_FLIGHT_PER_WORKER * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
