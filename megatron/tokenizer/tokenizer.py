@@ -33,7 +33,17 @@ class Tokenizer:
         return {"class": self.name, "vocab_size": self.vocab_size, "eod": self.eod, "pad": self.pad}
 
 
-class GPT2BPETokenizer(Tokenizer):
+class _TokenizersBackend(Tokenizer):
+    """A tokenizer whose `backend` is a Hugging Face `tokenizers.Tokenizer`."""
+
+    def tokenize(self, text):
+        return self.backend.encode(text).ids
+
+    def detokenize(self, ids):
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+
+class GPT2BPETokenizer(_TokenizersBackend):
     """GPT-2's byte-level BPE from its vocab.json + merges.txt. `<|endoftext|>` is the EOD id; text
     that happens to contain the string "<|endoftext|>" is encoded as ordinary text, never as EOD."""
     name = "GPT2BPETokenizer"
@@ -51,14 +61,7 @@ class GPT2BPETokenizer(Tokenizer):
         self.eod = _require_token(self.backend, ["<|endoftext|>"], vocab_file)
         self.pad = self.vocab_size
 
-    def tokenize(self, text):
-        return self.backend.encode(text).ids
-
-    def detokenize(self, ids):
-        return self.backend.decode(list(ids), skip_special_tokens=False)
-
-
-class HFTokenizer(Tokenizer):
+class HFTokenizer(_TokenizersBackend):
     """Any Hugging Face `tokenizer.json` (e.g. one trained by tools/train_tokenizer.py)."""
     name = "HFTokenizer"
     EOD_TOKENS = ["<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[EOS]"]
@@ -75,13 +78,6 @@ class HFTokenizer(Tokenizer):
         self.eod = _require_token(self.backend, self.EOD_TOKENS, tokenizer_file)
         pads = [self.backend.token_to_id(t) for t in self.PAD_TOKENS if self.backend.token_to_id(t) is not None]
         self.pad = pads[0] if pads else self.vocab_size
-
-    def tokenize(self, text):
-        return self.backend.encode(text).ids
-
-    def detokenize(self, ids):
-        return self.backend.decode(list(ids), skip_special_tokens=False)
-
 
 class SPMTokenizer(Tokenizer):
     """A SentencePiece `.model`; its end-of-sentence piece is the EOD id."""
