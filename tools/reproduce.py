@@ -508,7 +508,7 @@ def write_report(sweep: Sweep, runs: list[Run], failures: dict, command: str,
     base_docs = [d for d in documents if d["run"]["pos_emb"] not in COMPLEX_KERNELS or d["run"]["pos_emb"] == reference]
     table3 = build_table3(base_docs, "nonoverlap", reference, 0.05, paper_map)
     (out / "table3.csv").write_text(render_csv(table3))
-    figures(_fit_to_lines(plot_perplexity_vs_length(documents)), "ppl_vs_length")
+    figures(plot_perplexity_vs_length(documents), "ppl_vs_length")
     table5 = None
     if any(m in COMPLEX_KERNELS for m in sweep.methods):
         complex_docs = [d for d in documents if d["run"]["pos_emb"] in COMPLEX_KERNELS + (reference,)
@@ -533,17 +533,6 @@ def write_report(sweep: Sweep, runs: list[Run], failures: dict, command: str,
     temporary.write_text("\n".join(s.rstrip() + "\n" for s in sections if s))
     os.replace(temporary, report)
     return report
-
-
-def _fit_to_lines(fig):
-    """Y limits from the mean lines only: a ± std band whose lower edge is clipped near zero (a seed that
-    blew up far more than the others) would otherwise stretch a log axis over ten decades."""
-    for ax in fig.axes:
-        means = [line.get_ydata() for line in ax.lines if line.get_marker() not in (None, "", "None")]  # not axvline
-        values = np.concatenate(means or [[]])
-        if values.size:
-            ax.set_ylim(values.min() / 1.25, values.max() * 1.25)
-    return fig
 
 
 def _header(sweep, runs, documents, command, rerendered) -> str:

@@ -26,14 +26,17 @@ def plot_perplexity_vs_length(documents, mode="nonoverlap"):
             for length, runs in sorted(index[dataset][method].items()):
                 ppl = [r["ppl"] for r in runs.values() if "skipped" not in r]
                 if ppl:
-                    points.append((length, np.mean(ppl), np.std(ppl, ddof=1) if len(ppl) > 1 else 0.0))
+                    # spread as a factor (std of log ppl = of the loss): a band that cannot cross zero
+                    # on the log axis, however far one seed blew up
+                    spread = np.exp(np.std(np.log(ppl), ddof=1)) if len(ppl) > 1 else 1.0
+                    points.append((length, np.mean(ppl), spread))
             if not points:
                 continue
-            x, mean, std = map(np.array, zip(*points))
+            x, mean, spread = map(np.array, zip(*points))
             seeds = max(len(runs) for runs in index[dataset][method].values())
             ax.plot(x, mean, marker="o", color=method_color(method), linestyle=method_linestyle(method),
                     label=f"{method} ({seeds} seed{'s' if seeds > 1 else ''})")
-            ax.fill_between(x, np.maximum(mean - std, 1e-9), mean + std, color=method_color(method), alpha=0.15)
+            ax.fill_between(x, mean / spread, mean * spread, color=method_color(method), alpha=0.15)
         if trained.get(dataset):
             ax.axvline(trained[dataset], color="grey", linestyle=":", linewidth=1, label="train length")
         ax.set_xscale("log", base=2)
