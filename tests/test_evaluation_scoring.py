@@ -8,6 +8,7 @@ import torch
 from scipy import stats
 
 from megatron.evaluation.chunks import chunk_starts, sliding_windows
+from megatron.evaluation.modes.position import position_fields
 from megatron.evaluation.results import ResultFileError, load_result, summarize, write_atomic
 from megatron.evaluation.scoring import nonoverlap_losses, sliding_losses
 
@@ -98,7 +99,7 @@ def test_scores_match_a_float64_bigram_reference_and_do_not_depend_on_batch_size
 def test_summary_statistics_match_numpy_and_scipy():
     losses = np.random.default_rng(1).uniform(1, 3, (7, 10)).astype(np.float32)
     starts = np.arange(7) * 10
-    record = summarize(losses, 10, "position", starts)
+    record = {**summarize(losses, 10, "position", starts), **position_fields(losses)}
     chunk_means = losses.astype(np.float64).mean(axis=1)
     assert record["loss"] == pytest.approx(losses.astype(np.float64).mean(), rel=1e-12)
     assert record["ppl"] == pytest.approx(math.exp(record["loss"]))

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from megatron.evaluation.modes.position import position_fields
 from megatron.evaluation.results import SCHEMA, ResultFileError, load_results, summarize, write_atomic
 from megatron.model.positional_embeddings import build_positional_embedding
 from tools.analysis import plot_lengths, plot_position
@@ -24,11 +25,13 @@ def write_runs(folder, datasets=("stdlib",), seeds=(1, 2)):
                     growth = 0.5 * np.log2(length / TRAIN) if method == "sinusoidal" else 0.0
                     losses = 1.5 + growth + rng.normal(0, 0.05, (4, length)) - 0.2 * np.log1p(np.arange(length)) / 6
                     for mode in ("nonoverlap", "position"):
-                        results.append(summarize(losses, length, mode, np.arange(4) * length))
+                        record = summarize(losses, length, mode, np.arange(4) * length)
+                        results.append({**record, **position_fields(losses)} if mode == "position" else record)
                 name = f"{dataset}_{method}_seed{seed}"
                 write_atomic(folder / f"{name}.json", {
                     "schema": SCHEMA, "results": results,
                     "run": {"name": name, "method": method, "pos_emb": method.split("+")[0], "seed": seed,
+                            "attention_window": TRAIN if "+window" in method else None,
                             "dataset": dataset, "train_length": TRAIN, "checkpoint_step": 10}})
     return folder
 

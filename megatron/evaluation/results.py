@@ -9,11 +9,12 @@
                  "stream_sha256", "device", "dtype", "torch", "peak_memory", "created"},
   "results": [ one record per (length, mode):
       {"length", "mode", "loss", "ppl", "tokens", "chunks", "stderr", "chunk_starts", "chunk_losses",
-       "seconds", "peak_memory_mb",
-       "stride" (sliding only), "position_loss", "position_stderr" (position only)}
+       "seconds", "peak_memory_mb", and the mode's own fields (megatron/evaluation/modes/: "stride" for
+       sliding, "position_loss" and "position_stderr" for position)}
     or {"length", "mode", "skipped": "why"} ]
 }
-`config_hash` hashes the training config without seed, paths, logging and evaluation keys, so the
+`run.method` is the label of identity.Method (`kerple_log`, `kerple_log+window64`) and `config_hash` is
+identity.config_hash: the training config without seed, paths, logging and evaluation keys, so the
 seeds of one configuration share it. `loss` is the mean per-token cross-entropy in nats, `ppl` = exp(loss); `stderr` is the standard error of
 the mean over chunks (null with one chunk). `chunk_losses[i]` is the mean loss of the chunk starting at
 stream offset `chunk_starts[i]`; equal starts and equal `stream_sha256` mean two runs are paired.
@@ -27,10 +28,8 @@ import tempfile
 import numpy as np
 
 from megatron.neox_arguments import NeoXArgsError
-from megatron.neox_arguments.neox_args import EVAL_MODES
 
 SCHEMA = "neox-eval/1"
-MODES = EVAL_MODES  # the config is the one place the modes are named
 
 
 class ResultFileError(NeoXArgsError):
@@ -38,7 +37,8 @@ class ResultFileError(NeoXArgsError):
 
 
 def summarize(losses: np.ndarray, length: int, mode: str, starts: np.ndarray) -> dict:
-    """Record for a [chunks, L] per-token loss matrix (float64 sums for stable means)."""
+    """The fields every mode's record shares, for a [chunks, L] per-token loss matrix (float64 sums
+    for stable means)."""
     losses = losses.astype(np.float64)
     chunk_losses = losses.mean(axis=1)
     n = len(chunk_losses)
@@ -48,9 +48,6 @@ def summarize(losses: np.ndarray, length: int, mode: str, starts: np.ndarray) ->
         "chunks": n, "stderr": float(chunk_losses.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
         "chunk_starts": [int(c) for c in starts], "chunk_losses": chunk_losses.tolist(),
     }
-    if mode == "position":
-        record["position_loss"] = losses.mean(axis=0).tolist()
-        record["position_stderr"] = (losses.std(axis=0, ddof=1) / math.sqrt(n)).tolist() if n > 1 else None
     return record
 
 
@@ -96,7 +93,8 @@ def load_result(path) -> dict:
         need(key in document.get("run", {}), f"run.{key} is missing")
     need(isinstance(document.get("results"), list), "results is not a list")
     for record in document["results"]:
-        need(record.get("mode") in MODES and isinstance(record.get("length"), int),
+        # Any mode name: a file may hold a mode whose module this process has not loaded.
+        need(isinstance(record.get("mode"), str) and isinstance(record.get("length"), int),
              f"a record has mode {record.get('mode')!r} and length {record.get('length')!r}")
         if "skipped" not in record:
             missing = [k for k in _RECORD_KEYS if k not in record]

@@ -175,7 +175,7 @@ class LauncherArgs:
 @dataclass
 class EvaluationArgs:
     eval_lengths: Optional[list] = arg(None, "Lengths to evaluate at; default [seq-length].")
-    eval_modes: list = arg(["nonoverlap"], "Any of nonoverlap, sliding, position.")
+    eval_modes: list = arg(["nonoverlap"], "Evaluation modes by name, each a file in megatron/evaluation/modes/.")
     eval_chunks: Optional[int] = arg(None, "Most chunks (sequences) per length; default all.")
     eval_stride: Optional[int] = arg(None, "`sliding`: stride; default half the length.")
     eval_split: Literal["test", "valid"] = arg("test", "Which split to evaluate.")

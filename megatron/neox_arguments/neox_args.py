@@ -16,7 +16,6 @@ from .errors import NeoXArgsError
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES
 from .yaml_loader import load_config_files, normalise_key, parse_value
 
-EVAL_MODES = ("nonoverlap", "sliding", "position")
 OPTIMIZERS = ("Adam", "AdamW")
 
 
@@ -152,11 +151,13 @@ class NeoXArgs(*reversed(GROUPS)):
         for key in ("eval_chunks", "eval_stride"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 fail(key, f"must be a positive integer (or null for the default), got {getattr(self, key)}.")
+        from megatron.evaluation.modes import mode_names  # the registry: one file per mode
         if not self.eval_modes:
-            fail("eval_modes", f"is empty; list at least one of {list(EVAL_MODES)}.")
-        bad_modes = [m for m in self.eval_modes if m not in EVAL_MODES]
+            fail("eval_modes", f"is empty; list at least one of {list(mode_names())}.")
+        bad_modes = [m for m in self.eval_modes if m not in mode_names()]
         if bad_modes:
-            fail("eval_modes", f"unknown mode(s) {bad_modes}; choose from {list(EVAL_MODES)}.")
+            fail("eval_modes", f"unknown mode(s) {bad_modes}; choose from {list(mode_names())} (each a file "
+                 "in megatron/evaluation/modes/).")
         if self.data_path is None and self.train_data_paths is None and self.test_data_paths is None:
             pass  # tools that need data say so when they look for it
         for paths, weights in (("train_data_paths", "train_data_weights"),

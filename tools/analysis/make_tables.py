@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from megatron.neox_arguments import run_cli
+from megatron.evaluation.modes import mode_names
 from megatron.evaluation.results import ResultFileError, load_results
 from .paper_numbers import DEFAULT_DATASET_MAP, PAPER_TRAIN_LENGTH, TABLE3, paper_cell
 from .results_index import index_results, method_sort_key, train_lengths
@@ -211,7 +212,8 @@ def _paper_map(items):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="folder of result files written by evaluate.py")
-    parser.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding", "position"))
+    parser.add_argument("--mode", default="nonoverlap", choices=mode_names(),
+                        help="evaluation mode to read (megatron/evaluation/modes/)")
     parser.add_argument("--reference", default="kerple_log", help="method the daggers compare against")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the t-test")
     parser.add_argument("--paper", nargs="*", metavar="OURS=PAPER",

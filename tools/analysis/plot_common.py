@@ -7,20 +7,20 @@ matplotlib.use("Agg")  # files only; no display needed on a cluster
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from megatron.evaluation.identity import Method  # noqa: E402
 from megatron.neox_arguments.groups import POS_EMB_CHOICES  # noqa: E402
 
 _PALETTE = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
 
 
-def method_color(method: str):
+def method_color(method: Method):
     """Same colour for a method in every figure; a windowed variant is drawn dashed in its base's colour."""
-    base = method.split("+")[0]
-    rank = POS_EMB_CHOICES.index(base) if base in POS_EMB_CHOICES else len(POS_EMB_CHOICES)
+    rank = POS_EMB_CHOICES.index(method.pos_emb) if method.pos_emb in POS_EMB_CHOICES else len(POS_EMB_CHOICES)
     return _PALETTE[rank % len(_PALETTE)]
 
 
-def method_linestyle(method: str) -> str:
-    return "--" if "+window" in method else "-"
+def method_linestyle(method: Method) -> str:
+    return "--" if method.window else "-"
 
 
 def save_figure(fig, stem) -> list[pathlib.Path]:

@@ -8,6 +8,7 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from megatron.neox_arguments import run_cli
+from megatron.evaluation.modes import mode_names
 from megatron.evaluation.results import ResultFileError, load_results
 from .plot_common import method_color, method_linestyle, plain_numbers, plt, save_figure
 from .results_index import index_results, method_sort_key, train_lengths
@@ -58,7 +59,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Perplexity versus evaluation length (PNG + PDF).")
     parser.add_argument("results", help="folder of result files written by evaluate.py")
     parser.add_argument("--out", required=True, help="output path without extension")
-    parser.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding", "position"))
+    parser.add_argument("--mode", default="nonoverlap", choices=mode_names(),
+                        help="evaluation mode to read (megatron/evaluation/modes/)")
     args = parser.parse_args(argv)
     for path in save_figure(plot_perplexity_vs_length(load_results(args.results), args.mode), args.out):
         print(f"wrote {path}")

@@ -1,6 +1,7 @@
 """Result files grouped the way tables and figures read them: dataset -> method -> length -> seed."""
 from collections import defaultdict
 
+from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
 
 # Paper order first (Table 3), then anything else alphabetically; a windowed variant follows its base.
@@ -8,19 +9,20 @@ METHOD_ORDER = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight
                 "rotary", "sinusoidal")
 
 
-def method_sort_key(method: str):
-    base = method.split("+")[0]
-    rank = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
-    return rank, base, method
+def method_sort_key(method: Method):
+    rank = METHOD_ORDER.index(method.pos_emb) if method.pos_emb in METHOD_ORDER else len(METHOD_ORDER)
+    return rank, method.pos_emb, method.window or 0
 
 
 def index_results(documents: list[dict], mode: str) -> dict:
-    """{dataset: {method: {length: {seed: record}}}} for one mode; one file per (dataset, method, seed)."""
+    """{dataset: {method: {length: {seed: record}}}} for one mode; one file per (dataset, method, seed).
+    Methods are identity.Method labels, built from each file's pos_emb and attention_window."""
     index = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
     owner = {}
     for doc in documents:
         run = doc["run"]
-        key = (run["dataset"], run["method"], run["seed"])
+        method = Method.of_run(run)
+        key = (run["dataset"], method, run["seed"])
         if key in owner:
             raise ResultFileError(
                 f"two result files for dataset {key[0]}, method {key[1]}, seed {key[2]}: {owner[key]} and "
@@ -28,7 +30,7 @@ def index_results(documents: list[dict], mode: str) -> dict:
         owner[key] = doc["path"]
         for record in doc["results"]:
             if record["mode"] == mode:
-                index[run["dataset"]][run["method"]][record["length"]][run["seed"]] = record
+                index[run["dataset"]][method][record["length"]][run["seed"]] = record
     return index
 
 

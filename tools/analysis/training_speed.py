@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
 from .paper_numbers import TABLE4
 from .results_index import method_sort_key
@@ -41,7 +42,7 @@ def speed_table(items) -> dict:
     speeds = defaultdict(list)
     for item in items:
         method, _, folder = item.rpartition("=")
-        speeds[method or pathlib.Path(folder).name].append(run_seconds_per_step(folder))
+        speeds[Method(method or pathlib.Path(folder).name)].append(run_seconds_per_step(folder))
     return dict(speeds)
 
 

@@ -1,0 +1,73 @@
+"""What an evaluation mode is given at one length: the model, the stream, the chunks, and loss passes.
+
+`losses(name, score)` runs a scoring pass (megatron/evaluation/scoring.py) over this rank's share of
+the chunks, gathers every rank's rows back in chunk order and keeps the result, so two modes that ask
+for the same pass (`nonoverlap` and `position`) score the chunks once.
+"""
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .results import summarize
+
+
+class ModeContext:
+    def __init__(self, model, stream: np.ndarray, starts: np.ndarray, length: int, neox_args, vocab_size: int):
+        self.model, self.stream, self.starts, self.length = model, stream, starts, length
+        self.neox_args, self.vocab_size = neox_args, vocab_size
+        self.mode = None            # the mode being scored (set by the caller before each mode)
+        self.seconds = 0.0          # time of the passes the current mode used
+        self._passes = {}           # name -> (losses, seconds)
+
+    def losses(self, name: str, score) -> np.ndarray:
+        """[chunks, L] per-token losses of pass `name`: score(model=, stream=, starts=, length=,
+        batch_size=, progress=, vocab_size=) over this rank's chunks, gathered over ranks."""
+        if name not in self._passes:
+            args = self.neox_args
+            mine = self.starts[args.rank::args.world_size]  # this rank's share of the chunks
+            began = time.perf_counter()
+            with _ProgressBar(f"L={self.length} {name}", len(mine), args.rank == 0) as progress:
+                losses = score(model=self.model, stream=self.stream, starts=mine, length=self.length,
+                               batch_size=args.eval_micro_batch_size, progress=progress,
+                               vocab_size=self.vocab_size)
+            self._passes[name] = (_gathered(losses, args.world_size), time.perf_counter() - began)
+        losses, seconds = self._passes[name]
+        self.seconds += seconds
+        return losses
+
+    def summary(self, losses: np.ndarray) -> dict:
+        """The record fields every mode shares (loss, ppl, chunks, stderr, per-chunk losses)."""
+        return summarize(losses, self.length, self.mode, self.starts)
+
+
+def _gathered(losses: np.ndarray, world_size: int) -> np.ndarray:
+    """Every rank's [its chunks, L] losses back in chunk order (rank r scored chunks r, r + world, ...)."""
+    if world_size == 1:
+        return losses
+    parts = [None] * world_size
+    torch.distributed.all_gather_object(parts, losses)
+    out = np.empty((sum(len(p) for p in parts), losses.shape[1]), dtype=losses.dtype)
+    for rank, part in enumerate(parts):
+        out[rank::world_size] = part
+    return out
+
+
+class _ProgressBar:
+    """tqdm over chunks with scored-input tokens per second in the postfix."""
+
+    def __init__(self, desc, total, show):
+        self.bar = tqdm(total=total, desc=desc, unit="chunk", dynamic_ncols=True, disable=not show)
+        self.tokens, self.began = 0, time.perf_counter()
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, chunks, tokens):
+        self.tokens += tokens
+        self.bar.update(chunks)
+        self.bar.set_postfix_str(f"{self.tokens / (time.perf_counter() - self.began):,.0f} tok/s")
+
+    def __exit__(self, *exc):
+        self.bar.close()

@@ -1,0 +1,81 @@
+"""Which trained run a result belongs to: one identity, one label, one config hash.
+
+evaluate.py writes these into the result file's `run`, tables and figures group and colour by them,
+and tools/reproduce plans its runs and recognises their finished results with them.
+"""
+import dataclasses
+import hashlib
+import json
+import pathlib
+
+WINDOW_MARK = "+window"
+
+
+class Method(str):
+    """A method as tables show it: `kerple_log`, or `kerple_log+window64` for the run evaluated with
+    attention-window 64. It is the label string (so it keys dicts and prints as itself) and carries its
+    parts, so nothing parses the label back."""
+    pos_emb: str
+    window: int | None
+
+    def __new__(cls, pos_emb: str, window: int | None = None):
+        method = super().__new__(cls, pos_emb + (f"{WINDOW_MARK}{window}" if window else ""))
+        method.pos_emb, method.window = pos_emb, window or None
+        return method
+
+    def __reduce__(self):
+        return Method, (self.pos_emb, self.window)
+
+    @classmethod
+    def of_run(cls, run: dict) -> "Method":
+        """The method of a result file's `run` (its pos_emb and attention_window fields)."""
+        return cls(run["pos_emb"], run.get("attention_window"))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    dataset: str
+    pos_emb: str
+    window: int | None
+    seed: int
+    config_hash: str
+
+    @property
+    def method(self) -> Method:
+        return Method(self.pos_emb, self.window)
+
+    def file_stem(self, step: int) -> str:
+        """The result file's name: `<dataset>_<method>_seed<S>_step<N>_<hash[:8]>`."""
+        return f"{self.dataset}_{self.method}_seed{self.seed}_step{step}_{self.config_hash[:8]}"
+
+
+# Settings that do not change what was trained stay out of the hash: evaluation, logging and launcher
+# keys (groups below), the seed (the seeds of one configuration share a hash) and where things are.
+_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path"}
+
+
+def config_hash(config: dict) -> str:
+    """sha256 of a training config's values that differ from their defaults, leaving out the keys above.
+
+    `config` is NeoXArgs.to_dict() (the sweep) or the copy train.py stores in the checkpoint
+    (evaluation): both give the same hash. Defaults stay out so that a key added to the config system
+    later does not change the hash of runs trained before it."""
+    from megatron.neox_arguments import NeoXArgs, groups
+
+    unhashed = _UNHASHED_KEYS | {f.name for g in (groups.EvaluationArgs, groups.LoggingArgs, groups.LauncherArgs)
+                                 for f in dataclasses.fields(g)}
+    kept = {}
+    for name, field in NeoXArgs.user_keys().items():
+        if name in unhashed or name not in config:
+            continue
+        default = field.default_factory() if callable(field.default_factory) else field.default
+        if config[name] != default:
+            kept[name] = config[name]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def dataset_name(neox_args) -> str:
+    """Short name of the evaluated data: the dataset file stem(s) without `_text_document`."""
+    paths = getattr(neox_args, f"{neox_args.eval_split}_data_paths") or [neox_args.data_path]
+    names = [pathlib.Path(str(p)).name.removesuffix("_text_document") for p in paths if p]
+    return "+".join(names) or "unknown"
