@@ -1,9 +1,10 @@
-"""tools/reproduce.py end to end on a few-step grid: real data preparation, deepy.py training and
+"""tools/reproduce end to end on a few-step grid: real data preparation, deepy.py training and
 evaluation, the report with its tables and figures, a re-run that skips the finished work, and (slow)
 a failed run reported while the rest go on."""
 import csv
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -45,7 +46,7 @@ def sweep_file(tmp_path: pathlib.Path, methods=("kerple_log",)) -> pathlib.Path:
 
 
 def reproduce(*argv) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "tools/reproduce.py", *map(str, argv)], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -53,12 +54,12 @@ def test_sweep_end_to_end_then_resume(tmp_path):
     sweep = sweep_file(tmp_path)
     first = reproduce(sweep)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "[2/2] code/kerple_log+window/seed7" in first.stdout and "ETA" in first.stdout
+    assert "[2/2] code/kerple_log+window64/seed7" in first.stdout and "ETA" in first.stdout
 
     report_dir = tmp_path / "report"
     report = (report_dir / "report.md").read_text()
     assert "Scale: test grid: 0.1M parameters, 6 steps" in report
-    assert "python tools/reproduce.py" in report and "Commit: `" in report
+    assert "python -m tools.reproduce" in report and "Commit: `" in report
     assert "2 of 2 planned runs have results" in report
     assert "kerple_log (paper, GitHub)" in report  # the paper's numbers beside ours, labelled
     for figure in ("ppl_vs_length", "position_code", "kernel_code_kerple_log", "training_curves"):
@@ -80,11 +81,25 @@ def test_sweep_end_to_end_then_resume(tmp_path):
     second = reproduce(sweep)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "code/kerple_log/seed7: already finished" in second.stdout
-    assert "code/kerple_log+window/seed7: already finished" in second.stdout
-    for log in ("kerple_log/seed7/train.log", "kerple_log/seed7/evaluate.log", "kerple_log+window/seed7/evaluate.log"):
+    assert "code/kerple_log+window64/seed7: already finished" in second.stdout
+    for log in ("kerple_log/seed7/train.log", "kerple_log/seed7/evaluate.log", "kerple_log+window64/seed7/evaluate.log"):
         assert (tmp_path / "work/code" / log).read_text().count("\n$ ") == 1  # launched by the first run only
     assert checkpoint.stat().st_mtime_ns == stamp
     assert (report_dir / "report.md").is_file()
+
+    # The report's inputs sit beside it: without the work folder, --report-only renders the same tables.
+    assert sorted(p.name.split("_seed")[0] for p in (report_dir / "inputs/results").glob("*.json")) == [
+        "code_kerple_log", "code_kerple_log+window64"]
+    table = (report_dir / "table3.csv").read_text()
+    shutil.move(tmp_path / "work", tmp_path / "work-away")
+    (report_dir / "table3.csv").unlink()
+    rerendered = reproduce(sweep, "--report-only")
+    assert rerendered.returncode == 0, rerendered.stdout + rerendered.stderr
+    assert (report_dir / "table3.csv").read_text() == table
+    report = (report_dir / "report.md").read_text()
+    assert "re-rendered from the inputs beside it" in report and "(kernel_code_kerple_log.png)" in report
+    assert "| code | kerple_log | 1 |" in report  # the training-curve row, from the saved scalars
+    shutil.move(tmp_path / "work-away", tmp_path / "work")
 
     # A changed training config never silently reuses the old checkpoints.
     spec = yaml.safe_load(sweep.read_text())

@@ -18,23 +18,33 @@ from .results_index import method_sort_key
 STEP_TIME_TAG = "train/seconds_per_step"
 
 
-def run_seconds_per_step(folder) -> float:
+def scalar_points(folder, tag: str) -> list:
+    """[(step, value)] of one TensorBoard scalar over every event file under `folder`, by step (a
+    resumed run's later file wins at a repeated step)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    folder = pathlib.Path(folder)
-    event_dirs = sorted({p.parent for p in folder.rglob("events.out.tfevents.*")})
-    times = []
-    for event_dir in event_dirs:
+    points = {}
+    for event_dir in sorted({p.parent for p in pathlib.Path(folder).rglob("events.out.tfevents.*")}):
         events = EventAccumulator(str(event_dir), size_guidance={"scalars": 0}).Reload()
-        if STEP_TIME_TAG in events.Tags()["scalars"]:
-            times += [(e.step, e.value) for e in events.Scalars(STEP_TIME_TAG)]
+        if tag in events.Tags()["scalars"]:
+            points.update({e.step: e.value for e in events.Scalars(tag)})
+    return sorted(points.items())
+
+
+def typical_step_seconds(points) -> float:
+    """The rule for a run's sec/step: the median of the logged points after the first (start-up)."""
+    return float(np.median([value for _, value in sorted(points)[1:]]))
+
+
+def run_seconds_per_step(folder) -> float:
+    times = scalar_points(folder, STEP_TIME_TAG)
     if len(times) < 2:
+        event_dirs = {p.parent for p in pathlib.Path(folder).rglob("events.out.tfevents.*")}
         raise ResultFileError(
             f"{folder}: found {len(times)} '{STEP_TIME_TAG}' points in TensorBoard event files "
             f"({len(event_dirs)} event folders); pass the tensorboard-dir of a training run that logged "
             "at least two log intervals")
-    times.sort()
-    return float(np.median([value for _, value in times[1:]]))
+    return typical_step_seconds(times)
 
 
 def speed_table(items) -> dict:

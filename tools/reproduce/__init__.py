@@ -1,0 +1,24 @@
+"""Reproduce the KERPLE paper's experiment end to end from one sweep YAML, and write the report.
+
+    python -m tools.reproduce configs/reproduce/cpu-mini.yml                  # the CPU grid (make reproduce)
+    python -m tools.reproduce configs/reproduce/cpu-mini.yml --datasets stdlib prose
+    python -m tools.reproduce configs/reproduce/paper.yml                     # 162M / 512 / 50k, GPUs
+    python -m tools.reproduce SWEEP.yml --dry-run | --report-only
+
+For every (dataset, method, seed) of the grid it prepares the data, trains through
+`deepy.py train.py`, evaluates at every length through `deepy.py evaluate.py` (the commands a GPU user
+runs by hand), evaluates the windowed baseline, and then writes the report (Tables 3-5, Figures 2-5,
+perplexity versus length) with tools/analysis. It is resumable: a run with a checkpoint at its final
+step and a complete result file is skipped, an interrupted training resumes from its last checkpoint,
+and a failed run is reported while the others go on. Paths in the sweep YAML are relative to the
+repository root; everything a run writes goes under the sweep's `work_dir`, except the report's inputs
+(result files, training scalars), which are copied beside the report so `--report-only` re-renders it
+from a fresh clone.
+
+spec.py reads the sweep, runs.py plans the runs and knows what is finished, execute.py runs them,
+data.py prepares the corpora, claims.py judges the paper's claims, inputs.py and report.py (with
+sections.py) write the report.
+"""
+import pathlib
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

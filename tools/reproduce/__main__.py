@@ -1,0 +1,75 @@
+"""`python -m tools.reproduce SWEEP.yml [--datasets ...] [--jobs N] [--dry-run | --report-only]`."""
+import argparse
+import os
+import pathlib
+import shlex
+import sys
+
+if __package__ in (None, ""):  # `python tools/reproduce SWEEP.yml`: run as a folder, import as the package
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+    __package__ = "tools.reproduce"
+
+from megatron.neox_arguments import run_cli  # noqa: E402
+from tools.reproduce import REPO_ROOT, __doc__ as DOC, inputs  # noqa: E402
+from tools.reproduce.data import prepare_data  # noqa: E402
+from tools.reproduce.execute import launch_command, run_grid  # noqa: E402
+from tools.reproduce.report import write_report  # noqa: E402
+from tools.reproduce.runs import plan_runs  # noqa: E402
+from tools.reproduce.spec import SweepError, load_sweep  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tools.reproduce", description=DOC.split("\n\n")[0])
+    parser.add_argument("sweep", help="sweep YAML, e.g. configs/reproduce/cpu-mini.yml")
+    parser.add_argument("--datasets", nargs="+",
+                        help="run these datasets of the sweep's `data` (default: its `datasets`)")
+    parser.add_argument("--jobs", type=int, help="runs at a time (default: the sweep's `jobs`)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and the commands; run nothing")
+    parser.add_argument("--report-only", action="store_true",
+                        help="re-render the report from the inputs saved beside it; run nothing")
+    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    # The command that produces this report from a clean checkout (a re-render runs no training).
+    command = shlex.join(["python", "-m", "tools.reproduce", *(a for a in given if a != "--report-only")])
+    sweep_path = pathlib.Path(args.sweep).resolve()
+    os.chdir(REPO_ROOT)  # the sweep's paths are relative to the repository root
+    sweep = load_sweep(sweep_path.relative_to(REPO_ROOT) if sweep_path.is_relative_to(REPO_ROOT) else sweep_path)
+    names = args.datasets or sweep.datasets
+    unknown = [n for n in names if n not in sweep.data]
+    if unknown:
+        raise SweepError(f"--datasets {unknown[0]!r} is not defined under `data` in {sweep.path} "
+                         f"(defined: {', '.join(sweep.data)})")
+
+    if args.dry_run:
+        for run in plan_runs(sweep, [sweep.data[n] for n in names]):
+            for script, overrides in ([] if run.base else [("train.py", run.training_overrides())]) + \
+                                     [("evaluate.py", run.evaluation_overrides())]:
+                print(shlex.join(launch_command(script, sweep.profile, overrides)))
+        return 0
+    if args.report_only:
+        saved = inputs.load(sweep)
+        reported = sorted({d["run"]["dataset"] for d in saved.documents} & set(sweep.data))
+        report = write_report(sweep, plan_runs(sweep, [sweep.data[n] for n in reported]), saved, {}, command,
+                              rerendered=True)
+        print(f"wrote {report}")
+        return 0
+
+    datasets = prepare_data(sweep, names)
+    if not datasets:
+        raise SweepError(f"none of the datasets {names} is available; see the messages above")
+    runs = plan_runs(sweep, datasets)
+    for run in runs:
+        run.args()  # every run's config is valid before anything is spent on the first one
+    failures = run_grid(runs, args.jobs or sweep.jobs, sweep.threads)
+    # The report covers every dataset of the sweep with runs under work_dir, from this or earlier invocations.
+    reported = plan_runs(sweep, [d for d in sweep.data.values() if d.ready() and (sweep.work_dir / d.name).is_dir()])
+    collected = inputs.collect(reported)
+    if collected.documents:
+        inputs.save(collected, sweep)
+    report = write_report(sweep, reported, collected, failures, command)
+    print(f"wrote {report}" + (f"; {len(failures)} run(s) failed: {', '.join(failures)}" if failures else ""))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,126 @@
+"""The sweep's runs: one per (dataset, method, seed), plus the windowed baseline that re-evaluates its
+base run's checkpoint; where each keeps its files, and which of them are already finished."""
+import dataclasses
+import json
+import pathlib
+
+from megatron.evaluation.identity import Method, RunIdentity, config_hash
+from megatron.evaluation.results import ResultFileError, load_result
+from megatron.neox_arguments import NeoXArgs
+from .spec import Dataset, Sweep
+
+
+class RunFailed(Exception):
+    """One run could not finish; the message says which step and where its log is."""
+
+
+@dataclasses.dataclass
+class Run:
+    sweep: Sweep
+    dataset: Dataset
+    method: str                   # the pos-emb
+    seed: int
+    base: "Run | None" = None     # set for the windowed baseline
+    window: int | None = None     # its attention-window: the training length
+
+    @property
+    def identity(self) -> RunIdentity:
+        """What evaluate.py writes into this run's result file (identity.py)."""
+        return RunIdentity(self.dataset.name, self.method, self.window, self.seed, config_hash(self.args().to_dict()))
+
+    @property
+    def label(self) -> Method:
+        return Method(self.method, self.window)
+
+    @property
+    def directory(self) -> pathlib.Path:
+        return self.sweep.work_dir / self.dataset.name / self.label / f"seed{self.seed}"
+
+    @property
+    def owner(self) -> "Run":
+        """The run that trained this run's checkpoint (itself, or the windowed run's base)."""
+        return self.base or self
+
+    @property
+    def checkpoints(self) -> pathlib.Path:
+        return self.owner.directory / "checkpoints"
+
+    @property
+    def results_dir(self) -> pathlib.Path:
+        return self.directory / "eval"
+
+    def __str__(self):
+        return f"{self.dataset.name}/{self.label}/seed{self.seed}"
+
+    def training_overrides(self) -> dict:
+        """NeoX keys of this run on top of the profile (the same for training and evaluation)."""
+        owner = self.owner.directory
+        return {**self.sweep.overrides, **{k.replace("-", "_"): v for k, v in self.dataset.tokenizer.items()},
+                "pos_emb": self.method, "seed": self.seed, "data_path": self.dataset.prefix,
+                "save": str(self.checkpoints), "load": str(self.checkpoints),
+                "tensorboard_dir": str(owner / "tensorboard"), "log_dir": str(owner / "logs"),
+                # Own sample-index cache: parallel runs of one seed would otherwise write the same files.
+                "data_cache_path": str(owner / "data_cache")}
+
+    def evaluation_overrides(self) -> dict:
+        overrides = {**self.training_overrides(), **self.sweep.evaluation, "eval_results_dir": str(self.results_dir)}
+        if self.window:
+            overrides["attention_window"] = self.window
+        return overrides
+
+    def args(self, overrides=None) -> NeoXArgs:
+        return NeoXArgs.from_ymls(self.sweep.profile, overrides or self.training_overrides(), world_size=1)
+
+
+def plan_runs(sweep: Sweep, datasets) -> list[Run]:
+    """Seed-major order: a grid cut short still compares every method on the same seeds."""
+    runs = []
+    for seed in sweep.seeds:
+        for dataset in datasets:
+            for method in sweep.methods:
+                run = Run(sweep, dataset, method, seed)
+                runs.append(run)
+                if method == sweep.windowed_baseline:
+                    runs.append(Run(sweep, dataset, method, seed, base=run, window=run.args().seq_length))
+    return runs
+
+
+def trained_step(run: Run) -> int | None:
+    from megatron.checkpointing import checkpoint_steps
+    steps = checkpoint_steps(run.checkpoints)
+    return steps[-1] if steps else None
+
+
+def finished_result(run: Run, train_iters: int) -> pathlib.Path | None:
+    """The run's result file if it is this run's (same identity and config hash), scores the final
+    checkpoint at every (length, mode) of the plan, on the split, chunks and chunk seed the sweep asks for."""
+    plan = run.sweep.evaluation
+    lengths, modes = plan.get("eval_lengths") or [], plan.get("eval_modes") or ["nonoverlap"]
+    settings = {"split": plan.get("eval_split"), "eval_seed": plan.get("eval_seed"),
+                "eval_chunks": plan.get("eval_chunks")}
+    identity = run.identity
+    for path in sorted(run.results_dir.glob("*.json")):
+        try:
+            document = load_result(path)
+        except ResultFileError:
+            continue
+        have = {(r["length"], r["mode"]) for r in document["results"]}
+        complete = all((L, m) in have for L in lengths for m in modes)
+        same = all(v is None or document["evaluation"].get(k) == v for k, v in settings.items())
+        ours = (document["run"].get("config_hash"), document["run"]["method"]) == (identity.config_hash, identity.method)
+        if document["run"]["checkpoint_step"] == train_iters and complete and same and ours:
+            return path
+    return None
+
+
+def check_training_config(run: Run) -> str:
+    """The hash of the run's training config; a RunFailed when its folder already holds checkpoints
+    trained with another one (the sweep or profile changed since): those are never reused silently."""
+    owner = run.owner
+    stamp, digest = owner.directory / "training_config.json", run.identity.config_hash
+    stored = json.loads(stamp.read_text())["config_hash"] if stamp.is_file() else digest
+    if trained_step(owner) is not None and stored != digest:
+        raise RunFailed(f"{owner.checkpoints} holds checkpoints of a different training config (the sweep or "
+                        "profile changed since); delete that run folder to retrain it, or give the sweep "
+                        "another work_dir")
+    return digest

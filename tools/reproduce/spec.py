@@ -1,0 +1,126 @@
+"""The sweep YAML: which methods, seeds and datasets, at which scale, evaluated how, reported where.
+
+Read with the config files' own loader (megatron/neox_arguments/yaml_loader.py): `-` and `_` are the
+same in keys, a key may appear once, `extends:` merges other sweep files first, and errors name the
+file and line.
+"""
+import dataclasses
+import pathlib
+
+from megatron.neox_arguments import NeoXArgsError
+from megatron.neox_arguments.yaml_loader import load_config_files, normalise_key
+
+BYTE_LEVEL = {"tokenizer-type": "ByteLevelTokenizer"}
+
+
+class SweepError(NeoXArgsError):
+    """A sweep YAML that cannot be run as written."""
+
+
+@dataclasses.dataclass
+class Dataset:
+    name: str
+    prefix: str                   # the data-path: <dir>/<name>_text_document(.bin/.idx)
+    tokenizer: dict               # NeoX tokenizer keys, for preprocessing and training alike
+    builder: str | None = None    # "stdlib": tools/datasets/build_default_corpus.py builds it
+    source: str | None = None     # a raw corpus tools/datasets/preprocess_data.py tokenizes
+    stand_in: str | None = None   # dataset used instead when this one is not here (Pile -> stand-in)
+    paper: str | None = None      # the paper's dataset printed beside this one
+
+    def ready(self) -> bool:
+        return all(pathlib.Path(self.prefix + ext).is_file() for ext in (".bin", ".idx"))
+
+
+@dataclasses.dataclass
+class Sweep:
+    path: pathlib.Path
+    name: str
+    scale: str
+    profile: list
+    methods: list
+    seeds: list
+    datasets: list                # the grid's datasets (names in `data`)
+    data: dict                    # name -> Dataset
+    evaluation: dict              # NeoX evaluation keys of every run
+    overrides: dict               # NeoX keys set on every run
+    windowed_baseline: str | None
+    kernel_figures: list
+    position_length: int | None
+    position_methods: list
+    work_dir: pathlib.Path
+    report_dir: pathlib.Path
+    commentary: pathlib.Path | None
+    jobs: int
+    threads: int
+
+
+SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
+              "windowed_baseline", "kernel_figures", "position_length", "position_methods", "work_dir",
+              "report_dir", "commentary", "jobs", "threads"}
+REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
+DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
+
+
+def load_sweep(path) -> Sweep:
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise SweepError(f"sweep file {path} does not exist; give one of configs/reproduce/*.yml")
+    spelled, sources, _ = load_config_files([path])
+    spec = {normalise_key(k): v for k, v in spelled.items()}
+
+    def fail(key, message):
+        where = sources.get(normalise_key(key.split(".")[0]), str(path))
+        raise SweepError(f"{where}: `{key}`: {message}")
+
+    unknown = sorted(set(spec) - SWEEP_KEYS)
+    if unknown:
+        fail(unknown[0], f"unknown key; the sweep keys are {', '.join(sorted(SWEEP_KEYS))}")
+    for key in REQUIRED:
+        if not spec.get(key):
+            fail(key, "is required and must not be empty")
+    data = {name: _dataset(name, entry, fail) for name, entry in spec["data"].items()}
+    for name in spec["datasets"]:
+        if name not in data:
+            fail("datasets", f"{name!r} is not defined under `data` (defined: {', '.join(data)})")
+    for name, dataset in data.items():
+        if dataset.stand_in and dataset.stand_in not in data:
+            fail(f"data.{name}.stand_in", f"{dataset.stand_in!r} is not defined under `data`")
+    from megatron.neox_arguments.groups import POS_EMB_CHOICES
+    for method in spec["methods"]:
+        if method not in POS_EMB_CHOICES:
+            fail("methods", f"{method!r} is not a pos-emb; choose from {', '.join(POS_EMB_CHOICES)}")
+    if not all(isinstance(s, int) for s in spec["seeds"]):
+        fail("seeds", "must be a list of integers")
+    windowed = spec.get("windowed_baseline")
+    if windowed and windowed not in spec["methods"]:
+        fail("windowed_baseline", f"{windowed!r} must be one of the grid's methods")
+    evaluation = {normalise_key(k): v for k, v in spec["evaluation"].items()}
+    position_length = spec.get("position_length")
+    if position_length and position_length not in (evaluation.get("eval_lengths") or []):
+        fail("position_length", f"{position_length} must be one of evaluation.eval-lengths")
+    if position_length and "position" not in (evaluation.get("eval_modes") or []):
+        fail("position_length", "needs `position` in evaluation.eval-modes")
+    return Sweep(
+        path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
+        methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
+        evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
+        windowed_baseline=windowed, kernel_figures=list(spec.get("kernel_figures") or []),
+        position_length=position_length, position_methods=list(spec.get("position_methods") or []),
+        work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
+        report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
+        commentary=pathlib.Path(spec["commentary"]) if spec.get("commentary") else None,
+        jobs=int(spec.get("jobs", 1)), threads=int(spec.get("threads", 1)))
+
+
+def _dataset(name, entry, fail) -> Dataset:
+    if not isinstance(entry, dict) or set(map(normalise_key, entry)) - DATASET_KEYS:
+        fail(f"data.{name}", f"must be a mapping with keys among {', '.join(sorted(DATASET_KEYS))}")
+    entry = {normalise_key(k): v for k, v in entry.items()}
+    prefix = entry.get("prefix", f"data/{name}/{name}_text_document")
+    if pathlib.Path(prefix).name != f"{name}_text_document":
+        fail(f"data.{name}.prefix", f"{prefix!r} must end in '{name}_text_document' (evaluate.py names "
+             "results after the data file, so the file name must be the dataset's name)")
+    if entry.get("builder") not in (None, "stdlib"):
+        fail(f"data.{name}.builder", "the only builder is 'stdlib' (the CPython library corpus)")
+    return Dataset(name, prefix, dict(entry.get("tokenizer") or BYTE_LEVEL), entry.get("builder"),
+                   entry.get("source"), entry.get("stand_in"), entry.get("paper"))
