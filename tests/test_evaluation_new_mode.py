@@ -1,0 +1,94 @@
+"""A new evaluation mode is one new file: README's example mode, saved into a folder of its own (named
+by NEOX_EVAL_MODES_PATH), is accepted by the config, run by evaluate.py on a tiny checkpoint, written
+into the result file and read by the table tool, with no other edit anywhere."""
+import csv
+import io
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from megatron.evaluation.modes import EvalModeError, get_mode, mode_names, register
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def readme_example() -> str:
+    section = REPO.joinpath("README.md").read_text().split("### Adding an evaluation mode", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def run(argv, env):
+    return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    root = tmp_path_factory.mktemp("new_mode")
+    built = run(["tools/datasets/build_default_corpus.py", "--max-bytes", "400000", "--output-dir",
+                 str(root / "data"), "--no-progress"], {})
+    assert built.returncode == 0, built.stderr[-3000:]
+    config = root / "run.yml"
+    config.write_text(json.dumps({
+        "data-path": str(root / "data" / "stdlib_text_document"), "split": "80,10,10", "save": str(root / "ckpt"),
+        "load": str(root / "ckpt"), "train-iters": 4, "checkpoint-factor": 4, "eval-iters": 0, "log-interval": 4,
+        "train_micro_batch_size_per_gpu": 4, "eval-results-dir": str(root / "results"), "eval-split": "valid",
+        "eval-lengths": [64], "eval-chunks": 6, "attention-impl": "sdpa"}))
+    trained = run(["train.py", "configs/tiny.yml", str(config)], {})
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    modes = root / "modes"
+    modes.mkdir()
+    (modes / "tail.py").write_text(readme_example())
+    return root, config, {"NEOX_EVAL_MODES_PATH": str(modes)}
+
+
+def test_the_config_accepts_the_new_mode_only_once_its_file_is_found(checkpoint):
+    root, config, env = checkpoint
+    argv = ["deepy.py", "evaluate.py", "configs/tiny.yml", str(config), "--set", "eval-modes=[tail]", "--dry-run"]
+    assert run(argv, env).returncode == 0
+    without = run(argv, {})
+    assert without.returncode != 0
+    assert "unknown mode(s) ['tail']; choose from ['nonoverlap', 'sliding', 'position']" in without.stderr
+    assert "Traceback" not in without.stderr
+
+
+def test_evaluate_runs_the_new_mode_and_tables_read_it(checkpoint):
+    root, config, env = checkpoint
+    evaluated = run(["evaluate.py", "configs/tiny.yml", str(config), "--set", "eval-modes=[position, tail]"], env)
+    assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
+    (path,) = (root / "results").glob("*.json")
+    records = {r["mode"]: r for r in json.loads(path.read_text())["results"]}
+    tail, position = records["tail"], records["position"]
+    assert (tail["length"], tail["tail_positions"], tail["chunks"], tail["tokens"]) == (64, 16, 6, 6 * 16)
+    # Independent check: the tail's loss is the position-wise curve's mean over its last 16 positions.
+    assert tail["loss"] == pytest.approx(np.mean(position["position_loss"][-16:]), rel=1e-6)
+    assert tail["ppl"] == pytest.approx(np.exp(tail["loss"]))
+
+    table = run(["-m", "tools.analysis.make_tables", str(root / "results"), "--mode", "tail", "--format", "csv"], env)
+    assert table.returncode == 0, table.stderr
+    (row,) = csv.DictReader(io.StringIO(table.stdout.split("\n\n")[0]))
+    assert (row["mode"], row["method"], int(row["length"])) == ("tail", "kerple_log", 64)
+    assert float(row["ppl_mean"]) == pytest.approx(tail["ppl"])
+
+
+def test_the_registry_refuses_duplicates_and_names_what_it_has():
+    assert mode_names() == ("nonoverlap", "sliding", "position")
+    with pytest.raises(EvalModeError, match="evaluation mode 'nonoverlap' is registered twice"):
+        register("nonoverlap", "again")(lambda context: {})
+    with pytest.raises(EvalModeError, match="unknown evaluation mode 'tail'; the registered modes are "
+                                            "nonoverlap, sliding, position"):
+        get_mode("tail")
+
+
+def test_a_broken_mode_file_is_one_clear_error(tmp_path):
+    (tmp_path / "broken.py").write_text("def score(context:\n")
+    result = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--dry-run"], {"NEOX_EVAL_MODES_PATH": str(tmp_path)})
+    assert result.returncode != 0
+    assert "evaluation mode file broken.py" in result.stderr and "could not be loaded: SyntaxError" in result.stderr
+    assert "Traceback" not in result.stderr
