@@ -36,7 +36,7 @@ demo: data
 # report in docs/reproduction/report.md. Resumable: re-run to continue. The published report used
 # make reproduce REPRODUCE_ARGS="--datasets stdlib prose"
 reproduce: venv
-	$(PY) tools/reproduce.py configs/reproduce/cpu-mini.yml $(REPRODUCE_ARGS)
+	$(PY) -m tools.reproduce configs/reproduce/cpu-mini.yml $(REPRODUCE_ARGS)
 
 test: venv
 	$(PY) -m pytest -q

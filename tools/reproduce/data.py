@@ -57,5 +57,3 @@ def _run_tool(argv: list[str]) -> None:
     if code != 0:
         raise SweepError(f"data preparation failed ({shlex.join(argv)} exited with code {code}); see its "
                          "message above")
-
-
