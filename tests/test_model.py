@@ -104,6 +104,7 @@ def test_sdpa_and_blocked_models_agree_with_gradients(name):
             torch.testing.assert_close(results["blocked"][1][param], expected, atol=1e-6, rtol=1e-4, msg=param)
 
 
+@pytest.mark.cpu_isa
 def test_flex_model_forward_agrees_with_sdpa():
     for name in METHODS:
         sdpa, flex = (make_model(pos_emb=name, attention_impl=impl, attention_window=13).eval()

@@ -203,28 +203,39 @@ def compiled_flex_attention():
 FLEX_BLOCK = 128  # FlexAttention's tile: the block mask says, per tile, "skip", "full" or "apply mask_mod"
 
 
+def pad_to_whole_tiles(positions):
+    """positions [L] -> [L'] with L' the next multiple of FLEX_BLOCK, padded with the last position.
+
+    The flex path always runs on whole tiles: torch 2.13's compiled CPU FlexAttention returns wrong
+    numbers (or NaN) for some lengths that end in a partial tile, e.g. L = 8, 24, 40 with 8-float
+    AVX2 vectors (docs/known-issues.md). Padded queries are computed and dropped; padded keys sit
+    after every real query, so causality already hides them: the real rows are exact."""
+    length = positions.shape[0]
+    return F.pad(positions, (0, -length % FLEX_BLOCK), value=int(positions[-1]))
+
+
 def flex_block_mask(positions, window, span):
-    """FlexAttention's BlockMask for causality (by index) and the window (by position distance).
+    """FlexAttention's BlockMask over the whole tiles of `pad_to_whole_tiles(positions)`, for
+    causality (by index) and the window (by position distance).
 
     torch's eager `create_block_mask` evaluates the mask on the whole L x L grid (2.5 GB of
     temporaries at L = 16384) and compiling it costs seconds per length, so the tiles are classified
     here from each tile's position range: O((L / 128)^2) memory, no compilation."""
-    length = positions.shape[0]
-    tiles = -(-length // FLEX_BLOCK)
-    padded = F.pad(positions, (0, tiles * FLEX_BLOCK - length), value=int(positions[-1]))
+    padded = pad_to_whole_tiles(positions)
+    length = padded.shape[0]
+    tiles = length // FLEX_BLOCK
     lowest, highest = padded.view(tiles, FLEX_BLOCK).aminmax(dim=1)
     tile = torch.arange(tiles, device=positions.device)
     causal_full, causal_any = tile[None, :] < tile[:, None], tile[None, :] <= tile[:, None]  # [q tile, kv tile]
     limit = span if window is None else window
     window_full = highest[:, None] - lowest[None, :] < limit  # farthest pair of the tile is visible
     window_any = lowest[:, None] - highest[None, :] < limit   # nearest pair is
-    ragged = (tile == tiles - 1) & (length % FLEX_BLOCK != 0)  # padding in the tile: let mask_mod decide
-    full = causal_full & window_full & ~ragged[:, None] & ~ragged[None, :]
+    full = causal_full & window_full
     partial = causal_any & window_any & ~full
     limit = torch.tensor(limit, device=positions.device)  # a tensor, so the kernel is not specialised on it
 
     def visible(b, h, q_idx, kv_idx):
-        return (kv_idx <= q_idx) & (positions[q_idx] - positions[kv_idx] < limit)
+        return (kv_idx <= q_idx) & (padded[q_idx] - padded[kv_idx] < limit)
 
     def ordered(tiles_mask):  # [q tile, kv tile] bool -> (counts [1, 1, q], kv tile indices [1, 1, q, kv])
         counts = tiles_mask.sum(dim=-1, dtype=torch.int32)
@@ -236,7 +247,8 @@ def flex_block_mask(positions, window, span):
 
 
 def attend_flex(q, k, v, plan: AttentionPlan):
-    positions = plan.positions
+    length = q.shape[2]
+    positions = pad_to_whole_tiles(plan.positions)
     # Absent terms become neutral tables so every method runs the same compiled score_mod.
     neutral = torch.zeros(q.shape[1], plan.span, device=q.device)  # [H, span]
     # fp32 and contiguous whatever the method returns, so the compiled kernel's guards match too.
@@ -248,6 +260,8 @@ def attend_flex(q, k, v, plan: AttentionPlan):
         distance = (positions[q_idx] - positions[kv_idx]).clamp(min=0)
         return score * weight_table[h, distance] + bias_table[h, distance]
 
-    # Contiguous inputs: one memory layout, so the compiled kernel is not rebuilt per caller.
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    return compiled_flex_attention()(q, k, v, score_mod=add_score_terms, block_mask=plan.block_mask)
+    # Zero-padded to whole tiles (see pad_to_whole_tiles); contiguous, so one memory layout and the
+    # compiled kernel is not rebuilt per caller.
+    q, k, v = (F.pad(t, (0, 0, 0, positions.shape[0] - length)).contiguous() for t in (q, k, v))
+    out = compiled_flex_attention()(q, k, v, score_mod=add_score_terms, block_mask=plan.block_mask)
+    return out[:, :, :length]
