@@ -86,8 +86,9 @@ def _train(train):
     lines = ["## Training step (Table 4)\n",
              f"{train['model']}; median of {train['rounds_run']} interleaved rounds x {train['steps_per_round']} "
              f"steps after {train['warmup_steps']} warm-up steps ({train['rounds_requested']} rounds asked; fewer "
-             "when the time limit came first). Peak memory of all engines together: "
-             f"{train['peak_memory_mb']} MB.\n",
+             "when the time limit came first)."
+             + (f" Peak memory of all engines together: {train['peak_memory_mb']:,} MB." if train["peak_memory_mb"]
+                else "") + "\n",
              "| configuration | attention | s/step | tokens/s | vs none | vs ALiBi | paper s/step (A100) | "
              "paper vs ALiBi |", "|---|---|---|---|---|---|---|---|"]
     for c in configs:
@@ -98,8 +99,8 @@ def _train(train):
         lines.append(f"| {c['label']} | {c['impl']} | " + " | ".join(cells) + f" | {paper or ''} | "
                      f"{_ratio(paper, TABLE4['alibi']) if paper else ''} |")
     lines.append("\nPaper columns: the KERPLE paper's Table 4 (one A100, GitHub), not this machine. The peer "
-                 "`hf_gpt_neox` is transformers' GPTNeoXForCausalLM (rotary) at the same size: fp32 weights "
-                 "under bf16 autocast, fused AdamW.\n")
+                 "`hf_gpt_neox` is transformers' GPTNeoXForCausalLM (rotary) at the same size; on CUDA with fp32 "
+                 "weights under bf16 autocast and torch's fused AdamW, as its users train it.\n")
     flex = [c for c in configs if c["impl"] == "flex" and c.get("seconds_per_step") and none]
     if flex:
         met = [c["label"] for c in flex if c["seconds_per_step"] <= FLEX_GOAL * none]
