@@ -58,7 +58,7 @@ def test_cpu_runs_only_as_a_tiny_smoke_run(capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU smoke run; on this machine the real check runs")
 def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
-    done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, timeout=420)
+    done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith("gpu-check: passed in ")
     results = json.loads((tmp_path / "report.json").read_text())
