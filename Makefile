@@ -6,7 +6,7 @@ REQS := requirements/requirements.txt requirements/requirements-wandb.txt \
         requirements/requirements-tensorboard.txt requirements/requirements-dev.txt
 DEMO_DATA := data/stdlib/stdlib_text_document
 
-.PHONY: venv data demo test test-slow reproduce clean
+.PHONY: venv data demo test test-slow reproduce clean gpu-wheels gpu-check
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: $(REQS)
@@ -46,3 +46,13 @@ test-slow: venv
 
 clean:
 	rm -rf data/stdlib checkpoints/tiny eval_results/tiny
+
+# GPU machines (docs/gpu/README.md). Here: the wheels the machine lacks, into .whl/ (never committed).
+# There: install them, run the CUDA tests and benchmarks in under 8 minutes, report in docs/gpu/.
+# Without CUDA gpu-check says so in one line and fails. The GPU image has no .venv: its python3 has torch.
+GPU_PY = $(if $(wildcard $(PY)),$(PY),python3)
+gpu-wheels: venv
+	$(PY) -m tools.gpu_check.wheels
+
+gpu-check:
+	@$(GPU_PY) -m tools.gpu_check $(GPU_CHECK_ARGS)

@@ -1,0 +1,254 @@
+"""`make gpu-check` and what it runs on a GPU.
+
+On any machine: the check refuses without CUDA (one line, status 2, nothing run or written), its parts run
+end to end at toy sizes on the CPU (`--device cpu --tiny`), the wheel list is the requirements' closure
+minus the GPU image, and the gpu-mini sweep is valid for tools/reproduce.py and deepy.py.
+
+On CUDA (`cuda`-marked, run by `make gpu-check`): every attention path x every method, forward and
+gradients (kernel parameters included) in fp32 and bf16 against a float64 materialised reference; the
+whole model on CUDA against the same model on the CPU; a bf16 DeepSpeed step on CUDA through FlexAttention.
+"""
+import copy
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from megatron.model import GPTModel
+from megatron.model.attention import attend, plan_attention
+from megatron.model.positional_embeddings import available, build_positional_embedding
+from megatron.neox_arguments import NeoXArgs
+from test_training_support import REPO_ROOT, tiny_args
+
+METHODS = available()
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def gpu_check(*argv, timeout=60):
+    return subprocess.run([sys.executable, "-m", "tools.gpu_check", *map(str, argv)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------------------------ without CUDA
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the check would run")
+def test_make_gpu_check_refuses_without_cuda_in_one_line(tmp_path):
+    out, site = tmp_path / "report", tmp_path / "site"
+    done = subprocess.run(["make", "--no-print-directory", "gpu-check", f"GPU_CHECK_ARGS=--out {out} --site {site}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert done.stdout.splitlines() == [
+        f"gpu-check: no CUDA device here (torch.cuda.is_available() is False: a CPU-only build of torch "
+        f"{torch.__version__}); run `make gpu-check` on a machine with a CUDA GPU"], done.stdout + done.stderr
+    assert "Error 2" in done.stderr  # make's own line: the recipe's status was the check's 2
+    assert not out.exists() and not site.exists()  # nothing installed, nothing written
+    direct = gpu_check("--out", out)
+    assert direct.returncode == 2 and direct.stdout == done.stdout and direct.stderr == ""
+
+
+def test_cpu_runs_only_as_a_tiny_smoke_run(capsys):
+    from tools.gpu_check.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu"])
+    assert exit_info.value.code == 2
+    assert "--device cpu runs only with --tiny" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU smoke run; on this machine the real check runs")
+def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
+    done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith("gpu-check: passed in ")
+    results = json.loads((tmp_path / "report.json").read_text())
+    assert results["environment"]["deepspeed_accelerator"] == "cpu"
+    tests = results["tests"]
+    assert tests["exit_code"] == 0 and tests["counts"]["skipped"] >= len(METHODS)  # the cuda tests, skipped here
+    train = {c["label"]: c for c in results["train"]["configs"]}
+    assert set(train) == {"none", "kerple_log", "alibi", "hf_gpt_neox"}
+    for config in train.values():
+        assert config["seconds_per_step"] > 0 and len(config["rounds"]) == results["train"]["rounds_run"] >= 1
+    evaluation = {(r["impl"], r["length"]): r for r in results["eval"]["rows"]}
+    assert set(evaluation) == {(impl, L) for impl in ("auto", "sdpa") for L in (128, 256)}
+    for row in evaluation.values():
+        assert row["tokens_per_s"] > 0 and row["finite"]
+    # The same random weights and tokens: the two paths score alike.
+    assert evaluation["auto", 256]["mean_loss"] == pytest.approx(evaluation["sdpa", 256]["mean_loss"], abs=1e-3)
+    report = (tmp_path / "report.md").read_text()
+    assert "Developer smoke run at toy sizes" in report and "**Verdict: passed**" in report
+    assert "| kerple_log | auto |" in report and "| 0.307 | 1.017 |" in report  # the paper's, labelled
+    assert "| hf_gpt_neox | transformers sdpa |" in report
+    assert (tmp_path / "tests.log").is_file()
+
+
+# ------------------------------------------------------------------------------------ wheels
+def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
+    from tools.gpu_check.wheels import carried_packages, pinned_requirements
+    carried = carried_packages()
+    assert set(carried) == {"deepspeed", "megatron-core", "lm-dataformat", "jsonlines", "ujson", "zstandard",
+                            "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
+                            "typing-extensions"}
+    pins = pinned_requirements()
+    assert carried["deepspeed"] == pins["deepspeed"] and carried["megatron-core"] == pins["megatron-core"]
+    assert "torch" not in carried and "transformers" not in carried  # the image's own
+
+
+# ---------------------------------------------------------------------------------- gpu-mini
+def test_gpu_mini_sweep_is_the_papers_recipe_at_30m_parameters():
+    from tools.reproduce import launch_command, load_sweep, plan_runs
+    sweep = load_sweep(REPO_ROOT / "configs/reproduce/gpu-mini.yml")
+    runs = plan_runs(sweep, [sweep.data[n] for n in sweep.datasets])
+    assert len(runs) == 7 * 2 + 2  # 7 methods x 2 seeds, and the windowed baseline of each seed
+    args = [run.args() for run in runs]  # every run's config validates
+    first = args[0]
+    assert (first.seq_length, first.train_micro_batch_size_per_gpu, first.precision) == (512, 32, "bf16")
+    assert first.tokenizer_type == "GPT2BPETokenizer" and first.no_weight_tying
+    assert sweep.evaluation["eval_lengths"] == [512, 1024, 2048, 4096, 8192, 16384]
+    first.padded_vocab_size = 50304  # GPT-2's 50257 padded to 128
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in GPTModel(first).parameters())
+    assert 20e6 <= parameters <= 40e6 and f"{parameters / 1e6:.1f}M-parameter" in sweep.scale
+
+    plan = subprocess.run([sys.executable, "tools/reproduce.py", "configs/reproduce/gpu-mini.yml", "--dry-run"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()
+    assert sum(" train.py " in line for line in lines) == 14 and sum(" evaluate.py " in line for line in lines) == 16
+    # The exact command the sweep launches for its first run, checked by deepy.py itself.
+    command = launch_command("train.py", sweep.profile, runs[0].training_overrides())
+    checked = subprocess.run(command + ["--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    assert "num_layers                      6" in checked.stdout and "python -m deepspeed.launcher.runner" in checked.stdout
+
+
+# ------------------------------------------------------------------------------------ on CUDA
+HEADS, HEAD_DIM, LENGTH, WINDOWS = 4, 32, 200, (None, 70)  # 200 tokens: a full 128-token tile and a ragged one
+
+
+def make_pe(name):
+    torch.manual_seed(0)
+    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
+                                    **({"max_position_embeddings": LENGTH} if name == "learned" else {}))
+    with torch.no_grad():  # off the initial values, so no term is special
+        for p in pe.parameters():
+            p.add_(0.3 * torch.rand_like(p))
+    return pe
+
+
+def float64_reference(pe, q, k, v, window):
+    """softmax(q.k / sqrt(D) * weight + bias) over keys j <= i (and i - j < window), in float64 on the
+    CPU, written out with an explicit mask; differentiable in q, k, v and the kernel parameters."""
+    bias, weight = pe.bias(LENGTH, LENGTH), pe.weight(LENGTH, LENGTH)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM)
+    if weight is not None:
+        scores = scores * weight.double()
+    if bias is not None:
+        scores = scores + bias.double()
+    i, j = torch.arange(LENGTH)[:, None], torch.arange(LENGTH)[None, :]
+    visible = (j <= i) & ((i - j < window) if window else True)
+    return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v
+
+
+def gradients(pe, q, k, v, out, probe):
+    (out.double() * probe).sum().backward()
+    found = {"q": q.grad, "k": k.grad, "v": v.grad}
+    found.update({name: p.grad for name, p in pe.named_parameters()})
+    return {key: None if g is None else g.double().cpu() for key, g in found.items()}
+
+
+def close(actual, expected, rtol, atol=0.0) -> bool:
+    """Norm-wise: |a - e| <= rtol |e| + atol."""
+    return (actual - expected).norm().item() <= rtol * expected.norm().item() + atol
+
+
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", METHODS)
+def test_every_path_on_cuda_matches_the_float64_reference(name, dtype):
+    # bf16: ~3e-3 is typical; a kernel parameter's gradient sums L x L terms that largely cancel (FIRE's c:
+    # 6e-2 on the CPU), so those get 1e-1, which still fails a gradient that is missing or wrong.
+    tolerance, parameter_tolerance = (1e-4, 1e-4) if dtype == torch.float32 else (3e-2, 1e-1)
+    torch.manual_seed(1)
+    inputs = [(2 * torch.randn(2, HEADS, LENGTH, HEAD_DIM)).to(dtype) for _ in range(3)]
+    probe = torch.randn(2, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    for window in WINDOWS:
+        pe = make_pe(name)
+        q, k, v = (t.double().requires_grad_() for t in inputs)
+        expected_out = float64_reference(pe, q, k, v, window)
+        expected = gradients(pe, q, k, v, expected_out, probe)
+        for impl in ("sdpa", "blocked", "flex") if pe.distance_only else ("sdpa", "blocked"):
+            cuda_pe = copy.deepcopy(pe).cuda()
+            cuda_pe.zero_grad(set_to_none=True)
+            q, k, v = (t.detach().cuda().requires_grad_() for t in inputs)
+            plan = plan_attention(cuda_pe, torch.arange(LENGTH, device="cuda"), impl=impl, window=window,
+                                  block_size=64, needs_grad=True, dropout_p=0.0)
+            out = attend(q, k, v, plan)
+            assert out.dtype == dtype and plan.path == impl
+            where = f"{name} {impl} {dtype} window {window}"
+            assert close(out.detach().double().cpu(), expected_out.detach(), tolerance), where
+            scale = expected["q"].norm().item()
+            for key, got in gradients(cuda_pe, q, k, v, out, probe.cuda()).items():
+                if expected[key] is None or expected[key].norm() < 1e-4 * scale:
+                    # Zero in exact arithmetic (FIRE's output bias shifts a whole row of scores): only noise.
+                    assert got is None or got.norm() < tolerance * scale, f"{where}: gradient of {key} where none is due"
+                    continue
+                assert got is not None, f"{where}: no gradient reached {key}"
+                rtol = tolerance if key in ("q", "k", "v") else parameter_tolerance
+                assert close(got, expected[key], rtol), f"{where}: gradient of {key}"
+
+
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize("name", METHODS)
+def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
+    """Logits and every parameter's gradient, fp32, each CUDA path against the CPU's `sdpa` path."""
+    config = {"num_layers": 2, "hidden_size": HEADS * HEAD_DIM, "num_attention_heads": HEADS, "seq_length": LENGTH,
+              "attention_block_size": 64, "train_micro_batch_size_per_gpu": 2, "pos_emb": name}
+    ids = torch.randint(0, 96, (2, LENGTH), generator=torch.Generator().manual_seed(2))
+
+    def run(impl, device):
+        args = NeoXArgs.from_dict(config | {"attention_impl": impl})
+        args.padded_vocab_size = 128
+        torch.manual_seed(0)
+        model = GPTModel(args).to(device)
+        logits = model(ids.to(device))
+        logits.float().square().mean().backward()
+        return logits.detach().double().cpu(), {n: p.grad.double().cpu() for n, p in model.named_parameters()
+                                                if p.grad is not None}
+
+    expected_logits, expected_grads = run("sdpa", "cpu")
+    impls = ("sdpa", "blocked", "flex") if make_pe(name).distance_only else ("sdpa", "blocked")
+    for impl in impls:
+        logits, grads = run(impl, "cuda")
+        assert close(logits, expected_logits, 1e-4), f"{name} {impl} logits"
+        assert grads.keys() == expected_grads.keys(), f"{name} {impl}: gradients reach other parameters"
+        scale = max(g.norm().item() for g in expected_grads.values())
+        for key, grad in grads.items():  # atol: gradients that are zero in exact arithmetic (FIRE's output bias)
+            assert close(grad, expected_grads[key], 1e-3, 1e-6 * scale), f"{name} {impl}: gradient of {key}"
+
+
+@pytest.mark.cuda
+@CUDA
+def test_bf16_deepspeed_step_on_cuda_through_flexattention(stdlib_data, tmp_path):
+    from megatron.initialize import initialize_megatron
+    from megatron.tokenizer import build_tokenizer
+    from megatron.training import setup_model_and_optimizer, train_step
+    # Block size 16 < 64 tokens: `auto` takes FlexAttention's backward on CUDA.
+    args = tiny_args(stdlib_data, tmp_path, precision="bf16", attention_block_size=16, warmup=0.0, save=None,
+                     load=None, train_micro_batch_size_per_gpu=4)
+    initialize_megatron(args)
+    tokenizer = build_tokenizer(args)
+    engine, optimizer = setup_model_and_optimizer(args)
+    weights = next(engine.module.parameters())
+    assert weights.device.type == "cuda" and weights.dtype == torch.bfloat16  # DeepSpeed chose CUDA
+    assert optimizer.defaults.get("fused") or "Fused" in type(optimizer).__name__
+    kernel = [p for pe in engine.module.positional_embeddings() for p in pe.parameters()]
+    before = [p.detach().float().clone() for p in kernel]
+    tokens = torch.randint(0, 256, (4, 65), generator=torch.Generator().manual_seed(0))
+    batch = {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": torch.ones(4, 64)}
+    losses = [train_step(args, engine, optimizer, iter([batch]), tokenizer.vocab_size) for _ in range(3)]
+    assert all(math.isfinite(s.loss) and not s.skipped for s in losses)
+    assert losses[-1].loss < losses[0].loss  # the same batch thrice: it is being learned
+    assert all(not torch.equal(b, p.detach().float()) for b, p in zip(before, kernel)), "kernel parameters never moved"

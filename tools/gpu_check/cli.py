@@ -1,0 +1,136 @@
+"""`make gpu-check`: on a machine with a CUDA GPU, install the carried wheels, run the device tests, time
+the training step of every method and long-sequence evaluation, and write one report.
+
+    python -m tools.gpu_check [--out docs/gpu] [--wheels .whl] [--site /tmp/site]
+    python -m tools.gpu_check --device cpu --tiny --out /tmp/smoke     # developers: the code paths on CPU
+
+Without CUDA it prints one line and exits with status 2 before doing anything (the developer flag
+`--device cpu --tiny` runs every part at toy sizes on this machine's CPU instead). Each part runs in its
+own process under a time limit, so one that hangs or runs out of memory costs only its share; the parts
+together stay under 8 minutes. The report (report.md, report.json and the tests' log) goes to --out.
+Exit status 1 when a test failed or a part did not finish, 0 otherwise.
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import report, tests_part
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+NO_CUDA = 2
+# Seconds per part on the GPU (tests, training step, evaluation) and for the tiny CPU smoke run.
+# Worst case on the GPU, every part killed at its limit: 45 + 20 + 140 + (140 + 15) + (90 + 15) = 465 s.
+BUDGETS = {"cuda": {"install": 45, "environment": 20, "tests": 140, "train": 140, "eval": 90},
+           "tiny": {"install": 45, "environment": 60, "tests": 120, "train": 240, "eval": 120}}  # a busy 2-core CPU
+GRACE = 15  # a part that watches its own budget gets this long to write its results before it is killed
+
+
+def cuda_problem() -> str | None:
+    """Why this machine cannot run the check, or None. Imports only torch."""
+    try:
+        import torch
+    except ImportError as err:
+        return f"torch does not import here ({err})"
+    if not torch.cuda.is_available():
+        build = f"a CPU-only build of torch {torch.__version__}" if torch.version.cuda is None else \
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable device"
+        return f"torch.cuda.is_available() is False: {build}"
+    return None
+
+
+def install_wheels(wheels: pathlib.Path, site: pathlib.Path, env: dict, budget: float) -> dict:
+    """pip install the carried wheels into `site` (no index, no dependency resolution: the folder is
+    complete, made by `make gpu-wheels`) and put it first on PYTHONPATH for every part."""
+    found = sorted(wheels.glob("*.whl"))
+    if not found:
+        return {"wheels": 0, "note": f"no wheels in {wheels}: using the packages installed here"}
+    argv = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+            "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, found)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
+    if done.returncode != 0:
+        return {"wheels": len(found), "error": (done.stdout + done.stderr)[-1500:]}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
+    return {"wheels": len(found), "site": str(site), "names": [p.name for p in found]}
+
+
+def run_part(name: str, argv: list, env: dict, budget: float, scratch: pathlib.Path) -> dict:
+    """`python -m tools.gpu_check.NAME ... --json FILE`; the parsed JSON, or what went wrong."""
+    out, log = scratch / f"{name}.json", scratch / f"{name}.log"
+    began = time.perf_counter()
+    with open(log, "w") as stream:
+        try:
+            code = subprocess.run([sys.executable, "-m", f"tools.gpu_check.{name}", "--json", str(out), *argv],
+                                  cwd=REPO_ROOT, env=env, stdout=stream, stderr=subprocess.STDOUT,
+                                  timeout=budget + GRACE).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    seconds = round(time.perf_counter() - began, 1)
+    if code == 0 and out.is_file():
+        return {**json.loads(out.read_text()), "wall_s": seconds}
+    why = f"killed at its time limit ({budget + GRACE:.0f} s)" if code is None else f"exit code {code}"
+    return {"error": why, "wall_s": seconds, "log_tail": log.read_text(errors="replace")[-2500:]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="docs/gpu", help="report folder (default: docs/gpu)")
+    parser.add_argument("--wheels", default=".whl", help="wheel folder from `make gpu-wheels` (default: .whl)")
+    parser.add_argument("--site", default="/tmp/site", help="where the wheels are installed (default: /tmp/site)")
+    parser.add_argument("--parts", nargs="+", default=["tests", "train", "eval"], choices=["tests", "train", "eval"])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="developers: `cpu` with --tiny runs the parts on the CPU (no wheels installed)")
+    parser.add_argument("--tiny", action="store_true", help="developers: toy sizes, for a smoke run of the code")
+    cli = parser.parse_args(argv)
+    if cli.device == "cpu" and not cli.tiny:
+        parser.error("--device cpu runs only with --tiny: the 162M benchmarks are meaningless on a CPU")
+    if cli.device == "cuda":
+        problem = cuda_problem()
+        if problem:
+            print(f"gpu-check: no CUDA device here ({problem}); run `make gpu-check` on a machine with a CUDA GPU")
+            return NO_CUDA
+
+    began, out = time.perf_counter(), (REPO_ROOT / cli.out).resolve()
+    profile = "tiny" if cli.tiny else "162M"
+    budgets = BUDGETS["tiny" if cli.tiny else "cuda"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env.update(PYTHONUNBUFFERED="1", NEOX_TEST_DEVICE=cli.device)  # DeepSpeed picks its accelerator itself
+    results = {"command": "python -m tools.gpu_check " + " ".join(argv if argv is not None else sys.argv[1:]),
+               "profile": profile, "budgets_s": budgets}
+    if cli.device == "cuda":
+        results["install"] = install_wheels(REPO_ROOT / cli.wheels, pathlib.Path(cli.site), env, budgets["install"])
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
+        scratch = pathlib.Path(scratch)
+        results["environment"] = _environment(env, budgets["environment"])
+        devices = results["environment"].get("gpus", 0)
+        if "tests" in cli.parts:
+            print(f"gpu-check: tests (limit {budgets['tests']} s)", flush=True)
+            results["tests"] = tests_part.run(cli.tiny, devices, env, budgets["tests"], out / "tests.log")
+        common = ["--profile", profile, "--device", cli.device]
+        for part, module in (("train", "train_speed"), ("eval", "eval_memory")):
+            if part in cli.parts:
+                print(f"gpu-check: {part} (limit {budgets[part]} s)", flush=True)
+                tiny = ["--steps", "2", "--rounds", "2", "--warmup", "1", "--methods", "none", "kerple_log",
+                        "alibi"] if cli.tiny and part == "train" else []
+                results[part] = run_part(module, common + tiny + ["--budget", str(budgets[part])], env,
+                                         budgets[part], scratch)
+    results["total_s"] = round(time.perf_counter() - began, 1)
+    paths = report.write(results, out)
+    ok = report.passed(results)
+    print(f"gpu-check: {'passed' if ok else 'FAILED'} in {results['total_s']:.0f} s; report: "
+          + ", ".join(str(p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p) for p in paths))
+    return 0 if ok else 1
+
+
+def _environment(env: dict, budget: float) -> dict:
+    try:
+        done = subprocess.run([sys.executable, "-m", "tools.gpu_check.environment"], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=budget)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
+        return {"error": "the environment probe failed (does deepspeed import?)"}

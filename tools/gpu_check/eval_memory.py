@@ -1,0 +1,131 @@
+"""Part 3 of the GPU check: evaluation of long sequences with the `auto` attention path against `sdpa`.
+
+    python -m tools.gpu_check.eval_memory --json OUT.json [--profile 162M|tiny] [--budget SECONDS]
+
+KERPLE-log on the 162M model (random weights: cost does not depend on them) scores one sequence of L
+tokens the way evaluate.py does (no autograd, bf16 on CUDA, megatron.evaluation.scoring.window_losses),
+at each length for `auto` (FlexAttention without gradients) and `sdpa` (the [H, L, L] bias
+materialised). Per (path, L): tokens/s of the timed pass after an untimed one (FlexAttention compiles
+per length), and the peak memory of the timed pass: CUDA's max allocated, or on CPU the rise of the
+process's peak RSS (benchmarks/attention_paths.py's method). `sdpa` is skipped where its bias alone
+would not fit in free memory. Lengths run shortest first and stop when the budget runs out.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+
+from benchmarks.attention_paths import read_status_kb
+from megatron.evaluation.scoring import window_losses
+from megatron.model import GPTModel
+from .profiles import EVAL_LENGTHS, describe, model_args
+
+IMPLS = ("auto", "sdpa")
+
+
+def free_bytes(device: str) -> int:
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0]
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def sdpa_bytes(heads: int, length: int) -> int:
+    """What the materialised path holds at once: the fp32 bias [H, L, L], its masked copy in the compute
+    dtype (counted as fp32 to stay on the safe side), the int64 distances and the bool mask [L, L]."""
+    return length * length * (heads * 8 + 8 + 1)
+
+
+class PeakMemory:
+    """Peak memory (MB) of the block that runs inside it, above what was allocated when it began."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            with open("/proc/self/clear_refs", "w") as out:
+                out.write("5")  # reset the peak RSS to the current RSS
+            self.base = read_status_kb("VmRSS") * 1024
+        return self
+
+    def __exit__(self, *exc):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self.peak_mb = (torch.cuda.max_memory_allocated() - self.base) / 2**20
+        else:
+            self.peak_mb = (read_status_kb("VmHWM") * 1024 - self.base) / 2**20
+
+
+def measure(profile: str, device: str, lengths, budget: float) -> dict:
+    began = time.perf_counter()
+    models, rows = {}, []
+    for impl in IMPLS:
+        args, vocab = model_args(profile, "kerple_log", attention_impl=impl)
+        torch.manual_seed(0)  # the same weights for both paths
+        dtype = torch.bfloat16 if device == "cuda" and args.precision == "bf16" else torch.float32
+        models[impl] = GPTModel(args).to(device=device, dtype=dtype).eval()
+    weights_mb = sum(p.numel() * p.element_size() for p in models["auto"].parameters()) / 2**20
+    last = 0.0
+    for length in lengths:
+        for impl, model in models.items():
+            row = {"impl": impl, "length": length}
+            rows.append(row)
+            if time.perf_counter() - began + 2.5 * last > budget:
+                row["skipped"] = "time budget spent"
+                continue
+            need = sdpa_bytes(args.num_attention_heads, length)
+            if impl == "sdpa" and need > free_bytes(device):
+                row["skipped"] = (f"the materialised bias needs ~{need / 2**30:.0f} GiB, "
+                                  f"{free_bytes(device) / 2**30:.0f} GiB free")
+                continue
+            windows = torch.randint(0, vocab, (1, length + 1), generator=torch.Generator().manual_seed(length))
+            start = time.perf_counter()
+            try:
+                with torch.inference_mode():
+                    window_losses(lambda x: model(x.to(device)), windows, vocab)  # compiles flex per length
+                    with PeakMemory(device) as peak:
+                        timed_start = time.perf_counter()
+                        losses = window_losses(lambda x: model(x.to(device)), windows, vocab)
+                        seconds = time.perf_counter() - timed_start
+            except torch.OutOfMemoryError as err:
+                row["error"] = f"out of memory: {str(err).splitlines()[0][:200]}"
+                continue
+            except Exception as err:  # noqa: BLE001 - one length failing must not hide the others
+                row["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:400]
+                continue
+            finally:
+                last = time.perf_counter() - start
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+            row.update(seconds=round(seconds, 4), tokens_per_s=round(length / seconds, 1),
+                       peak_mb=round(peak.peak_mb, 1), mean_loss=round(float(losses.mean()), 4),
+                       finite=bool(math.isfinite(float(losses.mean()))))
+    return {"profile": profile, "model": describe(args), "device": device, "method": "kerple_log",
+            "dtype": str(dtype).removeprefix("torch."), "weights_mb": round(weights_mb, 1),
+            "seconds": round(time.perf_counter() - began, 1), "rows": rows,
+            "peak_memory": "CUDA max allocated above the weights" if device == "cuda"
+                           else "rise of the process's peak RSS"}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--profile", default="162M", choices=["162M", "tiny"])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--lengths", type=int, nargs="+", help="default: 4096 16384 32768 65536 (tiny: 128 256)")
+    parser.add_argument("--budget", type=float, default=90.0)
+    cli = parser.parse_args(argv)
+    result = measure(cli.profile, cli.device, cli.lengths or EVAL_LENGTHS[cli.profile], cli.budget)
+    with open(cli.json, "w") as out:
+        json.dump(result, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()

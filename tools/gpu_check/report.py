@@ -1,0 +1,160 @@
+"""The GPU check's report: report.json (everything measured) and report.md (the tables a reader wants).
+
+The paper's Table 4 (seconds per step on one A100, tools/analysis/paper_numbers.py) is printed beside
+the measured numbers, labelled as the paper's. Imports nothing heavy: the no-CUDA refusal stays instant.
+"""
+import datetime
+import json
+import math
+import pathlib
+
+FLEX_GOAL = 1.05  # the issue's goal (not a test): distance-only methods with flex within 1.05x of `none`
+
+
+def passed(results: dict) -> bool:
+    tests = results.get("tests")
+    tests_ok = tests is None or tests.get("exit_code") == 0
+    parts_ok = all("error" not in results.get(p, {}) for p in ("install", "environment", "train", "eval"))
+    return tests_ok and parts_ok
+
+
+def write(results: dict, out: pathlib.Path) -> list[pathlib.Path]:
+    results = {**results, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    json_path, md_path = out / "report.json", out / "report.md"
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    md_path.write_text(render(results))
+    return [md_path, json_path] + ([out / "tests.log"] if (out / "tests.log").is_file() else [])
+
+
+def render(results: dict) -> str:
+    env = results.get("environment", {})
+    lines = ["# GPU check\n",
+             f"Written by `{results['command']}` on {results['created']} in {results['total_s']:.0f} s "
+             f"(profile {results['profile']}; time limits per part: "
+             + ", ".join(f"{k} {v} s" for k, v in results["budgets_s"].items()) + ").\n",
+             f"**Verdict: {'passed' if passed(results) else 'FAILED'}** (tests pass and every part finished).\n"]
+    if results["profile"] == "tiny":
+        lines.append("_Developer smoke run at toy sizes: these numbers say nothing about any GPU._\n")
+    lines += _environment(env, results.get("install", {})) + _tests(results.get("tests"))
+    lines += _train(results.get("train")) + _eval(results.get("eval"))
+    return "\n".join(lines) + "\n"
+
+
+def _environment(env, install):
+    if "error" in env:
+        return ["## Machine\n", f"Not described: {env['error']}\n"]
+    versions = ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items() if v)
+    device = (f"{env['gpu']} ({env['gpu_memory_gib']} GiB, compute capability {env['compute_capability']}, "
+              f"{env['gpus']} device(s)), CUDA {env['cuda']}, cuDNN {env['cudnn']}, driver {env.get('driver')}"
+              if env.get("gpu") else "no GPU (CPU run)")
+    wheels = (f"{install['wheels']} wheels installed into {install['site']}" if install.get("site") else
+              install.get("note") or (f"wheel install failed: {install['error']}" if install.get("error") else "none"))
+    return ["## Machine\n", f"- device: {device}", f"- Python {env.get('python')} ({env.get('executable')}), "
+            f"DeepSpeed accelerator `{env.get('deepspeed_accelerator')}`", f"- versions: {versions}",
+            f"- carried wheels: {wheels}", ""]
+
+
+def _tests(tests):
+    if tests is None:
+        return []
+    lines = ["## Tests\n", f"`{tests['command']}` ({tests['seconds']:.0f} s of {tests['budget_s']} s)\n"]
+    if tests["timed_out"]:
+        lines.append(f"**Stopped at its time limit**; outcomes so far: {tests['counts']}\n")
+    else:
+        lines.append(f"Result: {tests['summary'] or tests['counts']} (exit code {tests['exit_code']})\n")
+    if tests["deselected"]:
+        lines.append("Deselected (need two devices): " + ", ".join(f"`{t}`" for t in tests["deselected"]) + "\n")
+    if tests["failed"]:
+        lines += ["Failed:\n", *[f"- `{t}`" for t in tests["failed"]], ""]
+    lines.append(f"Full output: `{tests['log']}` beside this report.\n")
+    return lines
+
+
+def _ratio(a, b):
+    return f"{a / b:.3f}" if a and b else ""
+
+
+def _train(train):
+    if train is None:
+        return []
+    if "error" in train:
+        return ["## Training step\n", f"Did not finish: {train['error']}\n", "```", train.get("log_tail", ""), "```\n"]
+    from tools.analysis.paper_numbers import TABLE4
+    configs = [c for c in train["configs"] if not c.get("profile")]
+    step = {c["label"]: c.get("seconds_per_step") for c in configs}
+    none, alibi = step.get("none"), step.get("alibi")
+    lines = ["## Training step (Table 4)\n",
+             f"{train['model']}; median of {train['rounds_run']} interleaved rounds x {train['steps_per_round']} "
+             f"steps after {train['warmup_steps']} warm-up steps ({train['rounds_requested']} rounds asked; fewer "
+             "when the time limit came first)."
+             + (f" Peak memory of all engines together: {train['peak_memory_mb']:,} MB." if train["peak_memory_mb"]
+                else "") + "\n",
+             "| configuration | attention | s/step | tokens/s | vs none | vs ALiBi | paper s/step (A100) | "
+             "paper vs ALiBi |", "|---|---|---|---|---|---|---|---|"]
+    for c in configs:
+        s = c.get("seconds_per_step")
+        paper = TABLE4.get(c["method"]) if c["impl"] == "auto" else None
+        cells = ([f"{s:.4f}", f"{c['tokens_per_s']:,.0f}", _ratio(s, none), _ratio(s, alibi)] if s else
+                 [f"error: {c.get('error', 'not measured')}", "", "", ""])
+        lines.append(f"| {c['label']} | {c['impl']} | " + " | ".join(cells) + f" | {paper or ''} | "
+                     f"{_ratio(paper, TABLE4['alibi']) if paper else ''} |")
+    lines.append("\nPaper columns: the KERPLE paper's Table 4 (one A100, GitHub), not this machine. The peer "
+                 "`hf_gpt_neox` is transformers' GPTNeoXForCausalLM (rotary) at the same size; on CUDA with fp32 "
+                 "weights under bf16 autocast and torch's fused AdamW, as its users train it.\n")
+    flex = [c for c in configs if c["impl"] == "flex" and c.get("seconds_per_step") and none]
+    if flex:
+        met = [c["label"] for c in flex if c["seconds_per_step"] <= FLEX_GOAL * none]
+        lines.append(f"Goal (not a test): distance-only methods with `flex` within {FLEX_GOAL}x of `none`: "
+                     f"{len(met)} of {len(flex)} ({', '.join(met) or 'none'}).\n")
+    lines += _gpu_mini(next((c for c in train["configs"] if c.get("profile") == "gpu-mini"), None))
+    return lines
+
+
+def _gpu_mini(mini):
+    if not mini:
+        return []
+    if "seconds_per_step" not in mini:
+        return [f"gpu-mini profile: not measured ({mini.get('error', 'no rounds')}).\n"]
+    minutes = mini["seconds_per_step"] * mini["train_iters"] * mini["sweep_runs"] / 60
+    return [f"gpu-mini sweep model ({mini['model']}), KERPLE-log: {mini['seconds_per_step']:.4f} s/step, "
+            f"{mini['tokens_per_s']:,.0f} tokens/s. Projection (one run at a time, training steps only): "
+            f"{mini['train_iters']} steps x {mini['sweep_runs']} runs x {mini['seconds_per_step']:.4f} s = "
+            f"{minutes:.1f} min.\n"]
+
+
+def _eval(evaluation):
+    if evaluation is None:
+        return []
+    if "error" in evaluation:
+        return ["## Evaluation at long lengths\n", f"Did not finish: {evaluation['error']}\n", "```",
+                evaluation.get("log_tail", ""), "```\n"]
+    cell = {(r["impl"], r["length"]): r for r in evaluation["rows"]}
+    lengths = sorted({r["length"] for r in evaluation["rows"]})
+    lines = ["## Evaluation at long lengths\n",
+             f"{evaluation['method']}, {evaluation['model']}, {evaluation['dtype']}, one sequence per pass, "
+             f"no autograd (evaluate.py's scoring); weights {evaluation['weights_mb']} MB. Peak memory: "
+             f"{evaluation['peak_memory']}.\n",
+             "| L | auto tokens/s | auto peak MB | sdpa tokens/s | sdpa peak MB |", "|---|---|---|---|---|"]
+    for length in lengths:
+        row = [str(length)]
+        for impl in ("auto", "sdpa"):
+            r = cell.get((impl, length), {})
+            if "peak_mb" in r:
+                row += [f"{r['tokens_per_s']:,.0f}", f"{r['peak_mb']:,.0f}"]
+            else:
+                row += [r.get("skipped") or r.get("error") or "", ""]
+        lines.append("| " + " | ".join(row) + " |")
+    growth = _growth(cell, lengths)
+    if growth:
+        lines.append("\nGrowth of `auto`'s peak memory between lengths, as the exponent k in peak ~ L^k "
+                     "(1 = linear, the issue's goal; 2 = quadratic): " + ", ".join(growth) + ".\n")
+    return lines
+
+
+def _growth(cell, lengths):
+    out = []
+    for a, b in zip(lengths, lengths[1:]):
+        pa, pb = cell.get(("auto", a), {}).get("peak_mb"), cell.get(("auto", b), {}).get("peak_mb")
+        if pa and pb and pa > 0 and pb > 0:
+            out.append(f"{a}->{b}: {math.log(pb / pa) / math.log(b / a):.2f}")
+    return out

@@ -1,0 +1,60 @@
+"""Part 1 of the GPU check: the test files that exercise the device, run by pytest with the GPU present.
+
+Which tests run where: DeepSpeed picks its accelerator itself, so the training, checkpoint and
+evaluation tests (engine, bf16 step, save and resume, evaluate.py) run on CUDA when it is there. The
+attention and model tests build their tensors on the default device, the CPU; their CUDA versions are
+the `cuda`-marked tests (tests/test_gpu_check.py: every path x every method, forward and gradients in
+fp32 and bf16 against the materialised reference). NEOX_TEST_DEVICE is set to the device for a future
+conftest fixture that would move those files' tensors too (no test reads it yet).
+"""
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# In order of importance: a run cut short by its time limit has done the first ones.
+FILES = ("tests/test_gpu_check.py", "tests/test_attention.py", "tests/test_model.py", "tests/test_training.py",
+         "tests/test_checkpoint.py", "tests/test_evaluation_end_to_end.py")
+# Two ranks on one GPU: NCCL refuses two ranks on one device.
+NEEDS_TWO_DEVICES = ("tests/test_training.py::test_deepy_trains_the_tiny_profile[2]",
+                     "tests/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
+                     "tests/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
+TINY_SELECTION = ("tests/test_gpu_check.py", "-m", "cuda")  # the smoke run: collect and skip the CUDA tests
+OUTCOME = re.compile(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)")
+
+
+def command(tiny: bool, devices: int) -> list[str]:
+    base = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfE", "--tb=short"]
+    if tiny:
+        return base + list(TINY_SELECTION)
+    deselect = [arg for test in NEEDS_TWO_DEVICES for arg in ("--deselect", test)] if devices < 2 else []
+    # `-m "not slow"` replaces pyproject's `not slow and not cuda`: the cuda tests run here.
+    return base + ["-m", "not slow", *deselect, *FILES]
+
+
+def run(tiny: bool, devices: int, env: dict, budget: float, log: pathlib.Path) -> dict:
+    argv = command(tiny, devices)
+    began = time.perf_counter()
+    with open(log, "w") as out:
+        try:
+            code = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=budget).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    text = log.read_text(errors="replace")
+    outcomes = {}
+    for line in text.splitlines():
+        found = OUTCOME.match(line)
+        if found:
+            outcomes[found[1]] = found[2]
+    counts = {}
+    for status in outcomes.values():
+        counts[status.lower()] = counts.get(status.lower(), 0) + 1
+    summary = next((line.strip("= ") for line in reversed(text.splitlines()) if re.search(r"\d+ (passed|failed|skipped)", line)), None)
+    return {"command": " ".join(argv[1:]), "exit_code": code, "timed_out": code is None, "budget_s": budget,
+            "seconds": round(time.perf_counter() - began, 1), "counts": counts, "summary": summary,
+            "deselected": [] if tiny or devices >= 2 else list(NEEDS_TWO_DEVICES),
+            "failed": sorted(t for t, s in outcomes.items() if s in ("FAILED", "ERROR")),
+            "log": log.name, "log_tail": text[-3000:] if code not in (0, None) else ""}

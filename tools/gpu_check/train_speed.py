@@ -1,0 +1,173 @@
+"""Part 2 of the GPU check: seconds per training step of every method, and of Hugging Face's GPT-NeoX.
+
+    python -m tools.gpu_check.train_speed --json OUT.json [--profile 162M|tiny] [--budget SECONDS]
+
+Each configuration is a DeepSpeed engine built as train.py builds it, running the real train_step()
+(forward, backward, clipping, optimizer) on random tokens (benchmarks/train_throughput.py's batches).
+Configurations take turns for several rounds, so drift on the machine spreads over all of them; a
+configuration's figure is its median round. Besides `attention-impl: auto` (what a user gets: `sdpa`
+at 512 tokens), the distance-only methods also run with `flex` on CUDA (the issue's goal: within 1.05x
+of `none`). The peer is transformers' GPTNeoXForCausalLM (rotary) of the same size, trained the way its
+users do: fp32 weights under bf16 autocast, torch's fused AdamW, the same clipping. On the 162M
+profile the gpu-mini sweep's model (configs/reproduce/gpu-mini.yml) is timed too, to project that
+sweep's GPU time. Rounds stop early when the time budget runs out; the JSON says how many ran.
+"""
+import argparse
+import json
+import statistics
+import time
+import traceback
+
+import torch
+
+from benchmarks.train_throughput import random_batches
+from megatron.initialize import initialize_megatron
+from megatron.model.positional_embeddings import available, build_positional_embedding_from_args
+from megatron.training import lm_loss, setup_model_and_optimizer, train_step
+from .profiles import GPU_MINI_SWEEP, TABLE4_METHODS, describe, model_args
+
+PEER = "hf_gpt_neox"
+
+
+class OurStep:
+    """One method's engine, stepping on its own stream of random batches."""
+
+    def __init__(self, profile, method, impl, device):
+        self.args, self.vocab = model_args(profile, method, attention_impl=impl)
+        initialize_megatron(self.args)
+        self.engine, self.optimizer = setup_model_and_optimizer(self.args)
+        self.batches = random_batches(self.args, self.vocab, self.args.seed)
+
+    def __call__(self):
+        return train_step(self.args, self.engine, self.optimizer, self.batches, self.vocab).loss
+
+
+class PeerStep:
+    """transformers' GPTNeoXForCausalLM at the same sizes, with rotary over every head dimension."""
+
+    def __init__(self, profile, device):
+        import transformers
+        self.args, self.vocab = model_args(profile, "rotary")
+        a = self.args
+        config = transformers.GPTNeoXConfig(
+            vocab_size=a.padded_vocab_size, hidden_size=a.hidden_size, num_hidden_layers=a.num_layers,
+            num_attention_heads=a.num_attention_heads, intermediate_size=a.intermediate_size or 4 * a.hidden_size,
+            hidden_act="gelu", rotary_pct=a.rotary_pct, rotary_emb_base=a.rotary_emb_base,
+            max_position_embeddings=a.seq_length, layer_norm_eps=a.layernorm_epsilon,
+            use_parallel_residual=a.gpt_j_residual, tie_word_embeddings=not a.no_weight_tying,
+            attention_dropout=0.0, hidden_dropout=0.0)
+        torch.manual_seed(a.seed)
+        self.model = transformers.GPTNeoXForCausalLM._from_config(config, attn_implementation="sdpa").to(device)
+        self.device = torch.device(device)
+        fused = {"fused": True} if self.device.type == "cuda" else {}
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0, **fused)
+        self.autocast = a.precision == "bf16" and self.device.type == "cuda"
+        self.batches = random_batches(a, self.vocab, a.seed)
+
+    def __call__(self):
+        batch = {k: v.to(self.device) for k, v in next(self.batches).items()}
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            logits = self.model(input_ids=batch["tokens"]).logits
+        loss = lm_loss(logits, batch["labels"], batch["loss_mask"], self.vocab)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.gradient_clipping)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+def configurations(profile: str, device: str, methods) -> list[dict]:
+    """(label, how to build it): every method at `auto`, `flex` for distance-only ones on CUDA, the peer,
+    and on the 162M profile the gpu-mini sweep's model."""
+    chosen = []
+    for method in methods:
+        chosen.append({"label": method, "method": method, "impl": "auto"})
+        args, _ = model_args(profile, method)
+        distance_only = build_positional_embedding_from_args(args).distance_only
+        if device == "cuda" and distance_only and method != "none":
+            chosen.append({"label": f"{method}+flex", "method": method, "impl": "flex"})
+    chosen.append({"label": PEER, "method": "rotary", "impl": "transformers sdpa"})
+    if profile == "162M":
+        chosen.append({"label": "gpu-mini/kerple_log", "method": "kerple_log", "impl": "auto", "profile": "gpu-mini"})
+    return chosen
+
+
+def build(config, profile, device):
+    if config["label"] == PEER:
+        return PeerStep(profile, device)
+    return OurStep(config.get("profile", profile), config["method"], config["impl"], device)
+
+
+def timed(step, steps: int, device: str) -> float:
+    """Seconds per step over `steps` steps, the device's queue drained at both ends."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - start) / steps
+
+
+def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup: int, budget: float) -> dict:
+    began = time.perf_counter()
+    configs = configurations(profile, device, methods)
+    runners = {}
+    for config in configs:
+        try:
+            runners[config["label"]] = build(config, profile, device)
+            timed(runners[config["label"]], warmup, device)  # compilation and allocator warm-up, not counted
+        except Exception as err:  # noqa: BLE001 - one configuration failing must not hide the others
+            runners.pop(config["label"], None)
+            config["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:400]
+            config["traceback"] = traceback.format_exc()[-2000:]
+    seconds = {label: [] for label in runners}
+    last_round = 0.0
+    for _ in range(rounds):
+        if seconds and min(map(len, seconds.values())) and time.perf_counter() - began + last_round > budget:
+            break  # another round would overrun the budget; the rounds so far stand
+        round_start = time.perf_counter()
+        for label, runner in runners.items():
+            seconds[label].append(timed(runner, steps, device))
+        last_round = time.perf_counter() - round_start
+    args, _ = model_args(profile, "none")
+    tokens_per_step = args.train_micro_batch_size_per_gpu * args.seq_length
+    for config in configs:
+        times = seconds.get(config["label"])
+        if times:
+            config.update(seconds_per_step=statistics.median(times), rounds=times,
+                          tokens_per_s=tokens_per_step / statistics.median(times))
+    mini = next((c for c in configs if c.get("profile") == "gpu-mini"), None)
+    if mini and "seconds_per_step" in mini:
+        from tools.reproduce import load_sweep
+        mini_args, _ = model_args("gpu-mini", "kerple_log")
+        sweep = load_sweep(GPU_MINI_SWEEP)
+        mini.update(model=describe(mini_args), tokens_per_s=mini_args.train_micro_batch_size_per_gpu
+                    * mini_args.seq_length / mini["seconds_per_step"], train_iters=mini_args.train_iters,
+                    sweep_runs=len(sweep.methods) * len(sweep.seeds) * len(sweep.datasets))
+    return {"profile": profile, "model": describe(args), "device": device, "steps_per_round": steps,
+            "rounds_requested": rounds, "rounds_run": min((len(s) for s in seconds.values()), default=0),
+            "warmup_steps": warmup, "seconds": round(time.perf_counter() - began, 1), "configs": configs,
+            "peak_memory_mb": round(torch.cuda.max_memory_allocated() / 2**20) if device == "cuda" else None}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", required=True, help="where the results go")
+    parser.add_argument("--profile", default="162M", choices=["162M", "tiny"])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--methods", nargs="+", default=list(TABLE4_METHODS),
+                        help=f"positional methods (default: Table 4's and none; any of {', '.join(available())})")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per configuration per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=140.0, help="seconds; no round starts that would pass it")
+    cli = parser.parse_args(argv)
+    methods = ["none"] + [m for m in cli.methods if m != "none"]  # `none` first: the ratios' baseline
+    result = measure(cli.profile, cli.device, methods, cli.steps, cli.rounds, cli.warmup, cli.budget)
+    with open(cli.json, "w") as out:
+        json.dump(result, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
