@@ -2,7 +2,7 @@
 
 On any machine: the check refuses without CUDA (one line, status 2, nothing run or written), its parts run
 end to end at toy sizes on the CPU (`--device cpu --tiny`), the wheel list is the requirements' closure
-minus the GPU image, and the gpu-mini sweep is valid for tools/reproduce.py and deepy.py.
+minus the GPU image, and the gpu-mini sweep is valid for the sweep (tools/reproduce/) and deepy.py.
 
 On CUDA (`cuda`-marked, run by `make gpu-check`): every attention path x every method, forward and
 gradients (kernel parameters included) in fp32 and bf16 against a float64 materialised reference; the
@@ -96,7 +96,9 @@ def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
 
 # ---------------------------------------------------------------------------------- gpu-mini
 def test_gpu_mini_sweep_is_the_papers_recipe_at_30m_parameters():
-    from tools.reproduce import launch_command, load_sweep, plan_runs
+    from tools.reproduce.execute import launch_command
+    from tools.reproduce.runs import plan_runs
+    from tools.reproduce.spec import load_sweep
     sweep = load_sweep(REPO_ROOT / "configs/reproduce/gpu-mini.yml")
     runs = plan_runs(sweep, [sweep.data[n] for n in sweep.datasets])
     assert len(runs) == 7 * 2 + 2  # 7 methods x 2 seeds, and the windowed baseline of each seed
@@ -110,7 +112,7 @@ def test_gpu_mini_sweep_is_the_papers_recipe_at_30m_parameters():
         parameters = sum(p.numel() for p in GPTModel(first).parameters())
     assert 20e6 <= parameters <= 40e6 and f"{parameters / 1e6:.1f}M-parameter" in sweep.scale
 
-    plan = subprocess.run([sys.executable, "tools/reproduce.py", "configs/reproduce/gpu-mini.yml", "--dry-run"],
+    plan = subprocess.run([sys.executable, "-m", "tools.reproduce", "configs/reproduce/gpu-mini.yml", "--dry-run"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert plan.returncode == 0, plan.stderr
     lines = plan.stdout.splitlines()

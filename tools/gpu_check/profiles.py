@@ -26,7 +26,7 @@ def model_args(profile: str, method: str, **overrides) -> tuple[NeoXArgs, int]:
         args = NeoXArgs.from_ymls([REPO_ROOT / "configs" / f"{method}.yml"], {**NO_OUTPUT, **overrides})
         vocab = GPT2_VOCAB
     elif profile == "gpu-mini":
-        from tools.reproduce import load_sweep
+        from tools.reproduce.spec import load_sweep
         sweep = load_sweep(GPU_MINI_SWEEP)
         args = NeoXArgs.from_ymls([REPO_ROOT / p for p in sweep.profile],
                                   {**sweep.overrides, **NO_OUTPUT, "pos_emb": method, **overrides})

@@ -139,7 +139,7 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
                           tokens_per_s=tokens_per_step / statistics.median(times))
     mini = next((c for c in configs if c.get("profile") == "gpu-mini"), None)
     if mini and "seconds_per_step" in mini:
-        from tools.reproduce import load_sweep
+        from tools.reproduce.spec import load_sweep
         mini_args, _ = model_args("gpu-mini", "kerple_log")
         sweep = load_sweep(GPU_MINI_SWEEP)
         mini.update(model=describe(mini_args), tokens_per_s=mini_args.train_micro_batch_size_per_gpu
