@@ -33,3 +33,13 @@ def stdlib_data(tmp_path_factory) -> str:
     preprocess([str(folder / "stdlib.jsonl.zst")], str(folder / "stdlib"),
                make_tokenizer("ByteLevelTokenizer", None, None), append_eod=True, show_progress=False)
     return str(folder / "stdlib_text_document")
+
+
+def pytest_terminal_summary(terminalreporter):
+    # Say which CPU code path the compiled kernels took, so a log shows what was actually checked.
+    import torch
+    ran = sum(len(terminalreporter.stats.get(outcome, [])) for outcome in ("passed", "failed", "error"))
+    forced = os.environ.get("ATEN_CPU_CAPABILITY")
+    terminalreporter.write_line(
+        f"{ran} tests ran on torch's {torch.backends.cpu.get_cpu_capability()} CPU code path"
+        + (f" (forced by ATEN_CPU_CAPABILITY={forced})" if forced else ""))

@@ -70,7 +70,7 @@ def test_missing_script_is_a_clear_error(repo_root):
 
 def test_two_process_cpu_launch_runs_the_script_on_both_ranks(repo_root, tmp_path):
     result = deepy(repo_root, "tests/scripts/report_rank.py", "configs/tiny.yml", "--set", "num_gpus=2",
-                   "--set", "master_port=29531", "--set", "pos-emb=rpe", env={"OUT_DIR": str(tmp_path)})
+                   "--set", f"master_port={free_port()}", "--set", "pos-emb=rpe", env={"OUT_DIR": str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank, report in enumerate(reports):

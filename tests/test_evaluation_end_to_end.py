@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 from scipy import stats
+from test_training_support import free_port
 
 from megatron.checkpointing import CheckpointError
 from megatron.evaluation.results import find_record, load_result, load_results
@@ -167,7 +168,7 @@ def test_run_identity_comes_from_the_checkpoint_not_the_evaluating_config(worksp
 def test_deepy_on_two_ranks_writes_the_same_result_as_one_process(workspace, results, tmp_path):
     """`python deepy.py evaluate.py ...` with two CPU ranks: each scores half of the chunks."""
     launched = run(["deepy.py", "evaluate.py", "configs/tiny.yml", str(workspace[1]["kerple_log"]),
-                    "--set", "num_gpus=2", "--set", "master_port=29547", "--set", f"eval-results-dir={tmp_path}",
+                    "--set", "num_gpus=2", "--set", f"master_port={free_port()}", "--set", f"eval-results-dir={tmp_path}",
                     "--set", f"eval-lengths={LENGTHS}", "--set", "eval-modes=[nonoverlap,sliding]",
                     "--set", f"eval-chunks={CHUNKS}", "--set", "eval-seed=3"], cwd=REPO, timeout=600)
     assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
