@@ -49,7 +49,8 @@ def run(project, *argv, timeout=600):
 
 def test_the_example_adds_a_method_and_nothing_else(project):
     assert not (REPO_ROOT / "megatron" / "model" / "positional_embeddings" / f"{METHOD}.py").exists()
-    changed = subprocess.run(["diff", "-rq", "-x", "__pycache__", str(REPO_ROOT / "megatron"), str(project / "megatron")],
+    changed = subprocess.run(["diff", "-rq", "-x", "__pycache__", str(REPO_ROOT / "megatron"),
+                              str(project / "megatron")],
                              capture_output=True, text=True).stdout.strip().splitlines()
     assert changed == [f"Only in {project / 'megatron' / 'model' / 'positional_embeddings'}: {METHOD}.py"]
 
