@@ -171,8 +171,7 @@ class NeoXArgs(*reversed(GROUPS)):
         together (e.g. one mep-weight per mep-kernel)."""
         for option in declared_options():
             value = getattr(self, option.name)
-            problem = option.spec.check(value) if option.spec.check and value is not None else None
-            if problem:
+            if option.spec.check and value is not None and (problem := option.spec.check(value)):
                 fail(option.name, problem)
         try:
             make_options(self.pos_emb, {o: getattr(self, o) for o in option_names(self.pos_emb)})
