@@ -18,8 +18,8 @@ from torch import nn
 
 from .alibi import alibi_slopes
 from .base import ModelShape, OptionError, PositionalEmbedding, option
-from .registry import register
 from .kerple import KerpleEps, KerpleLog
+from .registry import register
 from .t5 import T5RelativeBias
 
 FIXED_KERNELS = ("exponential", "exponential_half", "gaussian")
@@ -35,14 +35,15 @@ class MEPKerple(PositionalEmbedding):
         mep_weights: Optional[list] = option(None, "`mep_kerple`: mixture weights; default uniform.")
 
         def __post_init__(self):
-            super().__post_init__()
             kernels = list(self.mep_kernels)
             unknown = [k for k in kernels if k not in FIXED_KERNELS + LEARNED_KERNELS]
             if not kernels or unknown or len(set(kernels)) < len(kernels):
                 raise OptionError("mep_kernels", f"mep-kernels={kernels} must be distinct names from "
                                   f"{', '.join(FIXED_KERNELS + LEARNED_KERNELS)}.")
+            if "t5" in kernels:
+                super().__post_init__()  # the t5 kernel's own check
             weights = self.mep_weights
-            if weights is not None and (len(weights) != len(kernels) or not all(w > 0 for w in weights)):
+            if weights and (len(weights) != len(kernels) or not all(w > 0 for w in weights)):
                 raise OptionError("mep_weights", f"mep-weights={list(weights)} must be {len(kernels)} positive "
                                   f"numbers, one per kernel in mep-kernels={kernels} (or unset for equal weights).")
 
