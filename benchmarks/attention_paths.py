@@ -38,9 +38,8 @@ MEMORY_HEADS, MEMORY_HEAD_DIM = 12, 64
 
 def build_model(name: str, impl: str) -> GPTModel:
     args = NeoXArgs.from_dict(SMALL_MODEL | {"pos_emb": name, "attention_impl": impl})
-    args.padded_vocab_size = VOCAB
     torch.manual_seed(0)
-    return GPTModel(args)
+    return GPTModel(args, VOCAB)
 
 
 def training_step_seconds(model: GPTModel, ids: torch.Tensor) -> float:

@@ -55,7 +55,7 @@ def main():
         args = NeoXArgs.from_ymls(cli.configs, {**overrides, "pos_emb": method})
         initialize_megatron(args)
         tokenizer = build_tokenizer(args)
-        engine, optimizer = setup_model_and_optimizer(args)
+        engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
         runs[method] = (args, engine, optimizer, random_batches(args, tokenizer.vocab_size, args.seed),
                         tokenizer.vocab_size)
     tokens_per_step = args.train_batch_size * args.seq_length

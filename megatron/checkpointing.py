@@ -20,46 +20,42 @@ import numpy as np
 import torch
 from deepspeed.accelerator import get_accelerator
 
-from megatron.model.positional_embeddings import option_names
+from megatron.model.positional_embeddings import checkpoint_options
 from megatron.neox_arguments import NeoXArgsError
 
 TAG = re.compile(r"global_step(\d+)")
 MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-3: 2nd
 
-# Keys that fix the parameters' shapes or meaning, whatever the method.
+# Keys that fix the parameters' shapes or meaning, whatever the method (padded_vocab_size: the model's
+# embedding rows). The method's own options come from its declarations (`checkpoint_options`).
 ARCHITECTURE_KEYS = (
     "num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "padded_vocab_size",
     "tokenizer_type", "norm", "layernorm_epsilon", "activation", "no_weight_tying", "gpt_j_residual",
     "pos_emb", "pos_emb_per_layer",
 )
-# Length keys: stored for the record; only `learned` has parameters sized by one of them.
+# Length keys: stored for the record; only a method with `uses_max_positions` (learned) has
+# parameters sized by one of them.
 LENGTH_KEYS = ("seq_length", "max_position_embeddings", "seq_length_val", "attention_window")
-# Options of positional methods that only set initial values.
-INITIALISATION_ONLY = {"init_method_std", "fire_init_c", "fire_init_L"}
 
 
 class CheckpointError(NeoXArgsError):
     """A checkpoint that is missing, incomplete or made by a different model than the one loading it."""
 
 
-def model_config(neox_args) -> dict:
+def model_config(neox_args, model: torch.nn.Module) -> dict:
     """What a checkpoint records about the model that wrote it."""
-    keys = ARCHITECTURE_KEYS + LENGTH_KEYS + tuple(sorted(_method_options(neox_args.pos_emb)))
-    return {key: getattr(neox_args, key) for key in keys}
+    keys = ARCHITECTURE_KEYS + LENGTH_KEYS + tuple(sorted(checkpoint_options(neox_args.pos_emb)))
+    return {key: model.vocab_size if key == "padded_vocab_size" else getattr(neox_args, key) for key in keys}
 
 
-def _method_options(pos_emb: str) -> set:
-    return set(option_names(pos_emb)) - INITIALISATION_ONLY
-
-
-def config_differences(saved: dict, neox_args) -> list[str]:
+def config_differences(saved: dict, neox_args, model: torch.nn.Module) -> list[str]:
     """'key: checkpoint X, this run Y' for every stored key that must agree but does not. Sequence
     lengths may differ (length extrapolation is the point), except for `learned`, whose table has
     max-position-embeddings rows."""
     keys = list(ARCHITECTURE_KEYS)
     if saved.get("pos_emb") == neox_args.pos_emb:
-        keys += sorted(_method_options(neox_args.pos_emb))
-    current = model_config(neox_args)
+        keys += sorted(checkpoint_options(neox_args.pos_emb))
+    current = model_config(neox_args, model)
     return [f"{key.replace('_', '-')}: checkpoint {saved.get(key)!r}, this run {current.get(key)!r}"
             for key in keys if saved.get(key) != current.get(key)]
 
@@ -120,11 +116,11 @@ def checkpoint_config(load_dir, iteration: int | None = None) -> dict:
     return state["model_config"]
 
 
-def _check_compatible(state: dict, neox_args, where) -> None:
+def _check_compatible(state: dict, neox_args, model, where) -> None:
     if "model_config" not in state:
         raise CheckpointError(f"{where} was not written by this project's train.py (it records no model "
                               "config to check against), so it cannot be loaded safely.")
-    differences = config_differences(state["model_config"], neox_args)
+    differences = config_differences(state["model_config"], neox_args, model)
     if differences:
         raise CheckpointError(f"the checkpoint {where} was made by a different model: "
                               + "; ".join(differences) + ". Load it with the config it was trained "
@@ -143,7 +139,7 @@ def load_model_weights(neox_args, model: torch.nn.Module) -> int:
     tag = resolve_tag(neox_args.load, neox_args.iteration)
     where = pathlib.Path(neox_args.load) / tag
     state = read_client_state(neox_args.load, tag)
-    _check_compatible(state, neox_args, where)
+    _check_compatible(state, neox_args, model, where)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         weights = get_fp32_state_dict_from_zero_checkpoint(neox_args.load, tag=tag)
@@ -180,7 +176,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     client_state = {
         "iteration": iteration,
         "consumed_train_samples": consumed_samples,
-        "model_config": model_config(neox_args),
+        "model_config": model_config(neox_args, engine.module),
         "neox_args": {k: v for k, v in neox_args.to_dict().items() if k != "config_files"},
         "rng_state": rng_state(),
     }
@@ -238,7 +234,7 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
         return 0, 0
     tag = resolve_tag(neox_args.load, neox_args.iteration)
     where = pathlib.Path(neox_args.load) / tag
-    _check_compatible(read_client_state(neox_args.load, tag), neox_args, where)
+    _check_compatible(read_client_state(neox_args.load, tag), neox_args, engine.module, where)
     weights_only = neox_args.finetune
     path, state = engine.load_checkpoint(
         neox_args.load, tag=tag, load_module_only=weights_only,

@@ -54,9 +54,9 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
 
 def pretrain(neox_args) -> TrainingResult:
     initialize_megatron(neox_args)
-    tokenizer = build_tokenizer(neox_args)  # sets neox_args.padded_vocab_size
+    tokenizer = build_tokenizer(neox_args)
     train_set, valid_set, test_set = build_train_valid_test_datasets(neox_args, tokenizer)
-    engine, optimizer = setup_model_and_optimizer(neox_args)
+    engine, optimizer = setup_model_and_optimizer(neox_args, tokenizer.padded_vocab_size)
     iteration, consumed = load_checkpoint(neox_args, engine)
     with torch.random.fork_rng(devices=[]):  # starting a DataLoader draws a seed: keep dropout's stream
         train_batches = iter(build_data_loader(train_set, neox_args, consumed))
@@ -78,10 +78,11 @@ def pretrain(neox_args) -> TrainingResult:
     return result
 
 
-def setup_model_and_optimizer(neox_args):
-    """The DeepSpeed engine around the model, our optimizer and LR schedule (the DeepSpeed JSON's own
-    `optimizer` entry is dropped: the optimizer built here carries the weight-decay groups)."""
-    model = GPTModel(neox_args)
+def setup_model_and_optimizer(neox_args, vocab_size: int):
+    """The DeepSpeed engine around the model (`vocab_size` embedding rows), our optimizer and LR
+    schedule (the DeepSpeed JSON's own `optimizer` entry is dropped: the optimizer built here carries
+    the weight-decay groups)."""
+    model = GPTModel(neox_args, vocab_size)
     optimizer = build_optimizer(neox_args, model)
     scheduler = build_lr_scheduler(neox_args, optimizer)
     config = {k: v for k, v in neox_args.deepspeed_config().items() if k not in ("optimizer", "scheduler")}

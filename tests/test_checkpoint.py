@@ -70,15 +70,13 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(signum, stdlib_data, tmp_pa
     assert (tmp_path / "ckpt" / "latest").read_text() == f"global_step{stopped}"
     assert (tmp_path / "ckpt" / f"global_step{stopped}" / "configs" / "tiny.yml").read_text() == TINY.read_text()
     args = tiny_args(stdlib_data, tmp_path)
-    build_tokenizer(args)
-    assert load_model_weights(args, GPTModel(args)) == stopped
+    assert load_model_weights(args, GPTModel(args, build_tokenizer(args).padded_vocab_size)) == stopped
 
 
 # ------------------------------------------------------------------------------------ atomicity
 def _engine(args):
     initialize_megatron(args)
-    build_tokenizer(args)
-    return setup_model_and_optimizer(args)[0]
+    return setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0]
 
 
 def test_a_failed_save_leaves_the_previous_checkpoint_in_charge(stdlib_data, tmp_path, monkeypatch):
@@ -97,7 +95,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_in_charge(stdlib_data, tmp
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "latest").read_text() == "global_step2"
     assert not (ckpt / "global_step4").exists()
-    fresh = GPTModel(args)
+    fresh = GPTModel(args, build_tokenizer(args).padded_vocab_size)
     assert load_model_weights(args, fresh) == 2
 
     monkeypatch.setattr(engine.checkpoint_engine, "save", real_save)
@@ -114,7 +112,6 @@ def test_killed_mid_run_never_leaves_latest_unloadable(stdlib_data, tmp_path):
     overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=100_000, checkpoint_factor=1,
                                keep_last_n_checkpoints=2, log_interval=1000)
     args = tiny_args(stdlib_data, tmp_path)
-    build_tokenizer(args)
     steps = []
     for delay in (6.0, 6.5, 7.0, 7.5, 8.0):
         process = subprocess.Popen([sys.executable, "train.py", str(TINY), *set_flags(overrides)], cwd=REPO_ROOT,
@@ -123,7 +120,7 @@ def test_killed_mid_run_never_leaves_latest_unloadable(stdlib_data, tmp_path):
         process.kill()
         process.wait()
         if (tmp_path / "ckpt" / "latest").exists():
-            steps.append(load_model_weights(args, GPTModel(args)))
+            steps.append(load_model_weights(args, GPTModel(args, build_tokenizer(args).padded_vocab_size)))
     assert steps and steps == sorted(steps)
 
 
@@ -138,8 +135,7 @@ def test_relative_methods_load_at_any_length(method, stdlib_data, tmp_path):
     save_checkpoint(trained, engine, 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb=method, hidden_size=32, num_attention_heads=2,
                        seq_length=256, seq_length_val=256)
-    build_tokenizer(longer)
-    model = GPTModel(longer)
+    model = GPTModel(longer, build_tokenizer(longer).padded_vocab_size)
     assert load_model_weights(longer, model) == 1
     tokens = torch.randint(0, 256, (1, 200))
     engine.module.eval(), model.eval()
@@ -151,12 +147,10 @@ def test_learned_needs_the_trained_table_size(stdlib_data, tmp_path):
     trained = tiny_args(stdlib_data, tmp_path, pos_emb="learned")
     save_checkpoint(trained, _engine(trained), 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb="learned", seq_length=256)
-    build_tokenizer(longer)
     with pytest.raises(CheckpointError, match=r"max-position-embeddings: checkpoint 64, this run 256"):
-        load_model_weights(longer, GPTModel(longer))
+        load_model_weights(longer, GPTModel(longer, build_tokenizer(longer).padded_vocab_size))
     same_table = tiny_args(stdlib_data, tmp_path, pos_emb="learned", max_position_embeddings=64)
-    build_tokenizer(same_table)
-    assert load_model_weights(same_table, GPTModel(same_table)) == 1
+    assert load_model_weights(same_table, GPTModel(same_table, build_tokenizer(same_table).padded_vocab_size)) == 1
 
 
 @pytest.fixture
@@ -169,8 +163,7 @@ def saved(stdlib_data, tmp_path):
 
 def _load(stdlib_data, tmp_path, **overrides):
     args = tiny_args(stdlib_data, tmp_path, **overrides)
-    build_tokenizer(args)
-    return load_model_weights(args, GPTModel(args))
+    return load_model_weights(args, GPTModel(args, build_tokenizer(args).padded_vocab_size))
 
 
 @pytest.mark.parametrize("overrides, message", [

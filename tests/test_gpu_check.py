@@ -107,9 +107,8 @@ def test_gpu_mini_sweep_is_the_papers_recipe_at_30m_parameters():
     assert (first.seq_length, first.train_micro_batch_size_per_gpu, first.precision) == (512, 32, "bf16")
     assert first.tokenizer_type == "GPT2BPETokenizer" and first.no_weight_tying
     assert sweep.evaluation["eval_lengths"] == [512, 1024, 2048, 4096, 8192, 16384]
-    first.padded_vocab_size = 50304  # GPT-2's 50257 padded to 128
-    with torch.device("meta"):
-        parameters = sum(p.numel() for p in GPTModel(first).parameters())
+    with torch.device("meta"):  # GPT-2's 50257 tokens padded to 128
+        parameters = sum(p.numel() for p in GPTModel(first, 50304).parameters())
     assert 20e6 <= parameters <= 40e6 and f"{parameters / 1e6:.1f}M-parameter" in sweep.scale
 
     plan = subprocess.run([sys.executable, "-m", "tools.reproduce", "configs/reproduce/gpu-mini.yml", "--dry-run"],
@@ -212,9 +211,8 @@ def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
 
     def run(impl, device):
         args = NeoXArgs.from_dict(config | {"attention_impl": impl})
-        args.padded_vocab_size = 128
         torch.manual_seed(0)
-        model = GPTModel(args).to(device)
+        model = GPTModel(args, 128).to(device)
         logits = model(ids.to(device))
         logits.float().square().mean().backward()
         return logits.detach().double().cpu(), {n: p.grad.double().cpu() for n, p in model.named_parameters()
@@ -242,7 +240,7 @@ def test_bf16_deepspeed_step_on_cuda_through_flexattention(stdlib_data, tmp_path
                      load=None, train_micro_batch_size_per_gpu=4)
     initialize_megatron(args)
     tokenizer = build_tokenizer(args)
-    engine, optimizer = setup_model_and_optimizer(args)
+    engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
     weights = next(engine.module.parameters())
     assert weights.device.type == "cuda" and weights.dtype == torch.bfloat16  # DeepSpeed chose CUDA
     assert optimizer.defaults.get("fused") or "Fused" in type(optimizer).__name__

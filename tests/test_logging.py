@@ -57,7 +57,7 @@ def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_
     interval_means = {2: (result.losses[1] + result.losses[2]) / 2, 4: (result.losses[3] + result.losses[4]) / 2}
 
     # The kernel parameters of the trained model, from its checkpoint (written at step 4).
-    model = GPTModel(args)
+    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
     load_model_weights(args, model)
     kernel = {name: values.float() for name, values in model.positional_embeddings()[0].kernel_parameters().items()}
     assert set(kernel) == {"r1", "r2"}  # KERPLE-log
@@ -84,8 +84,7 @@ def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_
 
 def test_kernel_scalars_name_each_layer_when_not_shared(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, pos_emb_per_layer=True)
-    build_tokenizer(args)
-    model = GPTModel(args)
+    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
     with torch.no_grad():
         for p in model.positional_embeddings()[1].parameters():  # make layer 1 differ from layer 0
             p.add_(1.0)

@@ -21,14 +21,12 @@ def make_args(**overrides):
     # FlexAttention kernel is shared between the two files.
     config = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 40,
               "attention_block_size": 16, "train_micro_batch_size_per_gpu": 2, "pos_emb": "kerple_log"}
-    args = NeoXArgs.from_dict(config | overrides)
-    args.padded_vocab_size = VOCAB
-    return args
+    return NeoXArgs.from_dict(config | overrides)
 
 
 def make_model(seed=0, **overrides):
     torch.manual_seed(seed)
-    model = GPTModel(make_args(**overrides))
+    model = GPTModel(make_args(**overrides), VOCAB)
     with torch.no_grad():  # move kernel parameters off their initial values
         for pe in model.positional_embeddings():
             for p in pe.parameters():
@@ -230,10 +228,11 @@ def test_vocabulary_is_padded_by_the_tokenizer(shared_dir):
                                "tokenizer_type": "GPT2BPETokenizer", "make_vocab_size_divisible_by": 128,
                                "vocab_file": str(shared_dir / "data/gpt2/gpt2-vocab.json"),
                                "merge_file": str(shared_dir / "data/gpt2/gpt2-merges.txt")})
-    with pytest.raises(NeoXArgsError, match="needs neox_args.padded_vocab_size.*build_tokenizer"):
-        GPTModel(args)
+    before = args.to_dict()
     tokenizer = build_tokenizer(args)
-    model = GPTModel(args)
+    assert tokenizer.padded_vocab_size == 50304
+    model = GPTModel(args, tokenizer.padded_vocab_size)
+    assert args.to_dict() == before  # neither the tokenizer nor the model writes into the config
     assert model.word_embeddings.num_embeddings == 50304  # 50257 rounded up to a multiple of 128
     logits = model(torch.tensor([tokenizer.tokenize("Hello world")]))
     assert logits.shape == (1, 2, 50304)

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from megatron.model.positional_embeddings import declared_options
 from megatron.neox_arguments import POS_EMB_CHOICES, NeoXArgs, NeoXArgsError
 
 
@@ -122,6 +123,13 @@ def test_invalid_yaml_is_a_clear_error(tmp_path):
     (minimal(optimizer={"type": "Adam", "params": {"lr": "fast"}}), r"optimizer.params.lr must be a number, got 'fast'"),
     (minimal(eval_modes=["nonoverlap", "strided"]), r"unknown mode\(s\) \['strided'\]"),
     (minimal(num_layers=0), r"num-layers: must be a positive integer, got 0"),
+    (minimal(rpe_num_buckets=0), r"rpe-num-buckets: must be a positive integer, got 0"),
+    (minimal(rotary_pct=1.5), r"rotary-pct: must lie in \(0, 1\], got 1.5"),
+    (minimal(pos_emb="t5", rpe_num_buckets=300), r"rpe-num-buckets: pos-emb 't5' needs 2 <= rpe-num-buckets < 2 \* "
+                                                 r"rpe-max-distance, got rpe-num-buckets=300, rpe-max-distance=128"),
+    (minimal(pos_emb="mep_kerple", mep_weights=[1, 2]), r"mep-weights: mep-weights=\[1, 2\] must be 4 positive numbers"),
+    (minimal(attention_window=0), r"attention-window is 0; it must be a positive number of tokens"),
+    (minimal(attention_block_size=0), r"attention-block-size is 0; it must be a positive number of queries"),
     (minimal(eval_stride=0), r"eval-stride: must be a positive integer \(or null for the default\), got 0"),
     ({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4}, r"10 is not divisible by micro batch 4"),
     ({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2},
@@ -137,6 +145,12 @@ def test_error_names_the_file_and_line_of_the_bad_value(tmp_path):
     a = write(tmp_path, "a.yml", "train_micro_batch_size_per_gpu: 2\nhidden-size: 100\nnum-attention-heads: 12\n")
     with pytest.raises(NeoXArgsError, match=rf"^{a}:3: num-attention-heads: 12 heads do not divide"):
         NeoXArgs.from_ymls([a])
+
+
+def test_every_declared_option_is_a_config_key_with_its_declared_default():
+    args = NeoXArgs.from_dict(minimal())
+    assert declared_options() and all(getattr(args, o.name) == o.default for o in declared_options())
+    assert NeoXArgs.from_dict(minimal(**{"kerple-eps": 0.05})).kerple_eps == 0.05  # flat, NeoX-style keys
 
 
 @pytest.mark.parametrize("name", POS_EMB_CHOICES)

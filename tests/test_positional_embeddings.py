@@ -1,6 +1,7 @@
 """The positional registry against independent references: the spec's test vectors, Hugging Face
 `transformers` (BLOOM ALiBi, T5 buckets, GPT-NeoX rotary) and float64 formulas written here."""
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -9,9 +10,11 @@ from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding, apply_rotary_pos_emb
 from transformers.models.t5.modeling_t5 import T5Attention
 
-from megatron.model.positional_embeddings import (PositionalEmbedding, PositionalEmbeddingError, available,
-                                                  build_positional_embedding,
-                                                  build_positional_embedding_from_args, register)
+from megatron.model.positional_embeddings import (LISTING_ORDER, PositionalEmbedding, PositionalEmbeddingError,
+                                                  available, build_positional_embedding,
+                                                  build_positional_embedding_from_args, checkpoint_options,
+                                                  declared_options, option, option_names, register)
+from megatron.model.positional_embeddings.registry import OPTIONS, REGISTRY
 from megatron.neox_arguments import POS_EMB_ALIASES, POS_EMB_CHOICES, NeoXArgs
 
 H, D, HIDDEN = 4, 16, 64
@@ -36,8 +39,52 @@ def hf_t5_bucket(d: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- registry
-def test_registry_offers_exactly_the_config_choices():
-    assert available() == POS_EMB_CHOICES
+def test_config_choices_are_the_registry_in_listing_order():
+    assert set(LISTING_ORDER) <= set(REGISTRY), "LISTING_ORDER names a method nobody registers"
+    assert POS_EMB_CHOICES == available() and available()[:len(LISTING_ORDER)] == LISTING_ORDER
+
+
+def test_an_option_declared_twice_differently_is_refused():
+    with pytest.raises(PositionalEmbeddingError, match=r"declares option rpe_num_buckets \(default 16\), which "
+                       r"pos-emb 't5' already declares differently \(default 32\)"):
+        @register("buckets_again")
+        class BucketsAgain(PositionalEmbedding):
+            @dataclass
+            class Options:
+                rpe_num_buckets: int = option(16, "Fewer buckets.")
+    assert "buckets_again" not in REGISTRY and OPTIONS["rpe_num_buckets"].default == 32
+
+
+def test_an_option_must_be_declared_with_option():
+    with pytest.raises(PositionalEmbeddingError, match=r"option width of \S*Plain.Options is a plain field; declare "
+                       r"it with option\(default, help, ...\)"):
+        @register("plain")
+        class Plain(PositionalEmbedding):
+            @dataclass
+            class Options:
+                width: int = 3
+    assert "plain" not in REGISTRY
+
+
+def test_a_shared_option_is_one_declaration():
+    # mep_kerple's kernels reuse t5's and KERPLE's keys by inheriting their declarations.
+    assert {"rpe_num_buckets", "rpe_max_distance", "kerple_eps"} <= set(option_names("mep_kerple"))
+    assert "kerple_init" not in option_names("mep_kerple") and option_names("mep") == ()
+    assert sorted(o.name for o in declared_options()) == sorted(OPTIONS)  # each key once
+    assert OPTIONS["kerple_eps"].owner == "kerple_log"
+
+
+@pytest.mark.parametrize("name", POS_EMB_CHOICES)
+def test_checkpoints_compare_every_option_but_the_initialisation_only_ones(name):
+    init_only = {o for o in option_names(name) if OPTIONS[o].spec.init_only}
+    compared = set(checkpoint_options(name)) - {"max_position_embeddings"}
+    assert compared | init_only == set(option_names(name)) and not compared & init_only
+
+
+def test_initialisation_only_options_are_declared_as_such():
+    assert checkpoint_options("kerple_log") == ("kerple_eps",)  # not kerple_init
+    assert checkpoint_options("fire") == ("fire_mlp_width", "fire_init_L")  # L = fire_init_L x a learned factor
+    assert checkpoint_options("learned") == ("max_position_embeddings",)  # its table's rows
 
 
 @pytest.mark.parametrize("alias", sorted(POS_EMB_ALIASES))

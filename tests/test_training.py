@@ -68,8 +68,7 @@ def test_lr_schedule_rejects_min_lr_above_lr(stdlib_data, tmp_path):
 
 def test_weight_decay_spares_norms_biases_and_kernel_parameters(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, weight_decay=0.1)
-    build_tokenizer(args)
-    model = GPTModel(args)
+    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
     optimizer = build_optimizer(args, model)
     build_lr_scheduler(args, optimizer).step(1)  # the scheduler writes weight_decay into each group
     decay_of = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
@@ -146,7 +145,7 @@ def test_bf16_trains(stdlib_data, tmp_path):
 def _engine_and_batches(args):
     initialize_megatron(args)
     tokenizer = build_tokenizer(args)
-    engine, optimizer = setup_model_and_optimizer(args)
+    engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
     b, s = args.train_micro_batch_size_per_gpu, args.seq_length
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 256, (b, s + 1), generator=generator)

@@ -33,7 +33,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     if neox_args.world_size > 1:
         initialize_megatron(neox_args)
     say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
-    tokenizer = build_tokenizer(neox_args)  # also sets padded_vocab_size
+    tokenizer = build_tokenizer(neox_args)
     stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     plan = {length: _starts(stream, length, neox_args) for length in lengths}
 
@@ -41,7 +41,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     # bf16/fp16 only where the hardware runs them fast; CPU evaluates in fp32.
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(neox_args.precision, torch.float32)
     dtype = dtype if device.type == "cuda" else torch.float32
-    model = GPTModel(neox_args)
+    model = GPTModel(neox_args, tokenizer.padded_vocab_size)
     iteration = load_model_weights(neox_args, model)
     model.to(device=device, dtype=dtype).eval()
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)

@@ -28,9 +28,8 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
+from megatron.model.attention_config import ATTENTION_IMPLS, check_window_and_block_size
 from megatron.neox_arguments import NeoXArgsError
-
-ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked")
 
 
 @dataclass
@@ -89,10 +88,7 @@ def choose_path(impl: str, *, length: int, block_size: int, distance_only: bool,
 def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,
                    needs_grad: bool, dropout_p: float) -> AttentionPlan:
     """Choose the path for this forward and compute what it reads from the positional method."""
-    if window is not None and window < 1:
-        raise NeoXArgsError(f"attention-window is {window}; it must be a positive number of tokens (or unset).")
-    if block_size < 1:
-        raise NeoXArgsError(f"attention-block-size is {block_size}; it must be a positive number of queries.")
+    check_window_and_block_size(window, block_size)
     length = positions.shape[0]
     span = int(positions.max() - positions.min()) + 1  # s for the usual positions 0..s-1
     bias_table = weight_table = None

@@ -5,11 +5,12 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention import plan_attention
+from megatron.model.attention_config import AttentionConfig
 from megatron.model.init_functions import init_normal_
 from megatron.model.norms import build_norm
 from megatron.model.positional_embeddings import PositionalEmbedding, build_positional_embedding_from_args
 from megatron.model.transformer import TransformerLayer
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 
 
 def adds_to_embeddings(pe) -> bool:
@@ -17,24 +18,15 @@ def adds_to_embeddings(pe) -> bool:
 
 
 class GPTModel(nn.Module):
-    def __init__(self, neox_args):
+    def __init__(self, neox_args, vocab_size: int):
+        """`neox_args`: a validated config, read and never changed; `vocab_size`: the embedding rows,
+        the tokenizer's vocabulary padded (`build_tokenizer(neox_args).padded_vocab_size`)."""
         super().__init__()
-        if neox_args.padded_vocab_size is None:
-            raise NeoXArgsError(
-                "GPTModel needs neox_args.padded_vocab_size, which is not set yet. Build the tokenizer "
-                "first: megatron.tokenizer.build_tokenizer(neox_args) sets it from the tokenizer's "
-                "vocabulary padded to make-vocab-size-divisible-by.")
-        if neox_args.hidden_size % neox_args.num_attention_heads:
-            raise NeoXArgsError(
-                f"hidden-size {neox_args.hidden_size} is not divisible by num-attention-heads "
-                f"{neox_args.num_attention_heads}; choose values where it is.")
-        self.attention_impl = neox_args.attention_impl
-        self.attention_block_size = neox_args.attention_block_size
-        self.attention_window = neox_args.attention_window
-        self.attention_dropout = neox_args.attention_dropout
+        self.vocab_size = vocab_size
+        self.attention_config = AttentionConfig.from_args(neox_args)
         self.checkpoint_activations = neox_args.checkpoint_activations
 
-        self.word_embeddings = nn.Embedding(neox_args.padded_vocab_size, neox_args.hidden_size)
+        self.word_embeddings = nn.Embedding(vocab_size, neox_args.hidden_size)
         init_normal_(self.word_embeddings.weight, neox_args.init_method, neox_args)
         self.embedding_dropout = nn.Dropout(neox_args.hidden_dropout)
         # One positional module shared by all layers (the paper's setting), or one per layer.
@@ -45,11 +37,12 @@ class GPTModel(nn.Module):
                 f"pos-emb-per-layer is set, but pos-emb {neox_args.pos_emb!r} adds positions to the "
                 "token embeddings once, before the first layer, so it has nothing to give each layer. "
                 "Remove pos-emb-per-layer (it is meant for methods that act inside attention).")
-        self.layers = nn.ModuleList(TransformerLayer(neox_args) for _ in range(neox_args.num_layers))
+        self.layers = nn.ModuleList(TransformerLayer(neox_args, self.attention_config)
+                                    for _ in range(neox_args.num_layers))
         self.final_layernorm = build_norm(neox_args)
         self.output_head = None
         if neox_args.no_weight_tying:
-            self.output_head = nn.Linear(neox_args.hidden_size, neox_args.padded_vocab_size, bias=False)
+            self.output_head = nn.Linear(neox_args.hidden_size, vocab_size, bias=False)
             init_normal_(self.output_head.weight, neox_args.init_method, neox_args)
 
     def positional_embeddings(self) -> list[nn.Module]:
@@ -66,10 +59,10 @@ class GPTModel(nn.Module):
         x = self.word_embeddings(tokens)  # [b, s, hidden]
         x = self.embedding_dropout(self.pos_embs[0].add_to_embeddings(x, position_ids))
         # Path and positional tables once per forward (per positional module), shared by the layers.
-        dropout_p = self.attention_dropout if self.training else 0.0
-        plans = [plan_attention(pe, position_ids, impl=self.attention_impl, window=self.attention_window,
-                                block_size=self.attention_block_size, needs_grad=torch.is_grad_enabled(),
-                                dropout_p=dropout_p)
+        attention = self.attention_config
+        plans = [plan_attention(pe, position_ids, impl=attention.impl, window=attention.window,
+                                block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
+                                dropout_p=attention.dropout if self.training else 0.0)
                  for pe in self.pos_embs]
         for i, layer in enumerate(self.layers):
             plan = plans[i if len(plans) > 1 else 0]

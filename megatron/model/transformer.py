@@ -3,17 +3,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from megatron.model.attention import AttentionPlan, attend
+from megatron.model.attention_config import AttentionConfig
 from megatron.model.init_functions import init_normal_
 from megatron.model.norms import build_norm
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, neox_args):
+    def __init__(self, neox_args, attention: AttentionConfig):
         super().__init__()
         hidden = neox_args.hidden_size
         self.num_heads = neox_args.num_attention_heads
         self.head_dim = hidden // self.num_heads
-        self.attention_dropout = neox_args.attention_dropout
+        self.attention_dropout = attention.dropout
         self.query_key_value = nn.Linear(hidden, 3 * hidden)
         self.dense = nn.Linear(hidden, hidden)
         init_normal_(self.query_key_value.weight, neox_args.init_method, neox_args)
@@ -55,10 +56,10 @@ class MLP(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, neox_args):
+    def __init__(self, neox_args, attention: AttentionConfig):
         super().__init__()
         self.input_layernorm = build_norm(neox_args)
-        self.attention = SelfAttention(neox_args)
+        self.attention = SelfAttention(neox_args, attention)
         self.post_attention_layernorm = build_norm(neox_args)
         self.mlp = MLP(neox_args)
         self.hidden_dropout = nn.Dropout(neox_args.hidden_dropout)

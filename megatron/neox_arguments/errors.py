@@ -1,2 +1,3 @@
-class NeoXArgsError(ValueError):
-    """A mistake in the user's configuration. Entry points print the message alone, no traceback."""
+from megatron.errors import NeoXArgsError
+
+__all__ = ["NeoXArgsError"]

@@ -3,7 +3,6 @@ import argparse
 import base64
 import dataclasses
 import difflib
-import hashlib
 import json
 import os
 import sys
@@ -11,6 +10,9 @@ import typing
 import zlib
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
+
+from megatron.model.attention_config import AttentionConfig, AttentionConfigError
+from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
 
 from .errors import NeoXArgsError
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES
@@ -26,7 +28,6 @@ class NeoXArgs(*reversed(GROUPS)):
     world_size: int = field(default=1, metadata={"derived": True})
     rank: int = field(default=0, metadata={"derived": True})
     local_rank: int = field(default=0, metadata={"derived": True})
-    padded_vocab_size: Optional[int] = field(default=None, metadata={"derived": True})
     config_files: dict = field(default_factory=dict, metadata={"derived": True})
     config_sources: dict = field(default_factory=dict, metadata={"derived": True})
 
@@ -97,8 +98,7 @@ class NeoXArgs(*reversed(GROUPS)):
             raise NeoXArgsError(f"{where}: {key.replace('_', '-')}: {message}")
 
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "train_iters",
-                    "make_vocab_size_divisible_by", "attention_block_size", "log_interval",
-                    "eval_interval", "rpe_num_buckets", "rpe_max_distance", "fire_mlp_width"):
+                    "make_vocab_size_divisible_by", "log_interval", "eval_interval"):
             if getattr(self, key) <= 0:
                 fail(key, f"must be a positive integer, got {getattr(self, key)}.")
         if self.eval_iters < 0:
@@ -109,8 +109,6 @@ class NeoXArgs(*reversed(GROUPS)):
         for key in ("hidden_dropout", "attention_dropout", "warmup"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 fail(key, f"must lie in [0, 1], got {getattr(self, key)}.")
-        if not 0.0 < self.rotary_pct <= 1.0:
-            fail("rotary_pct", f"must lie in (0, 1], got {self.rotary_pct}.")
         for key in ("model_parallel_size", "pipe_parallel_size"):
             if getattr(self, key) != 1:
                 fail(key, f"{getattr(self, key)} is not supported yet: this project trains with data "
@@ -123,20 +121,21 @@ class NeoXArgs(*reversed(GROUPS)):
             fail("pos_emb", f"unknown positional method '{self.pos_emb}'.{hint} Choose one of: "
                  + ", ".join(POS_EMB_CHOICES) + ".")
         self.pos_emb = canonical
+        self._check_positional_options(fail)
 
         if self.max_position_embeddings is None:
             self.max_position_embeddings = self.seq_length
-        if self.pos_emb == "learned" and self.max_position_embeddings < self.seq_length:
+        if lookup(self.pos_emb).uses_max_positions and self.max_position_embeddings < self.seq_length:
             fail("max_position_embeddings", f"{self.max_position_embeddings} is smaller than seq-length "
-                 f"{self.seq_length}, and pos-emb 'learned' cannot embed positions past it. Raise "
+                 f"{self.seq_length}, and pos-emb '{self.pos_emb}' cannot embed positions past it. Raise "
                  "max-position-embeddings or use a relative method.")
         if self.seq_length_val is None:
             self.seq_length_val = self.seq_length
-        if self.attention_window is not None and self.attention_window <= 0:
-            fail("attention_window", f"must be a positive number of tokens, got {self.attention_window}.")
-        if self.mep_weights is not None and len(self.mep_weights) != len(self.mep_kernels):
-            fail("mep_weights", f"has {len(self.mep_weights)} entries but mep-kernels has "
-                 f"{len(self.mep_kernels)}; give one weight per kernel.")
+        try:
+            AttentionConfig.from_args(self)
+        except AttentionConfigError as err:
+            where = self.config_sources.get(err.key, "the config")
+            raise NeoXArgsError(f"{where}: {err}") from None
 
         self._derive_optimizer(fail)
         self._derive_precision(fail)
@@ -166,6 +165,18 @@ class NeoXArgs(*reversed(GROUPS)):
             p, w = getattr(self, paths), getattr(self, weights)
             if w is not None and (p is None or len(p) != len(w)):
                 fail(weights, f"needs one weight per entry of {paths.replace('_', '-')}.")
+
+    def _check_positional_options(self, fail):
+        """Every method's option values by their declared checks, then the chosen method's options
+        together (e.g. one mep-weight per mep-kernel)."""
+        for option in declared_options():
+            value = getattr(self, option.name)
+            if option.spec.check and value is not None and (problem := option.spec.check(value)):
+                fail(option.name, problem)
+        try:
+            make_options(self.pos_emb, {o: getattr(self, o) for o in option_names(self.pos_emb)})
+        except OptionError as err:
+            fail(err.key, err.message)
 
     def _derive_optimizer(self, fail):
         opt = self.optimizer
@@ -238,12 +249,6 @@ class NeoXArgs(*reversed(GROUPS)):
     def user_values(self) -> dict:
         """The keys a config file set, as given (what deepy.py sends to every rank)."""
         return {k: getattr(self, k) for k in self.config_sources}
-
-    def config_hash(self) -> str:
-        blob = json.dumps({k: v for k, v in sorted(self.to_dict().items())
-                           if k not in ("config_files", "config_sources", "rank", "local_rank")},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def deepspeed_config(self) -> dict:
         """The DeepSpeed JSON, derived from the same config."""

@@ -1,4 +1,4 @@
-"""Tokenizers: `build_tokenizer(neox_args)` returns the config's tokenizer and sets padded_vocab_size."""
+"""Tokenizers: `build_tokenizer(neox_args)` returns the config's tokenizer, with the model's padded_vocab_size."""
 from .tokenizer import (TOKENIZER_TYPES, ByteLevelTokenizer, CharLevelTokenizer, GPT2BPETokenizer,
                         HFTokenizer, SPMTokenizer, Tokenizer, TokenizerError, build_tokenizer,
                         make_tokenizer, padded_vocab_size)

@@ -3,7 +3,8 @@
 Every tokenizer has `tokenize(text) -> list[int]`, `detokenize(ids) -> str`, `eod` (the
 end-of-document id appended after each document), `pad` (an id no text ever maps to; samples padded
 with it are masked out of the loss) and `vocab_size` (the ids its files define). The model's
-embedding is `padded_vocab_size(tokenizer, divisor)` rows, which also covers `pad`.
+embedding is `padded_vocab_size(tokenizer, divisor)` rows, which also covers `pad`; the tokenizer
+`build_tokenizer(neox_args)` returns carries that number as its `padded_vocab_size`.
 BPE and SentencePiece come from the Hugging Face `tokenizers` and `sentencepiece` libraries.
 """
 import os
@@ -20,6 +21,7 @@ class Tokenizer:
     vocab_size: int
     eod: int
     pad: int
+    padded_vocab_size: int | None = None  # the model's embedding rows, when built from a config
 
     def tokenize(self, text: str) -> list:
         raise NotImplementedError
@@ -174,7 +176,7 @@ def padded_vocab_size(tokenizer: Tokenizer, divisible_by: int) -> int:
 
 
 def build_tokenizer(neox_args) -> Tokenizer:
-    """The config's tokenizer; sets `neox_args.padded_vocab_size` for the model."""
+    """The config's tokenizer, with the model's `padded_vocab_size` (to make-vocab-size-divisible-by)."""
     tokenizer = make_tokenizer(neox_args.tokenizer_type, neox_args.vocab_file, neox_args.merge_file)
-    neox_args.padded_vocab_size = padded_vocab_size(tokenizer, neox_args.make_vocab_size_divisible_by)
+    tokenizer.padded_vocab_size = padded_vocab_size(tokenizer, neox_args.make_vocab_size_divisible_by)
     return tokenizer

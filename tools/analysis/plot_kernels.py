@@ -69,8 +69,7 @@ def load_positional_embeddings(neox_args):
     from megatron.model import GPTModel
     from megatron.tokenizer import build_tokenizer
 
-    build_tokenizer(neox_args)  # sets padded_vocab_size
-    model = GPTModel(neox_args)
+    model = GPTModel(neox_args, build_tokenizer(neox_args).padded_vocab_size)
     iteration = load_model_weights(neox_args, model)
     return model.positional_embeddings(), iteration
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Print the config reference (Markdown) from the typed config groups, for README.md.
 
-`python tools/docs/config_reference.py` prints it; `--check README.md` fails when README's copy
-(between the CONFIG-REFERENCE markers) is out of date.
+`python tools/docs/config_reference.py` prints it; `--write README.md` replaces README's copy (between
+the CONFIG-REFERENCE markers); `--check README.md` fails when that copy is out of date. The positional
+group lists every option the registered methods declare (megatron/model/positional_embeddings).
 """
 import argparse
 import dataclasses
@@ -35,16 +36,26 @@ def reference() -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", metavar="README", help="fail if this file's reference is stale")
+    parser.add_argument("--write", metavar="README", help="replace this file's reference")
     args = parser.parse_args()
     text = reference()
-    if not args.check:
+    if not (args.check or args.write):
         print(text, end="")
         return 0
-    readme = pathlib.Path(args.check).read_text()
-    current = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip() + "\n" if BEGIN in readme else ""
-    if current != text:
-        print(f"{args.check}: the config reference is out of date; regenerate it with "
-              "`python tools/docs/config_reference.py` and paste it between the markers.", file=sys.stderr)
+    path = pathlib.Path(args.check or args.write)
+    readme = path.read_text()
+    if BEGIN not in readme or END not in readme:
+        print(f"{path}: no {BEGIN} ... {END} markers to hold the config reference; add them where it "
+              "belongs.", file=sys.stderr)
+        return 1
+    before, rest = readme.split(BEGIN, 1)
+    current, after = rest.split(END, 1)
+    if args.write:
+        path.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
+        return 0
+    if current.strip() + "\n" != text:
+        print(f"{path}: the config reference is out of date; regenerate it with "
+              f"`python tools/docs/config_reference.py --write {path}`.", file=sys.stderr)
         return 1
     return 0
 

@@ -67,10 +67,10 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
     began = time.perf_counter()
     models, rows = {}, []
     for impl in IMPLS:
-        args, vocab = model_args(profile, "kerple_log", attention_impl=impl)
+        args, vocab, padded_vocab = model_args(profile, "kerple_log", attention_impl=impl)
         torch.manual_seed(0)  # the same weights for both paths
         dtype = torch.bfloat16 if device == "cuda" and args.precision == "bf16" else torch.float32
-        models[impl] = GPTModel(args).to(device=device, dtype=dtype).eval()
+        models[impl] = GPTModel(args, padded_vocab).to(device=device, dtype=dtype).eval()
     weights_mb = sum(p.numel() * p.element_size() for p in models["auto"].parameters()) / 2**20
     last = 0.0
     for length in lengths:

@@ -19,8 +19,8 @@ EVAL_LENGTHS = {"162M": (4096, 16384, 32768, 65536), "tiny": (128, 256)}
 GPU_MINI_SWEEP = REPO_ROOT / "configs" / "reproduce" / "gpu-mini.yml"
 
 
-def model_args(profile: str, method: str, **overrides) -> tuple[NeoXArgs, int]:
-    """(NeoXArgs of `method` at this profile with padded_vocab_size set, the tokenizer's vocabulary size);
+def model_args(profile: str, method: str, **overrides) -> tuple[NeoXArgs, int, int]:
+    """(NeoXArgs of `method` at this profile, the tokenizer's vocabulary size, the model's padded one);
     no tokenizer is built."""
     if profile == "162M":
         args = NeoXArgs.from_ymls([REPO_ROOT / "configs" / f"{method}.yml"], {**NO_OUTPUT, **overrides})
@@ -37,8 +37,7 @@ def model_args(profile: str, method: str, **overrides) -> tuple[NeoXArgs, int]:
         vocab = BYTE_VOCAB
     else:
         raise ValueError(f"unknown profile {profile!r}")
-    args.padded_vocab_size = -(-vocab // args.make_vocab_size_divisible_by) * args.make_vocab_size_divisible_by
-    return args, vocab
+    return args, vocab, -(-vocab // args.make_vocab_size_divisible_by) * args.make_vocab_size_divisible_by
 
 
 def describe(args) -> str:

@@ -33,9 +33,9 @@ class OurStep:
     """One method's engine, stepping on its own stream of random batches."""
 
     def __init__(self, profile, method, impl, device):
-        self.args, self.vocab = model_args(profile, method, attention_impl=impl)
+        self.args, self.vocab, padded_vocab = model_args(profile, method, attention_impl=impl)
         initialize_megatron(self.args)
-        self.engine, self.optimizer = setup_model_and_optimizer(self.args)
+        self.engine, self.optimizer = setup_model_and_optimizer(self.args, padded_vocab)
         self.batches = random_batches(self.args, self.vocab, self.args.seed)
 
     def __call__(self):
@@ -47,10 +47,10 @@ class PeerStep:
 
     def __init__(self, profile, device):
         import transformers
-        self.args, self.vocab = model_args(profile, "rotary")
+        self.args, self.vocab, padded_vocab = model_args(profile, "rotary")
         a = self.args
         config = transformers.GPTNeoXConfig(
-            vocab_size=a.padded_vocab_size, hidden_size=a.hidden_size, num_hidden_layers=a.num_layers,
+            vocab_size=padded_vocab, hidden_size=a.hidden_size, num_hidden_layers=a.num_layers,
             num_attention_heads=a.num_attention_heads, intermediate_size=a.intermediate_size or 4 * a.hidden_size,
             hidden_act="gelu", rotary_pct=a.rotary_pct, rotary_emb_base=a.rotary_emb_base,
             max_position_embeddings=a.seq_length, layer_norm_eps=a.layernorm_epsilon,
@@ -82,7 +82,7 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
     chosen = []
     for method in methods:
         chosen.append({"label": method, "method": method, "impl": "auto"})
-        args, _ = model_args(profile, method)
+        args, _, _ = model_args(profile, method)
         distance_only = build_positional_embedding_from_args(args).distance_only
         if device == "cuda" and distance_only and method != "none":
             chosen.append({"label": f"{method}+flex", "method": method, "impl": "flex"})
@@ -130,7 +130,7 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
         for label, runner in runners.items():
             seconds[label].append(timed(runner, steps, device))
         last_round = time.perf_counter() - round_start
-    args, _ = model_args(profile, "none")
+    args, _, _ = model_args(profile, "none")
     tokens_per_step = args.train_micro_batch_size_per_gpu * args.seq_length
     for config in configs:
         times = seconds.get(config["label"])
@@ -140,7 +140,7 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
     mini = next((c for c in configs if c.get("profile") == "gpu-mini"), None)
     if mini and "seconds_per_step" in mini:
         from tools.reproduce.spec import load_sweep
-        mini_args, _ = model_args("gpu-mini", "kerple_log")
+        mini_args, _, _ = model_args("gpu-mini", "kerple_log")
         sweep = load_sweep(GPU_MINI_SWEEP)
         mini.update(model=describe(mini_args), tokens_per_s=mini_args.train_micro_batch_size_per_gpu
                     * mini_args.seq_length / mini["seconds_per_step"], train_iters=mini_args.train_iters,

@@ -110,8 +110,7 @@ def _parameter_count(run: Run) -> int:
     from megatron.model import GPTModel
     from megatron.tokenizer import build_tokenizer
     args = run.args({**run.training_overrides(), "pos_emb": "kerple_log"})
-    build_tokenizer(args)
-    return sum(p.numel() for p in GPTModel(args).parameters())
+    return sum(p.numel() for p in GPTModel(args, build_tokenizer(args).padded_vocab_size).parameters())
 
 
 def _status_section(runs, documents, failures) -> str:

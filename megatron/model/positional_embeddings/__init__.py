@@ -1,35 +1,34 @@
 """Positional methods, one file each, registered by name and selected by the `pos-emb` key.
 
-Adding a method means adding one file here with one `@register("name")` class: every module of this
-package is imported below, so the registry finds it without further edits (the `pos-emb` choices
-in megatron/neox_arguments/groups.py must list it too; a test checks they agree).
+Adding a method means adding one file here with one `@register("name")` class (README, "Adding a
+method"): every module of this package is imported below, and the config's `pos-emb` choices and
+option keys, the config reference and the checkpoint check are read from the registry.
 """
+import dataclasses
 import importlib
-import inspect
 import pkgutil
 
-from megatron.neox_arguments.groups import POS_EMB_ALIASES as ALIASES  # kerple_power_ap_, rpe
-from megatron.neox_arguments.groups import POS_EMB_CHOICES
-
-from .base import REGISTRY, PositionalEmbedding, PositionalEmbeddingError, register
+from .base import (ModelShape, Option, OptionError, PositionalEmbedding, PositionalEmbeddingError, fraction,
+                   option, positive)
+from .registry import ALIASES, OPTIONS, REGISTRY, register
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
+# The KERPLE paper's order, for listings (the `pos-emb` help, figure colours); a method not named
+# here follows, alphabetically. Naming a method here registers nothing.
+LISTING_ORDER = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight", "alibi", "t5", "rotary",
+                 "sinusoidal", "learned", "none", "mep", "mep_kerple", "fire")
+
 
 def available() -> tuple[str, ...]:
-    """The registered method names, in the order of the config's `pos-emb` choices, then any others."""
-    order = {name: i for i, name in enumerate(POS_EMB_CHOICES)}
+    """The registered method names, in listing order."""
+    order = {name: i for i, name in enumerate(LISTING_ORDER)}
     return tuple(sorted(REGISTRY, key=lambda name: (order.get(name, len(order)), name)))
 
 
-def option_names(name: str) -> tuple[str, ...]:
-    """The keyword options a method accepts (named like the config fields they come from)."""
-    signature = inspect.signature(_lookup(name).__init__)
-    return tuple(p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY)
-
-
-def _lookup(name: str) -> type[PositionalEmbedding]:
+def lookup(name: str) -> type[PositionalEmbedding]:
+    """The class of method `name` (or of an alias)."""
     canonical = ALIASES.get(name, name)
     if canonical not in REGISTRY:
         aliases = ", ".join(f"{a} = {c}" for a, c in ALIASES.items())
@@ -39,26 +38,63 @@ def _lookup(name: str) -> type[PositionalEmbedding]:
     return REGISTRY[canonical]
 
 
-def build_positional_embedding(name: str, num_heads: int, head_dim: int, hidden_size: int | None = None,
-                               **options) -> PositionalEmbedding:
-    """Build method `name` for `num_heads` heads of `head_dim` dims; options are its config fields."""
-    cls = _lookup(name)
-    unknown = sorted(set(options) - set(option_names(name)))
+def option_names(name: str) -> tuple[str, ...]:
+    """The options method `name` declares (each is a config key of the same name)."""
+    return tuple(f.name for f in dataclasses.fields(lookup(name).Options))
+
+
+def declared_options() -> list:
+    """Every option of every method, in listing order of the first method that declares it."""
+    seen = {}
+    for name in available():
+        for option_name in option_names(name):
+            seen.setdefault(option_name, OPTIONS[option_name])
+    return list(seen.values())
+
+
+def checkpoint_options(name: str) -> tuple[str, ...]:
+    """The config keys a checkpoint of method `name` must agree on: its options that shape or define
+    the trained parameters (not those that only set their initial values)."""
+    cls = lookup(name)
+    keys = tuple(o for o in option_names(name) if not OPTIONS[o].spec.init_only)
+    return keys + (("max_position_embeddings",) if cls.uses_max_positions else ())
+
+
+def make_options(name: str, values: dict):
+    """Method `name`'s Options from {option: value}; unknown names and bad values are errors."""
+    cls = lookup(name)
+    unknown = sorted(set(values) - set(option_names(name)))
     if unknown:
         raise PositionalEmbeddingError(
             f"pos-emb '{cls.name}' got unknown option(s) {', '.join(unknown)}; it accepts: "
             f"{', '.join(option_names(name)) or 'no options'}.")
-    return cls(num_heads, head_dim, hidden_size, **options)
+    for key, value in values.items():
+        check = OPTIONS[key].spec.check
+        problem = check(value) if check and value is not None else None
+        if problem:
+            raise OptionError(key, problem)
+    return cls.Options(**values)  # its __post_init__ checks options against each other
+
+
+def build_positional_embedding(name: str, num_heads: int, head_dim: int, hidden_size: int | None = None, *,
+                               max_position_embeddings: int | None = None, init_method_std: float = 0.02,
+                               **options) -> PositionalEmbedding:
+    """Build method `name` for `num_heads` heads of `head_dim` dims; options (and the two model keys
+    a position table needs) by their config names."""
+    shape = ModelShape(num_heads, head_dim, hidden_size, max_position_embeddings, init_method_std)
+    return lookup(name)(shape, make_options(name, options))
 
 
 def build_positional_embedding_from_args(neox_args) -> PositionalEmbedding:
-    """Build the configured method, passing it the config fields named like its options."""
-    options = {o: getattr(neox_args, o) for o in option_names(neox_args.pos_emb) if hasattr(neox_args, o)}
+    """Build the configured method with its options' config values."""
     return build_positional_embedding(
         neox_args.pos_emb, num_heads=neox_args.num_attention_heads,
-        head_dim=neox_args.hidden_size // neox_args.num_attention_heads,
-        hidden_size=neox_args.hidden_size, **options)
+        head_dim=neox_args.hidden_size // neox_args.num_attention_heads, hidden_size=neox_args.hidden_size,
+        max_position_embeddings=neox_args.max_position_embeddings, init_method_std=neox_args.init_method_std,
+        **{o: getattr(neox_args, o) for o in option_names(neox_args.pos_emb)})
 
 
-__all__ = ["ALIASES", "PositionalEmbedding", "PositionalEmbeddingError", "available",
-           "build_positional_embedding", "build_positional_embedding_from_args", "option_names", "register"]
+__all__ = ["ALIASES", "LISTING_ORDER", "ModelShape", "Option", "OptionError", "PositionalEmbedding",
+           "PositionalEmbeddingError", "available", "build_positional_embedding",
+           "build_positional_embedding_from_args", "checkpoint_options", "declared_options", "fraction",
+           "lookup", "make_options", "option", "option_names", "positive", "register"]

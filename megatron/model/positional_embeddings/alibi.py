@@ -3,7 +3,8 @@ import math
 
 import torch
 
-from .base import PositionalEmbedding, register
+from .base import PositionalEmbedding
+from .registry import register
 
 
 def alibi_slopes(num_heads: int) -> list[float]:
@@ -17,10 +18,10 @@ def alibi_slopes(num_heads: int) -> list[float]:
 
 @register("alibi")
 class ALiBi(PositionalEmbedding):
-    def __init__(self, num_heads, head_dim, hidden_size=None):
-        super().__init__(num_heads, head_dim, hidden_size)
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
         # Plain floats, not a buffer: a buffer would be rounded by model.half()/.bfloat16().
-        self.slopes = alibi_slopes(num_heads)
+        self.slopes = alibi_slopes(shape.num_heads)
 
     def distance_tables(self, length):
         slopes = torch.tensor(self.slopes, device=self.device, dtype=torch.float32)

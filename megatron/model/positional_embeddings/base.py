@@ -1,4 +1,4 @@
-"""The protocol every positional method implements, and the registry that names them.
+"""The protocol every positional method implements, and how a method declares its options.
 
 Attention calls only this protocol and never branches on a method's name. The three channels are
 independent and each defaults to "do nothing":
@@ -8,11 +8,19 @@ independent and each defaults to "do nothing":
   `score = (q.k / sqrt(D)) * weight + bias`. Methods whose edit depends only on d = i - j
   (`distance_only`, all but fire) implement `distance_tables(length)` instead, so attention can read
   an O(H * L) table rather than materialise an O(H * L^2) matrix.
+
+A method's options are the fields of its `Options` dataclass, each declared with `option(...)`:
+default, help text, check and whether it only sets initial values. The config keys, the config
+reference and the checkpoint check are all read from these declarations (registry.py).
 """
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
 import torch
 from torch import nn
 
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 
 
 class PositionalEmbeddingError(NeoXArgsError):
@@ -20,14 +28,61 @@ class PositionalEmbeddingError(NeoXArgsError):
     mistake, so entry points print it without a traceback."""
 
 
+class OptionError(PositionalEmbeddingError):
+    """A bad option value; `key` names the config key, so the config can point at the file and line."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key.replace('_', '-')}: {message}")
+        self.key, self.message = key, message
+
+
+@dataclass(frozen=True)
+class Option:
+    help: str                                      # the config reference's text
+    check: Callable[[Any], str | None] | None = None  # value -> what is wrong with it, or None
+    init_only: bool = False                        # only sets initial values: checkpoints may differ
+
+
+def option(default, help: str, *, check=None, init_only: bool = False):
+    """One field of a method's `Options`: its config key is the field name (YAML `-` or `_`)."""
+    metadata = {"help": help, "option": Option(help, check, init_only)}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def positive(value) -> str | None:
+    return None if value > 0 else f"must be a positive integer, got {value}."
+
+
+def fraction(value) -> str | None:
+    return None if 0.0 < value <= 1.0 else f"must lie in (0, 1], got {value}."
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the model tells every method about itself."""
+    num_heads: int
+    head_dim: int
+    hidden_size: int | None = None
+    max_positions: int | None = None  # max-position-embeddings: rows of a position table
+    init_std: float = 0.02            # init-method-std, for tables a method initialises itself
+
+
 class PositionalEmbedding(nn.Module):
     name: str = "?"            # set by @register
     distance_only: bool = True  # the score edit depends only on d = i - j
     max_length: int | None = None  # largest number of positions the method can embed (learned)
+    uses_max_positions: bool = False  # parameters sized by max-position-embeddings (learned)
 
-    def __init__(self, num_heads: int, head_dim: int, hidden_size: int | None = None):
+    @dataclass
+    class Options:
+        """No options; a method with some declares its own `Options` dataclass."""
+
+    def __init__(self, shape: ModelShape, options=None):
         super().__init__()
-        self.num_heads, self.head_dim, self.hidden_size = num_heads, head_dim, hidden_size
+        self.shape, self.options = shape, self.Options() if options is None else options
+        self.num_heads, self.head_dim, self.hidden_size = shape.num_heads, shape.head_dim, shape.hidden_size
         # Follows the module across .to(device) (never .to(dtype): it is empty), so every method
         # knows where to build its tables even when it has no parameters.
         self.register_buffer("_device_anchor", torch.empty(0), persistent=False)
@@ -73,19 +128,3 @@ class PositionalEmbedding(nn.Module):
     def kernel_parameters(self) -> dict[str, torch.Tensor]:
         """name -> Tensor[H] of the effective (constrained) learnable kernel values."""
         return {}
-
-
-REGISTRY: dict[str, type[PositionalEmbedding]] = {}
-
-
-def register(name: str):
-    """Class decorator: make a PositionalEmbedding selectable as `pos-emb: <name>`."""
-    def add(cls):
-        if name in REGISTRY:
-            raise PositionalEmbeddingError(
-                f"positional embedding '{name}' is registered twice ({REGISTRY[name].__qualname__} and "
-                f"{cls.__qualname__}); pick a new name for one of them")
-        cls.name = name
-        REGISTRY[name] = cls
-        return cls
-    return add

@@ -2,24 +2,34 @@
 an MLP 1 -> width -> ReLU -> H, c learnable, and L = fire_init_L * a learnable multiplier (init 1).
 The bias depends on i as well as on d, so there is no per-distance table: it implements `pairwise`.
 """
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from .base import PositionalEmbedding, register
+from .base import PositionalEmbedding, option, positive
+from .registry import register
 
 
 @register("fire")
 class FIRE(PositionalEmbedding):
     distance_only = False
 
-    def __init__(self, num_heads, head_dim, hidden_size=None, *, fire_mlp_width: int = 32,
-                 fire_init_c: float = 0.1, fire_init_L: float = 512.0):
-        super().__init__(num_heads, head_dim, hidden_size)
-        self.mlp = nn.Sequential(nn.Linear(1, fire_mlp_width), nn.ReLU(), nn.Linear(fire_mlp_width, num_heads))
+    @dataclass
+    class Options:
+        fire_mlp_width: int = option(32, "`fire`: hidden width of the bias MLP.", check=positive)
+        fire_init_c: float = option(0.1, "`fire`: initial c of psi(x) = log(c x + 1).", init_only=True)
+        # Not init-only: every forward computes L = fire_init_L x the learned multiplier.
+        fire_init_L: float = option(512.0, "`fire`: initial threshold L (learnable multiplier x 512).")
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        width = self.options.fire_mlp_width
+        self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, shape.num_heads))
         # Shape [1], not 0-dim: DeepSpeed broadcasts parameters as byte views, which 0-dim tensors refuse.
-        self.c = nn.Parameter(torch.tensor([fire_init_c]))
+        self.c = nn.Parameter(torch.tensor([self.options.fire_init_c]))
         self.L_multiplier = nn.Parameter(torch.ones(1))
-        self.init_L = fire_init_L
+        self.init_L = self.options.fire_init_L
 
     def pairwise(self, q_positions, k_positions):
         i, j = q_positions.float()[:, None], k_positions.float()[None, :]

@@ -22,11 +22,15 @@ have clamped the rare draw below 0.01 up to 0.01 instead).
 Distances and tables are float32 whatever the parameters' dtype (the reference's bf16 distances
 rounded every d > 256).
 """
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import PositionalEmbedding, PositionalEmbeddingError, register
+from .base import PositionalEmbedding, PositionalEmbeddingError, option
+from .registry import register
 
 
 def _multiplier(raw, eps):
@@ -49,14 +53,26 @@ def _exponent_inverse(value, eps):
 _CONSTRAINTS = {"multiplier": (_multiplier, _multiplier_inverse), "exponent": (_exponent, _exponent_inverse)}
 
 
+@dataclass
+class KerpleEps:
+    """The bound every constrained kernel parameter shares (also `mep_kerple`'s kerple_log kernel's)."""
+    kerple_eps: float = option(0.01, "Lower bound of every KERPLE parameter (the reference's clamp).")
+
+
 class KernelPositionalEmbedding(PositionalEmbedding):
     """Per-head constrained kernel parameters; subclasses give PARAMS and `kernel(d, **params)`."""
     PARAMS: dict[str, tuple[str, float]]  # name -> (constraint, init upper bound of U(0, bound))
 
-    def __init__(self, num_heads, head_dim, hidden_size=None, *, kerple_eps: float = 0.01,
-                 kerple_init: dict | None = None):
-        super().__init__(num_heads, head_dim, hidden_size)
-        self.eps = kerple_eps
+    @dataclass
+    class Options(KerpleEps):
+        kerple_init: Optional[dict] = option(
+            None, "KERPLE init: {name: b} draws that parameter ~ U(0, b) (paper: log r1 2, r2 1; power r1 1, "
+            "r2 2; exponents 2 and multipliers 1 otherwise).", init_only=True)
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        num_heads, kerple_init = shape.num_heads, self.options.kerple_init
+        self.eps = self.options.kerple_eps
         bounds = {name: bound for name, (_, bound) in self.PARAMS.items()}
         unknown = set(kerple_init or {}) - set(bounds)
         if unknown:
@@ -92,7 +108,7 @@ class KerpleLog(KernelPositionalEmbedding):
         return -r1 * torch.log1p(r2 * d), None
 
 
-@register("kerple_power")
+@register("kerple_power", aliases=("kerple_power_ap_",))
 class KerplePower(KernelPositionalEmbedding):
     PARAMS = {"r1": ("multiplier", 1.0), "r2": ("exponent", 2.0)}
 

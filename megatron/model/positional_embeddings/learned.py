@@ -2,21 +2,23 @@
 embed positions it has no row for, so evaluating past max-position-embeddings is an error."""
 from torch import nn
 
-from .base import PositionalEmbedding, PositionalEmbeddingError, register
+from .base import PositionalEmbedding, PositionalEmbeddingError
+from .registry import register
 
 
 @register("learned")
 class Learned(PositionalEmbedding):
-    def __init__(self, num_heads, head_dim, hidden_size=None, *, max_position_embeddings: int | None = None,
-                 init_method_std: float = 0.02):
-        super().__init__(num_heads, head_dim, hidden_size)
-        if hidden_size is None or not max_position_embeddings:
+    uses_max_positions = True
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        if shape.hidden_size is None or not shape.max_positions:
             raise PositionalEmbeddingError(
-                f"pos-emb 'learned' needs hidden_size and max_position_embeddings, got {hidden_size} and "
-                f"{max_position_embeddings}.")
-        self.max_length = max_position_embeddings
-        self.embedding = nn.Embedding(max_position_embeddings, hidden_size)
-        nn.init.normal_(self.embedding.weight, std=init_method_std)
+                f"pos-emb 'learned' needs hidden_size and max_position_embeddings, got {shape.hidden_size} and "
+                f"{shape.max_positions}.")
+        self.max_length = shape.max_positions
+        self.embedding = nn.Embedding(shape.max_positions, shape.hidden_size)
+        nn.init.normal_(self.embedding.weight, std=shape.init_std)
 
     def add_to_embeddings(self, x, positions):
         last = int(positions.max())

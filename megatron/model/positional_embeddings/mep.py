@@ -10,13 +10,16 @@ Log-kernels, with ALiBi slopes m_h:
 Weights are normalised to sum to 1 (any common factor is a per-row constant the softmax ignores).
 """
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import nn
 
 from .alibi import alibi_slopes
-from .base import PositionalEmbedding, PositionalEmbeddingError, register
-from .kerple import KerpleLog
+from .base import ModelShape, OptionError, PositionalEmbedding, option
+from .kerple import KerpleEps, KerpleLog
+from .registry import register
 from .t5 import T5RelativeBias
 
 FIXED_KERNELS = ("exponential", "exponential_half", "gaussian")
@@ -25,26 +28,37 @@ LEARNED_KERNELS = ("t5", "kerple_log")
 
 @register("mep_kerple")
 class MEPKerple(PositionalEmbedding):
-    def __init__(self, num_heads, head_dim, hidden_size=None, *,
-                 mep_kernels=("gaussian", "exponential", "t5", "kerple_log"), mep_weights=None,
-                 rpe_num_buckets: int = 32, rpe_max_distance: int = 128, kerple_eps: float = 0.01):
-        super().__init__(num_heads, head_dim, hidden_size)
-        kernels, weights = list(mep_kernels), list(mep_weights or [1.0] * len(mep_kernels))
-        unknown = [k for k in kernels if k not in FIXED_KERNELS + LEARNED_KERNELS]
-        if not kernels or unknown or len(set(kernels)) < len(kernels):
-            raise PositionalEmbeddingError(
-                f"pos-emb '{self.name}': mep-kernels={kernels} must be distinct names from "
-                f"{', '.join(FIXED_KERNELS + LEARNED_KERNELS)}.")
-        if len(weights) != len(kernels) or not all(w > 0 for w in weights):
-            raise PositionalEmbeddingError(
-                f"pos-emb '{self.name}': mep-weights={weights} must be {len(kernels)} positive numbers, "
-                f"one per kernel in mep-kernels={kernels} (or unset for equal weights).")
+    @dataclass
+    class Options(T5RelativeBias.Options, KerpleEps):  # its t5 and kerple_log kernels' options
+        mep_kernels: list = option(["gaussian", "exponential", "t5", "kerple_log"],
+                                   "`mep_kerple`: kernels averaged (gaussian, exponential, t5, kerple_log).")
+        mep_weights: Optional[list] = option(None, "`mep_kerple`: mixture weights; default uniform.")
+
+        def __post_init__(self):
+            kernels = list(self.mep_kernels)
+            unknown = [k for k in kernels if k not in FIXED_KERNELS + LEARNED_KERNELS]
+            if not kernels or unknown or len(set(kernels)) < len(kernels):
+                raise OptionError("mep_kernels", f"mep-kernels={kernels} must be distinct names from "
+                                  f"{', '.join(FIXED_KERNELS + LEARNED_KERNELS)}.")
+            if "t5" in kernels:
+                super().__post_init__()  # the t5 kernel's own check
+            weights = self.mep_weights
+            if weights and (len(weights) != len(kernels) or not all(w > 0 for w in weights)):
+                raise OptionError("mep_weights", f"mep-weights={list(weights)} must be {len(kernels)} positive "
+                                  f"numbers, one per kernel in mep-kernels={kernels} (or unset for equal weights).")
+
+    def __init__(self, shape: ModelShape, options=None):
+        super().__init__(shape, options)
+        options = self.options
+        kernels = list(options.mep_kernels)
+        weights = list(options.mep_weights or [1.0] * len(kernels))
         self.kernels = kernels
         self.log_weights = [math.log(w / sum(weights)) for w in weights]
-        self.slopes = alibi_slopes(num_heads)  # floats: immune to model.half()
-        learned = {"t5": lambda: T5RelativeBias(num_heads, head_dim, rpe_num_buckets=rpe_num_buckets,
-                                                rpe_max_distance=rpe_max_distance),
-                   "kerple_log": lambda: KerpleLog(num_heads, head_dim, kerple_eps=kerple_eps)}
+        self.slopes = alibi_slopes(shape.num_heads)  # floats: immune to model.half()
+        kernel_shape = ModelShape(shape.num_heads, shape.head_dim)
+        learned = {"t5": lambda: T5RelativeBias(kernel_shape, T5RelativeBias.Options(
+                       options.rpe_num_buckets, options.rpe_max_distance)),
+                   "kerple_log": lambda: KerpleLog(kernel_shape, KerpleLog.Options(kerple_eps=options.kerple_eps))}
         self.learned = nn.ModuleDict({k: learned[k]() for k in kernels if k in learned})
 
     def _log_kernel(self, kernel, d, m):
@@ -69,5 +83,7 @@ class MEPKerple(PositionalEmbedding):
 
 @register("mep")
 class MEP(MEPKerple):
-    def __init__(self, num_heads, head_dim, hidden_size=None):
-        super().__init__(num_heads, head_dim, hidden_size, mep_kernels=FIXED_KERNELS)
+    Options = PositionalEmbedding.Options  # none: the mixture is fixed
+
+    def __init__(self, shape: ModelShape, options=None):
+        super().__init__(shape, MEPKerple.Options(mep_kernels=list(FIXED_KERNELS)))

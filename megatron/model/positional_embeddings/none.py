@@ -1,5 +1,6 @@
 """`none` (NoPE): no positional information besides the causal mask."""
-from .base import PositionalEmbedding, register
+from .base import PositionalEmbedding
+from .registry import register
 
 
 @register("none")

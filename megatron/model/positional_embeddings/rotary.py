@@ -1,22 +1,30 @@
 """`rotary` (RoPE): rotate the first `rotary_pct` of each head's dims of q and k by position-dependent
 angles, rotate-half layout ([x1 | x2] -> [x1 cos - x2 sin | x2 cos + x1 sin], not interleaved).
 Positions and angles are float32 (an upstream NeoX bug computed them in bf16)."""
+from dataclasses import dataclass
+
 import torch
 
-from .base import PositionalEmbedding, PositionalEmbeddingError, register
+from .base import PositionalEmbedding, PositionalEmbeddingError, fraction, option
+from .registry import register
 
 
 @register("rotary")
 class Rotary(PositionalEmbedding):
-    def __init__(self, num_heads, head_dim, hidden_size=None, *, rotary_pct: float = 1.0,
-                 rotary_emb_base: int = 10000):
-        super().__init__(num_heads, head_dim, hidden_size)
-        self.rotary_dims = int(head_dim * rotary_pct)
+    @dataclass
+    class Options:
+        rotary_pct: float = option(1.0, "Fraction of each head's dimensions that `rotary` rotates.", check=fraction)
+        rotary_emb_base: int = option(10000, "Base of the rotary frequencies.")
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        rotary_pct = self.options.rotary_pct
+        self.rotary_dims = int(shape.head_dim * rotary_pct)
         if self.rotary_dims < 2 or self.rotary_dims % 2:
             raise PositionalEmbeddingError(
-                f"pos-emb 'rotary': rotary-pct={rotary_pct} of head dim {head_dim} gives {self.rotary_dims} "
+                f"pos-emb 'rotary': rotary-pct={rotary_pct} of head dim {shape.head_dim} gives {self.rotary_dims} "
                 f"rotated dims; it must be a positive even number. Choose rotary-pct so that it is.")
-        self.base = rotary_emb_base
+        self.base = self.options.rotary_emb_base
 
     def _rotate(self, x, positions):
         half = self.rotary_dims // 2

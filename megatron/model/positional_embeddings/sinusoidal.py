@@ -2,16 +2,17 @@
 interleaved), computed in float32 and added to the token embeddings."""
 import torch
 
-from .base import PositionalEmbedding, PositionalEmbeddingError, register
+from .base import PositionalEmbedding, PositionalEmbeddingError
+from .registry import register
 
 
 @register("sinusoidal")
 class Sinusoidal(PositionalEmbedding):
-    def __init__(self, num_heads, head_dim, hidden_size=None):
-        super().__init__(num_heads, head_dim, hidden_size)
-        if hidden_size is None or hidden_size % 2:
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        if shape.hidden_size is None or shape.hidden_size % 2:
             raise PositionalEmbeddingError(
-                f"pos-emb 'sinusoidal' needs an even hidden_size, got {hidden_size}.")
+                f"pos-emb 'sinusoidal' needs an even hidden_size, got {shape.hidden_size}.")
 
     def add_to_embeddings(self, x, positions):
         half = self.hidden_size // 2

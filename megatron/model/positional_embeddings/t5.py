@@ -5,11 +5,13 @@ B/2 + floor(log(d / (B/2)) / log(max_distance / (B/2)) * B/2) buckets, capped at
 reference, the looked-up value is multiplied by sqrt(head_dim) before it is added to the scaled scores.
 """
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .base import PositionalEmbedding, PositionalEmbeddingError, register
+from .base import OptionError, PositionalEmbedding, option, positive
+from .registry import register
 
 
 def causal_buckets(d: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
@@ -20,17 +22,25 @@ def causal_buckets(d: torch.Tensor, num_buckets: int, max_distance: int) -> torc
     return torch.where(d < exact, d, far.clamp(max=num_buckets - 1))
 
 
-@register("t5")
+@register("t5", aliases=("rpe",))
 class T5RelativeBias(PositionalEmbedding):
-    def __init__(self, num_heads, head_dim, hidden_size=None, *, rpe_num_buckets: int = 32,
-                 rpe_max_distance: int = 128):
-        super().__init__(num_heads, head_dim, hidden_size)
-        if not 2 <= rpe_num_buckets < 2 * rpe_max_distance:
-            raise PositionalEmbeddingError(
-                f"pos-emb 't5': need 2 <= rpe-num-buckets < 2 * rpe-max-distance, got rpe-num-buckets="
-                f"{rpe_num_buckets}, rpe-max-distance={rpe_max_distance} (the defaults are 32 and 128).")
-        self.num_buckets, self.max_distance = rpe_num_buckets, rpe_max_distance
-        self.table = nn.Parameter(torch.empty(rpe_num_buckets, num_heads))  # [buckets, H]
+    @dataclass
+    class Options:
+        rpe_num_buckets: int = option(32, "`t5`: number of relative-position buckets.", check=positive)
+        rpe_max_distance: int = option(128, "`t5`: distance at which the last bucket starts growing no more.",
+                                       check=positive)
+
+        def __post_init__(self):
+            if not 2 <= self.rpe_num_buckets < 2 * self.rpe_max_distance:
+                raise OptionError("rpe_num_buckets", (
+                    f"pos-emb 't5' needs 2 <= rpe-num-buckets < 2 * rpe-max-distance, got rpe-num-buckets="
+                    f"{self.rpe_num_buckets}, rpe-max-distance={self.rpe_max_distance} (the defaults are 32 "
+                    "and 128)."))
+
+    def __init__(self, shape, options=None):
+        super().__init__(shape, options)
+        self.num_buckets, self.max_distance = self.options.rpe_num_buckets, self.options.rpe_max_distance
+        self.table = nn.Parameter(torch.empty(self.num_buckets, shape.num_heads))  # [buckets, H]
         nn.init.xavier_normal_(self.table)
 
     def distance_tables(self, length):

@@ -1,0 +1,39 @@
+"""The attention keys as the model reads them: one small config, checked in one place."""
+from dataclasses import dataclass
+
+from megatron.errors import NeoXArgsError
+
+ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked")
+
+
+class AttentionConfigError(NeoXArgsError):
+    """A bad attention key; `key` names it, so the config can point at the file and line."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def check_window_and_block_size(window: int | None, block_size: int) -> None:
+    if window is not None and window < 1:
+        raise AttentionConfigError(
+            "attention_window", f"attention-window is {window}; it must be a positive number of tokens (or unset).")
+    if block_size < 1:
+        raise AttentionConfigError(
+            "attention_block_size", f"attention-block-size is {block_size}; it must be a positive number of queries.")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    impl: str               # attention-impl: auto | sdpa | flex | blocked
+    block_size: int         # attention-block-size
+    window: int | None      # attention-window
+    dropout: float          # attention-dropout
+
+    def __post_init__(self):
+        check_window_and_block_size(self.window, self.block_size)
+
+    @classmethod
+    def from_args(cls, neox_args) -> "AttentionConfig":
+        return cls(neox_args.attention_impl, neox_args.attention_block_size, neox_args.attention_window,
+                   neox_args.attention_dropout)

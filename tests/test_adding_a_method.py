@@ -1,0 +1,94 @@
+"""A positional method is one file: README's example, saved into a copy of the project with nothing
+else changed, is accepted by `deepy.py --dry-run`, listed in the config reference, trained by
+`train.py`, covered by the registry-parametrised tests, and its initialisation-only option is ignored
+when a checkpoint is loaded. Everything runs in subprocesses of the copy, as a user would run it."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from test_training_support import REPO_ROOT, child_environment, set_flags, tiny_overrides
+
+SECTION = "### Adding a method"
+
+
+def readme_example() -> str:
+    """The first ```python block of README's "Adding a method" section."""
+    section = (REPO_ROOT / "README.md").read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+EXAMPLE = readme_example()
+METHOD = re.search(r'@register\("(\w+)"', EXAMPLE).group(1)
+OPTION, DEFAULT = re.search(r"(\w+): float = option\(([\d.]+)", EXAMPLE).groups()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A copy of the project (code, configs, tests, entry points) plus the example as a new file."""
+    copy = tmp_path_factory.mktemp("project")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("megatron", "tools", "configs", "tests"):
+        shutil.copytree(REPO_ROOT / folder, copy / folder, ignore=ignore)
+    for name in ("deepy.py", "train.py", "evaluate.py", "README.md", "pyproject.toml"):
+        shutil.copy(REPO_ROOT / name, copy / name)
+    (copy / "megatron" / "model" / "positional_embeddings" / f"{METHOD}.py").write_text(EXAMPLE)
+    return copy
+
+
+def run(project, *argv, timeout=600):
+    env = {**child_environment(), "NEOX_SHARED_DIR": str(REPO_ROOT.parent / "shared")}
+    result = subprocess.run([sys.executable, *argv], cwd=project, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_the_example_adds_a_method_and_nothing_else(project):
+    assert not (REPO_ROOT / "megatron" / "model" / "positional_embeddings" / f"{METHOD}.py").exists()
+    changed = subprocess.run(["diff", "-rq", "-x", "__pycache__", str(REPO_ROOT / "megatron"),
+                              str(project / "megatron")],
+                             capture_output=True, text=True).stdout.strip().splitlines()
+    assert changed == [f"Only in {project / 'megatron' / 'model' / 'positional_embeddings'}: {METHOD}.py"]
+
+
+def test_dry_run_accepts_the_method_and_its_option(project):
+    out = run(project, "deepy.py", "train.py", "configs/tiny.yml", "--set", f"pos-emb={METHOD}",
+              "--set", f"{OPTION.replace('_', '-')}=0.25", "--dry-run")
+    assert re.search(rf"^pos_emb +\"{METHOD}\" +# command line$", out, re.M)
+    assert re.search(rf"^{OPTION} +0.25 +# command line$", out, re.M)
+    bad = subprocess.run([sys.executable, "deepy.py", "train.py", "configs/tiny.yml", "--set", f"pos-emb={METHOD}",
+                          "--set", f"{OPTION}=-1", "--dry-run"], cwd=project, env=child_environment(),
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and f"command line: {OPTION.replace('_', '-')}: must be" in bad.stderr
+
+
+def test_config_reference_lists_the_method_and_its_option(project):
+    reference = run(project, "tools/docs/config_reference.py")
+    assert re.search(rf"^\| `pos-emb` \| .*\b{METHOD}\b", reference, re.M)
+    assert re.search(rf"^\| `{OPTION.replace('_', '-')}` \| `{DEFAULT}` \| .*Initialisation only", reference, re.M)
+
+
+def test_registry_parametrised_tests_cover_the_method(project):
+    out = run(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_positional_embeddings.py",
+              "tests/test_model.py", "-k", METHOD)
+    passed = int(re.search(r"(\d+) passed", out).group(1))
+    assert passed >= 10 and "failed" not in out
+
+
+def test_trains_and_resumes_with_another_initialisation_only_value(project, stdlib_data, tmp_path):
+    def train(iters, **overrides):
+        values = tiny_overrides(stdlib_data, tmp_path, train_iters=iters, log_interval=1, pos_emb=METHOD,
+                                **overrides)
+        return run(project, "train.py", "configs/tiny.yml", *set_flags(values))
+
+    first = train(2)
+    assert f"pos-emb {METHOD}" in first and re.search(r"step +2/", first), first
+    # The checkpoint was trained with the default; loading it with another initial value is allowed
+    # (it only decided where training started), so the run goes on from step 2.
+    second = train(3, **{OPTION: 0.25})
+    assert re.search(r"step +3/", second) and not re.search(r"step +1/", second), second
+    assert os.path.isdir(tmp_path / "ckpt" / "global_step3")
