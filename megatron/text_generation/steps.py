@@ -1,0 +1,34 @@
+"""The two ways to get each row's next-token logits during generation.
+
+- `RecomputedSteps` (`recompute: true`): a full forward of every row's whole sequence at every step,
+  rows of equal length batched; no padding, no cache. It is the reference the cache is tested against.
+- `CachedSteps`: the prompts once (left-padded, in blocks of `attention-block-size` queries), then
+  one token per row per step against the KV cache (megatron/model/kv_cache.py).
+"""
+import torch
+
+
+class RecomputedSteps:
+    def __init__(self, model, prompts: list[list[int]], device):
+        self.model, self.device = model, device
+        self.sequences = [list(p) for p in prompts]
+
+    def first(self) -> torch.Tensor:
+        return self._last_logits()
+
+    def next(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [b]: each row's newest token -> logits [b, V] of the token after it."""
+        for sequence, token in zip(self.sequences, tokens.tolist()):
+            sequence.append(token)
+        return self._last_logits()
+
+    def _last_logits(self) -> torch.Tensor:
+        by_length = {}
+        for row, sequence in enumerate(self.sequences):
+            by_length.setdefault(len(sequence), []).append(row)
+        logits = [None] * len(self.sequences)
+        for rows in by_length.values():
+            batch = torch.tensor([self.sequences[r] for r in rows], device=self.device)
+            for row, row_logits in zip(rows, self.model(batch)[:, -1].float()):
+                logits[row] = row_logits
+        return torch.stack(logits)
