@@ -3,7 +3,7 @@ import torch
 
 from .errors import GenerationError
 from .sampling import choose_next
-from .steps import RecomputedSteps
+from .steps import CachedSteps, RecomputedSteps
 
 
 def generate_tokens(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
@@ -24,7 +24,8 @@ def generate_tokens(model, prompts: list[list[int]], *, max_new_tokens: int, tem
     if max_new_tokens == 0:
         return continuations
     with torch.inference_mode():
-        steps = RecomputedSteps(model, prompts, device)
+        steps = (RecomputedSteps(model, prompts, device) if recompute
+                 else CachedSteps(model, prompts, device, max_new_tokens))
         logits = steps.first()  # [b, V]
         for step in range(max_new_tokens):
             if vocab_size is not None:

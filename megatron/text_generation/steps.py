@@ -7,6 +7,8 @@
 """
 import torch
 
+from megatron.model.kv_cache import KVCache
+
 
 class RecomputedSteps:
     def __init__(self, model, prompts: list[list[int]], device):
@@ -32,3 +34,23 @@ class RecomputedSteps:
             for row, row_logits in zip(rows, self.model(batch)[:, -1].float()):
                 logits[row] = row_logits
         return torch.stack(logits)
+
+
+class CachedSteps:
+    def __init__(self, model, prompts: list[list[int]], device, max_new_tokens: int):
+        self.model = model
+        longest = max(len(p) for p in prompts)
+        # Left-padded, so every row's newest token is in the last column (the pad id is never seen).
+        self.tokens = torch.tensor([[0] * (longest - len(p)) + list(p) for p in prompts], device=device)
+        self.padding = torch.tensor([[True] * (longest - len(p)) + [False] * len(p) for p in prompts], device=device)
+        self.cache = KVCache(len(model.layers), len(prompts), longest + max_new_tokens, device)
+        self.block = model.attention_config.block_size  # prompt queries per forward: O(H * block * L) terms
+
+    def first(self) -> torch.Tensor:
+        for start in range(0, self.tokens.shape[1], self.block):
+            end = start + self.block
+            logits = self.model(self.tokens[:, start:end], cache=self.cache, padding=self.padding[:, start:end])
+        return logits[:, -1].float()
+
+    def next(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens[:, None], cache=self.cache)[:, -1].float()
