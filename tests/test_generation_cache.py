@@ -145,7 +145,7 @@ def test_bad_requests_are_clear_errors():
     model = tiny_model("kerple_log")
     with pytest.raises(GenerationError, match=r"prompt\(s\) \[1\] are empty"):
         generate_tokens(model, [[1], []], max_new_tokens=3)
-    with pytest.raises(GenerationError, match="top_p=1.5"):
+    with pytest.raises(GenerationError, match=r"top_p must lie in \[0, 1\] \(0 is off\), got 1.5"):
         generate_tokens(model, [[1]], max_new_tokens=3, top_p=1.5)
     with pytest.raises(GenerationError, match="eval mode"):
         generate_tokens(model.train(), [[1]], max_new_tokens=3)

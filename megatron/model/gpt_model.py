@@ -59,7 +59,8 @@ class GPTModel(nn.Module):
         b, s = tokens.shape
         if cache is not None:
             positions = cache.append(padding, s)  # [b, s]
-            x = per_row(lambda p, x_: self.pos_embs[0].add_to_embeddings(x_, p), positions, self.word_embeddings(tokens))
+            add_positions = self.pos_embs[0].add_to_embeddings
+            x = per_row(lambda p, x_: add_positions(x_, p), positions, self.word_embeddings(tokens))
             plans = [plan_cached(pe, cache, s, self.attention_config.window) for pe in self.pos_embs]
             return self._layers_and_head(x, plans, cache.layers)
         if position_ids is None:

@@ -2,7 +2,7 @@
 import torch
 
 from .errors import GenerationError
-from .sampling import choose_next
+from .sampling import choose_next, setting_problems
 from .steps import CachedSteps, RecomputedSteps
 
 
@@ -53,10 +53,9 @@ def check_request(model, prompts, max_new_tokens, temperature, top_k, top_p) -> 
     if empty:
         raise GenerationError(f"prompt(s) {empty} are empty: a model needs at least one token to continue "
                               "(start an unconditional sample with the tokenizer's end-of-document id).")
-    if max_new_tokens < 0 or temperature < 0 or top_k < 0 or not 0.0 <= top_p <= 1.0:
-        raise GenerationError(f"bad sampling settings: maximum_tokens={max_new_tokens} (>= 0), temperature="
-                              f"{temperature} (>= 0; 0 is greedy), top_k={top_k} (>= 0; 0 is off), top_p={top_p} "
-                              "(in [0, 1]; 0 is off).")
+    problems = setting_problems(max_new_tokens, temperature, top_k, top_p)
+    if problems:
+        raise GenerationError("bad generation settings: " + " ".join(f"{key} {message}" for key, message in problems))
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
     if limit is None:
         return

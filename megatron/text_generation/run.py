@@ -11,6 +11,7 @@ from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
 from .load import load_model
 from .samples import generate_samples
+from .sampling import setting_problems
 
 
 def generate_run(neox_args, stdin=None) -> list[dict]:
@@ -46,15 +47,12 @@ def check_generation_keys(neox_args) -> None:
         where = neox_args.config_sources.get(key, "the config")
         raise GenerationError(f"{where}: {key.replace('_', '-')}: {message}")
 
-    for key in ("maximum_tokens", "num_samples", "generation_batch_size"):
+    for key, message in setting_problems(neox_args.maximum_tokens, neox_args.temperature, neox_args.top_k,
+                                         neox_args.top_p):
+        fail(key, message)
+    for key in ("num_samples", "generation_batch_size"):
         if getattr(neox_args, key) < 1:
             fail(key, f"must be a positive integer, got {getattr(neox_args, key)}.")
-    if neox_args.temperature < 0:
-        fail("temperature", f"must be >= 0 (0 is greedy), got {neox_args.temperature}.")
-    if neox_args.top_k < 0:
-        fail("top_k", f"must be >= 0 (0 keeps every token), got {neox_args.top_k}.")
-    if not 0.0 <= neox_args.top_p <= 1.0:
-        fail("top_p", f"must lie in [0, 1] (0 is off), got {neox_args.top_p}.")
     if neox_args.text_gen_type == "input-file":
         path = neox_args.sample_input_file
         if not path:
@@ -91,7 +89,7 @@ def interact(neox_args, model, tokenizer, stdin) -> list[dict]:
         line = stdin.readline()
         if not line:
             break
-        context = line.rstrip("\n").split(neox_args.prompt_end)[0] if neox_args.prompt_end != "\n" else line.rstrip("\n")
+        context = line.rstrip("\n").split(neox_args.prompt_end)[0]
         records += generate_samples(neox_args, model, tokenizer, [context])
         show(records[-1])
     write_records(neox_args.sample_output_file, records)

@@ -3,6 +3,20 @@
 import torch
 
 
+def setting_problems(max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> list[tuple[str, str]]:
+    """(config key, what is wrong) for each out-of-range generation setting."""
+    problems = []
+    if max_new_tokens < 0:
+        problems.append(("maximum_tokens", f"must be >= 0, got {max_new_tokens}."))
+    if temperature < 0:
+        problems.append(("temperature", f"must be >= 0 (0 is greedy), got {temperature}."))
+    if top_k < 0:
+        problems.append(("top_k", f"must be >= 0 (0 keeps every token, 1 is greedy), got {top_k}."))
+    if not 0.0 <= top_p <= 1.0:
+        problems.append(("top_p", f"must lie in [0, 1] (0 is off), got {top_p}."))
+    return problems
+
+
 def is_greedy(temperature: float, top_k: int) -> bool:
     return temperature == 0.0 or top_k == 1
 
