@@ -7,6 +7,7 @@ from torch.utils.checkpoint import checkpoint
 from megatron.model.attention import plan_attention
 from megatron.model.attention_config import AttentionConfig
 from megatron.model.init_functions import init_normal_
+from megatron.model.kv_cache import KVCache, per_row, plan_cached
 from megatron.model.norms import build_norm
 from megatron.model.positional_embeddings import PositionalEmbedding, build_positional_embedding_from_args
 from megatron.model.transformer import TransformerLayer
@@ -48,9 +49,20 @@ class GPTModel(nn.Module):
     def positional_embeddings(self) -> list[nn.Module]:
         return list(self.pos_embs)
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens [b, s] -> logits [b, s, padded_vocab]; position_ids [s] default 0..s-1."""
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
+                cache: KVCache | None = None, padding: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [b, s] -> logits [b, s, padded_vocab]; position_ids [s] default 0..s-1.
+
+        With a `cache` (kv_cache.py), `tokens` continue each of its rows: each row's next positions,
+        attending to the cached keys and values, which they join; `padding` [b, s] marks left-padding
+        that no token sees. For inference only (no dropout, no activation checkpointing)."""
         b, s = tokens.shape
+        if cache is not None:
+            positions = cache.append(padding, s)  # [b, s]
+            add_positions = self.pos_embs[0].add_to_embeddings
+            x = per_row(lambda p, x_: add_positions(x_, p), positions, self.word_embeddings(tokens))
+            plans = [plan_cached(pe, cache, s, self.attention_config.window) for pe in self.pos_embs]
+            return self._layers_and_head(x, plans, cache.layers)
         if position_ids is None:
             position_ids = torch.arange(s, device=tokens.device)
         elif position_ids.shape != (s,):
@@ -64,12 +76,15 @@ class GPTModel(nn.Module):
                                 block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
                                 dropout_p=attention.dropout if self.training else 0.0)
                  for pe in self.pos_embs]
+        return self._layers_and_head(x, plans, [None] * len(self.layers))
+
+    def _layers_and_head(self, x, plans, kvs):
         for i, layer in enumerate(self.layers):
             plan = plans[i if len(plans) > 1 else 0]
-            if self.checkpoint_activations and torch.is_grad_enabled():
+            if self.checkpoint_activations and torch.is_grad_enabled() and kvs[i] is None:
                 x = checkpoint(layer, x, plan, use_reentrant=False)
             else:
-                x = layer(x, plan)
+                x = layer(x, plan, kvs[i])
         x = self.final_layernorm(x)
         head = self.word_embeddings.weight if self.output_head is None else self.output_head.weight
         return F.linear(x, head)  # [b, s, padded_vocab]

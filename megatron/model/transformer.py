@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from megatron.model.attention import AttentionPlan, attend
 from megatron.model.attention_config import AttentionConfig
 from megatron.model.init_functions import init_normal_
+from megatron.model.kv_cache import attend_cached
 from megatron.model.norms import build_norm
 
 
@@ -22,12 +23,15 @@ class SelfAttention(nn.Module):
         nn.init.zeros_(self.query_key_value.bias)
         nn.init.zeros_(self.dense.bias)
 
-    def forward(self, x, plan: AttentionPlan):
+    def forward(self, x, plan: AttentionPlan, kv=None):
         b, s, hidden = x.shape
         qkv = self.query_key_value(x).view(b, s, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [b, H, s, D]
-        q, k = plan.pe.rotate_qk(q, k, plan.positions, plan.positions)
-        y = attend(q, k, v, plan, self.attention_dropout if self.training else 0.0)  # [b, H, s, D]
+        if kv is not None:  # generation: `plan` is a CachedPlan, kv this layer's cache (kv_cache.py)
+            y = attend_cached(q, k, v, plan, kv)
+        else:
+            q, k = plan.pe.rotate_qk(q, k, plan.positions, plan.positions)
+            y = attend(q, k, v, plan, self.attention_dropout if self.training else 0.0)  # [b, H, s, D]
         return self.dense(y.transpose(1, 2).reshape(b, s, hidden))
 
 
@@ -65,8 +69,8 @@ class TransformerLayer(nn.Module):
         self.hidden_dropout = nn.Dropout(neox_args.hidden_dropout)
         self.gpt_j_residual = neox_args.gpt_j_residual
 
-    def forward(self, x, plan: AttentionPlan):  # x [b, s, hidden]
-        attention_out = self.hidden_dropout(self.attention(self.input_layernorm(x), plan))
+    def forward(self, x, plan: AttentionPlan, kv=None):  # x [b, s, hidden]
+        attention_out = self.hidden_dropout(self.attention(self.input_layernorm(x), plan, kv))
         if self.gpt_j_residual:
             # GPT-J: attention and MLP both read the layer input; their outputs add in parallel.
             return x + attention_out + self.hidden_dropout(self.mlp(self.post_attention_layernorm(x)))

@@ -184,8 +184,27 @@ class EvaluationArgs:
     eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.")
 
 
+@dataclass
+class TextGenerationArgs:
+    text_gen_type: Literal["unconditional", "input-file", "interactive"] = arg(
+        "unconditional", "generate.py: `unconditional` (num-samples samples from the end-of-document token), "
+        "`input-file` (one prompt per sample-input-file entry) or `interactive` (prompts typed on stdin).")
+    sample_input_file: Optional[str] = arg(None, "`input-file`: the prompts, separated by prompt-end.")
+    sample_output_file: Optional[str] = arg(
+        None, "Write one JSON line per sample (context, text, length, finished, message); default print only.")
+    prompt_end: str = arg("\n", "What separates prompts in sample-input-file (and ends an interactive one).")
+    num_samples: int = arg(1, "`unconditional`: number of samples.")
+    maximum_tokens: int = arg(64, "Most tokens generated per prompt; may run past seq-length (not for `learned`).")
+    temperature: float = arg(0.0, "Sampling temperature; 0 is greedy.")
+    top_k: int = arg(0, "Sample among the k most likely tokens (0: all; 1: greedy).")
+    top_p: float = arg(0.0, "Sample within the smallest set of tokens whose probability reaches p (0: off).")
+    recompute: bool = arg(False, "Recompute every step's full forward instead of using the KV cache (slower, "
+                                 "same tokens).")
+    generation_batch_size: int = arg(8, "Prompts generated together (left-padded into one batch).")
+
+
 GROUPS = (ModelArgs, AttentionArgs, PositionalArgs, OptimizerArgs, PrecisionArgs, TrainingArgs, DataArgs,
-          LoggingArgs, LauncherArgs, EvaluationArgs)
+          LoggingArgs, LauncherArgs, EvaluationArgs, TextGenerationArgs)
 
 
 def _refuse_shared_keys():

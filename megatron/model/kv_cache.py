@@ -1,0 +1,115 @@
+"""A KV cache for generation: every layer's keys and values so far, and each row's positions.
+
+`GPTModel.forward(tokens, cache=cache, padding=...)` runs `tokens` [b, s] as the continuation of what
+the cache holds: the new queries attend to the cached keys plus their own, through the positional
+protocol's explicit positions (`pairwise(q_positions, k_positions)`, `rotate_qk`,
+`add_to_embeddings`), so the cache works for every method and past the training length; memory
+is O(L) per layer (the keys and values, plus [H, s, L] score terms for s new queries).
+
+Batched prompts of different lengths are left-padded. Each row counts positions over its own tokens
+only (0 at its first real token), so every row gets the numbers of a forward of that row alone, also
+for the methods that read absolute positions (learned, sinusoidal, rotary's angles, fire's query
+position). Padding slots are never visible as keys; as queries they see themselves only, which
+keeps their (unused) values finite. Rows whose positions differ call the protocol once each.
+"""
+from dataclasses import dataclass
+
+import torch
+
+from megatron.errors import NeoXArgsError
+from megatron.model.attention import attend_materialised
+
+
+class LayerKV:
+    """One layer's cached keys and values, [b, H, capacity, D] each, allocated on first use (then
+    they take the dtype and device of the model's keys)."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.keys, self.values = capacity, None, None
+
+    def store(self, k, v, start: int):
+        """Write k, v [b, H, s, D] at slots start.. and return all keys and values up to them."""
+        if self.keys is None:
+            b, heads, _, head_dim = k.shape
+            self.keys = k.new_empty(b, heads, self.capacity, head_dim)
+            self.values = v.new_empty(b, heads, self.capacity, head_dim)
+        end = start + k.shape[2]
+        self.keys[:, :, start:end], self.values[:, :, start:end] = k, v
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
+class KVCache:
+    def __init__(self, num_layers: int, batch_size: int, capacity: int, device=None):
+        """Room for `capacity` tokens (padding included) in each of `batch_size` rows."""
+        self.batch_size, self.capacity, self.length = batch_size, capacity, 0
+        self.layers = [LayerKV(capacity) for _ in range(num_layers)]
+        self.positions = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)  # per row
+        self.real = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)  # False: padding
+
+    def append(self, padding: torch.Tensor | None, s: int) -> torch.Tensor:
+        """Record s new slots (`padding` [b, s] True for left-padding) -> their positions [b, s]."""
+        if self.length + s > self.capacity:
+            raise NeoXArgsError(f"the KV cache holds {self.capacity} tokens per row and has {self.length}; "
+                                f"{s} more do not fit. Create it with a larger capacity.")
+        real = torch.ones(self.batch_size, s, dtype=torch.bool, device=self.real.device)
+        if padding is not None:
+            real = ~padding.to(self.real.device)
+        seen = self.real[:, :self.length].sum(dim=1, keepdim=True)  # [b, 1] real tokens so far
+        positions = (seen + real.cumsum(dim=1) - 1).clamp(min=0)  # padding before a row starts: 0
+        end = self.length + s
+        self.positions[:, self.length:end], self.real[:, self.length:end] = positions, real
+        self.length = end
+        return positions
+
+
+@dataclass
+class CachedPlan:
+    """What every layer reads for one cached forward (per positional module), computed once."""
+    pe: torch.nn.Module
+    start: int                         # cache index of the first new token
+    q_positions: torch.Tensor          # [b, s]
+    bias: torch.Tensor | None          # [b or 1, H, s, start + s]
+    weight: torch.Tensor | None
+    allowed: torch.Tensor              # bool [b, 1, s, start + s]
+
+
+def per_row(fn, positions: torch.Tensor, *tensors):
+    """fn(positions [s], *tensors) for rows [b, ...] with per-row positions [b, s]: one call with
+    all rows when they share their positions, else one call per row, concatenated along dim 0."""
+    if bool((positions == positions[:1]).all()):
+        return fn(positions[0], *tensors)
+    results = [fn(positions[r], *(t[r:r + 1] for t in tensors)) for r in range(positions.shape[0])]
+    if isinstance(results[0], tuple):
+        return tuple(torch.cat(parts) for parts in zip(*results))
+    return torch.cat(results)
+
+
+def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
+    """The plan for the s tokens just appended to `cache` (the last s slots)."""
+    end = cache.length
+    start = end - s
+    q_positions, k_positions, real = cache.positions[:, start:end], cache.positions[:, :end], cache.real[:, :end]
+
+    def terms(q_pos, k_pos):  # -> [H, s, end] each, or None
+        bias, weight = pe.pairwise(q_pos, k_pos)
+        return tuple(t if t is None else t[None] for t in (bias, weight))
+
+    if bool((cache.positions[:, :end] == cache.positions[:1, :end]).all()):
+        bias, weight = terms(q_positions[0], k_positions[0])  # [1, H, s, end]: broadcast over rows
+    else:
+        pairs = [terms(q, k) for q, k in zip(q_positions, k_positions)]
+        bias, weight = (None if parts[0] is None else torch.cat(parts) for parts in zip(*pairs))
+    q_index = torch.arange(start, end, device=real.device)[:, None]  # [s, 1]
+    k_index = torch.arange(end, device=real.device)[None, :]         # [1, end]
+    allowed = (k_index <= q_index) & real[:, None, :]                # [b, s, end]
+    if window is not None:
+        allowed &= q_positions[:, :, None] - k_positions[:, None, :] < window
+    allowed |= k_index == q_index  # a padding query sees itself: finite values nobody reads
+    return CachedPlan(pe, start, q_positions, bias, weight, allowed[:, None])
+
+
+def attend_cached(q, k, v, plan: CachedPlan, kv: LayerKV):
+    """q, k, v [b, H, s, D] of the new tokens -> [b, H, s, D]; their keys and values join `kv`."""
+    q, k = per_row(lambda positions, q_, k_: plan.pe.rotate_qk(q_, k_, positions, positions), plan.q_positions, q, k)
+    keys, values = kv.store(k, v, plan.start)
+    return attend_materialised(q, keys, values, plan.bias, plan.weight, plan.allowed, 0.0)
