@@ -8,7 +8,7 @@ import pytest
 from megatron.checkpointing import CheckpointError
 from megatron.neox_arguments import NeoXArgsError
 from megatron.text_generation import GenerationError, generate_tokens
-from megatron.text_generation.load import load_model
+from megatron.inference_model import load_model
 from megatron.text_generation.run import generate_run
 from megatron.tokenizer import build_tokenizer
 from megatron.training import pretrain

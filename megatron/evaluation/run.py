@@ -7,10 +7,10 @@ import resource
 import numpy as np
 import torch
 
-from megatron.checkpointing import load_model_weights, read_client_state, resolve_tag
+from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.data import build_evaluation_stream
 from megatron.initialize import initialize_megatron
-from megatron.model import GPTModel
+from megatron.inference_model import load_model
 from megatron.neox_arguments import NeoXArgsError
 from megatron.tokenizer import build_tokenizer
 from .chunks import chunk_starts
@@ -37,13 +37,8 @@ def evaluate_run(neox_args) -> pathlib.Path:
     stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     plan = {length: _starts(stream, length, neox_args) for length in lengths}
 
-    device = torch.device(f"cuda:{neox_args.local_rank}" if torch.cuda.is_available() else "cpu")
-    # bf16/fp16 only where the hardware runs them fast; CPU evaluates in fp32.
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(neox_args.precision, torch.float32)
-    dtype = dtype if device.type == "cuda" else torch.float32
-    model = GPTModel(neox_args, tokenizer.padded_vocab_size)
-    iteration = load_model_weights(neox_args, model)
-    model.to(device=device, dtype=dtype).eval()
+    model, iteration = load_model(neox_args, tokenizer)
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
 
     run = run_record(neox_args, trained_config(neox_args), iteration)

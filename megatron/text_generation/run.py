@@ -9,7 +9,7 @@ import torch
 from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
-from .load import load_model
+from megatron.inference_model import load_model
 from .samples import generate_samples
 from .sampling import setting_problems
 

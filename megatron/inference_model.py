@@ -1,5 +1,5 @@
-"""A trained model ready to generate: built from the config, weights from `load` (checkpointing.py's
-`load_model_weights`, as evaluation loads them), on this rank's device, in eval mode."""
+"""A trained model ready for inference (evaluation, generation): built from the config, weights from
+`load` (checkpointing.py's `load_model_weights`), on this rank's device, in eval mode."""
 import torch
 
 from megatron.checkpointing import load_model_weights
@@ -9,7 +9,7 @@ from megatron.model import GPTModel
 def load_model(neox_args, tokenizer):
     """-> (model, checkpoint step). A missing or mismatched checkpoint is a CheckpointError."""
     device = torch.device(f"cuda:{neox_args.local_rank}" if torch.cuda.is_available() else "cpu")
-    # bf16/fp16 only where the hardware runs them fast; CPU generates in fp32.
+    # bf16/fp16 only where the hardware runs them fast; CPU runs in fp32.
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(neox_args.precision, torch.float32)
     dtype = dtype if device.type == "cuda" else torch.float32
     model = GPTModel(neox_args, tokenizer.padded_vocab_size)
