@@ -87,6 +87,22 @@ def _save_interval(raw, value, where, out, sources):
     return [Note(raw, where, "mapped to checkpoint-factor")]
 
 
+def _lr_decay_fraction(raw, value, where, out, sources):
+    if value is None:
+        return [Note(raw, where, "null: lr-decay-iters decides")]
+    own, iters = _get(out, "train_iters")
+    if not isinstance(value, (int, float)) or not 0 < value <= 1 or not isinstance(iters, int):
+        raise NeoXArgsError(f"{where}: {raw} must be a number in (0, 1] and needs train-iters set, got {value!r} "
+                            f"and train-iters {iters!r}.")
+    decay_raw, decay = _get(out, "lr_decay_iters")
+    if decay is not None:
+        raise NeoXArgsError(f"{where}: {raw} and lr-decay-iters ({sources.get('lr_decay_iters')}) both set the "
+                            "decay length; keep one of them.")
+    out[decay_raw or "lr_decay_iters"] = round(value * iters)
+    sources["lr_decay_iters"] = f"{where} (as {raw} x train-iters)"
+    return [Note(raw, where, f"mapped to lr-decay-iters {round(value * iters)}")]
+
+
 def expand_attention_config(value, num_layers):
     """Upstream's [[[types], count | "all"], ...] -> one type per layer."""
     layers = []
@@ -107,9 +123,6 @@ def _attention_config(raw, value, where, out, sources):
         layers = expand_attention_config(value, num_layers)
     except ValueError as err:
         raise NeoXArgsError(f"{where}: {raw}: {err}. Write it as upstream does, e.g. [[[\"global\"], \"all\"]].")
-    if len(layers) != num_layers:
-        raise NeoXArgsError(f"{where}: {raw} describes {len(layers)} layers, but num-layers is {num_layers}; "
-                            "make the counts add up (or use \"all\").")
     other = sorted(set(layers) - set(FLAT_ATTENTION))
     if other:
         raise NeoXArgsError(
@@ -117,6 +130,7 @@ def _attention_config(raw, value, where, out, sources):
             f"layer here has global (full causal) attention with the configured pos-emb; a sparse, local, gMLP, "
             f"RWKV or Mamba layer would be silently replaced by it. Use [[[\"global\"], \"all\"]] or remove the "
             f"key (attention-window masks distant keys in every layer, if that is what you want).")
+    # All global: no effect, whatever the count (so `--set num-layers=2` works on a 12-layer config).
     return [Note(raw, where, "every layer global: the only attention here, so no effect")]
 
 
@@ -146,10 +160,9 @@ def _to_deepspeed(raw, value, where, out, sources):
     return [Note(raw, where, "passed to DeepSpeed's JSON (via deepspeed-extra-args)")]
 
 
-MAPPERS = {"save_interval": _save_interval, "attention_config": _attention_config,
-           "rms_norm_epsilon": _rms_norm_epsilon, **{k: _to_deepspeed for k in MAPPED
-                                                    if k not in ("save_interval", "attention_config",
-                                                                 "rms_norm_epsilon")}}
+_OWN_MAPPERS = {"save_interval": _save_interval, "lr_decay_fraction": _lr_decay_fraction,
+                "attention_config": _attention_config, "rms_norm_epsilon": _rms_norm_epsilon}
+MAPPERS = {key: _OWN_MAPPERS.get(key, _to_deepspeed) for key in MAPPED}  # the rest go to DeepSpeed's JSON
 
 
 # ------------------------------------------------------------------------ implemented keys' values
@@ -173,7 +186,14 @@ def _pos_emb(value, where):
     return fork.get(value, value)
 
 
-VALUE_MAPS = {"precision": _precision, "pipe_parallel_size": _pipe_parallel_size, "data_impl": _data_impl,
+def _fp16(value, where):
+    # Pythia's configs repeat `fp16: true` inside the fp16 dict; DeepSpeed's schema refuses the stray key.
+    if isinstance(value, dict) and "fp16" in value:
+        return {k: v for k, v in value.items() if k != "fp16"}
+    return value
+
+
+VALUE_MAPS = {"fp16": _fp16, "precision": _precision, "pipe_parallel_size": _pipe_parallel_size, "data_impl": _data_impl,
               "pos_emb": _pos_emb}
 VALUE_MAPS_NULL = {"use_wandb": False}  # upstream's null default of a boolean
 

@@ -104,6 +104,7 @@ REFUSED = {
 # key -> what it becomes (the function of the same name in upstream_compat.py does it).
 MAPPED = {
     "save_interval": "checkpoint-factor (the KERPLE fork's name for it)",
+    "lr_decay_fraction": "lr-decay-iters = round(fraction x train-iters), as upstream computes it",
     "attention_config": "accepted when every layer is `global` (or `flash`, the same attention computed by "
                         "another kernel); a sparse, local, gMLP, RWKV or Mamba layer is refused",
     "rms_norm_epsilon": "layernorm-epsilon when norm is rmsnorm (this project's one norm epsilon); ignored "
@@ -118,7 +119,8 @@ MAPPED = {
 # Implemented keys whose upstream spellings of values are translated (upstream_compat.VALUE_MAPS).
 VALUE_MAPPED = {
     "precision": "`bfloat16` (upstream's spelling) = bf16",
-    "fp16": "`{type: bfloat16, enabled: true}` (the KERPLE fork's bf16 switch) = bf16: {enabled: true}",
+    "fp16": "`{type: bfloat16, enabled: true}` (the KERPLE fork's bf16 switch) = bf16: {enabled: true}; "
+            "a nested `fp16: true` (Pythia's configs) is dropped: DeepSpeed's schema refuses it",
     "pipe_parallel_size": "0 (upstream: no pipeline engine) and 1 both mean no pipeline parallelism here",
     "data_impl": "`infer` reads the .bin/.idx files as mmap, the only format here",
     "pos_emb": "the fork's `kerple_power_ap_ap` = kerple_bias_weight, `kerple_power_original` = alibi",
