@@ -120,6 +120,8 @@ def main(argv=None):
         raise NeoXArgsError(f"Script {cli.script} does not exist; give the program to launch first, "
                             "e.g. `python deepy.py train.py configs/tiny.yml`.")
     runner_argv = runner_arguments(neox_args, hostfile, cli.script)
+    if neox_args.upstream_notice():  # once, here: the ranks get the translated config
+        print(neox_args.upstream_notice() + "\n", flush=True)
 
     if cli.dry_run:
         print("# NeoX config (key, value, where it was set)")

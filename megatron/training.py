@@ -101,6 +101,9 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
     bad_in_a_row = 0
     last_saved = iteration
     save_due = False  # a save falls due at a checkpoint-factor step; it waits for a step that was applied
+    extra_saves = set(neox_args.extra_save_iters or ())
+    if neox_args.save and iteration == 0 and 0 in extra_saves:  # upstream's "save the initial weights"
+        checked_save(neox_args, engine, 0, consumed, monitor)
     while iteration < neox_args.train_iters:
         step = train_step(neox_args, engine, optimizer, train_batches, vocab_size)
         iteration += 1
@@ -121,6 +124,8 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
                 "checkpoint.")
         if neox_args.save and neox_args.checkpoint_factor and iteration % neox_args.checkpoint_factor == 0:
             save_due = True
+        if neox_args.save and iteration in extra_saves:
+            save_due = True
         if save_due and not step.skipped:
             checked_save(neox_args, engine, iteration, consumed, monitor)
             last_saved, save_due = iteration, False
@@ -131,6 +136,10 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
         if preemption.requested():
             monitor.print(f"received {preemption.signal_name}: stopping after step {iteration}")
             result.preempted = True
+            break
+        if neox_args.exit_interval and iteration % neox_args.exit_interval == 0 and iteration < neox_args.train_iters:
+            monitor.print(f"exit-interval {neox_args.exit_interval}: stopping after step {iteration}")
+            result.preempted = True  # stop as a preempted run does: save, skip the final evaluation
             break
     if not neox_args.save:
         if result.preempted:

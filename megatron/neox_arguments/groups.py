@@ -90,6 +90,8 @@ class OptimizerArgs:
     warmup: float = arg(0.01, "Warmup length as a fraction of lr-decay-iters.")
     min_lr: float = arg(0.0, "Floor of the decayed learning rate.")
     zero_optimization: dict = arg({"stage": 0}, "DeepSpeed ZeRO dict, passed through.")
+    deepspeed_extra_args: Optional[dict] = arg(
+        None, "More entries for the DeepSpeed JSON (upstream's key); may not contradict a derived entry.")
 
 
 @dataclass
@@ -102,7 +104,8 @@ class PrecisionArgs:
 
 @dataclass
 class TrainingArgs:
-    train_iters: int = arg(1000, "Optimizer steps to train.")
+    train_iters: int = arg(1000, "Optimizer steps to train; 0 = evaluate `load` only (the KERPLE fork's "
+                           "way): train.py runs evaluate.py's scoring at seq-length-val.")
     train_batch_size: Optional[int] = arg(None, "Global batch: micro x grad-accum x data-parallel.")
     train_micro_batch_size_per_gpu: Optional[int] = arg(None, "Samples per rank per forward.")
     gradient_accumulation_steps: Optional[int] = arg(None, "Micro-batches per optimizer step.")
@@ -110,6 +113,9 @@ class TrainingArgs:
     save: Optional[str] = arg(None, "Directory to write checkpoints to.")
     load: Optional[str] = arg(None, "Directory to load a checkpoint from.")
     checkpoint_factor: Optional[int] = arg(None, "Save every this many steps.")
+    extra_save_iters: Optional[list] = arg(None, "Also save at these steps (0: before the first step).")
+    exit_interval: Optional[int] = arg(
+        None, "Stop (saving a checkpoint if `save` is set) after the first step divisible by this.")
     keep_last_n_checkpoints: Optional[int] = arg(None, "Delete older checkpoints beyond this many.")
     finetune: bool = arg(False, "Load weights only; start at step 0 with a fresh optimizer.")
     no_load_optim: bool = arg(False, "Do not load the optimizer state.")

@@ -16,6 +16,7 @@ from megatron.model.positional_embeddings import OptionError, declared_options, 
 
 from .errors import NeoXArgsError
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES
+from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .yaml_loader import load_config_files, normalise_key, parse_value
 
 OPTIMIZERS = ("Adam", "AdamW")
@@ -30,6 +31,7 @@ class NeoXArgs(*reversed(GROUPS)):
     local_rank: int = field(default=0, metadata={"derived": True})
     config_files: dict = field(default_factory=dict, metadata={"derived": True})
     config_sources: dict = field(default_factory=dict, metadata={"derived": True})
+    upstream_notes: list = field(default_factory=list, metadata={"derived": True})  # upstream_compat.Note
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -41,7 +43,7 @@ class NeoXArgs(*reversed(GROUPS)):
     def from_dict(cls, values: dict, sources: Optional[dict] = None, config_files: Optional[dict] = None,
                   world_size: Optional[int] = None) -> "NeoXArgs":
         """Validated args from a {key: value} dict (keys may use '-' or '_')."""
-        sources = dict(sources or {})
+        values, sources, notes = translate(values, sources or {})  # upstream NeoX / KERPLE-fork keys
         known = cls.user_keys()
         hints = typing.get_type_hints(cls)
         kwargs = {}
@@ -54,6 +56,7 @@ class NeoXArgs(*reversed(GROUPS)):
         args = cls(**kwargs)
         args.config_sources = {k: sources.get(k, "the given config") for k in kwargs}
         args.config_files = dict(config_files or {})
+        args.upstream_notes = notes
         if world_size is None:
             world_size = int(os.environ.get("WORLD_SIZE", 1))
         args.world_size = world_size
@@ -89,7 +92,10 @@ class NeoXArgs(*reversed(GROUPS)):
             return cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
         if not ns.configs:
             parser.error("give at least one YAML config file (e.g. configs/tiny.yml)")
-        return cls.from_ymls(ns.configs, parse_overrides(ns.set))
+        args = cls.from_ymls(ns.configs, parse_overrides(ns.set))
+        if args.upstream_notice() and args.rank == 0:  # deepy.py printed it already when it launched us
+            print(args.upstream_notice(), file=sys.stderr, flush=True)
+        return args
 
     # ---------------------------------------------------------------- derivation
     def _derive_and_validate(self):
@@ -97,10 +103,12 @@ class NeoXArgs(*reversed(GROUPS)):
             where = self.config_sources.get(key, "the config")
             raise NeoXArgsError(f"{where}: {key.replace('_', '-')}: {message}")
 
-        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "train_iters",
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                     "make_vocab_size_divisible_by", "log_interval", "eval_interval"):
             if getattr(self, key) <= 0:
                 fail(key, f"must be a positive integer, got {getattr(self, key)}.")
+        if self.train_iters < 0:
+            fail("train_iters", f"must be >= 0 (0: evaluate the `load` checkpoint only), got {self.train_iters}.")
         if self.eval_iters < 0:
             fail("eval_iters", f"must be >= 0, got {self.eval_iters}.")
         if self.hidden_size % self.num_attention_heads:
@@ -268,7 +276,12 @@ class NeoXArgs(*reversed(GROUPS)):
             config["fp16"] = self.fp16
         if self.bf16 is not None:
             config["bf16"] = self.bf16
-        return config
+        return merge_deepspeed_extra(config, self.deepspeed_extra_args,
+                                     self.config_sources.get("deepspeed_extra_args", "the config"))
+
+    def upstream_notice(self) -> str | None:
+        """The one start-up note on upstream keys that were translated or have no effect."""
+        return notice(self.upstream_notes)
 
     def describe(self) -> str:
         """The merged config, one key a line, with the file (and line) that set each non-default value."""
