@@ -74,7 +74,7 @@ def custom_state(model) -> dict:
 
 def write_custom(source, out_dir: pathlib.Path) -> None:
     args = source.neox_args
-    (out_dir / CONFIG_FILE).write_text((TEMPLATES / CONFIG_FILE).read_text())
+    (out_dir / CONFIG_FILE).write_text((TEMPLATES / CONFIG_FILE).read_text().replace("{pos_emb}", args.pos_emb))
     (out_dir / MODELING_FILE).write_text(modeling_source(args.pos_emb))
     config = custom_config(args, source.model.vocab_size, source.tokenizer)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -66,6 +66,8 @@ def _fast(backend, tokenizer, *, eos: str, pad: str | None, split_special_tokens
 
 def export_tokenizer(tokenizer, out_dir: pathlib.Path):
     """Write the tokenizer files into `out_dir`; returns the Hugging Face tokenizer written."""
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(tokenizer, SPMTokenizer):
         return _export_spm(tokenizer, out_dir)
     if isinstance(tokenizer, ByteLevelTokenizer):

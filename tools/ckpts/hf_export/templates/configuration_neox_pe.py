@@ -1,7 +1,9 @@
-"""Configuration of a GPT-NeoX-style decoder exported with its positional method (`pos_emb`).
+"""Configuration of a GPT-NeoX-style decoder exported with the `{pos_emb}` positional method.
 
 Written by tools/ckpts/convert_to_hf.py; needs only transformers. `pos_emb_options` holds the
-method's options under their config names (e.g. kerple_eps, rpe_num_buckets)."""
+method's options under their config names (e.g. kerple_eps, rpe_num_buckets). Naming the method
+here keeps exports of different methods apart in transformers' module cache, which keys a folder's
+code by this file's hash."""
 from transformers import PreTrainedConfig
 
 

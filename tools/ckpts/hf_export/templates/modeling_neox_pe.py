@@ -140,6 +140,9 @@ class NeoXPEPreTrainedModel(PreTrainedModel):
 class NeoXPEModel(NeoXPEPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
+        if config.pos_emb != "{pos_emb}":
+            raise ValueError(f"config.json names pos_emb {config.pos_emb!r}, but this modeling file implements "
+                             "'{pos_emb}'; export the checkpoint again rather than editing pos_emb.")
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         copies = config.num_hidden_layers if config.pos_emb_per_layer else 1
         self.pos_embs = nn.ModuleList(PositionalMethod(config) for _ in range(copies))
