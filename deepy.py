@@ -19,7 +19,7 @@ import time
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 
 # Upstream deepy.py's own overrides, kept for users' scripts.
-CLI_OVERRIDES = ("wandb_group", "wandb_run_name", "iteration", "hostfile")
+CLI_OVERRIDES = ("wandb_group", "wandb_run_name", "iteration", "hostfile", "eval_tasks")
 
 
 def parse_args(argv):
@@ -36,6 +36,7 @@ def parse_args(argv):
     parser.add_argument("--wandb_group")
     parser.add_argument("--wandb_run_name")
     parser.add_argument("--iteration", type=int, help="checkpoint step to load")
+    parser.add_argument("--eval_tasks", nargs="+", help="lm-evaluation-harness tasks for eval.py")
     return parser.parse_intermixed_args(argv)
 
 

@@ -11,6 +11,7 @@ from megatron.model import GPTModel, get_params_for_weight_decay_optimization
 from megatron.model.positional_embeddings import PositionalEmbeddingError, available
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
+from tools.ckpts.hf_export.native import to_gpt_neox_state
 
 METHODS = available()
 VOCAB = 96
@@ -49,24 +50,7 @@ def test_matches_transformers_gpt_neox(parallel_residual):
         layer_norm_eps=1e-5, use_parallel_residual=parallel_residual, tie_word_embeddings=False,
         attention_dropout=0.0, hidden_dropout=0.0)
     reference = transformers.GPTNeoXForCausalLM(config).eval()
-    heads, head_dim = 4, 8
-
-    def per_head_qkv(t):  # ours [3, H, D, ...] -> transformers' [H, 3, D, ...]
-        return t.view(3, heads, head_dim, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
-
-    ours = dict(model.named_parameters())
-    state = {"gpt_neox.embed_in.weight": ours["word_embeddings.weight"], "lm_head.weight": ours["output_head.weight"],
-             "gpt_neox.final_layer_norm.weight": ours["final_layernorm.weight"],
-             "gpt_neox.final_layer_norm.bias": ours["final_layernorm.bias"]}
-    for i in range(2):
-        for name in ("input_layernorm.weight", "input_layernorm.bias", "post_attention_layernorm.weight",
-                     "post_attention_layernorm.bias", "attention.dense.weight", "attention.dense.bias",
-                     "mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight",
-                     "mlp.dense_4h_to_h.bias"):
-            state[f"gpt_neox.layers.{i}.{name}"] = ours[f"layers.{i}.{name}"]
-        for kind in ("weight", "bias"):
-            state[f"gpt_neox.layers.{i}.attention.query_key_value.{kind}"] = per_head_qkv(
-                ours[f"layers.{i}.attention.query_key_value.{kind}"])
+    state = to_gpt_neox_state(model.state_dict(), num_layers=2, heads=4)  # the export tool's mapping
     missing, unexpected = reference.load_state_dict(state, strict=False)
     assert not unexpected and all("rotary" in k or "inv_freq" in k for k in missing), missing
     ids = tokens()

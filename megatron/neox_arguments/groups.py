@@ -188,6 +188,12 @@ class EvaluationArgs:
     eval_seed: int = arg(0, "Seed choosing the chunks: fixed so every run is scored on the same ones.")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
     eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.")
+    eval_tasks: Optional[list] = arg(None, "eval.py: lm-evaluation-harness tasks, e.g. [lambada_openai, hellaswag].")
+    eval_task_length: Optional[int] = arg(
+        None, "eval.py: the adapter's max_length in tokens; default seq-length (any length the method supports).")
+    eval_task_paths: Optional[list] = arg(None, "eval.py: folders of extra lm-eval task YAML files (local tasks).")
+    eval_task_limit: Optional[float] = arg(None, "eval.py: examples per task (lm-eval's `limit`); default all.")
+    eval_task_num_fewshot: Optional[int] = arg(None, "eval.py: few-shot examples; default each task's own.")
 
 
 @dataclass

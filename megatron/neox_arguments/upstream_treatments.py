@@ -45,10 +45,9 @@ IGNORED = {
         "profile_step_stop", "checkpoint_validation_with_forward_pass", "mmap_warmup", "char_level_ppl",
         "adlr_autoresume", "adlr_autoresume_interval", "dump_state", "rotary_save_freqs_buffer",
         "no_save_optim", "no_save_rng"),
-    "read only by upstream's generate.py (its `precompute` mode, returned logits) or lm-eval-harness "
-    "evaluate.py; this project's generate.py writes text only, and its evaluate.py scores perplexity by "
-    "length (eval-lengths, eval-modes)": (
-        "eval_results_prefix", "eval_tasks", "precompute_model_name", "return_logits"),
+    "read only by upstream's generate.py (its `precompute` mode, returned logits) or its eval.py's "
+    "result naming; this project's generate.py writes text only, and eval.py names results by run": (
+        "eval_results_prefix", "precompute_model_name", "return_logits"),
     "used only by layer types that attention-config would have to select, which is refused": (
         "gmlp_attn_dim", "scalenorm_epsilon", "sparsity_config", "online_dataserver_ips",
         "online_dataserver_ports", "weight_server_port", "short_seq_prob"),

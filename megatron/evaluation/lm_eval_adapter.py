@@ -1,0 +1,113 @@
+"""This project's model as an lm-evaluation-harness `LM` (what eval.py hands to lm-eval).
+
+- `loglikelihood`: the continuation's log-probability given the context, from one forward of the last
+  `max_length` tokens (lm-eval's own convention, as its HFLM does); `is_greedy` when every
+  continuation token is the argmax.
+- `loglikelihood_rolling`: a document's log-probability scored exactly as evaluate.py's `sliding`
+  mode scores a stream (megatron/evaluation/scoring.py): the stream is the end-of-document token and
+  the document; windows of `max_length` inputs advance by `stride` (default max_length: disjoint
+  windows, lm-eval's convention), each target scored once.
+- `generate_until`: greedy or sampled continuation with megatron.text_generation when it is there.
+
+`max_length` is the evaluation length, any length the positional method supports (not capped at
+max-position-embeddings). Log-probabilities are over the tokenizer's vocabulary, as in training and
+evaluate.py: the rows that pad the output layer are no tokens.
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import TemplateLM
+
+from megatron.text_generation import generate_tokens
+from .scoring import sliding_losses
+
+
+class NeoXLM(TemplateLM):
+    def __init__(self, model, tokenizer, *, max_length: int, stride: int | None = None, device="cpu",
+                 max_gen_toks: int = 256):
+        super().__init__()
+        self.model, self.tokenizer, self._device = model, tokenizer, torch.device(device)
+        self.max_length, self.stride = int(max_length), int(stride or max_length)
+        self.max_gen_toks = max_gen_toks
+        self.vocab_size = tokenizer.vocab_size
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eod
+
+    def tok_encode(self, string: str, **kwargs) -> list[int]:
+        return self.tokenizer.tokenize(string)
+
+    def tok_decode(self, tokens) -> str:
+        return self.tokenizer.detokenize(tokens)
+
+    @torch.inference_mode()
+    def _logits(self, tokens: list[int]) -> torch.Tensor:
+        """log-softmax [s, vocab] (fp32) of one sequence."""
+        logits = self.model(torch.tensor([tokens], device=self._device))[0, :, :self.vocab_size]
+        return F.log_softmax(logits.float(), dim=-1)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+        out = []
+        for _, context, continuation in requests:
+            whole = (context + continuation)[-(self.max_length + 1):]
+            logprobs = self._logits(whole[:-1])[-len(continuation):]  # [cont, vocab]
+            target = torch.tensor(continuation, device=logprobs.device)
+            picked = logprobs.gather(1, target[:, None])[:, 0]
+            out.append((float(picked.sum()), bool((logprobs.argmax(dim=-1) == target).all())))
+            self.cache_hook.add_partial("loglikelihood", (context, continuation), out[-1])
+        return out
+
+    def rolling_token_losses(self, tokens: list[int]) -> np.ndarray:
+        """Per-token losses of `tokens` after the end-of-document token, by evaluate.py's `sliding` pass.
+
+        The stream is padded at the end to whole chunks; causality keeps the padding out of every
+        loss that is kept."""
+        n, length = len(tokens), self.max_length
+        chunks = -(-n // length)
+        stream = np.full(chunks * length + 1, self.eot_token_id, dtype=np.int64)
+        stream[1:n + 1] = tokens
+        starts = np.arange(chunks, dtype=np.int64) * length
+        with torch.inference_mode():
+            losses = sliding_losses(lambda x: self.model(x.to(self._device)), stream, starts, length,
+                                    stride=self.stride, batch_size=1, vocab_size=self.vocab_size)
+        return losses.reshape(-1)[:n]
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        out = []
+        for request in requests:
+            (text,) = request.args
+            value = -float(self.rolling_token_losses(self.tok_encode(text)).astype(np.float64).sum())
+            out.append(value)
+            self.cache_hook.add_partial("loglikelihood_rolling", (text,), value)
+        return out
+
+    def generate_until(self, requests, disable_tqdm: bool = False):
+        out = []
+        for request in requests:
+            context, gen_kwargs = request.args
+            kwargs = dict(gen_kwargs or {})
+            until = kwargs.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(kwargs.pop("max_gen_toks", self.max_gen_toks))
+            sampling = bool(kwargs.pop("do_sample", False))
+            temperature = float(kwargs.pop("temperature", 0.0)) if sampling else 0.0
+            prompt = self.tok_encode(context)[-self.max_length:]
+            tokens = generate(self.model, prompt, max_new, temperature=temperature, top_p=float(kwargs.get("top_p", 0.0)),
+                              top_k=int(kwargs.get("top_k", 0)), eos=self.eot_token_id,
+                              vocab_size=self.vocab_size)
+            text = self.tok_decode(tokens)
+            for stop in until:
+                if stop and stop in text:
+                    text = text[:text.index(stop)]
+            out.append(text)
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+        return out
+
+
+def generate(model, prompt, max_new_tokens, *, temperature, top_k, top_p, eos, vocab_size):
+    """New tokens after `prompt` through generate.py's cached generator, the end-of-document token
+    (where generation stopped on it) left out."""
+    tokens = generate_tokens(model, [prompt], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                             top_p=top_p, eos=eos, vocab_size=vocab_size)[0]
+    return tokens[:-1] if tokens and tokens[-1] == eos else tokens

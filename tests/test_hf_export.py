@@ -1,0 +1,179 @@
+"""tools/ckpts/convert_to_hf.py: every positional method exported to Hugging Face gives this project's
+logits at 1x and 4x the training length, generates greedily like it (with the export's own KV cache
+and tokenizer), loads from a real checkpoint, and refuses what it cannot export, by message.
+rotary's reference is transformers' own GPTNeoXForCausalLM."""
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from hf_export_support import TRAIN_LENGTH, exported, greedy_reference, tiny_source
+from test_training_support import REPO_ROOT, child_environment, tiny_args
+
+from megatron.checkpointing import load_model_weights, save_checkpoint
+from megatron.initialize import initialize_megatron
+from megatron.text_generation import generate_tokens
+from megatron.model import GPTModel
+from megatron.model.positional_embeddings import available
+from megatron.tokenizer import (ByteLevelTokenizer, CharLevelTokenizer, build_tokenizer, make_tokenizer)
+from megatron.tokenizer.train_bpe import train_bpe_tokenizer
+from megatron.training import setup_model_and_optimizer
+from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
+from tools.ckpts.hf_export.native import from_gpt_neox_state
+from tools.ckpts.hf_export.tokenizer import export_tokenizer
+
+TEXT = ("Grüße aus Köln — naïve café, 世界 and 🎉; tabs\tand\nnewlines, 'quotes' <|endoftext|> "
+        "def f(x):\n    return x ** 2  # ünïcödé\u0100\u01ff\u0200 end")
+
+
+def load(folder):
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+
+
+@pytest.mark.parametrize("method", available())
+def test_export_gives_the_same_logits_at_1x_and_4x_the_training_length(method, tmp_path):
+    torch.set_num_threads(1)
+    source, folder = exported(method, tmp_path / f"hf_{method}")
+    model = load(folder)
+    expected_class = "GPTNeoXForCausalLM" if method in ("rotary", "none") else "NeoXPEForCausalLM"
+    assert type(model).__name__ == expected_class
+    for length in (TRAIN_LENGTH, 4 * TRAIN_LENGTH):
+        ids = torch.randint(0, 256, (2, length), generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids).logits, source.model(ids), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["kerple_log", "kerple_bias_weight", "fire", "learned", "rotary", "t5"])
+def test_greedy_generate_through_the_exported_tokenizer_matches_this_project(method, tmp_path):
+    """Prompt + generated tokens reach 4x the training length: the cache and positions past training."""
+    torch.set_num_threads(1)
+    source, folder = exported(method, tmp_path / f"hf_{method}")
+    model, tokenizer = load(folder), transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    prompt = "Grüße, wörld: "
+    ids = tokenizer(prompt, return_tensors="pt")
+    assert ids["input_ids"][0].tolist() == source.tokenizer.tokenize(prompt)
+    new = 4 * TRAIN_LENGTH - ids["input_ids"].shape[1]
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
+    generated = out[0, ids["input_ids"].shape[1]:].tolist()
+    expected = greedy_reference(source.model, source.tokenizer.tokenize(prompt), new)
+    assert generated == expected
+    # generate.py's generator (KV cache, temperature 0) gives the same continuation.
+    assert generate_tokens(source.model.eval(), [source.tokenizer.tokenize(prompt)], max_new_tokens=new)[0] == expected
+    assert tokenizer.decode(generated) == source.tokenizer.detokenize(expected) or max(expected) >= 256
+
+
+@pytest.mark.parametrize("method", ["kerple_log", "fire", "sinusoidal"])
+def test_left_padded_batches_score_like_unpadded_sequences(method, tmp_path):
+    """Positions count the kept tokens, so a left-padded row equals the same row alone."""
+    source, folder = exported(method, tmp_path / f"hf_{method}")
+    model = load(folder)
+    short, long_ = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 24))
+    batch = torch.cat([torch.cat([torch.zeros(1, 14, dtype=torch.long), short], 1), long_])
+    mask = torch.ones_like(batch)
+    mask[0, :14] = 0
+    with torch.no_grad():
+        logits = model(batch, attention_mask=mask).logits
+        torch.testing.assert_close(logits[0, 14:], source.model(short)[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits[1], source.model(long_)[0], atol=1e-5, rtol=0)
+
+
+def test_rotary_round_trip_through_gpt_neox(tmp_path):
+    source, folder = exported("rotary", tmp_path / "hf", no_weight_tying=True, gpt_j_residual=True)
+    theirs = transformers.GPTNeoXForCausalLM.from_pretrained(folder).state_dict()
+    back = GPTModel(source.neox_args, source.model.vocab_size).eval()
+    back.load_state_dict(from_gpt_neox_state(theirs, 2, 4, tied=False), strict=True)
+    ids = torch.randint(0, 256, (1, 40))
+    with torch.no_grad():
+        assert torch.equal(back(ids), source.model(ids))
+
+
+# ------------------------------------------------------------------------------------ tokenizers
+def _trained_spm(tmp_path):
+    import sentencepiece
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((TEXT + "\n" + open(__file__, encoding="utf-8").read()) * 2, encoding="utf-8")
+    sentencepiece.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "spm"), vocab_size=300,
+                                             minloglevel=2)
+    return make_tokenizer("SPMTokenizer", str(tmp_path / "spm.model"))
+
+
+def _trained_bpe(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    train_bpe_tokenizer([open(__file__, encoding="utf-8").read(), TEXT] * 3, 400, str(path), show_progress=False)
+    return make_tokenizer("HFTokenizer", str(path))
+
+
+TOKENIZERS = {"ByteLevelTokenizer": lambda tmp, shared: ByteLevelTokenizer(),
+              "CharLevelTokenizer": lambda tmp, shared: CharLevelTokenizer(),
+              "HFTokenizer": lambda tmp, shared: _trained_bpe(tmp),
+              "SPMTokenizer": lambda tmp, shared: _trained_spm(tmp),
+              "GPT2BPETokenizer": lambda tmp, shared: make_tokenizer(
+                  "GPT2BPETokenizer", str(shared() / "data/gpt2/gpt2-vocab.json"),
+                  str(shared() / "data/gpt2/gpt2-merges.txt"))}
+
+
+@pytest.mark.parametrize("kind", TOKENIZERS)
+def test_exported_tokenizer_encodes_like_this_project(kind, tmp_path, request):
+    ours = TOKENIZERS[kind](tmp_path, lambda: request.getfixturevalue("shared_dir"))
+    export_tokenizer(ours, tmp_path / "hf")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    for text in (TEXT, "Hello world", " leading space", "", open(__file__, encoding="utf-8").read()[:3000]):
+        assert theirs(text)["input_ids"] == ours.tokenize(text), text[:40]
+    assert theirs.eos_token_id == ours.eod
+    ids = ours.tokenize(TEXT)
+    assert theirs.decode(ids) == ours.detokenize(ids)
+
+
+# ------------------------------------------------------------------------------------ a real checkpoint
+def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
+    args = tiny_args("unused-data", tmp_path, hidden_size=32, num_attention_heads=2)
+    initialize_megatron(args)
+    engine = setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0]
+    save_checkpoint(args, engine, 3, 48)
+    config = tmp_path / "run.yml"
+    config.write_text(f"{{num-layers: 2, hidden-size: 32, num-attention-heads: 2, seq-length: 64, pos-emb: kerple_log, "
+                      f"no-weight-tying: true, tokenizer-type: ByteLevelTokenizer, train_micro_batch_size_per_gpu: 1}}")
+    done = subprocess.run([sys.executable, "tools/ckpts/convert_to_hf.py", "--input_dir", str(tmp_path / "ckpt/global_step3"),
+                           "--config_file", str(config), "--output_dir", str(tmp_path / "hf")], cwd=REPO_ROOT,
+                          env=child_environment(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    model = load(tmp_path / "hf")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    ids = tokenizer("def main():\n    ", return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=8, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1]
+    ours = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    load_model_weights(args, ours)
+    tokens = torch.randint(0, 256, (1, 256))  # 4x the training length
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens).logits, ours(tokens), atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------ bad input
+def test_missing_checkpoint_is_one_clear_error(tmp_path):
+    with pytest.raises(ExportError, match=r"--input_dir .*nowhere/global_step5 does not exist"):
+        export_checkpoint(tmp_path / "nowhere/global_step5", tmp_path / "out")
+
+
+def test_a_method_gpt_neox_cannot_hold_is_refused_by_name(tmp_path):
+    with pytest.raises(ExportError, match=r"--target gpt_neox cannot hold this model: pos-emb is 'kerple_log'"):
+        export_model(tiny_source("kerple_log"), tmp_path / "out", target="gpt_neox")
+    with pytest.raises(ExportError, match=r"norm is 'rmsnorm'"):
+        export_model(tiny_source("rotary", norm="rmsnorm"), tmp_path / "out", target="gpt_neox")
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_dir_is_never_overwritten(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match=r"exists and is not empty"):
+        export_model(tiny_source("alibi"), tmp_path / "out")
+
+
+def test_learned_export_refuses_positions_past_its_table(tmp_path):
+    _, folder = exported("learned", tmp_path / "hf")
+    with pytest.raises(ValueError, match=r"max_position_embeddings=64.*position 64"):
+        load(folder)(torch.zeros(1, 65, dtype=torch.long))

@@ -1,0 +1,1 @@
+"""Checkpoint tools: export to Hugging Face (convert_to_hf.py) and back."""

@@ -1,0 +1,93 @@
+"""`rotary` and `none` models as transformers' own GPTNeoXForCausalLM, and back.
+
+The layers map one to one; only the fused QKV differs: ours is [3, H, D] (all queries, then keys,
+then values), GPT-NeoX's is [H, 3, D] (per head). `none` is GPT-NeoX with no rotated dims."""
+import torch
+import transformers
+
+NATIVE_METHODS = ("rotary", "none")
+
+
+def native_problems(neox_args) -> list[str]:
+    """What GPTNeoXForCausalLM cannot hold of this model (empty: it holds all of it)."""
+    problems = []
+    if neox_args.pos_emb not in NATIVE_METHODS:
+        problems.append(f"pos-emb is {neox_args.pos_emb!r}, and GPT-NeoX in transformers has only rotary "
+                        "positions (rotary, or none as rotary of no dimensions)")
+    if neox_args.norm != "layernorm":
+        problems.append(f"norm is {neox_args.norm!r} (GPT-NeoX has LayerNorm only)")
+    if neox_args.activation != "gelu":
+        problems.append(f"activation is {neox_args.activation!r} (GPT-NeoX here is exported with exact gelu only)")
+    if neox_args.attention_window is not None:
+        problems.append(f"attention-window is {neox_args.attention_window} (GPT-NeoX attends to every earlier token)")
+    return problems
+
+
+def gpt_neox_config(neox_args, vocab_size: int, tokenizer) -> transformers.GPTNeoXConfig:
+    rotary = neox_args.pos_emb == "rotary"
+    return transformers.GPTNeoXConfig(
+        vocab_size=vocab_size, hidden_size=neox_args.hidden_size, num_hidden_layers=neox_args.num_layers,
+        num_attention_heads=neox_args.num_attention_heads,
+        intermediate_size=neox_args.intermediate_size or 4 * neox_args.hidden_size, hidden_act="gelu",
+        rotary_pct=neox_args.rotary_pct if rotary else 0.0,
+        rotary_emb_base=neox_args.rotary_emb_base, max_position_embeddings=neox_args.max_position_embeddings,
+        layer_norm_eps=neox_args.layernorm_epsilon, use_parallel_residual=neox_args.gpt_j_residual,
+        tie_word_embeddings=not neox_args.no_weight_tying, attention_dropout=0.0, hidden_dropout=0.0,
+        bos_token_id=tokenizer.eod, eos_token_id=tokenizer.eod, pad_token_id=tokenizer.pad)
+
+
+def _qkv_to_per_head(t, heads):  # ours [3, H, D, ...] -> GPT-NeoX's [H, 3, D, ...]
+    return t.reshape(3, heads, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
+
+
+def _qkv_from_per_head(t, heads):  # GPT-NeoX's [H, 3, D, ...] -> ours [3, H, D, ...]
+    return t.reshape(heads, 3, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
+
+
+LAYER_NAMES = ("input_layernorm.weight", "input_layernorm.bias", "post_attention_layernorm.weight",
+               "post_attention_layernorm.bias", "attention.dense.weight", "attention.dense.bias",
+               "mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight",
+               "mlp.dense_4h_to_h.bias")
+TOP_NAMES = {"word_embeddings.weight": "gpt_neox.embed_in.weight",
+             "final_layernorm.weight": "gpt_neox.final_layer_norm.weight",
+             "final_layernorm.bias": "gpt_neox.final_layer_norm.bias",
+             "output_head.weight": "lm_head.weight"}
+
+
+def _name_pairs(num_layers):
+    """(ours, GPT-NeoX's) for every weight but the fused QKV."""
+    pairs = list(TOP_NAMES.items())
+    for i in range(num_layers):
+        pairs += [(f"layers.{i}.{n}", f"gpt_neox.layers.{i}.{n}") for n in LAYER_NAMES]
+    return pairs
+
+
+def to_gpt_neox_state(ours: dict, num_layers: int, heads: int) -> dict:
+    state = {theirs: ours[mine] for mine, theirs in _name_pairs(num_layers) if mine in ours}
+    if "lm_head.weight" not in state:  # tied: GPT-NeoX's head reads the embedding too
+        state["lm_head.weight"] = state["gpt_neox.embed_in.weight"]
+    for i in range(num_layers):
+        for kind in ("weight", "bias"):
+            state[f"gpt_neox.layers.{i}.attention.query_key_value.{kind}"] = _qkv_to_per_head(
+                ours[f"layers.{i}.attention.query_key_value.{kind}"], heads)
+    return state
+
+
+def from_gpt_neox_state(theirs: dict, num_layers: int, heads: int, tied: bool) -> dict:
+    """The round trip: a GPTNeoXForCausalLM state dict -> this project's GPTModel state dict."""
+    state = {mine: theirs[t] for mine, t in _name_pairs(num_layers) if not (tied and mine == "output_head.weight")}
+    for i in range(num_layers):
+        for kind in ("weight", "bias"):
+            state[f"layers.{i}.attention.query_key_value.{kind}"] = _qkv_from_per_head(
+                theirs[f"gpt_neox.layers.{i}.attention.query_key_value.{kind}"], heads)
+    return state
+
+
+def build_gpt_neox(source) -> transformers.GPTNeoXForCausalLM:
+    args = source.neox_args
+    model = transformers.GPTNeoXForCausalLM(gpt_neox_config(args, source.model.vocab_size, source.tokenizer))
+    state = to_gpt_neox_state(source.model.state_dict(), args.num_layers, args.num_attention_heads)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    leftover = [k for k in missing if "rotary" not in k and "inv_freq" not in k]
+    assert not leftover and not unexpected, (leftover, unexpected)  # the mapping covers every weight
+    return model.to(torch.float32).eval()

@@ -1,0 +1,206 @@
+"""A GPT-NeoX-style decoder with the `{pos_emb}` positional method, exported by
+tools/ckpts/convert_to_hf.py. Self-contained (torch and transformers only): load it with
+`AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
+
+Per head h, query i and visible key j (j <= i, i - j < attention_window when set):
+    softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] ) . v_j
+where the positional method gives bias/weight (either may be absent), may add to the token
+embeddings, and may rotate q and k. Positions are counted over the tokens the attention mask keeps
+(0 for the first real token), so left-padded batches score exactly like unpadded sequences.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_neox_pe import NeoXPEConfig
+
+
+def gather_by_distance(table, distance):
+    """table [H, L] | None, distance LongTensor [b, q, k] -> [b, H, q, k] | None."""
+    return None if table is None else table[:, distance].permute(1, 0, 2, 3)
+
+
+class PositionalBase(nn.Module):
+    """The three channels a positional method may use; each defaults to doing nothing."""
+    max_length = None  # largest number of positions the method can embed (learned)
+
+    def __init__(self, config):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.hidden_size = config.hidden_size
+        self.options = dict(config.pos_emb_options or {})
+
+    def add_to_embeddings(self, x, positions):  # x [b, s, hidden], positions [b, s]
+        return x
+
+    def rotate(self, x, positions):  # x [b, H, s, D], positions [b, s]
+        return x
+
+    def distance_tables(self, length, device):
+        """(bias [H, length] | None, weight [H, length] | None) over d = 0..length-1, float32."""
+        return None, None
+
+    def score_terms(self, q_positions, k_positions):
+        """(bias, weight), each [b, H, q, k] or None; future keys read d = 0 (they are masked)."""
+        distance = (q_positions[:, :, None] - k_positions[:, None, :]).clamp(min=0)
+        bias, weight = self.distance_tables(int(distance.max()) + 1 if distance.numel() else 1, distance.device)
+        return gather_by_distance(bias, distance), gather_by_distance(weight, distance)
+
+
+# ---------------------------------------------------------------- the `{pos_emb}` method
+{positional_code}
+# ---------------------------------------------------------------- the decoder
+
+
+def build_norm(config):
+    norm = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}[config.norm]
+    return norm(config.hidden_size, eps=config.layer_norm_eps)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_heads
+        self.layer_idx = layer_idx
+        self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x, pe, positions, allowed, terms, cache):
+        b, s, hidden = x.shape
+        q, k, v = self.query_key_value(x).view(b, s, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = pe.rotate(q, positions), pe.rotate(k, positions)  # keys are cached rotated
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(self.head_dim)  # [b, H, q, k]
+        bias, weight = terms
+        if weight is not None:
+            scores = scores * weight
+        if bias is not None:
+            scores = scores + bias
+        # finfo.min, not -inf: a padding query that sees no key gets a uniform row instead of NaN.
+        scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
+        y = (scores.softmax(dim=-1) @ v.float()).to(v.dtype)
+        return self.dense(y.transpose(1, 2).reshape(b, s, hidden))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gated = config.activation == "swiglu"
+        width = config.intermediate_size
+        self.dense_h_to_4h = nn.Linear(config.hidden_size, 2 * width if self.gated else width)
+        self.dense_4h_to_h = nn.Linear(width, config.hidden_size)
+
+    def forward(self, x):
+        h = self.dense_h_to_4h(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            return self.dense_4h_to_h(F.silu(gate) * up)
+        return self.dense_4h_to_h(F.gelu(h))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.input_layernorm = build_norm(config)
+        self.attention = SelfAttention(config, layer_idx)
+        self.post_attention_layernorm = build_norm(config)
+        self.mlp = MLP(config)
+        self.gpt_j_residual = config.gpt_j_residual
+
+    def forward(self, x, *attention_inputs):
+        attention_out = self.attention(self.input_layernorm(x), *attention_inputs)
+        if self.gpt_j_residual:
+            return x + attention_out + self.mlp(self.post_attention_layernorm(x))
+        x = x + attention_out
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class NeoXPEPreTrainedModel(PreTrainedModel):
+    config_class = NeoXPEConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["DecoderLayer"]
+    _supports_cache_class = True
+
+    def _init_weights(self, module):
+        # Only for weights a checkpoint lacks (none, for an export): plain normal / zeros.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight.data.normal_(0.0, self.config.initializer_range)
+            if getattr(module, "bias", None) is not None:
+                module.bias.data.zero_()
+
+
+class NeoXPEModel(NeoXPEPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        if config.pos_emb != "{pos_emb}":
+            raise ValueError(f"config.json names pos_emb {config.pos_emb!r}, but this modeling file implements "
+                             "'{pos_emb}'; export the checkpoint again rather than editing pos_emb.")
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        copies = config.num_hidden_layers if config.pos_emb_per_layer else 1
+        self.pos_embs = nn.ModuleList(PositionalMethod(config) for _ in range(copies))
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.final_layernorm = build_norm(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.word_embeddings = value
+
+    def forward(self, input_ids, attention_mask=None, past_key_values=None):
+        """-> hidden states [b, s, hidden] after the final norm."""
+        b, s = input_ids.shape
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        total = past + s
+        keep = (torch.ones(b, total, dtype=torch.bool, device=input_ids.device) if attention_mask is None
+                else attention_mask[:, -total:].bool())
+        key_positions = (keep.long().cumsum(dim=-1) - 1).clamp(min=0)  # [b, total]
+        positions = key_positions[:, past:]                               # the new tokens' [b, s]
+        key_index = torch.arange(total, device=input_ids.device)
+        allowed = (key_index[None, None, :] <= (past + torch.arange(s, device=input_ids.device))[None, :, None])
+        allowed = allowed & keep[:, None, :]
+        if self.config.attention_window is not None:
+            allowed = allowed & (positions[:, :, None] - key_positions[:, None, :] < self.config.attention_window)
+        x = self.pos_embs[0].add_to_embeddings(self.word_embeddings(input_ids), positions)
+        terms = [pe.score_terms(positions, key_positions) for pe in self.pos_embs]  # once per forward
+        for i, layer in enumerate(self.layers):
+            j = i if len(self.pos_embs) > 1 else 0
+            x = layer(x, self.pos_embs[j], positions, allowed, terms[j], past_key_values)
+        return self.final_layernorm(x)
+
+
+class NeoXPEForCausalLM(NeoXPEPreTrainedModel, GenerationMixin):
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = NeoXPEModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False) if config.no_weight_tying else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.word_embeddings
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, use_cache=None, labels=None,
+                return_dict=None, **kwargs):
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+        hidden = self.model(input_ids, attention_mask, past_key_values if use_cache else None)
+        head = self.model.word_embeddings.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(hidden, head)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
+                                   ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)

@@ -1,0 +1,2 @@
+class PositionalMethod(PositionalBase):
+    """`none` (NoPE): no positional information besides the causal mask."""
