@@ -1,0 +1,148 @@
+"""tools/ckpts/import_neox.py: checkpoints in the KERPLE fork's / GPT-NeoX's pipeline layout, written
+from an independent float64 re-implementation of the fork's forward (neox_fork_reference.py), import
+into this project's layout and score the same through the real loading code and evaluate.py."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import neox_fork_reference as fork
+from megatron.inference_model import load_model
+from megatron.neox_arguments import NeoXArgs, NeoXArgsError
+from megatron.tokenizer import build_tokenizer
+from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+METHODS = ("learned", "sinusoidal", "rotary", "t5", "alibi", "kerple_log", "kerple_power", "kerple_bias_weight")
+SEQ = 16
+LENGTHS = (SEQ, 8 * SEQ)  # 1x and 8x the training length
+
+
+def config(method):
+    return {"layers": 2, "hidden": 32, "heads": 4, "vocab": 258, "seq": SEQ, "max_positions": 8 * SEQ,
+            "untied": method not in ("rotary", "learned"),  # both ways of the output layer
+            "rotary_pct": 0.5, "buckets": 8, "max_distance": 32}
+
+
+def fork_checkpoint(root, method, seed=0):
+    cfg = config(method)
+    stages = fork.make_weights(method, cfg, seed)
+    fork.write_fork_checkpoint(root / "fork", stages, cfg, method)
+    return cfg, stages
+
+
+def imported_model(root):
+    args = NeoXArgs.from_ymls(sorted((root / "ours" / "global_step7" / "configs").glob("*.yml")),
+                              {"load": str(root / "ours")}, world_size=1)
+    model, step = load_model(args, build_tokenizer(args))
+    return args, model, step
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_imported_model_matches_the_fork_forward_at_1x_and_8x(tmp_path, method):
+    cfg, stages = fork_checkpoint(tmp_path, method)
+    _, notes = import_checkpoint(tmp_path / "fork", tmp_path / "ours")
+    args, model, step = imported_model(tmp_path)
+    assert (args.pos_emb, step) == (method, 7)
+    tokens = torch.randint(0, cfg["vocab"], (LENGTHS[-1] + 1,), generator=torch.Generator().manual_seed(1))
+    for length in LENGTHS:
+        window = tokens[:length + 1]
+        expected = fork.forward(stages, method, cfg, window[:-1])
+        with torch.no_grad():
+            logits = model(window[None, :-1])[0].double()
+        # fp32 against float64: logits agree to fp32 precision relative to their size, the loss to 1e-5
+        relative = float((logits - expected).abs().max() / expected.abs().max())
+        loss, expected_loss = F.cross_entropy(logits, window[1:]), F.cross_entropy(expected, window[1:])
+        print(f"{method} L={length}: logits max rel diff {relative:.1e}, loss diff {float(loss - expected_loss):.1e}")
+        assert relative < 3e-5, (method, length, relative)
+        assert abs(float(loss - expected_loss)) < 1e-5, (method, length, float(loss), float(expected_loss))
+    if method.startswith("kerple"):
+        assert any("clamp bound" in note for note in notes)
+
+
+def test_evaluate_py_scores_the_imported_checkpoint_as_the_fork_would(tmp_path, stdlib_data):
+    cfg, stages = fork_checkpoint(tmp_path, "kerple_log")
+    result = subprocess.run([sys.executable, "-m", "tools.ckpts.import_neox", str(tmp_path / "fork"),
+                             str(tmp_path / "ours")], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "clamp bound" in result.stdout and "python evaluate.py" in result.stdout
+    eval_config = tmp_path / "eval.yml"
+    eval_config.write_text(json.dumps({"data-path": stdlib_data, "split": "90,5,5", "eval-lengths": list(LENGTHS),
+                                       "eval-modes": ["nonoverlap"], "eval-chunks": 3,
+                                       "eval-results-dir": str(tmp_path / "results")}))
+    configs = sorted(str(p) for p in (tmp_path / "ours" / "global_step7" / "configs").glob("*.yml"))
+    scored = subprocess.run([sys.executable, "evaluate.py", *configs, str(eval_config), "--set",
+                             f"load={tmp_path / 'ours'}"], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert scored.returncode == 0, scored.stdout[-2000:] + scored.stderr[-3000:]
+    [path] = (tmp_path / "results").glob("*.json")
+    document = json.loads(path.read_text())
+    from megatron.data import build_evaluation_stream
+    args = NeoXArgs.from_ymls([*configs, eval_config], world_size=1)
+    stream = np.asarray(build_evaluation_stream(args, "test", build_tokenizer(args)))
+    for record in document["results"]:
+        length = record["length"]
+        for start, got in zip(record["chunk_starts"], record["chunk_losses"]):
+            window = torch.from_numpy(stream[start:start + length + 1].astype(np.int64))
+            expected = F.cross_entropy(fork.forward(stages, "kerple_log", cfg, window[:-1]), window[1:])
+            assert abs(got - float(expected)) < 1e-5, (length, start, got, float(expected))
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def test_a_missing_layer_file_is_named(tmp_path):
+    fork_checkpoint(tmp_path, "alibi")
+    (tmp_path / "fork" / "global_step7" / "layer_03-model_00-model_states.pt").unlink()
+    with pytest.raises(CheckpointImportError, match=r"missing \['layer_03-model_00-model_states.pt "
+                                                    r"\(transformer layer 1\)'\]"):
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours")
+    assert not (tmp_path / "ours").exists()
+
+
+def test_a_tensor_of_the_wrong_shape_is_named_with_its_file(tmp_path):
+    cfg, stages = config("kerple_log"), fork.make_weights("kerple_log", config("kerple_log"))
+    stages[2]["attention.dense.weight"] = stages[2]["attention.dense.weight"][:, :16]
+    fork.write_fork_checkpoint(tmp_path / "fork", stages, cfg, "kerple_log")
+    with pytest.raises(CheckpointImportError, match=r"layer_03-model_00-model_states.pt: layers.1.attention.dense"
+                                                    r".weight is \(32, 16\), the config's model needs \(32, 32\)"):
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours")
+
+
+def test_a_kerple_parameter_of_the_wrong_shape_is_named(tmp_path):
+    cfg, stages = config("kerple_power"), fork.make_weights("kerple_power", config("kerple_power"))
+    for layer in stages[1:3]:
+        layer["attention.rpe.bias_p"] = torch.ones(3, 1, 1)
+    fork.write_fork_checkpoint(tmp_path / "fork", stages, cfg, "kerple_power")
+    with pytest.raises(CheckpointImportError, match=r"attention.rpe.bias_p has shape \(3, 1, 1\), but the config "
+                                                    r"has 4 heads"):
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours")
+
+
+def test_an_unknown_positional_method_is_refused(tmp_path):
+    fork_checkpoint(tmp_path, "kerple_log")
+    with pytest.raises(CheckpointImportError, match=r"pos-emb 'fire' is not a positional method of GPT-NeoX or the "
+                                                    r"KERPLE fork"):
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours", pos_emb="fire")
+    with pytest.raises(NeoXArgsError, match=r"command line: pos-emb: unknown positional method 'kerple_cosine'"):
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours", pos_emb="kerple_cosine")
+
+
+def test_weights_of_another_method_than_the_config_names_are_refused(tmp_path):
+    fork_checkpoint(tmp_path, "alibi")
+    with pytest.raises(CheckpointImportError, match=r"missing \['attention.rpe.bias_a', 'attention.rpe.bias_p'\], "
+                                                    r"foreign \['attention.alibi_embed.slopes'\]"):
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours", pos_emb="kerple_log")
+
+
+def test_the_command_prints_one_paragraph_and_no_traceback(tmp_path):
+    fork_checkpoint(tmp_path, "t5")
+    (tmp_path / "fork" / "global_step7" / "layer_00-model_00-model_states.pt").unlink()
+    result = subprocess.run([sys.executable, "-m", "tools.ckpts.import_neox", str(tmp_path / "fork"),
+                             str(tmp_path / "ours")], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "layer_00-model_00-model_states.pt (the embedding)" in result.stderr

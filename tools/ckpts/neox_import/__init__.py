@@ -1,0 +1,90 @@
+"""GPT-NeoX / KERPLE-fork checkpoints -> this project's (tools/ckpts/import_neox.py is the command).
+
+layout.py reads DeepSpeed's pipeline files, positional.py maps each positional method, convert.py maps
+the rest, write.py writes the checkpoint as this project's save does.
+"""
+import pathlib
+
+from megatron.model import GPTModel
+from megatron.neox_arguments import NeoXArgs
+from megatron.neox_arguments.yaml_loader import load_config_files, normalise_key
+from .convert import convert
+from .layout import CheckpointImportError, checkpoint_folder, read_stages, saved_configs
+from .write import write_checkpoint
+
+BIAS_METHODS = ("t5", "alibi", "kerple_log", "kerple_power", "kerple_bias_weight")
+
+
+def resolve_config(folder: pathlib.Path, config_files, pos_emb: str | None, overrides: dict | None) -> NeoXArgs:
+    """The run's config as this project's args: --config_file, else the checkpoint's configs/*.yml."""
+    paths = [pathlib.Path(p) for p in config_files] if config_files else saved_configs(folder)
+    if not paths:
+        raise CheckpointImportError(
+            f"{folder} has no configs/ folder with the run's config files, and no --config_file was given. Pass "
+            "the files the run was trained with: --config_file local_setup.yml train.yml RUN.yml.")
+    overrides = dict(overrides or {})
+    if pos_emb:
+        overrides["pos-emb"] = pos_emb
+    values = {normalise_key(k): v for k, v in load_config_files(paths)[0].items()}
+    named = {normalise_key(k) for k in overrides} | set(values)
+    if "pos_emb" not in named:
+        raise CheckpointImportError(
+            f"the config ({', '.join(map(str, paths))}) does not name pos-emb, and the weights cannot say which "
+            "method the run used (KERPLE-log and -power store the same parameters). Pass --pos-emb NAME (the "
+            "fork's: learned, rotary, sinusoidal, rpe, alibi, kerple_log, kerple_power_ap_).")
+    args = NeoXArgs.from_ymls(paths, overrides, world_size=1)
+    if values.get("apply_query_key_layer_scaling") and args.pos_emb in BIAS_METHODS:
+        # NeoX then multiplies the scores, position bias included, by the layer number before the
+        # softmax: a different model, not a rounding detail, for every method that adds a bias.
+        raise CheckpointImportError(
+            f"the config sets apply-query-key-layer-scaling with pos-emb {args.pos_emb}: NeoX then scales the "
+            "positional bias by each layer's number before the softmax, which this project's model does not "
+            "do, so the import would be a different model. It cannot be imported.")
+    if args.activation != "gelu" or args.norm != "layernorm":
+        raise CheckpointImportError(
+            f"the config has activation {args.activation!r} and norm {args.norm!r}; the importer converts the "
+            "fork's gelu MLP and LayerNorm only (its RMSNorm and gated MLPs name and lay out weights differently).")
+    return args
+
+
+def _check_stored_args(stages, args: NeoXArgs, rows: int) -> None:
+    """The sizes DeepSpeed's model-states file recorded must be the config's."""
+    stored = stages.args
+    ours = {"num_layers": args.num_layers, "hidden_size": args.hidden_size,
+            "num_attention_heads": args.num_attention_heads, "padded_vocab_size": rows}
+    if args.pos_emb == "learned":
+        ours["max_position_embeddings"] = args.max_position_embeddings
+    differ = [f"{k}: checkpoint {stored[k]}, config {v}" for k, v in ours.items() if k in stored and stored[k] != v]
+    if stored.get("model_parallel_size", 1) != 1:
+        differ.append(f"model_parallel_size: checkpoint {stored['model_parallel_size']} (only 1 is imported)")
+    if differ:
+        raise CheckpointImportError(
+            f"{stages.folder}/mp_rank_00_model_states.pt records sizes the config does not have: {'; '.join(differ)}. "
+            "Pass the run's own config with --config_file.")
+
+
+def load_fork(source, config_files=None, pos_emb=None, overrides=None):
+    """(args, model with the imported weights, weights, notes, stages) without writing anything."""
+    folder = checkpoint_folder(source)
+    args = resolve_config(folder, config_files, pos_emb, overrides)
+    stages = read_stages(folder, args.num_layers, args.no_weight_tying)
+    if "word_embeddings.weight" not in stages.embedding:
+        raise CheckpointImportError(f"{folder}/layer_00-model_00-model_states.pt has no word_embeddings.weight; it "
+                                    "is not the embedding stage of a GPT-NeoX checkpoint.")
+    rows = stages.embedding["word_embeddings.weight"].shape[0]
+    _check_stored_args(stages, args, rows)
+    model = GPTModel(args, rows)
+    weights, notes = convert(args, stages, model)
+    model.load_state_dict(weights)
+    return args, model, weights, notes, stages
+
+
+def import_checkpoint(source, output, config_files=None, pos_emb=None, overrides=None):
+    """Convert and write; returns (the written global_stepN folder, notes)."""
+    args, model, weights, notes, stages = load_fork(source, config_files, pos_emb, overrides)
+    provenance = {"source": str(pathlib.Path(source).resolve()), "format": "gpt-neox pipeline (DeepSpeed)",
+                  "stored_dtype": str(next(iter(stages.final_norm.values())).dtype), "notes": notes}
+    return write_checkpoint(output, args, model, weights, stages.iteration, provenance), notes
+
+
+__all__ = ["CheckpointImportError", "import_checkpoint", "load_fork", "resolve_config"]
