@@ -28,7 +28,7 @@ IGNORED = {
         "checkpoint_num_layers", "synchronize_each_layer", "contiguous_checkpointing", "checkpoint_in_cpu",
         "deepspeed_activation_checkpointing", "activation_checkpointing", "profile_backward"),
     "numerically the same model: a rounding or precision detail of upstream's kernels": (
-        "apply_query_key_layer_scaling", "attention_softmax_in_fp32", "fp16_lm_cross_entropy"),
+        "attention_softmax_in_fp32", "fp16_lm_cross_entropy"),
     "computed at launch, as upstream does: a value written in a config is overwritten": (
         "world_size", "rank", "local_rank", "is_pipe_parallel", "padded_vocab_size", "git_hash",
         "config_files", "global_num_gpus", "user_script", "lr", "zero_stage", "zero_reduce_scatter",
@@ -55,6 +55,10 @@ IGNORED = {
 
 # reason -> {key: the values that mean "off"}. Off: accepted with no effect; anything else: refused.
 REFUSED = {
+    # Upstream and the KERPLE fork multiply the positional bias (T5, ALiBi, KERPLE) by the layer number
+    # under this switch, so it is a different model, not a rounding detail (tools/ckpts/neox_import).
+    "query-key layer scaling (it rescales the positional bias per layer)": {
+        "apply_query_key_layer_scaling": (False,)},
     "mixture of experts": {
         "moe_num_experts": (1,), "moe_top_k": (1,), "moe_router_type": ("sinkhorn",),
         "moe_expert_interval": (1,), "moe_jitter_eps": (None,), "moe_lbl_in_fp32": (False,)},
