@@ -43,7 +43,7 @@ def config_paths(names, conf_dir):
     paths = []
     for name in names:
         path = pathlib.Path(conf_dir, name) if conf_dir else pathlib.Path(name)
-        if path.suffix not in (".yml", ".yaml", ".json"):
+        if path.suffix not in (".yml", ".yaml", ".json") and not path.is_dir():  # a folder: say so, not "x.yml"
             path = path.with_name(path.name + ".yml")
         paths.append(path)
     return paths
@@ -108,6 +108,8 @@ def main(argv=None):
     overrides = parse_overrides(cli.set)
     for key in CLI_OVERRIDES:
         if getattr(cli, key) is not None:
+            if key in overrides:
+                raise NeoXArgsError(f"--{key} and --set {key}=... both set {key}; give it once.")
             overrides[key] = getattr(cli, key)
 
     from megatron.neox_arguments.yaml_loader import load_config_files

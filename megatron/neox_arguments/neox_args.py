@@ -14,6 +14,7 @@ from typing import Literal, Optional, Union
 
 from .errors import NeoXArgsError
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES
+from .value_checks import check_values
 from .yaml_loader import load_config_files, normalise_key, parse_value
 
 OPTIMIZERS = ("Adam", "AdamW")
@@ -166,6 +167,7 @@ class NeoXArgs(*reversed(GROUPS)):
             p, w = getattr(self, paths), getattr(self, weights)
             if w is not None and (p is None or len(p) != len(w)):
                 fail(weights, f"needs one weight per entry of {paths.replace('_', '-')}.")
+        check_values(self, fail)
 
     def _derive_optimizer(self, fail):
         opt = self.optimizer
@@ -364,6 +366,9 @@ def parse_overrides(items) -> dict:
         if "=" not in item:
             raise NeoXArgsError(f"--set {item!r}: write overrides as KEY=VALUE, e.g. --set train-iters=100.")
         key, text = item.split("=", 1)
+        if normalise_key(key) in out:  # as within one YAML file: one value per key, not "last wins"
+            raise NeoXArgsError(f"--set {item!r} sets '{normalise_key(key).replace('_', '-')}' a second time "
+                                "('-' and '_' are the same in config keys); give it once.")
         out[normalise_key(key)] = parse_value(text)
     return out
 
