@@ -18,7 +18,6 @@ import tempfile
 
 import psutil
 import torch
-from deepspeed.accelerator import get_accelerator
 
 from megatron.neox_arguments import NeoXArgsError
 
@@ -30,22 +29,23 @@ class PreflightError(NeoXArgsError):
 
 
 # ----------------------------------------------------------------------------------------- folders
-def folder_problem(path, key: str, where: str = "the config") -> str | None:
+def folder_problem(path, key: str, where: str | None = None) -> str | None:
     """Why `path` (config key `key`) cannot take new files, or None. Creates the folder, then creates
     and removes a file in it: the real test (permission bits say nothing for root, and nothing about
     read-only or immutable file systems)."""
     path = pathlib.Path(path)
+    where = f"{where}: " if where else ""
     for parent in (path, *path.parents):
         if parent.exists() and not parent.is_dir():
             what = "is" if parent == path else f"is under {parent}, which is"
-            return (f"{where}: {key} {path} {what} a file, not a folder. Point {key} at a folder (it is created "
-                    "if missing).")
+            return (f"{where}{key} {path} {what} a file, not a folder. Give the path of a folder (it is "
+                    "created if missing).")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):  # a named file, as a save makes
             pass
     except OSError as err:
-        return (f"{where}: {key} {path} is not writable by this process ({err.strerror}). Choose a folder you "
+        return (f"{where}{key} {path} is not writable by this process ({err.strerror}). Choose a folder you "
                 "can write to, or fix its permissions.")
     return None
 
@@ -105,6 +105,7 @@ def _parameters(neox_args) -> int:
 
 
 def _available_bytes() -> tuple[int, str]:
+    from deepspeed.accelerator import get_accelerator  # here: the preprocessing tool imports this module too
     accelerator = get_accelerator()
     if accelerator.device_name() == "cuda" and torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()
@@ -143,6 +144,7 @@ def memory_problem(neox_args, training: bool) -> str | None:
 
 
 def _precision_problem(neox_args) -> str | None:
+    from deepspeed.accelerator import get_accelerator
     accelerator = get_accelerator()
     supported = {"fp16": accelerator.is_fp16_supported(), "bf16": accelerator.is_bf16_supported()}
     if neox_args.precision in supported and not supported[neox_args.precision]:
