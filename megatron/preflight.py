@@ -62,7 +62,9 @@ def _load_problem(neox_args) -> str | None:
 class SaveFolderLock:
     """`<save>/.lock`, held by rank 0 while a run trains into that folder: a second run on the same save
     folder stops at once, naming the first one's PID, instead of the two overwriting each other's
-    partial checkpoints. It is an flock, so a run that crashed or was killed leaves no stale lock."""
+    partial checkpoints. It is an flock, so a run that crashed or was killed leaves no stale lock; a run
+    that ends removes the file (while still holding it, and a taker checks that the file it locked is
+    still the one at the path, so two runs can never both hold it)."""
 
     def __init__(self, save):
         self.path = pathlib.Path(save) / LOCK_NAME if save else None
@@ -70,17 +72,21 @@ class SaveFolderLock:
 
     def acquire(self) -> str | None:
         """Take the lock; the problem when another process holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                raise
-            return (f"save folder {self.path.parent} is in use by {holder} (it holds {self.path}). Two runs "
-                    "saving into one folder would overwrite each other's checkpoints: wait for it to finish, "
-                    "stop it, or give this run another `save`.")
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                    raise
+                return (f"save folder {self.path.parent} is in use by {holder} (it holds {self.path}). Two "
+                        "runs saving into one folder would overwrite each other's checkpoints: wait for it to "
+                        "finish, stop it, or give this run another `save`.")
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # the holder removed it between our open and flock: take the new one
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self.fd = fd
@@ -88,8 +94,16 @@ class SaveFolderLock:
 
     def release(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)  # releases the flock; the file stays (removing it would race a new holder)
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)  # releases the flock
             self.fd = None
+
+
+def _same_file(fd: int, path: pathlib.Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 # ------------------------------------------------------------------------------------------ memory
