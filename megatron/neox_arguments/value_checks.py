@@ -7,7 +7,8 @@ import re
 
 # megatron-core reads `split` with re.findall("[.0-9]+"), so "abc" silently becomes 0,0,0 (and then
 # NaN); only accept what it would read as the user meant: up to three numbers separated by , or /.
-_SPLIT = re.compile(r"\s*\d+(\.\d*)?(\s*[,/]\s*\d+(\.\d*)?){0,2}\s*")
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_SPLIT = re.compile(rf"\s*{_NUMBER}(?:\s*[,/]\s*{_NUMBER}){{0,2}}\s*")
 
 
 def check_values(args, fail) -> None:
@@ -26,6 +27,6 @@ def check_values(args, fail) -> None:
         fail("optimizer", f"params.lr must be a positive learning rate, got {args.lr}.")
     if args.min_lr < 0:
         fail("min_lr", f"must be >= 0, got {args.min_lr}.")
-    if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(r"\d+(?:\.\d*)?", args.split))) <= 0:
+    if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(_NUMBER, args.split))) <= 0:
         fail("split", f"{args.split!r} is not train/valid/test weights: write up to three non-negative numbers "
              "separated by commas, at least one of them positive, e.g. '969,30,1' or '100,0,0'.")
