@@ -44,7 +44,7 @@ def config_paths(names, conf_dir):
     paths = []
     for name in names:
         path = pathlib.Path(conf_dir, name) if conf_dir else pathlib.Path(name)
-        if path.suffix not in (".yml", ".yaml", ".json"):
+        if path.suffix not in (".yml", ".yaml", ".json") and not path.is_dir():  # a folder: say so, not "x.yml"
             path = path.with_name(path.name + ".yml")
         paths.append(path)
     return paths
@@ -109,6 +109,8 @@ def main(argv=None):
     overrides = parse_overrides(cli.set)
     for key in CLI_OVERRIDES:
         if getattr(cli, key) is not None:
+            if key in overrides:
+                raise NeoXArgsError(f"--{key} and --set {key}=... both set {key}; give it once.")
             overrides[key] = getattr(cli, key)
 
     from megatron.neox_arguments.yaml_loader import load_config_files
@@ -139,13 +141,20 @@ def main(argv=None):
 def launch(runner_argv):
     """Run DeepSpeed's runner in its own process group and pass SIGTERM/SIGINT to the whole group, so
     that a scheduler signalling deepy.py alone still reaches the ranks and they save a checkpoint
-    (the runner forwards nothing by itself). Returns once every process of the launch has exited."""
+    (the runner forwards nothing by itself). Returns once every process of the launch has exited:
+    the runner's status, or 128 + the signal after a forwarded one (the shell's convention for "stopped
+    by that signal"; the runner itself dies of it, which would read as a failure). The ranks learn
+    this process's identity (NEOX_LAUNCHER) and stop, saving, if it is killed outright."""
     import psutil
 
+    from megatron.launcher_watch import VARIABLE, launcher_identity
+
     child = subprocess.Popen([sys.executable, "-m", "deepspeed.launcher.runner", *runner_argv],
-                             start_new_session=True)
+                             start_new_session=True, env={**os.environ, VARIABLE: launcher_identity()})
+    forwarded = []
 
     def forward(signum, _frame):
+        forwarded.append(signum)
         try:
             os.killpg(child.pid, signum)
         except ProcessLookupError:
@@ -157,6 +166,12 @@ def launch(runner_argv):
     # Ranks may outlive the runner while they save after a signal: wait for the rest of the group.
     while any(_in_group(p, child.pid) for p in psutil.process_iter(["status"])):
         time.sleep(0.5)
+    if forwarded:
+        name = signal.Signals(forwarded[0]).name
+        print(f"deepy.py: stopped by {name}, passed on to every rank (training ranks save a checkpoint before "
+              f"they exit; the same command resumes). Exit status {128 + forwarded[0]} = 128 + {name}.",
+              file=sys.stderr, flush=True)
+        return 128 + forwarded[0]
     return code
 
 

@@ -3,6 +3,7 @@
     <save>/global_stepN/mp_rank_00_model_states.pt   model (+ our client state), DeepSpeed's files
     <save>/global_stepN/*optim_states.pt             optimizer (ZeRO partitions, bf16 masters)
     <save>/global_stepN/configs/*.yml                the config files of the run
+    <save>/global_stepN/resolved_config.yml          the merged config (--set included), loadable as is
     <save>/latest                                    "global_stepN", the newest complete checkpoint
 
 A save is written under a hidden temporary name, renamed into place once complete, and only then
@@ -22,6 +23,7 @@ from deepspeed.accelerator import get_accelerator
 
 from megatron.model.positional_embeddings import checkpoint_options
 from megatron.neox_arguments import NeoXArgsError
+from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
 
 TAG = re.compile(r"global_step(\d+)")
 MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-3: 2nd
@@ -73,6 +75,9 @@ def resolve_tag(load_dir, iteration: int | None = None) -> str:
     """The checkpoint folder to load: `global_step<iteration>` when asked for, else the one `latest`
     names. Every way of not finding one is an error that says what is there instead."""
     load_dir = pathlib.Path(load_dir)
+    if load_dir.exists() and not load_dir.is_dir():
+        raise CheckpointError(f"checkpoint directory {load_dir} (config key `load`) is a file, not a folder. "
+                              "Point `load` at the `save` directory of a training run.")
     if not load_dir.is_dir():
         raise CheckpointError(f"checkpoint directory {load_dir} (config key `load`) does not exist. Point "
                               "`load` at the `save` directory of a training run.")
@@ -88,6 +93,9 @@ def resolve_tag(load_dir, iteration: int | None = None) -> str:
         raise CheckpointError(f"{load_dir} has no `latest` file naming its newest checkpoint. {found} "
                               "Set `iteration` to load one of them.")
     tag = latest.read_text().strip()
+    if not TAG.fullmatch(tag):  # empty, or a path: never a folder outside the checkpoint directory
+        raise CheckpointError(f"{latest} should name a checkpoint folder like global_step100 but holds {tag!r} "
+                              f"(damaged or edited). {found} Set `iteration` to load one of them.")
     if not (load_dir / tag).is_dir():
         raise CheckpointError(f"{latest} names {tag!r}, which is not in {load_dir}. {found} "
                               "Set `iteration` to load one of them.")
@@ -123,8 +131,8 @@ def _check_compatible(state: dict, neox_args, model, where) -> None:
     differences = config_differences(state["model_config"], neox_args, model)
     if differences:
         raise CheckpointError(f"the checkpoint {where} was made by a different model: "
-                              + "; ".join(differences) + ". Load it with the config it was trained "
-                              "with (its files are in the checkpoint's configs/ folder).")
+                              + "; ".join(differences) + f". Load it with the config it was trained with: "
+                              f"{pathlib.Path(where) / RESOLVED_NAME} (every key of that run, --set included).")
 
 
 # -------------------------------------------------------------------------------------- evaluation
@@ -183,6 +191,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     engine.save_checkpoint(str(save_dir), tag=partial, client_state=client_state, save_latest=False)
     if rank == 0:
         _write_config_files(save_dir / partial / "configs", neox_args.config_files)
+        (save_dir / partial / RESOLVED_NAME).write_text(resolved_yaml(neox_args))
         _commit(save_dir, partial, tag)
         _prune(save_dir, neox_args.keep_last_n_checkpoints)
     torch.distributed.barrier()
@@ -215,7 +224,7 @@ def _commit(save_dir: pathlib.Path, partial: str, tag: str) -> None:
 
 
 def _prune(save_dir: pathlib.Path, keep: int | None) -> None:
-    if not keep:
+    if not keep or keep < 1:  # NeoXArgs refuses < 1; a slice [:-keep] of a negative would delete them all
         return
     for step in checkpoint_steps(save_dir)[:-keep]:
         shutil.rmtree(save_dir / f"global_step{step}")

@@ -17,9 +17,11 @@ from deepspeed.accelerator import get_accelerator
 from megatron.checkpointing import load_checkpoint, save_checkpoint
 from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.initialize import initialize_megatron
+from megatron.launcher_watch import watch_launcher
 from megatron.model import GPTModel
 from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
+from megatron.preflight import check_training
 from megatron.tokenizer import build_tokenizer
 
 
@@ -54,7 +56,16 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
 
 def pretrain(neox_args) -> TrainingResult:
     initialize_megatron(neox_args)
+    watch_launcher(print if neox_args.rank == 0 else lambda *a, **k: None)
     tokenizer = build_tokenizer(neox_args)
+    lock = check_training(neox_args, tokenizer.padded_vocab_size)  # before any data is read or step spent; holds the save folder
+    try:
+        return _pretrain(neox_args, tokenizer)
+    finally:
+        lock.release()
+
+
+def _pretrain(neox_args, tokenizer) -> TrainingResult:
     train_set, valid_set, test_set = build_train_valid_test_datasets(neox_args, tokenizer)
     engine, optimizer = setup_model_and_optimizer(neox_args, tokenizer.padded_vocab_size)
     iteration, consumed = load_checkpoint(neox_args, engine)

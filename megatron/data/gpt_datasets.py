@@ -66,8 +66,10 @@ def build_evaluation_stream(neox_args, split: str, tokenizer=None) -> np.ndarray
 def _build_split(index, neox_args, tokenizer, seq_length, sizes):
     if neox_args.data_path:
         dataset = _open(neox_args.data_path, tokenizer)
-        if _document_range(neox_args, len(dataset), index) is None:
+        documents = _document_range(neox_args, len(dataset), index)
+        if documents is None:
             return None
+        _check_one_sample(index, [(neox_args.data_path, dataset, *documents)], seq_length)
         config = _config(neox_args, tokenizer, seq_length, blend=([neox_args.data_path], None),
                          split=neox_args.split)
         # Build only this split (the others may have another sequence length).
@@ -78,8 +80,8 @@ def _build_split(index, neox_args, tokenizer, seq_length, sizes):
         if blend is None:
             return None
         prefixes = blend[0]
-        for prefix in prefixes:
-            _open(prefix, tokenizer)
+        opened = [(prefix, _open(prefix, tokenizer)) for prefix in prefixes]
+        _check_one_sample(index, [(prefix, dataset, 0, len(dataset)) for prefix, dataset in opened], seq_length)
         config = _config(neox_args, tokenizer, seq_length,
                          blend_per_split=[blend if i == index else None for i in range(3)])
     if len(prefixes) > 1 and not torch.distributed.is_initialized():
@@ -88,6 +90,18 @@ def _build_split(index, neox_args, tokenizer, seq_length, sizes):
         config.path_to_cache = None
     builder = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config)
     return builder.build()[index]
+
+
+def _check_one_sample(index, parts, seq_length) -> None:
+    """A split must hold at least one sample (seq_length + 1 tokens): megatron-core would otherwise
+    build every sample from the same few tokens repeated across epochs, and train without a word."""
+    tokens = sum(int(dataset.sequence_lengths[begin:end].sum()) for _, dataset, begin, end in parts)
+    if tokens < seq_length + 1:
+        names = ", ".join(prefix for prefix, *_ in parts)
+        raise DataError(f"the {SPLITS[index]} split of {names} holds {tokens:,} tokens, fewer than one sample of "
+                        f"{seq_length + 1:,} (the sequence length {seq_length:,} + 1): every sample would repeat "
+                        "the same tokens. Use more data, give that split more weight in `split`, or lower the "
+                        "sequence length.")
 
 
 def _config(neox_args, tokenizer, seq_length, **blend) -> GPTDatasetConfig:

@@ -27,6 +27,10 @@ def open_indexed_dataset(prefix: str, vocab_size: int = None) -> IndexedDataset:
         raise DataError(f"dataset {prefix}: {' and '.join(missing)} not found. data-path names the prefix "
                         f"of a .bin/.idx pair (without the extension). {REBUILD_HINT}")
     problem = _index_problem(idx_path)
+    if problem is None and os.path.getsize(bin_path) == 0:  # megatron-core cannot even open it (mmap)
+        raise DataError(f"dataset {prefix}: {bin_path} is empty (0 bytes), but {idx_path} describes "
+                        f"{_index_sequences(idx_path):,} documents: the data file was truncated or never "
+                        f"written. {REBUILD_HINT}")
     if problem is None:
         try:
             dataset = IndexedDataset(prefix, mmap=True)
@@ -48,6 +52,11 @@ def open_indexed_dataset(prefix: str, vocab_size: int = None) -> IndexedDataset:
     if vocab_size is not None:
         _check_token_ids(dataset, prefix, vocab_size)
     return dataset
+
+
+def _index_sequences(idx_path) -> int:
+    with open(idx_path, "rb") as fh:
+        return INDEX_START.unpack(fh.read(INDEX_START.size))[3]
 
 
 def _index_problem(idx_path):

@@ -17,6 +17,8 @@ import numpy as np
 from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 from tqdm import tqdm
 
+from megatron.preflight import folder_problem
+
 from .documents import InputProblems, expand_inputs, read_documents
 from .errors import DataError
 
@@ -67,6 +69,9 @@ def preprocess(inputs, output_prefix: str, tokenizer, jsonl_keys=("text",), appe
     """Tokenize every document of `inputs` into one dataset per key; returns the run's summary."""
     if workers < 1:
         raise DataError(f"--workers must be at least 1, got {workers}.")
+    problem = folder_problem(os.path.dirname(os.path.abspath(output_prefix)), "--output-prefix's folder")
+    if problem:  # found now, not after every document was tokenized
+        raise DataError(problem)
     files = expand_inputs(inputs)
     dtype = token_dtype(tokenizer)
     prefixes = [output_prefix_for(output_prefix, key) for key in jsonl_keys]

@@ -63,10 +63,17 @@ def write_atomic(path: pathlib.Path, document: dict) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=1)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 _RUN_KEYS = ("name", "method", "pos_emb", "seed", "dataset", "train_length", "checkpoint_step")

@@ -11,13 +11,16 @@ from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.data import build_evaluation_stream
 from megatron.initialize import initialize_megatron
 from megatron.inference_model import load_model
+from megatron.launcher_watch import watch_launcher
 from megatron.neox_arguments import NeoXArgsError
+from megatron.preflight import check_evaluation, raise_together
 from megatron.tokenizer import build_tokenizer
 from .chunks import chunk_starts
 from .context import ModeContext
 from .identity import RunIdentity, config_hash, dataset_name
+from .merge import earlier_records, merged
 from .modes import get_mode
-from .results import SCHEMA, write_atomic
+from .results import SCHEMA, ResultFileError, write_atomic
 
 
 class EvaluationError(NeoXArgsError):
@@ -33,7 +36,9 @@ def evaluate_run(neox_args) -> pathlib.Path:
     if neox_args.world_size > 1:
         initialize_megatron(neox_args)
     say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
+    watch_launcher(say)
     tokenizer = build_tokenizer(neox_args)
+    check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
     stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     plan = {length: _starts(stream, length, neox_args) for length in lengths}
 
@@ -42,6 +47,23 @@ def evaluate_run(neox_args) -> pathlib.Path:
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
 
     run = run_record(neox_args, trained_config(neox_args), iteration)
+    path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
+    evaluation = {
+        "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
+        "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
+        "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
+        "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
+        "device": str(device), "dtype": str(dtype).removeprefix("torch."), "ranks": neox_args.world_size,
+        "torch": torch.__version__,
+        "peak_memory": "cuda max allocated per length" if device.type == "cuda" else "process peak RSS so far",
+    }
+    earlier, problem = [], None
+    if neox_args.rank == 0:  # an existing file this one cannot merge with: refuse before scoring
+        try:
+            earlier = earlier_records(path, evaluation, run)
+        except ResultFileError as err:
+            problem = str(err)
+    raise_together([problem])
     say(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "
         f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
     records = []
@@ -54,24 +76,12 @@ def evaluate_run(neox_args) -> pathlib.Path:
                                   tokenizer.vocab_size)
             records += [_scored(mode, context, device, say) for mode in modes]
 
-    path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
     if neox_args.rank == 0:
-        write_atomic(path, {
-            "schema": SCHEMA, "run": run,
-            "evaluation": {
-                "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
-                "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
-                "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
-                "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
-                "device": str(device), "dtype": str(dtype).removeprefix("torch."), "ranks": neox_args.world_size,
-                "torch": torch.__version__,
-                "peak_memory": ("cuda max allocated per length" if device.type == "cuda"
-                                else "process peak RSS so far"),
-                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            },
-            "results": records,
-        })
-        say(f"wrote {path}", flush=True)
+        records, kept = merged(earlier, records)
+        evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
+        say(f"wrote {path}" + (f" (kept the earlier results there for (length, mode) {kept}: same checkpoint, "
+                               "scored the same way)" if kept else ""), flush=True)
     if neox_args.world_size > 1:
         torch.distributed.barrier()  # no rank returns before the file exists
     return path
@@ -86,7 +96,8 @@ def _checked_plan(neox_args):
         raise EvaluationError("`load` is not set: evaluation needs the checkpoint folder of a trained run "
                               "(the `save` folder of its training config)")
     if not pathlib.Path(neox_args.load).is_dir():
-        raise EvaluationError(f"checkpoint folder {neox_args.load} (key `load`) does not exist; point `load` "
+        problem = "is a file, not a folder" if pathlib.Path(neox_args.load).exists() else "does not exist"
+        raise EvaluationError(f"checkpoint folder {neox_args.load} (key `load`) {problem}; point `load` "
                               "at the `save` folder of a finished training run")
     return lengths, modes
 

@@ -17,6 +17,7 @@ from megatron.model.positional_embeddings import OptionError, declared_options, 
 from .errors import NeoXArgsError
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES
 from .upstream_compat import merge_deepspeed_extra, notice, translate
+from .value_checks import check_values
 from .yaml_loader import load_config_files, normalise_key, parse_value
 
 OPTIMIZERS = ("Adam", "AdamW")
@@ -173,6 +174,7 @@ class NeoXArgs(*reversed(GROUPS)):
             p, w = getattr(self, paths), getattr(self, weights)
             if w is not None and (p is None or len(p) != len(w)):
                 fail(weights, f"needs one weight per entry of {paths.replace('_', '-')}.")
+        check_values(self, fail)
 
     def _check_positional_options(self, fail):
         """Every method's option values by their declared checks, then the chosen method's options
@@ -382,6 +384,9 @@ def parse_overrides(items) -> dict:
         if "=" not in item:
             raise NeoXArgsError(f"--set {item!r}: write overrides as KEY=VALUE, e.g. --set train-iters=100.")
         key, text = item.split("=", 1)
+        if normalise_key(key) in out:  # as within one YAML file: one value per key, not "last wins"
+            raise NeoXArgsError(f"--set {item!r} sets '{normalise_key(key).replace('_', '-')}' a second time "
+                                "('-' and '_' are the same in config keys); give it once.")
         out[normalise_key(key)] = parse_value(text)
     return out
 

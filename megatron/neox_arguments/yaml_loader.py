@@ -35,11 +35,21 @@ def parse_value(text: str):
 
 def _read_one(path: pathlib.Path):
     """Returns ({key: (spelling, value)}, {key: line}, text) for one file, keys normalised."""
+    if path.is_dir():
+        raise NeoXArgsError(f"Config file {path} is a directory, not a YAML file. Name the files in it "
+                            f"(e.g. {path}/*.yml), or with deepy.py use `-d {path} NAME`.")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise NeoXArgsError(f"Config file {path} does not exist. Check the path (deepy.py's -d DIR "
                             "is prefixed to every config name, and `.yml` is added when missing).")
+    except UnicodeDecodeError as err:
+        line = err.object[:err.start].count(b"\n") + 1
+        raise NeoXArgsError(f"Config file {path} is not UTF-8 text: byte {err.object[err.start]:#04x} on line "
+                            f"{line} (byte offset {err.start}) cannot be decoded. Save the file as UTF-8 "
+                            "(e.g. `iconv -f latin1 -t utf-8`).") from None
+    except OSError as err:
+        raise NeoXArgsError(f"Config file {path} cannot be read: {err.strerror}.") from None
     try:
         node = yaml.compose(text, Loader=_Loader)
         values = yaml.load(text, Loader=_Loader)

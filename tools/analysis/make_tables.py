@@ -19,6 +19,7 @@ import numpy as np
 from megatron.neox_arguments import run_cli
 from megatron.evaluation.modes import mode_names
 from megatron.evaluation.results import ResultFileError, load_results
+from megatron.preflight import folder_problem
 from .paper_numbers import DEFAULT_DATASET_MAP, PAPER_TRAIN_LENGTH, TABLE3, paper_cell
 from .results_index import index_results, method_sort_key, train_lengths
 from .significance import Comparison, compare
@@ -224,6 +225,9 @@ def main(argv=None):
     parser.add_argument("--format", choices=tuple(RENDERERS), default="md", help="what to print")
     parser.add_argument("--out", help="also write table3.{md,tex,csv} (and table4.*) into this folder")
     args = parser.parse_args(argv)
+    problem = args.out and folder_problem(args.out, "--out")
+    if problem:  # before the tables are computed and printed
+        raise ResultFileError(problem)
 
     table = build_table3(load_results(args.results), args.mode, args.reference, args.alpha,
                          _paper_map(args.paper))
@@ -233,7 +237,6 @@ def main(argv=None):
         print(render_table4(speeds, args.format, args.paper is not None))
     if args.out:
         out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         for ext, render in RENDERERS.items():
             (out / f"table3.{ext}").write_text(render(table))
             if speeds:

@@ -64,7 +64,8 @@ DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
 def load_sweep(path) -> Sweep:
     path = pathlib.Path(path)
     if not path.is_file():
-        raise SweepError(f"sweep file {path} does not exist; give one of configs/reproduce/*.yml")
+        problem = "is a directory, not a sweep file" if path.is_dir() else "does not exist"
+        raise SweepError(f"sweep file {path} {problem}; give one of configs/reproduce/*.yml")
     spelled, sources, _ = load_config_files([path])
     spec = {normalise_key(k): v for k, v in spelled.items()}
 

@@ -1,0 +1,49 @@
+"""A result file that already exists is never overwritten silently.
+
+The file's name says which checkpoint was evaluated (identity.py), not which lengths and modes, so a
+second evaluation of the same checkpoint — typically at more lengths — lands on the same file. When
+both were scored the same way (same split, token stream, chunk count and seed, stride, dtype), the
+records merge: the earlier (length, mode) records the new evaluation does not redo are kept, the ones
+it redoes are replaced (the same chunks of the same stream give the same numbers). Otherwise the
+evaluation stops before scoring anything and says what differs.
+"""
+import pathlib
+
+from .results import ResultFileError, load_result
+
+# `evaluation` fields that decide what a record means; records scored under different values do not mix.
+SAME_SETTINGS = ("split", "eval_seed", "eval_chunks", "eval_stride", "stream_tokens", "stream_sha256",
+                 "vocab_size", "dtype")
+
+
+def earlier_records(path: pathlib.Path, evaluation: dict, run: dict) -> list[dict]:
+    """The records of an existing result file at `path` that a new evaluation (its `evaluation` block
+    and `run`) may merge with; [] when there is none. Raises ResultFileError when the file cannot be
+    merged, before anything is scored."""
+    if not path.exists():
+        return []
+    keep_it = (f"It is never overwritten: evaluate into another eval-results-dir, or move {path.name} away "
+               "first if it is no longer wanted.")
+    try:
+        document = load_result(path)
+    except ResultFileError as err:
+        raise ResultFileError(f"{err} {keep_it}") from None
+    checkpoint = ("checkpoint_step", "config_hash", "method", "seed", "dataset")
+    differ = [f"{key}: earlier {document['run'].get(key)!r}, now {run.get(key)!r}"
+              for key in checkpoint if document["run"].get(key) != run.get(key)]
+    differ += [f"{key}: earlier {document['evaluation'].get(key)!r}, now {evaluation.get(key)!r}"
+               for key in SAME_SETTINGS if document["evaluation"].get(key) != evaluation.get(key)]
+    if differ:
+        raise ResultFileError(f"{path} already holds results of this checkpoint, scored differently ("
+                              + "; ".join(differ) + f"), so the new results cannot be merged into it. {keep_it}")
+    return document["results"]
+
+
+def merged(earlier: list[dict], new: list[dict]) -> tuple[list[dict], list[tuple[int, str]]]:
+    """(records sorted by length then mode, the earlier (length, mode) pairs kept)."""
+    redone = {(r["length"], r["mode"]) for r in new}
+    kept = [r for r in earlier if (r["length"], r["mode"]) not in redone]
+    if not kept:
+        return new, []
+    records = sorted(kept + new, key=lambda r: (r["length"], r["mode"]))
+    return records, [(r["length"], r["mode"]) for r in kept]
