@@ -60,6 +60,7 @@ class AttentionArgs:
 
 
 INIT_ONLY_NOTE = " Initialisation only: a checkpoint loads whatever this was when it was trained."
+PER_RUN_NOTE = " Per run: a checkpoint trained with another value loads, and this run's value applies."
 
 
 def _positional_group():
@@ -69,8 +70,8 @@ def _positional_group():
                                  + f" (aliases: {aliases}).")),
             ("pos_emb_per_layer", bool, arg(
                 False, "Give every layer its own kernel parameters (the paper shares one set)."))]
-    keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")))
-             for o in declared_options()]
+    keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")
+                                  + (PER_RUN_NOTE if o.spec.per_run else ""))) for o in declared_options()]
     return make_dataclass("PositionalArgs", keys)
 
 

@@ -181,6 +181,11 @@ class NeoXArgs(*reversed(GROUPS)):
             value = getattr(self, option.name)
             if option.spec.check and value is not None and (problem := option.spec.check(value)):
                 fail(option.name, problem)
+            if (option.spec.exclusive and value != option.default
+                    and option.name not in option_names(self.pos_emb)):
+                owners = [m for m in POS_EMB_CHOICES if option.name in option_names(m)]
+                fail(option.name, f"is set, but pos-emb is '{self.pos_emb}', which has no such option (only "
+                     f"{', '.join(owners)} does). Remove it, or set pos-emb to {owners[0]}.")
         try:
             make_options(self.pos_emb, {o: getattr(self, o) for o in option_names(self.pos_emb)})
         except OptionError as err:
