@@ -10,7 +10,11 @@ from megatron.neox_arguments import NeoXArgs, run_cli
 
 
 def main():
-    evaluate_run(NeoXArgs.consume_args())
+    args = NeoXArgs.consume_args()
+    path = evaluate_run(args)
+    if "passkey" in args.eval_modes and args.rank == 0:  # the accuracy grid as a figure beside the file
+        from tools.analysis.plot_probe import heatmap_of_file
+        print("wrote " + ", ".join(str(p) for p in heatmap_of_file(path)), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,12 @@ from .results import summarize
 
 
 class ModeContext:
-    def __init__(self, model, stream: np.ndarray, starts: np.ndarray, length: int, neox_args, vocab_size: int):
+    def __init__(self, model, stream: np.ndarray, starts: np.ndarray, length: int, neox_args, vocab_size: int,
+                 network=None, tokenizer=None):
         self.model, self.stream, self.starts, self.length = model, stream, starts, length
         self.neox_args, self.vocab_size = neox_args, vocab_size
+        # For modes that make prompts and decode (probes): the GPTModel itself and the tokenizer.
+        self.network, self.tokenizer = network, tokenizer
         self.mode = None            # the mode being scored (set by the caller before each mode)
         self.seconds = 0.0          # time of the passes the current mode used
         self._passes = {}           # name -> (losses, seconds)

@@ -73,7 +73,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
                 records += _skipped(neox_args, length, modes, limit, say)
                 continue
             context = ModeContext(lambda x: model(x.to(device)), stream, plan[length], length, neox_args,
-                                  tokenizer.vocab_size)
+                                  tokenizer.vocab_size, network=model, tokenizer=tokenizer)
             records += [_scored(mode, context, device, say) for mode in modes]
 
     if neox_args.rank == 0:

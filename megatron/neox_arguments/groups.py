@@ -60,6 +60,7 @@ class AttentionArgs:
 
 
 INIT_ONLY_NOTE = " Initialisation only: a checkpoint loads whatever this was when it was trained."
+PER_RUN_NOTE = " Per run: a checkpoint trained with another value loads, and this run's value applies."
 
 
 def _positional_group():
@@ -69,8 +70,8 @@ def _positional_group():
                                  + f" (aliases: {aliases}).")),
             ("pos_emb_per_layer", bool, arg(
                 False, "Give every layer its own kernel parameters (the paper shares one set)."))]
-    keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")))
-             for o in declared_options()]
+    keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")
+                                  + (PER_RUN_NOTE if o.spec.per_run else ""))) for o in declared_options()]
     return make_dataclass("PositionalArgs", keys)
 
 
@@ -188,6 +189,11 @@ class EvaluationArgs:
     eval_seed: int = arg(0, "Seed choosing the chunks: fixed so every run is scored on the same ones.")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
     eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.")
+    probe_depths: list = arg([0.0, 0.25, 0.5, 0.75, 1.0], "`passkey`: where the needle sits, as fractions of "
+                             "the filler (0: the prompt opens with it, 1: right before the question).")
+    probe_samples: int = arg(4, "`passkey`: prompts per (length, depth); the same ones for every run.")
+    probe_greedy: bool = arg(True, "`passkey`: also score greedy exact match (decoding), not only the "
+                                   "teacher-forced answer log-probability and rank.")
     eval_tasks: Optional[list] = arg(None, "eval.py: lm-evaluation-harness tasks, e.g. [lambada_openai, hellaswag].")
     eval_task_length: Optional[int] = arg(
         None, "eval.py: the adapter's max_length in tokens; default seq-length (any length the method supports).")

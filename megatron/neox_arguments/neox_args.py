@@ -159,6 +159,13 @@ class NeoXArgs(*reversed(GROUPS)):
         for key in ("eval_chunks", "eval_stride"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 fail(key, f"must be a positive integer (or null for the default), got {getattr(self, key)}.")
+        depths = self.probe_depths
+        if not depths or not all(isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1
+                                 for d in depths):
+            fail("probe_depths", f"must be a non-empty list of numbers in [0, 1] (0: the needle opens the "
+                 f"prompt, 1: it ends right before the question), got {depths}.")
+        if self.probe_samples < 1:
+            fail("probe_samples", f"must be a positive integer, got {self.probe_samples}.")
         from megatron.evaluation.modes import mode_names  # the registry: one file per mode
         if not self.eval_modes:
             fail("eval_modes", f"is empty; list at least one of {list(mode_names())}.")
@@ -183,6 +190,11 @@ class NeoXArgs(*reversed(GROUPS)):
             value = getattr(self, option.name)
             if option.spec.check and value is not None and (problem := option.spec.check(value)):
                 fail(option.name, problem)
+            if (option.spec.exclusive and value != option.default
+                    and option.name not in option_names(self.pos_emb)):
+                owners = [m for m in POS_EMB_CHOICES if option.name in option_names(m)]
+                fail(option.name, f"is set, but pos-emb is '{self.pos_emb}', which has no such option (only "
+                     f"{', '.join(owners)} does). Remove it, or set pos-emb to {owners[0]}.")
         try:
             make_options(self.pos_emb, {o: getattr(self, o) for o in option_names(self.pos_emb)})
         except OptionError as err:

@@ -54,9 +54,9 @@ def declared_options() -> list:
 
 def checkpoint_options(name: str) -> tuple[str, ...]:
     """The config keys a checkpoint of method `name` must agree on: its options that shape or define
-    the trained parameters (not those that only set their initial values)."""
+    the trained parameters (not those that only set their initial values, nor per-run choices)."""
     cls = lookup(name)
-    keys = tuple(o for o in option_names(name) if not OPTIONS[o].spec.init_only)
+    keys = tuple(o for o in option_names(name) if not (OPTIONS[o].spec.init_only or OPTIONS[o].spec.per_run))
     return keys + (("max_position_embeddings",) if cls.uses_max_positions else ())
 
 

@@ -41,11 +41,17 @@ class Option:
     help: str                                      # the config reference's text
     check: Callable[[Any], str | None] | None = None  # value -> what is wrong with it, or None
     init_only: bool = False                        # only sets initial values: checkpoints may differ
+    per_run: bool = False    # a choice of this run, not of the weights (rotary-scaling): checkpoints may differ
+    exclusive: bool = False  # setting it while pos-emb is a method that does not declare it is an error
 
 
-def option(default, help: str, *, check=None, init_only: bool = False):
-    """One field of a method's `Options`: its config key is the field name (YAML `-` or `_`)."""
-    metadata = {"help": help, "option": Option(help, check, init_only)}
+def option(default, help: str, *, check=None, init_only: bool = False, per_run: bool = False,
+           exclusive: bool = False):
+    """One field of a method's `Options`: its config key is the field name (YAML `-` or `_`).
+
+    Options of other methods are ignored by default (NeoX configs set rotary-pct whatever pos-emb is);
+    `exclusive` ones are refused there, for options whose silent loss would mislead (rotary-scaling)."""
+    metadata = {"help": help, "option": Option(help, check, init_only, per_run, exclusive)}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -1,10 +1,19 @@
 """`rotary` (RoPE): rotate the first `rotary_pct` of each head's dims of q and k by position-dependent
 angles, rotate-half layout ([x1 | x2] -> [x1 cos - x2 sin | x2 cos + x1 sin], not interleaved).
-Positions and angles are float32 (an upstream NeoX bug computed them in bf16)."""
+Positions and angles are float32 (an upstream NeoX bug computed them in bf16).
+
+`rotary-scaling` (rope_scaling.py) changes the frequencies for use past the training length; it is a
+choice of the run, not of the weights, so a checkpoint trained without it loads with it.
+`dynamic_ntk` depends on the number of positions n of the forward (the largest position + 1): a full
+forward rotates every token with the frequencies of its n, but the KV cache keeps each key as it was
+rotated when it was added (as transformers' cache does). Hence `cache_exact`: False for dynamic_ntk,
+whose cached generation can differ from `recompute` once n passes original-max-position."""
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
+from . import rope_scaling
 from .base import PositionalEmbedding, PositionalEmbeddingError, fraction, option
 from .registry import register
 
@@ -15,6 +24,11 @@ class Rotary(PositionalEmbedding):
     class Options:
         rotary_pct: float = option(1.0, "Fraction of each head's dimensions that `rotary` rotates.", check=fraction)
         rotary_emb_base: int = option(10000, "Base of the rotary frequencies.")
+        rotary_scaling: Optional[dict] = option(
+            None, "`rotary` RoPE scaling for lengths past training: {type: linear | ntk | dynamic_ntk | yarn, "
+            "factor, original-max-position (default max-position-embeddings), beta-fast, beta-slow, "
+            "attention-factor (yarn)}; null is plain rotary.",
+            check=rope_scaling.problem, per_run=True, exclusive=True)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
@@ -25,15 +39,38 @@ class Rotary(PositionalEmbedding):
                 f"pos-emb 'rotary': rotary-pct={rotary_pct} of head dim {shape.head_dim} gives {self.rotary_dims} "
                 f"rotated dims; it must be a positive even number. Choose rotary-pct so that it is.")
         self.base = self.options.rotary_emb_base
+        self.scaling = self._scaling(self.options.rotary_scaling, shape.max_positions)
+        self.cache_exact = self.scaling is None or self.scaling.type != "dynamic_ntk"
 
-    def _rotate(self, x, positions):
+    @staticmethod
+    def _scaling(value, max_positions):
+        if value is None:
+            return None
+        scaling = rope_scaling.parse(value, max_positions)
+        if scaling.original_max_position is None and scaling.type in ("dynamic_ntk", "yarn"):
+            raise PositionalEmbeddingError(
+                f"pos-emb 'rotary': rotary-scaling type {scaling.type} needs original-max-position (the "
+                "training length), and max-position-embeddings is not set either. Add it to rotary-scaling.")
+        return scaling
+
+    def frequencies(self, seq_len: int | None = None):
+        """(inv_freq [rotary_dims/2] float32, attention factor) for a forward over seq_len positions."""
+        return rope_scaling.inverse_frequencies(self.scaling, self.rotary_dims, self.base, seq_len)
+
+    def _rotate(self, x, positions, inv_freq, attention_factor):
         half = self.rotary_dims // 2
-        inv_freq = self.base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
-        angles = positions.float()[:, None] * inv_freq  # [s, half]
+        angles = positions.float()[:, None] * inv_freq.to(x.device)  # [s, half]
         cos, sin = angles.cos(), angles.sin()
+        if attention_factor != 1.0:  # yarn: transformers scales cos and sin, so only the rotated dims
+            cos, sin = cos * attention_factor, sin * attention_factor
         x1, x2 = x[..., :half].float(), x[..., half:self.rotary_dims].float()
         rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
         return torch.cat([rotated.to(x.dtype), x[..., self.rotary_dims:]], dim=-1)
 
     def rotate_qk(self, q, k, q_positions, k_positions):
-        return self._rotate(q, q_positions), self._rotate(k, k_positions)
+        seq_len = None
+        if self.scaling is not None and self.scaling.type == "dynamic_ntk":  # the only one that reads it
+            seq_len = int(max(q_positions.max(), k_positions.max())) + 1
+        inv_freq, attention_factor = self.frequencies(seq_len)
+        return (self._rotate(q, q_positions, inv_freq, attention_factor),
+                self._rotate(k, k_positions, inv_freq, attention_factor))

@@ -18,6 +18,9 @@ def native_problems(neox_args) -> list[str]:
         problems.append(f"norm is {neox_args.norm!r} (GPT-NeoX has LayerNorm only)")
     if neox_args.activation != "gelu":
         problems.append(f"activation is {neox_args.activation!r} (GPT-NeoX here is exported with exact gelu only)")
+    if neox_args.pos_emb == "rotary" and neox_args.rotary_scaling is not None:
+        problems.append("rotary-scaling is set (not exported yet: the export writes plain rotary; unset it to "
+                        "export the weights, which it does not change)")
     if neox_args.attention_window is not None:
         problems.append(f"attention-window is {neox_args.attention_window} (GPT-NeoX attends to every earlier token)")
     return problems
