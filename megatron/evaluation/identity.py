@@ -12,24 +12,49 @@ WINDOW_MARK = "+window"
 
 
 class Method(str):
-    """A method as tables show it: `kerple_log`, or `kerple_log+window64` for the run evaluated with
-    attention-window 64. It is the label string (so it keys dicts and prints as itself) and carries its
-    parts, so nothing parses the label back."""
+    """A method as tables show it: `kerple_log`, `kerple_log+window64` for the run evaluated with
+    attention-window 64, `rotary+yarn8` for one evaluated with a per-run option (`variant`, see
+    `evaluation_variant`). It is the label string (so it keys dicts and prints as itself) and carries
+    its parts, so nothing parses the label back."""
     pos_emb: str
     window: int | None
+    variant: str | None
 
-    def __new__(cls, pos_emb: str, window: int | None = None):
-        method = super().__new__(cls, pos_emb + (f"{WINDOW_MARK}{window}" if window else ""))
-        method.pos_emb, method.window = pos_emb, window or None
+    def __new__(cls, pos_emb: str, window: int | None = None, variant: str | None = None):
+        label = pos_emb + (f"+{variant}" if variant else "") + (f"{WINDOW_MARK}{window}" if window else "")
+        method = super().__new__(cls, label)
+        method.pos_emb, method.window, method.variant = pos_emb, window or None, variant or None
         return method
 
     def __reduce__(self):
-        return Method, (self.pos_emb, self.window)
+        return Method, (self.pos_emb, self.window, self.variant)
 
     @classmethod
     def of_run(cls, run: dict) -> "Method":
-        """The method of a result file's `run` (its pos_emb and attention_window fields)."""
-        return cls(run["pos_emb"], run.get("attention_window"))
+        """The method of a result file's `run` (its pos_emb, attention_window and variant fields)."""
+        return cls(run["pos_emb"], run.get("attention_window"), run.get("variant"))
+
+
+def evaluation_variant(neox_args) -> str | None:
+    """The method's per-run options that are set (e.g. rotary-scaling), as a short label (`yarn8`), so
+    a run scored with them never shares a result file or a table row with the plain run."""
+    from megatron.model.positional_embeddings import per_run_options
+
+    parts = []
+    for name in per_run_options(neox_args.pos_emb):
+        value = getattr(neox_args, name)
+        if value is None:
+            continue
+        if isinstance(value, dict) and "type" in value:
+            factor = value.get("factor", "")
+            text = f"{value['type']}{factor:g}" if isinstance(factor, (int, float)) else f"{value['type']}{factor}"
+            rest = {k: v for k, v in value.items() if k not in ("type", "factor")}
+            if rest:  # other settings: distinct runs get distinct labels
+                text += "-" + hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:6]
+        else:
+            text = f"{name.replace('_', '-')}={value}"
+        parts.append(text)
+    return "+".join(parts) or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +64,11 @@ class RunIdentity:
     window: int | None
     seed: int
     config_hash: str
+    variant: str | None = None
 
     @property
     def method(self) -> Method:
-        return Method(self.pos_emb, self.window)
+        return Method(self.pos_emb, self.window, self.variant)
 
     def file_stem(self, step: int) -> str:
         """The result file's name: `<dataset>_<method>_seed<S>_step<N>_<hash[:8]>`."""

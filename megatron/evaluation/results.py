@@ -2,7 +2,7 @@
 
 {
   "schema": "neox-eval/1",
-  "run": {"name", "method", "pos_emb", "attention_window", "seed", "dataset", "train_length",
+  "run": {"name", "method", "pos_emb", "attention_window", "variant", "seed", "dataset", "train_length",
           "checkpoint", "checkpoint_step", "config_hash", "num_layers", "hidden_size",
           "num_attention_heads"},
   "evaluation": {"split", "eval_seed", "eval_chunks", "eval_stride", "stream_tokens", "vocab_size",
@@ -13,7 +13,7 @@
        sliding, "position_loss" and "position_stderr" for position)}
     or {"length", "mode", "skipped": "why"} ]
 }
-`run.method` is the label of identity.Method (`kerple_log`, `kerple_log+window64`) and `config_hash` is
+`run.method` is the label of identity.Method (`kerple_log`, `kerple_log+window64`, `rotary+yarn8`) and `config_hash` is
 identity.config_hash: the training config without seed, paths, logging and evaluation keys, so the
 seeds of one configuration share it. `loss` is the mean per-token cross-entropy in nats, `ppl` = exp(loss); `stderr` is the standard error of
 the mean over chunks (null with one chunk). `chunk_losses[i]` is the mean loss of the chunk starting at

@@ -17,7 +17,7 @@ from megatron.preflight import check_evaluation, raise_together
 from megatron.tokenizer import build_tokenizer
 from .chunks import chunk_starts
 from .context import ModeContext
-from .identity import RunIdentity, config_hash, dataset_name
+from .identity import RunIdentity, config_hash, dataset_name, evaluation_variant
 from .merge import earlier_records, merged
 from .modes import get_mode
 from .results import SCHEMA, ResultFileError, write_atomic
@@ -145,10 +145,11 @@ def trained_config(neox_args) -> dict:
 def run_record(neox_args, trained: dict, iteration: int) -> dict:
     """The result file's `run`: the identity (identity.py) and what else describes the checkpoint."""
     identity = RunIdentity(dataset_name(neox_args), neox_args.pos_emb, neox_args.attention_window,
-                           trained["seed"], config_hash(trained))
+                           trained["seed"], config_hash(trained), evaluation_variant(neox_args))
     return {
         "name": identity.file_stem(iteration),
         "method": identity.method, "pos_emb": identity.pos_emb, "attention_window": identity.window,
+        "variant": identity.variant,
         "seed": identity.seed, "dataset": identity.dataset, "train_length": trained["seq_length"],
         "checkpoint": str(neox_args.load), "checkpoint_step": int(iteration), "config_hash": identity.config_hash,
         "num_layers": neox_args.num_layers, "hidden_size": neox_args.hidden_size,

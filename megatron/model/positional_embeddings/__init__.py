@@ -52,6 +52,12 @@ def declared_options() -> list:
     return list(seen.values())
 
 
+def per_run_options(name: str) -> tuple[str, ...]:
+    """Options of method `name` chosen per run (e.g. rotary-scaling): they change the scores, not the
+    weights, so results carry them in their identity while checkpoints need not agree on them."""
+    return tuple(o for o in option_names(name) if OPTIONS[o].spec.per_run)
+
+
 def checkpoint_options(name: str) -> tuple[str, ...]:
     """The config keys a checkpoint of method `name` must agree on: its options that shape or define
     the trained parameters (not those that only set their initial values, nor per-run choices)."""
