@@ -138,7 +138,7 @@ def attend_materialised(q, k, v, bias, weight, allowed, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     if weight is None:
         mask = allowed if bias is None else bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=fused_mask(mask), dropout_p=dropout_p)
     # SDPA cannot multiply the scores, so the softmax is written out (in fp32 for low precisions).
     scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])  # [b, H, q, k]
     scores = scores * weight
@@ -147,6 +147,16 @@ def attend_materialised(q, k, v, bias, weight, allowed, dropout_p):
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return (probs @ v.float()).to(v.dtype)
+
+
+def fused_mask(mask):
+    """A mask SDPA's fused kernels accept: 4-D [b | 1, H | 1, q, k] and contiguous.
+
+    SDPA falls back to its unfused math kernel for a 3-D or non-contiguous (e.g. expanded) mask:
+    about 4x the time of causal attention on CPU at L = 512 instead of about 1.1x (issue 12)."""
+    while mask.dim() < 4:
+        mask = mask[None]
+    return mask.contiguous()
 
 
 def gather_by_distance(table, q_positions, k_positions):
