@@ -9,6 +9,9 @@ train_step() (forward, backward, optimizer) on random tokens (the content does n
 cost). Methods take turns for several rounds so that a shared machine's load drifts over all of
 them alike; each method's figure is its median round. The paper's Table 4 (162M model, GPU)
 orders training time ALiBi ~ sinusoidal ~ KERPLE-log < KERPLE-power < rotary < T5.
+
+The peer row (`PEER`, off with --no-peer) is Hugging Face GPTNeoXForCausalLM at the same shape
+(benchmarks/hf_peer.py), timed in the same rounds: what a user would pick instead of `rotary`.
 """
 import argparse
 import os
@@ -22,11 +25,16 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from benchmarks.hf_peer import build_peer  # noqa: E402
+
 from megatron.initialize import initialize_megatron  # noqa: E402
 from megatron.model.positional_embeddings import available  # noqa: E402
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
 from megatron.training import setup_model_and_optimizer, train_step  # noqa: E402
+
+
+PEER = "HF GPT-NeoX (peer)"
 
 
 def random_batches(args, vocab_size: int, seed: int):
@@ -45,6 +53,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10, help="timed steps per method per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per method first")
+    parser.add_argument("--no-peer", action="store_true", help="leave out the HF GPT-NeoX row")
     cli = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     methods = ["none"] + [m for m in cli.methods if m != "none"]
@@ -59,10 +68,18 @@ def main():
         runs[method] = (args, engine, optimizer, random_batches(args, tokenizer.vocab_size, args.seed),
                         tokenizer.vocab_size)
     tokens_per_step = args.train_batch_size * args.seq_length
+    peer = None
+    if not cli.no_peer:
+        peer, _ = build_peer(args, tokenizer.padded_vocab_size, args.rotary_pct)
+        methods.append(PEER)
 
     def run(method, steps):
-        args, engine, optimizer, batches, vocab = runs[method]
         start = time.perf_counter()
+        if method == PEER:
+            for _ in range(steps):
+                peer()
+            return time.perf_counter() - start
+        args, engine, optimizer, batches, vocab = runs[method]
         for _ in range(steps):
             train_step(args, engine, optimizer, batches, vocab)
         return time.perf_counter() - start
@@ -83,6 +100,8 @@ def main():
         rate = tokens_per_step / per_step[method]
         print(f"{method:<20}{rate:>12,.0f}{per_step['none'] / per_step[method]:>10.3f}"
               f"{per_step[method] / per_step['none']:>14.3f}")
+    if PEER in per_step and "rotary" in per_step:
+        print(f"rotary vs {PEER}: {per_step[PEER] / per_step['rotary']:.3f}x its tokens/s")
 
 
 if __name__ == "__main__":

@@ -158,16 +158,21 @@ def test_sdpa_and_blocked_gradients_agree(name):
 
 
 def test_blocked_path_saves_no_length_squared_tensor_for_backward():
-    # The blocked path recomputes each block in backward: nothing of size H * L * L is kept.
-    pe, (q, k, v) = make_pe("kerple_log"), qkv(requires_grad=True)
+    # The blocked path recomputes each block in backward (or, for a learnable bias table, keeps only
+    # q, k, v views and the output: table_gradient.py): nothing of size H * L * L is kept.
+    # kerple_bias_weight's sdpa path (written-out softmax) shows that the measure sees an H * L * L.
     largest = {}
-    for impl in ("sdpa", "blocked"):
+    for name, impl in (("kerple_bias_weight", "sdpa"), ("kerple_log", "sdpa"), ("kerple_log", "blocked"),
+                       ("kerple_bias_weight", "blocked")):
+        pe, (q, k, v) = make_pe(name), qkv(requires_grad=True)
         sizes = []
         with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
             run_path(pe, impl, q, k, v, needs_grad=True).sum().backward()
-        largest[impl] = max(sizes)
-    assert largest["sdpa"] >= HEADS * LENGTH * LENGTH
-    assert largest["blocked"] <= 2 * HEADS * LENGTH * HEAD_DIM  # q, k, v themselves
+        largest[name, impl] = max(sizes)
+    assert largest["kerple_bias_weight", "sdpa"] >= HEADS * LENGTH * LENGTH
+    assert largest["kerple_log", "sdpa"] < HEADS * LENGTH * LENGTH  # the bias is a constant to SDPA
+    for name in ("kerple_log", "kerple_bias_weight"):
+        assert largest[name, "blocked"] <= 2 * HEADS * LENGTH * HEAD_DIM  # q, k, v themselves
 
 
 @pytest.mark.cpu_isa

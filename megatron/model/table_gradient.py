@@ -1,0 +1,76 @@
+"""Attention with a learnable per-distance bias table whose gradient does not cost SDPA its fused kernel.
+
+SDPA's fused kernels return no gradient for `attn_mask`, so a bias that requires a gradient sends
+every call to the unfused math kernel (about 3x causal attention fwd+bwd on CPU at L = 512, issue 12).
+Here the bias is a constant to SDPA; the table's gradient is computed separately from the score
+gradient dS = P * (dO.V^T - rowsum(dO * O)) summed along diagonals (one distance d = i - j each),
+query block by query block, so the extra memory is O(b * H * block * k), never a whole [H, L, L].
+
+q/k/v gradients come from the fused backward: on CPU through aten's flash-attention ops (the forward
+keeps its logsumexp, nothing is recomputed); elsewhere by re-running SDPA with the constant mask
+under autograd, which keeps CUDA on its fused kernels too.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+GRADIENT_BLOCK = 128  # query rows per step of the table gradient
+
+
+def bias_mask(table, q_positions, k_positions, allowed, dtype):
+    """[1, H, q, k] contiguous additive mask: table[h, clamp(q_pos - k_pos, 0)], -inf where not allowed."""
+    distance = (q_positions[:, None] - k_positions[None, :]).clamp(min=0)
+    return table.detach().to(dtype)[:, distance].masked_fill(~allowed, float("-inf"))[None].contiguous()
+
+
+class TableBiasAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, table, q_positions, k_positions, allowed):
+        mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
+        if q.device.type == "cpu":
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask)
+        else:
+            out, lse = F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
+        ctx.save_for_backward(q, k, v, out, table, q_positions, k_positions, allowed, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, table, q_positions, k_positions, allowed, lse = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
+        if lse is not None:
+            dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                grad_out, q, k, v, out, lse, 0.0, False, attn_mask=mask)
+        else:
+            with torch.enable_grad():
+                inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+                again = F.scaled_dot_product_attention(*inputs, attn_mask=mask)
+                dq, dk, dv = torch.autograd.grad(again, inputs, grad_out)
+        grad_table = None
+        if ctx.needs_input_grad[3]:
+            grad_table = table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table)
+        return dq, dk, dv, grad_table, None, None, None
+
+
+def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table):
+    """d loss / d table [H, span]: the score gradient summed over the batch and along diagonals."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    grad = torch.zeros(table.shape, dtype=torch.float32 if q.dtype != torch.float64 else q.dtype, device=q.device)
+    row_dot = (grad_out.to(grad.dtype) * out.to(grad.dtype)).sum(-1)  # [b, H, q]: rowsum(dO * O)
+    for start in range(0, q.shape[2], GRADIENT_BLOCK):
+        end = min(start + GRADIENT_BLOCK, q.shape[2])
+        scores = (q[:, :, start:end].to(grad.dtype) @ k.to(grad.dtype).transpose(-1, -2)) * scale
+        probs = (scores + mask[:, :, start:end].to(grad.dtype)).softmax(dim=-1)  # [b, H, blk, k]
+        d_probs = grad_out[:, :, start:end].to(grad.dtype) @ v.to(grad.dtype).transpose(-1, -2)
+        d_scores = (probs * (d_probs - row_dot[:, :, start:end, None])).sum(0)  # [H, blk, k]; 0 where masked
+        distance = (q_positions[start:end, None] - k_positions[None, :]).clamp(min=0)  # [blk, k]
+        grad.index_add_(1, distance.flatten(), d_scores.flatten(1))
+    return grad.to(table.dtype)
+
+
+def attend_with_table(q, k, v, table, q_positions, k_positions, allowed):
+    """softmax(q.k / sqrt(D) + table[h, d]) . v over the allowed keys, q k v [b, H, q|k, D], table [H, span]."""
+    return TableBiasAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), table, q_positions,
+                                    k_positions, allowed)

@@ -1,0 +1,82 @@
+"""The table gradient (megatron/model/table_gradient.py) against autograd through the reference.
+
+For every learnable distance-only method the `sdpa` and `blocked` paths take the custom gradient;
+their q/k/v and parameter gradients (kernel parameters included) must equal float64 autograd through
+a softmax written out here."""
+import math
+
+import pytest
+import torch
+
+from megatron.model.attention import attend, plan_attention
+from megatron.model.positional_embeddings import available, build_positional_embedding
+
+HEADS, HEAD_DIM, LENGTH, BLOCK = 3, 8, 40, 16  # 40 = two full blocks and a partial one
+
+
+def make_pe(name):
+    torch.manual_seed(0)
+    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
+                                    max_position_embeddings=4 * LENGTH)
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.add_(0.3 * torch.rand_like(p))  # off the initial values, so nothing is special
+    return pe.double()
+
+
+def learnable_tables(pe):
+    return pe.distance_only and any(t is not None and t.requires_grad for t in pe.distance_tables(4))
+
+
+LEARNABLE = [name for name in available() if learnable_tables(make_pe(name))]
+
+
+def reference(pe, q, k, v, window):
+    bias, weight = pe.bias(LENGTH, LENGTH).double(), pe.weight(LENGTH, LENGTH)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM)
+    scores = (scores if weight is None else scores * weight.double()) + bias
+    visible = torch.tensor([[j <= i and (window is None or i - j < window) for j in range(LENGTH)]
+                            for i in range(LENGTH)])
+    return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v
+
+
+def gradients(pe, fn):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = fn(q, k, v)
+    torch.manual_seed(2)
+    (out * torch.randn_like(out)).sum().backward()
+    grads = [t.grad for t in (q, k, v)] + [p.grad.clone() for p in pe.parameters()]
+    pe.zero_grad()
+    return out.detach(), grads
+
+
+def test_some_methods_are_learnable():
+    assert {"kerple_log", "t5"} <= set(LEARNABLE)
+
+
+@pytest.mark.parametrize("window", [None, 7])
+@pytest.mark.parametrize("impl", ["sdpa", "blocked"])
+@pytest.mark.parametrize("name", LEARNABLE)
+def test_table_gradient_matches_float64_autograd(name, impl, window):
+    pe = make_pe(name)
+    plans = []
+
+    def path(q, k, v):
+        plan = plan_attention(pe, torch.arange(LENGTH), impl=impl, window=window, block_size=BLOCK,
+                              needs_grad=True, dropout_p=0.0)
+        plans.append(plan)
+        return attend(q, k, v, plan)
+
+    out, grads = gradients(pe, path)
+    expected_out, expected = gradients(pe, lambda q, k, v: reference(pe, q, k, v, window))
+    if pe.distance_tables(4)[1] is None:  # no multiplicative weight
+        assert plans[0].table_grad, "a learnable bias table should take the table gradient"
+    torch.testing.assert_close(out, expected_out, rtol=1e-9, atol=1e-10)
+    assert len(grads) == len(expected) > 3
+    for got, want in zip(grads[:3], expected[:3]):  # q, k, v
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
+    # Methods build their tables in float32 (positional_embeddings/base.py), so a parameter's gradient
+    # passes through a float32 table gradient on either side: agreement to float32 rounding.
+    for got, want in zip(grads[3:], expected[3:]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)  # a wrong gradient is off by O(1)
