@@ -28,7 +28,9 @@ from .image import CARRY_ANYWAY, IMAGE_PACKAGES, PYTHON_VERSION
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 REQUIREMENT_FILES = ("requirements.txt", "requirements-dev.txt", "requirements-tensorboard.txt")
-NEVER_CARRIED = {"torch"}  # the machine's own CUDA build of torch is the point
+# torch: the machine's own CUDA build is the point. lm-eval: only eval.py needs it, not the GPU check, and
+# its closure (datasets, evaluate, ...) would take much of the transfer limit.
+NEVER_CARRIED = {"torch", "lm-eval"}
 TRANSFER_LIMIT = 64 * 2**20
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64")
