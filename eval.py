@@ -9,7 +9,6 @@ Loads the checkpoint named by `load`, evaluates through megatron/evaluation/lm_e
 """
 import sys
 
-from megatron.evaluation.lm_eval_run import evaluate_tasks
 from megatron.neox_arguments import NeoXArgs, run_cli
 
 
@@ -24,7 +23,9 @@ def split_eval_tasks(argv: list[str]) -> list[str]:
 
 
 def main():
-    evaluate_tasks(NeoXArgs.consume_args(split_eval_tasks(sys.argv[1:])))
+    neox_args = NeoXArgs.consume_args(split_eval_tasks(sys.argv[1:]))  # config errors before lm-eval loads
+    from megatron.evaluation.lm_eval_run import evaluate_tasks
+    evaluate_tasks(neox_args)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@
 Loads the checkpoint named by `load`, scores the `eval-split` stream at each of `eval-lengths` in each
 of `eval-modes`, and writes one JSON result file into `eval-results-dir` (megatron/evaluation).
 """
-from megatron.evaluation.run import evaluate_run
 from megatron.neox_arguments import NeoXArgs, run_cli
 
 
 def main():
-    args = NeoXArgs.consume_args()
+    args = NeoXArgs.consume_args()  # config errors first, before the evaluation stack is imported
+    from megatron.evaluation.run import evaluate_run
     path = evaluate_run(args)
     if "passkey" in args.eval_modes and args.rank == 0:  # the accuracy grid as a figure beside the file
         from tools.analysis.plot_probe import heatmap_of_file

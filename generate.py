@@ -7,11 +7,12 @@ input-file, interactive) with a KV cache, past `seq-length` for relative methods
 (megatron/text_generation).
 """
 from megatron.neox_arguments import NeoXArgs, run_cli
-from megatron.text_generation.run import generate_run
 
 
 def main():
-    generate_run(NeoXArgs.consume_args())
+    neox_args = NeoXArgs.consume_args()  # config errors first, before the generation stack is imported
+    from megatron.text_generation.run import generate_run
+    generate_run(neox_args)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ from megatron.neox_arguments import NeoXArgs, run_cli
 
 
 def main():
+    neox_args = NeoXArgs.consume_args()  # config errors first, before the training stack is imported
     from megatron.training import TrainingError, pretrain
-    neox_args = NeoXArgs.consume_args()
     if neox_args.train_iters == 0:
         # The KERPLE fork evaluates by training 0 steps at seq-length-val; here that is evaluate.py's
         # scoring of `load` (eval-lengths default: seq-length-val), with its result file.
