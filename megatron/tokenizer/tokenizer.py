@@ -171,8 +171,12 @@ TOKENIZER_TYPES = ("GPT2BPETokenizer", "HFTokenizer", "SPMTokenizer", *TOKENIZER
 
 def padded_vocab_size(tokenizer: Tokenizer, divisible_by: int) -> int:
     """Embedding rows: every id the tokenizer can emit (pad included), rounded up to `divisible_by`."""
-    needed = max(tokenizer.vocab_size, tokenizer.pad + 1, tokenizer.eod + 1)
-    return -(-needed // divisible_by) * divisible_by
+    return rows_for(max(tokenizer.vocab_size, tokenizer.pad + 1, tokenizer.eod + 1), divisible_by)
+
+
+def rows_for(ids: int, divisible_by: int) -> int:
+    """`ids` embedding rows rounded up to a multiple of `divisible_by` (make-vocab-size-divisible-by)."""
+    return -(-ids // divisible_by) * divisible_by
 
 
 def build_tokenizer(neox_args) -> Tokenizer:

@@ -6,6 +6,7 @@ needed: the vocabulary size is the tokenizer's, padded as build_tokenizer pads i
 import pathlib
 
 from megatron.neox_arguments import NeoXArgs
+from megatron.tokenizer.tokenizer import rows_for
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 GPT2_VOCAB = 50257      # GPT-2 BPE, what configs/local_setup.yml and the paper use
@@ -37,7 +38,7 @@ def model_args(profile: str, method: str, **overrides) -> tuple[NeoXArgs, int, i
         vocab = BYTE_VOCAB
     else:
         raise ValueError(f"unknown profile {profile!r}")
-    return args, vocab, -(-vocab // args.make_vocab_size_divisible_by) * args.make_vocab_size_divisible_by
+    return args, vocab, rows_for(vocab, args.make_vocab_size_divisible_by)
 
 
 def describe(args) -> str:
