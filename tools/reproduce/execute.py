@@ -21,10 +21,13 @@ from .runs import Run, RunFailed, check_training_config, finished_result, traine
 
 
 def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
-    """Every run through `execute`, `jobs` at a time; returns {run: error}. A windowed run follows its
-    base run in the same worker, so no worker waits idle for another's checkpoint."""
+    """Every run through `execute`, `jobs` at a time; returns {run: error}. An evaluation-only run follows
+    its base run in the same worker, so no worker waits idle for another's checkpoint."""
     progress, failures = Progress(len(runs), jobs), {}
-    follows = {id(r.base): r for r in runs if r.base}
+    follows = {}
+    for run in runs:
+        if run.base:
+            follows.setdefault(id(run.base), []).append(run)
     print(f"{len(runs)} runs, {jobs} at a time, {threads} thread(s) each", flush=True)
 
     def one(run):
@@ -34,12 +37,12 @@ def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
             failures[str(run)] = str(err) if isinstance(err, (RunFailed, NeoXArgsError)) else repr(err)
             print(f"FAILED {run}: {failures[str(run)]}", flush=True)
             progress.finish(run, 0.0, failed=True)
-        follow = follows.get(id(run))
-        if follow and str(run) in failures:
-            failures[str(follow)] = f"not evaluated: its base run {run} failed"
-            progress.finish(follow, 0.0, failed=True)
-        elif follow:
-            one(follow)
+        for follow in follows.get(id(run), []):
+            if str(run) in failures:
+                failures[str(follow)] = f"not evaluated: its base run {run} failed"
+                progress.finish(follow, 0.0, failed=True)
+            else:
+                one(follow)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         for run in runs:

@@ -9,6 +9,7 @@ from .claims import claims_section
 from .execute import git_commit
 from .inputs import ReportInputs
 from .runs import Run
+from .retrieval import retrieval_section
 from .sections import kernel_section, position_section, speed_section, training_section
 from .spec import Sweep, SweepError
 
@@ -53,6 +54,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
         sections += ["## Table 5: the complex kernels\n", f"_Scale: {sweep.scale}_\n", render_markdown(table5)]
     sections += [speed_section(sweep, trained, inputs), training_section(sweep, trained, inputs, figures),
                  kernel_section(sweep, trained, figures), position_section(sweep, documents, figures),
+                 retrieval_section(sweep, documents, figures),
                  _status_section(runs, documents, failures)]
     if sweep.commentary and sweep.commentary.is_file():
         sections.append(sweep.commentary.read_text())
@@ -94,7 +96,9 @@ def _header(sweep, runs, inputs, command, rerendered) -> str:
         f"- Methods: {', '.join(sweep.methods)}"
         + (f"; windowed baseline: {sweep.windowed_baseline} evaluated with attention-window = {args.seq_length} "
            "(training at that length masks nothing, so its checkpoint is the unwindowed run's)"
-           if sweep.windowed_baseline else ""),
+           if sweep.windowed_baseline else "")
+        + (f"; evaluation-only variants of the trained checkpoints: "
+           f"{', '.join(sorted({str(r.label) for r in runs if r.variant}))}" if sweep.variants else ""),
         "",
     ]
     return "\n".join(lines)

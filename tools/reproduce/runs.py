@@ -1,10 +1,12 @@
-"""The sweep's runs: one per (dataset, method, seed), plus the windowed baseline that re-evaluates its
-base run's checkpoint; where each keeps its files, and which of them are already finished."""
+"""The sweep's runs: one per (dataset, method, seed), plus evaluation-only runs that re-evaluate a base
+run's checkpoint (the windowed baseline, and each of `variants`); where each keeps its files, and which
+of them are already finished."""
 import dataclasses
+import functools
 import json
 import pathlib
 
-from megatron.evaluation.identity import Method, RunIdentity, config_hash
+from megatron.evaluation.identity import Method, RunIdentity, config_hash, evaluation_variant
 from megatron.evaluation.results import ResultFileError, load_result
 from megatron.neox_arguments import NeoXArgs
 from .spec import Dataset, Sweep
@@ -20,17 +22,20 @@ class Run:
     dataset: Dataset
     method: str                   # the pos-emb
     seed: int
-    base: "Run | None" = None     # set for the windowed baseline
-    window: int | None = None     # its attention-window: the training length
+    base: "Run | None" = None     # set for evaluation-only runs (the windowed baseline, variants)
+    window: int | None = None     # the windowed baseline's attention-window: the training length
+    variant: dict | None = None   # a variant's per-run options (NeoX keys), set at evaluation only
 
     @property
     def identity(self) -> RunIdentity:
         """What evaluate.py writes into this run's result file (identity.py)."""
-        return RunIdentity(self.dataset.name, self.method, self.window, self.seed, config_hash(self.args().to_dict()))
+        return RunIdentity(self.dataset.name, self.method, self.window, self.seed,
+                           config_hash(self.args().to_dict()), self.label.variant)
 
-    @property
-    def label(self) -> Method:
-        return Method(self.method, self.window)
+    @functools.cached_property
+    def label(self) -> Method:  # cached: a variant's label reads its config (NeoXArgs), once
+        variant = evaluation_variant(self.args({**self.training_overrides(), **self.variant})) if self.variant else None
+        return Method(self.method, self.window, variant)
 
     @property
     def directory(self) -> pathlib.Path:
@@ -66,7 +71,7 @@ class Run:
         overrides = {**self.training_overrides(), **self.sweep.evaluation, "eval_results_dir": str(self.results_dir)}
         if self.window:
             overrides["attention_window"] = self.window
-        return overrides
+        return {**overrides, **(self.variant or {})}
 
     def args(self, overrides=None) -> NeoXArgs:
         return NeoXArgs.from_ymls(self.sweep.profile, overrides or self.training_overrides(), world_size=1)
@@ -82,6 +87,7 @@ def plan_runs(sweep: Sweep, datasets) -> list[Run]:
                 runs.append(run)
                 if method == sweep.windowed_baseline:
                     runs.append(Run(sweep, dataset, method, seed, base=run, window=run.args().seq_length))
+                runs += [Run(sweep, dataset, method, seed, base=run, variant=v) for v in sweep.variants.get(method, [])]
     return runs
 
 

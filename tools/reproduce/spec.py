@@ -44,6 +44,7 @@ class Sweep:
     evaluation: dict              # NeoX evaluation keys of every run
     overrides: dict               # NeoX keys set on every run
     windowed_baseline: str | None
+    variants: dict                # method -> [NeoX keys of one evaluation-only variant, ...]
     kernel_figures: list
     position_length: int | None
     position_methods: list
@@ -55,7 +56,7 @@ class Sweep:
 
 
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
-              "windowed_baseline", "kernel_figures", "position_length", "position_methods", "work_dir",
+              "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
               "report_dir", "commentary", "jobs", "threads"}
 REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
 DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
@@ -95,6 +96,7 @@ def load_sweep(path) -> Sweep:
     windowed = spec.get("windowed_baseline")
     if windowed and windowed not in spec["methods"]:
         fail("windowed_baseline", f"{windowed!r} must be one of the grid's methods")
+    variants = _variants(spec.get("variants") or {}, spec["methods"], fail)
     evaluation = {normalise_key(k): v for k, v in spec["evaluation"].items()}
     position_length = spec.get("position_length")
     if position_length and position_length not in (evaluation.get("eval_lengths") or []):
@@ -105,7 +107,7 @@ def load_sweep(path) -> Sweep:
         path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
-        windowed_baseline=windowed, kernel_figures=list(spec.get("kernel_figures") or []),
+        windowed_baseline=windowed, variants=variants, kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
         report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
@@ -125,3 +127,27 @@ def _dataset(name, entry, fail) -> Dataset:
         fail(f"data.{name}.builder", "the only builder is 'stdlib' (the CPython library corpus)")
     return Dataset(name, prefix, dict(entry.get("tokenizer") or BYTE_LEVEL), entry.get("builder"),
                    entry.get("source"), entry.get("stand_in"), entry.get("paper"))
+
+
+def _variants(given, methods, fail) -> dict:
+    from megatron.model.positional_embeddings import per_run_options
+    """`variants: {rotary: [{rotary-scaling: {type: yarn, factor: 32}}, ...]}`: each entry re-evaluates
+    the method's checkpoints with these keys set (the method's per-run options), trained once."""
+    if not isinstance(given, dict):
+        fail("variants", "must map a method to a list of key mappings, e.g. "
+             "{rotary: [{rotary-scaling: {type: linear, factor: 32}}]}")
+    variants = {}
+    for method, entries in given.items():
+        if method not in methods:
+            fail(f"variants.{method}", f"{method!r} must be one of the grid's methods ({', '.join(methods)})")
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and e for e in entries):
+            fail(f"variants.{method}", "must be a non-empty list of non-empty key mappings")
+        variants[method] = [{normalise_key(k): v for k, v in entry.items()} for entry in entries]
+        allowed = per_run_options(method)
+        for entry in variants[method]:
+            if set(entry) - set(allowed):
+                # Anything else would change what was trained: that is a method of the grid, not a variant.
+                fail(f"variants.{method}", f"{', '.join(sorted(set(entry) - set(allowed)))} cannot vary at "
+                     f"evaluation; a variant sets only the method's per-run options "
+                     f"({', '.join(o.replace('_', '-') for o in allowed) or f'{method} has none'})")
+    return variants
