@@ -17,7 +17,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from megatron.neox_arguments import run_cli  # noqa: E402
-from megatron.neox_arguments.neox_args import parse_overrides  # noqa: E402
+from megatron.neox_arguments import parse_overrides  # noqa: E402
 from tools.ckpts.neox_import import import_checkpoint  # noqa: E402
 
 

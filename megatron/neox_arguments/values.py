@@ -1,0 +1,98 @@
+"""Reading one config value: a key's type checked (and gently converted) against its field, `--set`
+overrides parsed, nested keys set, and the message for a key that does not exist."""
+import difflib
+import typing
+from typing import Literal, Union
+
+from .errors import NeoXArgsError
+from .yaml_loader import normalise_key, parse_value
+
+
+def _unknown_key_message(raw_key, where, known) -> str:
+    dashed = {k.replace("_", "-"): k for k in known}
+    close = difflib.get_close_matches(normalise_key(raw_key), known, n=1, cutoff=0.6)
+    hint = f" Did you mean '{close[0].replace('_', '-')}'?" if close else ""
+    return (f"{where}: '{raw_key}' is not a known config key.{hint} Fix or remove it; README.md's config "
+            f"reference lists all {len(dashed)} keys.")
+
+
+def _coerce(key, value, hint, where):
+    """Check (and gently convert) one value against its field's type annotation."""
+    def wrong(expected):
+        return NeoXArgsError(f"{where}: {key.replace('_', '-')} must be {expected}, got {value!r} "
+                             f"({type(value).__name__}).")
+
+    origin = typing.get_origin(hint)
+    if origin is Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(key, value, inner[0], where)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            hint_text = f" Did you mean '{close[0]}'?" if close else ""
+            raise NeoXArgsError(f"{where}: {key.replace('_', '-')} is {value!r}, which is not one of "
+                                f"{list(choices)}.{hint_text}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise wrong("an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool):
+            raise wrong("a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise wrong("a number")
+    if hint is str:
+        if isinstance(value, (dict, list)) or value is None or isinstance(value, bool):
+            raise wrong("a string")
+        return str(value)
+    if hint is list:
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list):
+            raise wrong("a list")
+        return value
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise wrong("a mapping")
+        return value
+    return value
+
+
+def _set_nested(current, path, value, key):
+    """`--set optimizer.params.lr=1e-3`: a copy of the nested dict with one leaf replaced."""
+    if not isinstance(current, dict):
+        raise NeoXArgsError(f"--set {key}: '{key.split('.')[0]}' is not a mapping in the config, so it "
+                            "has no nested keys to set.")
+    out = dict(current)
+    out[path[0]] = _set_nested(current.get(path[0], {}), path[1:], value, key) if len(path) > 1 else value
+    return out
+
+
+def parse_overrides(items) -> dict:
+    """['key=value', ...] -> {key: value}, values read as YAML (so 10 is int, 1e-5 float)."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise NeoXArgsError(f"--set {item!r}: write overrides as KEY=VALUE, e.g. --set train-iters=100.")
+        key, text = item.split("=", 1)
+        if normalise_key(key) in out:  # as within one YAML file: one value per key, not "last wins"
+            raise NeoXArgsError(f"--set {item!r} sets '{normalise_key(key).replace('_', '-')}' a second time "
+                                "('-' and '_' are the same in config keys); give it once.")
+        out[normalise_key(key)] = parse_value(text)
+    return out
