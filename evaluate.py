@@ -5,6 +5,7 @@
 Loads the checkpoint named by `load`, scores the `eval-split` stream at each of `eval-lengths` in each
 of `eval-modes`, and writes one JSON result file into `eval-results-dir` (megatron/evaluation).
 """
+from megatron.evaluation.probes import TASKS as PROBE_TASKS
 from megatron.neox_arguments import NeoXArgs, run_cli
 
 
@@ -12,9 +13,11 @@ def main():
     args = NeoXArgs.consume_args()  # config errors first, before the evaluation stack is imported
     from megatron.evaluation.run import evaluate_run
     path = evaluate_run(args)
-    if "passkey" in args.eval_modes and args.rank == 0:  # the accuracy grid as a figure beside the file
+    probes = [mode for mode in args.eval_modes if mode in PROBE_TASKS]
+    if probes and args.rank == 0:  # each probe's accuracy grid as a figure beside the file
         from tools.analysis.plot_probe import heatmap_of_file
-        print("wrote " + ", ".join(str(p) for p in heatmap_of_file(path)), flush=True)
+        for mode in probes:
+            print("wrote " + ", ".join(str(p) for p in heatmap_of_file(path, mode)), flush=True)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def test_the_config_accepts_the_new_mode_only_once_its_file_is_found(checkpoint)
     assert run(argv, env).returncode == 0
     without = run(argv, {})
     assert without.returncode != 0
-    assert "unknown mode(s) ['tail']; choose from ['nonoverlap', 'sliding', 'position', 'passkey']" in without.stderr
+    assert "unknown mode(s) ['tail']; choose from ['nonoverlap', 'sliding', 'position', 'kv-retrieval', 'passkey']" in without.stderr
     assert "Traceback" not in without.stderr
 
 
@@ -78,7 +78,7 @@ def test_evaluate_runs_the_new_mode_and_tables_read_it(checkpoint):
 
 
 def test_the_registry_refuses_duplicates_and_names_what_it_has():
-    assert mode_names() == ("nonoverlap", "sliding", "position", "passkey")
+    assert mode_names() == ("nonoverlap", "sliding", "position", "kv-retrieval", "passkey")
     with pytest.raises(EvalModeError, match="evaluation mode 'nonoverlap' is registered twice"):
         register("nonoverlap", "again")(lambda context: {})
     with pytest.raises(EvalModeError, match="unknown evaluation mode 'tail'; the registered modes are "

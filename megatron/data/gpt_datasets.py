@@ -17,6 +17,7 @@ from megatron.tokenizer import build_tokenizer
 
 from .errors import DataError
 from .indexed import open_indexed_dataset
+from .probe_mix import ProbeMix, check_fits
 
 SPLITS = ("train", "valid", "test")
 
@@ -24,14 +25,21 @@ SPLITS = ("train", "valid", "test")
 def build_train_valid_test_datasets(neox_args, tokenizer=None):
     """(train, valid, test) GPTDatasets (or BlendedDatasets of them); a split without data is None.
     Items are dicts of "tokens", "labels" (LongTensor[s]), "loss_mask" (FloatTensor[s]) and
-    "position_ids"; train has seq_length tokens, valid/test seq_length_val."""
+    "position_ids"; train has seq_length tokens, valid/test seq_length_val. With probe-train-task set,
+    train mixes in that probe's samples (probe_mix.py)."""
     if neox_args.data_path and any(getattr(neox_args, f"{s}_data_paths") for s in SPLITS):
         raise DataError("both data-path and train-/valid-/test-data-paths are set; use one: data-path "
                         "(one dataset cut by split) or the per-split paths.")
     tokenizer = tokenizer or build_tokenizer(neox_args)
+    task = neox_args.probe_train_task
+    if task:
+        check_fits(task, neox_args.seq_length, tokenizer)  # before any sample index is built
     sizes = samples_per_split(neox_args)
     lengths = (neox_args.seq_length,) + (neox_args.seq_length_val or neox_args.seq_length,) * 2
-    return tuple(_build_split(index, neox_args, tokenizer, lengths[index], sizes) for index in range(3))
+    train, valid, test = (_build_split(index, neox_args, tokenizer, lengths[index], sizes) for index in range(3))
+    if task and train is not None:  # training only: validation and test perplexity stay on plain text
+        train = ProbeMix(train, task, neox_args.probe_train_fraction, neox_args.seed, neox_args.seq_length, tokenizer)
+    return train, valid, test
 
 
 def samples_per_split(neox_args) -> list:

@@ -8,6 +8,7 @@ one key per option a method declares (megatron/model/positional_embeddings).
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Literal, Optional
 
+from megatron.evaluation.probes import TASKS as PROBE_TASKS
 from megatron.model.attention_config import ATTENTION_IMPLS
 from megatron.model.positional_embeddings import ALIASES, available, declared_options
 
@@ -149,6 +150,13 @@ class DataArgs:
                             "CharLevelTokenizer"] = arg("GPT2BPETokenizer", "Tokenizer.")
     vocab_file: Optional[str] = arg(None, "Vocabulary (GPT-2 vocab.json, tokenizer.json, .model).")
     merge_file: Optional[str] = arg(None, "GPT-2 merges.txt.")
+    probe_train_task: Optional[Literal[tuple(PROBE_TASKS)]] = arg(
+        None, "Mix this retrieval probe (the evaluation mode's own generator) into training: a "
+        "probe-train-fraction of the training samples become one probe sample of seq-length, its filler "
+        "that sample's own text, depth uniform in [0, 1]. Validation and test stay plain text.")
+    probe_train_fraction: float = arg(
+        0.0, "Fraction of training samples replaced by probe-train-task samples (each chosen by the "
+        "sample's index and `seed`, so resuming sees the same ones); > 0 exactly when a task is set.")
 
 
 @dataclass
@@ -189,11 +197,15 @@ class EvaluationArgs:
     eval_seed: int = arg(0, "Seed choosing the chunks: fixed so every run is scored on the same ones.")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
     eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.")
-    probe_depths: list = arg([0.0, 0.25, 0.5, 0.75, 1.0], "`passkey`: where the needle sits, as fractions of "
-                             "the filler (0: the prompt opens with it, 1: right before the question).")
-    probe_samples: int = arg(4, "`passkey`: prompts per (length, depth); the same ones for every run.")
-    probe_greedy: bool = arg(True, "`passkey`: also score greedy exact match (decoding), not only the "
-                                   "teacher-forced answer log-probability and rank.")
+    probe_depths: list = arg([0.0, 0.25, 0.5, 0.75, 1.0], "`passkey`, `kv-retrieval`: where the needle (the "
+                             "queried pair) sits, as fractions of the filler (0: the prompt opens with it, 1: "
+                             "right before the question).")
+    probe_samples: int = arg(4, "`passkey`, `kv-retrieval`: prompts per (length, depth); the same ones for "
+                                "every run.")
+    probe_greedy: bool = arg(True, "`passkey`, `kv-retrieval`: also score greedy exact match (decoding), not "
+                                   "only the teacher-forced answer log-probability and rank.")
+    probe_kv_pairs: int = arg(3, "`kv-retrieval`: key-value pairs ` [abc=1234]` per prompt, one of them "
+                                 "queried (11 byte-level tokens each). A training mix always uses this default.")
     eval_tasks: Optional[list] = arg(None, "eval.py: lm-evaluation-harness tasks, e.g. [lambada_openai, hellaswag].")
     eval_task_length: Optional[int] = arg(
         None, "eval.py: the adapter's max_length in tokens; default seq-length (any length the method supports).")

@@ -15,7 +15,7 @@ from megatron.model.attention_config import AttentionConfig, AttentionConfigErro
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
 
 from .errors import NeoXArgsError
-from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES
+from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES, PROBE_TASKS
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .value_checks import check_values
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
@@ -167,6 +167,7 @@ class NeoXArgs(*reversed(GROUPS)):
                  f"prompt, 1: it ends right before the question), got {depths}.")
         if self.probe_samples < 1:
             fail("probe_samples", f"must be a positive integer, got {self.probe_samples}.")
+        self._check_probe_keys(fail)
         from megatron.evaluation.modes import mode_names  # the registry: one file per mode
         if not self.eval_modes:
             fail("eval_modes", f"is empty; list at least one of {list(mode_names())}.")
@@ -183,6 +184,21 @@ class NeoXArgs(*reversed(GROUPS)):
             if w is not None and (p is None or len(p) != len(w)):
                 fail(weights, f"needs one weight per entry of {paths.replace('_', '-')}.")
         check_values(self, fail)
+
+    def _check_probe_keys(self, fail):
+        from megatron.evaluation.probes.kv_retrieval import pairs_problem
+        if problem := pairs_problem(self.probe_kv_pairs):
+            fail("probe_kv_pairs", problem)
+        task, fraction = self.probe_train_task, self.probe_train_fraction
+        if not 0 <= fraction <= 1:
+            fail("probe_train_fraction", f"must lie in [0, 1] (the fraction of training samples replaced by "
+                 f"probe-train-task samples), got {fraction}.")
+        if task is None and fraction > 0:
+            fail("probe_train_fraction", f"is {fraction}, but probe-train-task is not set, so there is nothing "
+                 f"to mix in. Set probe-train-task ({' or '.join(PROBE_TASKS)}), or remove probe-train-fraction.")
+        if task is not None and fraction == 0:
+            fail("probe_train_task", f"is {task!r}, but probe-train-fraction is 0, so no training sample would "
+                 "be one. Set probe-train-fraction in (0, 1] (e.g. 0.5), or remove probe-train-task.")
 
     def _check_positional_options(self, fail):
         """Every method's option values by their declared checks, then the chosen method's options

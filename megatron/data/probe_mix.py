@@ -1,0 +1,70 @@
+"""Mixing a retrieval probe into training (`probe-train-task`, `probe-train-fraction`), so a probe can
+ask whether a skill learned at the training length carries to longer ones: tiny models do not
+retrieve zero-shot.
+
+Training sample i is replaced, with probability probe-train-fraction, by one probe sample of the same
+length made by the evaluation mode's own generator (megatron/evaluation/probes), its filler taken from
+sample i's own tokens (training never sees evaluation text), its depth uniform in [0, 1]. Whether,
+where and which key all come from rng(seed, 0, i): deterministic by index, so a run resumed by
+consumed samples sees exactly the samples an uninterrupted one would. An evaluation prompt's seed is
+(eval-seed, length, depth index, sample index) with a length >= 1, so the 0 in second place keeps
+every training draw apart from every evaluation prompt's.
+"""
+import numpy as np
+import torch
+
+from megatron.evaluation.probes import generator
+from megatron.evaluation.probes.common import ProbeError, shortest_length
+from megatron.neox_arguments.groups import EvaluationArgs
+
+
+def probe_options(task: str) -> dict:
+    """The generator's options in training: their config defaults. What is trained must not depend on
+    an evaluation key (config_hash leaves those out), so evaluating with probe-kv-pairs: 5 asks
+    whether retrieval among 3 pairs carries to 5."""
+    if task == "kv-retrieval":
+        return {"pairs": EvaluationArgs.__dataclass_fields__["probe_kv_pairs"].default}
+    return {}
+
+
+def check_fits(task: str, seq_length: int, tokenizer) -> None:
+    """The start-up error of a task whose needle, question and answer do not fit one training sample."""
+    fixed = generator(task).fixed_tokens(tokenizer, **probe_options(task))
+    if seq_length < shortest_length(fixed):
+        raise ProbeError(
+            f"probe-train-task: {task} does not fit a training sample: its needle(s), question and answer take "
+            f"{fixed} tokens, so seq-length must be at least {shortest_length(fixed)} (a sample is seq-length + 1 "
+            f"tokens), but it is {seq_length}. Raise seq-length, or choose another probe-train-task"
+            + (" (kv-retrieval fits 64 tokens)." if task == "passkey" else "."))
+
+
+class ProbeMix(torch.utils.data.Dataset):
+    """`dataset` (items of "tokens", "labels", "loss_mask", "position_ids", ...: megatron-core's
+    GPTDataset) with a `fraction` of its items replaced by `task` probe samples of the same shapes."""
+
+    def __init__(self, dataset, task: str, fraction: float, seed: int, seq_length: int, tokenizer):
+        check_fits(task, seq_length, tokenizer)
+        self.dataset, self.task, self.fraction, self.seed = dataset, task, fraction, seed
+        self.seq_length, self.tokenizer = seq_length, tokenizer
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        item = self.dataset[index]
+        draw = np.random.default_rng([self.seed, 0, index])
+        if draw.random() >= self.fraction:
+            return item
+        depth = float(draw.random())
+        text = torch.cat([item["tokens"], item["labels"][-1:]])  # the sample's seq_length + 1 tokens
+        # (seed, 0, index, 1): the key's generator, apart from `draw` (numpy reads a trailing 0 as absent).
+        try:
+            sample = generator(self.task).make_sample(text.numpy(), self.tokenizer, self.seq_length, depth,
+                                                      (self.seed, 0, index, 1), **probe_options(self.task))
+        except ProbeError as err:
+            raise ProbeError(f"probe-train-task: training sample {index} cannot hold a {self.task} probe: "
+                             f"{err}") from None
+        tokens = torch.tensor(sample.tokens, dtype=text.dtype)
+        # As GPTDataset: inputs and targets are one sequence shifted by one; the loss is on every token.
+        return {**item, "tokens": tokens[:-1].contiguous(), "labels": tokens[1:].contiguous(),
+                "loss_mask": torch.ones_like(item["loss_mask"])}

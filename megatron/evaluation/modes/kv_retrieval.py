@@ -1,0 +1,15 @@
+"""`kv-retrieval`: the value of one of `probe-kv-pairs` key-value pairs ` [abc=1234]`, the queried one
+at each of `probe-depths`, in `probe-samples` prompts of the evaluated length
+(megatron/evaluation/probes/kv_retrieval.py); the record as every probe's
+(megatron/evaluation/probes/record.py), its `probe_keys` the queried values."""
+from ..probes.kv_retrieval import make_grid
+from ..probes.record import probe_record
+from . import register
+
+
+@register("kv-retrieval", "key-value retrieval at probe-depths among probe-kv-pairs pairs (answer log-prob, "
+                          "rank, greedy exact match); short enough for 64-token models")
+def score(context) -> dict:
+    args = context.neox_args
+    return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,
+                                           args.probe_samples, args.eval_seed, pairs=args.probe_kv_pairs))

@@ -1,0 +1,83 @@
+"""What every probe generator shares: the sample, the depth and length checks, the filler draw and
+the grid of paired prompts.
+
+A sample of length L is L + 1 token ids, as a chunk is (megatron/evaluation/chunks.py): a forward over
+its first L scores the answer as its last targets, and greedy decoding from the prompt (all but the
+answer) never feeds more than L tokens. Depth d puts the needle after round(d * F) of the F filler
+tokens: 0 at the start, 1 right before the question. Pieces are tokenized separately and joined as
+ids, so a needle is whole whatever the tokenizer does at the seams.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from megatron.neox_arguments.errors import NeoXArgsError
+
+ATTEMPTS = 100  # filler offsets tried before giving up on one whose text holds none of the forbidden strings
+
+
+class ProbeError(NeoXArgsError):
+    """A probe that cannot be made as configured (a length too short, a depth outside [0, 1])."""
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    tokens: list[int]   # L + 1 ids: prompt then answer
+    answer: list[int]   # the last len(answer) of `tokens`
+    key: int            # what the answer says (the pass key, the queried value): the record's probe_keys
+    needle_start: int   # index in `tokens` where the (queried) needle's ids begin
+    filler_tokens: int  # F
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.tokens[:len(self.tokens) - len(self.answer)]
+
+
+def check_depths(depths) -> None:
+    bad = [d for d in depths if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1]
+    if bad or not depths:
+        raise ProbeError(f"probe-depths: every depth must be a number in [0, 1] (0: the needle opens the "
+                         f"prompt, 1: it ends right before the question), got {list(depths)}; bad: {bad}.")
+
+
+def shortest_length(fixed_tokens: int) -> int:
+    """The shortest length that holds a probe whose needle(s), question and answer take `fixed_tokens`
+    (with no filler): a length-L sample is L + 1 tokens."""
+    return fixed_tokens - 1
+
+
+def filler_count(task: str, pieces: str, fixed_tokens: int, length: int) -> int:
+    """F, the filler tokens of a length-`length` sample; the eval-lengths error when it has no room."""
+    if length < shortest_length(fixed_tokens):
+        raise ProbeError(
+            f"eval-lengths: length {length} cannot hold the {task} probe: its {pieces} take {fixed_tokens} "
+            f"tokens (+1 for the length's extra target). Use eval-lengths of at least "
+            f"{shortest_length(fixed_tokens)} with the {task} mode.")
+    return length + 1 - fixed_tokens
+
+
+def draw_filler(rng, stream: np.ndarray, tokenizer, count: int, forbidden: list[str], task: str,
+                length: int) -> list[int]:
+    """`count` consecutive ids of `stream` from a random offset whose text holds none of `forbidden`
+    (so the needle's key is said once only, by the needle)."""
+    if len(stream) < count:
+        raise ProbeError(f"the evaluation stream has {len(stream)} tokens, fewer than the {count} filler "
+                         f"tokens of a length-{length} {task} sample; use shorter eval-lengths.")
+    for _ in range(ATTEMPTS):
+        offset = int(rng.integers(0, len(stream) - count + 1))
+        filler = [int(t) for t in stream[offset:offset + count]]
+        text = tokenizer.detokenize(filler)
+        if not any(f in text for f in forbidden):
+            return filler
+    shown = " or ".join(repr(f) for f in forbidden)
+    raise ProbeError(f"no filler of {count} tokens without {shown} in {ATTEMPTS} tries; the text it is drawn "
+                     f"from is too repetitive for the {task} probe.")
+
+
+def make_grid(make_sample, stream, tokenizer, length: int, depths, samples: int, eval_seed: int,
+              **options) -> list[list[ProbeSample]]:
+    """[depth][sample] samples of one length, sample (i, j) seeded by (eval_seed, length, i, j) only, so
+    every method and training seed gets byte-identical prompts (paired across runs)."""
+    check_depths(depths)
+    return [[make_sample(stream, tokenizer, length, d, (eval_seed, length, i, j), **options) for j in range(samples)]
+            for i, d in enumerate(depths)]

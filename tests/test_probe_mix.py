@@ -1,0 +1,95 @@
+"""The training mix of a retrieval probe (megatron/data/probe_mix.py): about the requested fraction of
+training samples replaced, each by index alone (so resuming sees the same ones), by a probe sample of
+the same shapes whose filler is that sample's own text; the rest, and validation, untouched; a task
+that does not fit seq-length is one clear error at start-up."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from megatron.data import build_data_loader, build_train_valid_test_datasets
+from megatron.data.probe_mix import ProbeMix
+from megatron.evaluation.identity import config_hash
+from megatron.evaluation.probes.common import ProbeError
+from megatron.neox_arguments import NeoXArgsError
+from megatron.tokenizer import ByteLevelTokenizer
+from test_data import make_args, write_with_megatron_core
+
+TOKENIZER = ByteLevelTokenizer()
+PAIR = re.compile(r" \[([a-z]{3})=(\d{4})\]")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """60 ASCII documents of 40-400 bytes (1 byte = 1 token = 1 character)."""
+    rng = np.random.default_rng(0)
+    words = ["def", "return", "self", "value", "(x)", "+", "1", "\n", "    ", "import", "os"]
+    documents = [TOKENIZER.tokenize(" ".join(rng.choice(words, size=rng.integers(10, 80)))) for _ in range(60)]
+    folder = tmp_path_factory.mktemp("mix")
+    return folder, write_with_megatron_core(folder / "text_document", documents)
+
+
+def datasets(corpus, **values):
+    folder, prefix = corpus
+    args = make_args(folder, data_path=prefix, split="8,1,1", seq_length=64, train_iters=500, eval_interval=1000,
+                     **{"probe_train_task": "kv-retrieval", "probe_train_fraction": 0.3, **values})
+    return args, build_train_valid_test_datasets(args)
+
+
+def test_about_the_fraction_is_replaced_by_index_alone_and_the_rest_is_untouched(corpus):
+    args, (train, valid, test) = datasets(corpus)
+    assert isinstance(train, ProbeMix) and not isinstance(valid, ProbeMix) and not isinstance(test, ProbeMix)
+    plain = train.dataset
+    assert len(train) == len(plain) >= 2000
+    replaced = 0
+    for i in range(2000):
+        item, base = train[i], plain[i]
+        if torch.equal(item["tokens"], base["tokens"]):
+            assert all(torch.equal(item[k], base[k]) for k in base)
+        else:
+            replaced += 1
+    assert abs(replaced / 2000 - 0.3) < 0.04  # binomial sd 0.01
+    assert all(torch.equal(train[i]["tokens"], train[i]["tokens"]) for i in range(50))  # same item twice
+    batch = next(iter(build_data_loader(train, args, consumed_samples=8)))  # as training reads it
+    assert batch["tokens"].shape == (args.train_micro_batch_size_per_gpu, 64)
+
+
+def test_a_replaced_sample_is_a_probe_of_the_same_shapes_built_from_its_own_text(corpus):
+    _, (train, _, _) = datasets(corpus, probe_train_fraction=1.0)
+    depths = []
+    for i in range(40):
+        item, base = train[i], train.dataset[i]
+        assert set(item) == set(base)
+        for key in base:
+            assert item[key].shape == base[key].shape and item[key].dtype == base[key].dtype
+        assert torch.equal(item["position_ids"], base["position_ids"]) and bool(item["loss_mask"].all())
+        tokens = torch.cat([item["tokens"], item["labels"][-1:]]).tolist()
+        assert item["labels"][:-1].tolist() == tokens[1:-1] and len(tokens) == 65
+        text = TOKENIZER.detokenize(tokens)
+        found = list(PAIR.finditer(text))
+        asked, answer = re.fullmatch(r".* \[([a-z]{3})=(\d{4})", text, re.S).groups()
+        assert len(found) == 3 and [m.group(2) for m in found if m.group(1) == asked] == [answer]
+        filler = PAIR.sub("", text[:-len(f" [{asked}={answer}")])
+        own = TOKENIZER.detokenize(torch.cat([base["tokens"], base["labels"][-1:]]).tolist())
+        assert len(filler) == 22 and filler in own  # training never sees evaluation text
+        queried = next(m for m in found if m.group(1) == asked)
+        depths.append((queried.start() - sum(len(m.group(0)) for m in found if m.start() < queried.start())) / 22)
+    assert min(depths) < 0.25 and max(depths) > 0.75  # drawn over [0, 1]
+
+
+def test_a_task_that_does_not_fit_seq_length_is_one_clear_error(corpus):
+    with pytest.raises(ProbeError) as err:
+        datasets(corpus, probe_train_task="passkey")
+    message = str(err.value)
+    assert isinstance(err.value, NeoXArgsError)  # so train.py prints it as one paragraph (run_cli), no traceback
+    assert message.startswith("probe-train-task: passkey does not fit a training sample")
+    assert "seq-length must be at least 103 (a sample is seq-length + 1 tokens), but it is 64." in message
+
+
+def test_the_mix_is_part_of_the_training_config_hash(tmp_path):
+    plain = make_args(tmp_path).to_dict()
+    mixed = make_args(tmp_path, probe_train_task="kv-retrieval", probe_train_fraction=0.5).to_dict()
+    other = make_args(tmp_path, probe_train_task="kv-retrieval", probe_train_fraction=0.25).to_dict()
+    assert len({config_hash(plain), config_hash(mixed), config_hash(other)}) == 3
+    assert config_hash(plain) == config_hash(make_args(tmp_path, probe_kv_pairs=5).to_dict())  # evaluation only
