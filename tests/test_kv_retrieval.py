@@ -122,6 +122,7 @@ def test_both_probe_modes_write_the_same_record_fields_and_print_their_grid(caps
     kv = records["kv-retrieval"]
     assert set(kv) == set(records["passkey"])
     assert kv["probe_keys"] == [s.key for row in grid for s in row]  # the queried values, depth-major
+    assert kv["probe_distance"] == [s.distance for row in grid for s in row]
     assert kv["probe_logprob"] == pytest.approx([f["logprob"] for f in forced], abs=1e-5)
     assert kv["tokens"] == 4 * 4 and len(kv["depth_accuracy"]) == 2 and len(kv["probe_greedy_exact"]) == 4
     printed = capsys.readouterr().out
@@ -130,3 +131,16 @@ def test_both_probe_modes_write_the_same_record_fields_and_print_their_grid(caps
     assert [p.suffix for p in plot_heatmaps([document], tmp_path / "heatmap", "kv-retrieval")] == [".png", ".pdf"]
     with pytest.raises(NeoXArgsError, match="has no passkey records; evaluate with `passkey` in eval-modes"):
         plot_heatmaps([document], tmp_path / "none", "passkey")
+
+
+@pytest.mark.parametrize("length", [64, 300])
+@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
+def test_distance_is_how_far_back_the_queried_pair_ends(length, depth):
+    """What the report's far/near split reads: found by searching the prompt's text for the queried pair
+    (ASCII bytes: one token per character), not from the generator's own bookkeeping."""
+    sample = make_sample(STREAM, TOKENIZER, length, depth, (5, length, 0, 1), pairs=3)
+    prompt = TOKENIZER.detokenize(sample.prompt)
+    queried = re.search(rf" \[[a-z]{{3}}={sample.key}\]", prompt)
+    assert sample.distance == len(prompt) - queried.end()
+    if depth == 1.0 and length > 64:
+        assert sample.distance < 3 * len(" [abc=1234]") + len(" [abc=")  # at most the other pairs and the question

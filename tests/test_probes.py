@@ -103,6 +103,6 @@ def test_greedy_exact_match_against_step_by_step_argmax(recompute):
                 tokens.append(int(model(torch.tensor([tokens]))[0, -1, :VOCAB].argmax()))
             decoded.append(tokens[len(sample.prompt):])
     # The model's own continuation is the "answer" of the first two: exact; the real key of the last.
-    rigged = [PasskeySample(s.prompt + d, d, s.key, s.needle_start, s.filler_tokens) for s, d in zip(samples[:2], decoded)]
+    rigged = [PasskeySample(s.prompt + d, d, s.key, s.needle_start, s.filler_tokens, s.needle_end) for s, d in zip(samples[:2], decoded)]
     got = greedy_exact(model, rigged + samples[2:], VOCAB, batch_size=2, recompute=recompute)
     assert got == [True, True, decoded[2] == samples[2].answer]

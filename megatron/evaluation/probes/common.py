@@ -27,10 +27,17 @@ class ProbeSample:
     key: int            # what the answer says (the pass key, the queried value): the record's probe_keys
     needle_start: int   # index in `tokens` where the (queried) needle's ids begin
     filler_tokens: int  # F
+    needle_end: int     # index just past the queried needle's last id
 
     @property
     def prompt(self) -> list[int]:
         return self.tokens[:len(self.tokens) - len(self.answer)]
+
+    @property
+    def distance(self) -> int:
+        """Tokens from the needle's last id to the last prompt token: a model that attends to at most
+        W tokens back (attention-window W) sees none of the needle when answering iff distance >= W."""
+        return len(self.prompt) - self.needle_end
 
 
 def check_depths(depths) -> None:

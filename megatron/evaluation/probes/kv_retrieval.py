@@ -76,7 +76,7 @@ def make_sample(stream: np.ndarray, tokenizer, length: int, depth: float, seed: 
             needle_start = len(tokens)
         tokens += needles[index]
     tokens += filler[done:] + question + answer
-    return ProbeSample(tokens, answer, values[0], needle_start, filler_tokens)
+    return ProbeSample(tokens, answer, values[0], needle_start, filler_tokens, needle_start + len(needles[0]))
 
 
 def make_grid(stream, tokenizer, length: int, depths, samples: int, eval_seed: int,

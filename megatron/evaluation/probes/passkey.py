@@ -37,7 +37,7 @@ def make_sample(stream: np.ndarray, tokenizer, length: int, depth: float, seed: 
     # Filler that never says the key nor the needle's words: one needle only.
     filler = draw_filler(rng, stream, tokenizer, filler_tokens, [str(key), "pass key"], "passkey", length)
     tokens = filler[:at] + needle + filler[at:] + question + answer
-    return ProbeSample(tokens, answer, key, at, filler_tokens)
+    return ProbeSample(tokens, answer, key, at, filler_tokens, at + len(needle))
 
 
 def make_grid(stream, tokenizer, length: int, depths, samples: int, eval_seed: int) -> list[list[ProbeSample]]:

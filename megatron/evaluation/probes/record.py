@@ -37,7 +37,7 @@ def probe_record(context, grid) -> dict:
         # run, so tables pair them as they pair chunks.
         "chunk_starts": list(range(n)), "chunk_losses": per_token.tolist(),
         "probe_depths": list(args.probe_depths), "probe_samples": args.probe_samples,
-        "probe_keys": [s.key for s in samples],
+        "probe_keys": [s.key for s in samples], "probe_distance": [s.distance for s in samples],
         "probe_logprob": [f["logprob"] for f in forced], "probe_rank": [f["rank"] for f in forced],
         "probe_top1": [f["top1"] for f in forced],
         "depth_logprob": by_depth([f["logprob"] for f in forced]),
