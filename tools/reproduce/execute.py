@@ -127,11 +127,14 @@ def _tail(path: pathlib.Path, lines: int = 6) -> str:
     return "\n".join("    " + line[:300] for line in kept[-lines:])
 
 
-def git_commit() -> tuple[str, bool]:
-    """(HEAD commit, whether tracked files differ from it)."""
+def git_commit(outside=None) -> tuple[str, bool]:
+    """(HEAD commit, whether tracked files differ from it), leaving out the folder `outside` (the report's
+    own folder, whose figures are rewritten before the header is)."""
     def git(*argv):
         return subprocess.run(["git", *argv], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "HEAD") or "unknown", bool(git("status", "--porcelain", "--untracked-files=no"))
+    excluded = [f":(exclude){outside}"] if outside else []
+    return git("rev-parse", "HEAD") or "unknown", bool(git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                                           *excluded))
 
 
 class Progress:

@@ -66,7 +66,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
 
 
 def _header(sweep, runs, inputs, command, rerendered) -> str:
-    commit, dirty = git_commit()
+    commit, dirty = git_commit(sweep.report_dir)
     args = runs[0].args()
     evaluation = sweep.evaluation
     datasets = sorted({d["run"]["dataset"] for d in inputs.documents})
