@@ -2,10 +2,12 @@
 (no work folder, no data, no checkpoints), from hand-made result files and training scalars."""
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 import yaml
 
 from megatron.evaluation.modes.position import position_fields
@@ -76,3 +78,34 @@ def test_report_only_without_inputs_says_how_to_get_them(tmp_path):
     assert result.returncode == 2
     assert "holds no report inputs" in result.stderr and "without --report-only once" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+PUBLISHED = [("configs/reproduce/cpu-mini.yml", "docs/reproduction", ["--datasets", "stdlib", "prose"]),
+             ("configs/reproduce/cpu-mini-long.yml", "docs/reproduction/long-training", [])]
+
+
+def _body(text: str) -> list[str]:
+    """The report without the lines that say when, where and how it was rendered."""
+    return [line for line in text.splitlines() if not line.startswith(("- Command:", "- Commit:", "- Generated:", "- Sweep:"))]
+
+
+@pytest.mark.parametrize("sweep,report_dir,args", PUBLISHED, ids=["cpu-mini", "cpu-mini-long"])
+def test_published_reports_re_render_from_their_committed_inputs(tmp_path, sweep, report_dir, args):
+    """The published reports, rendered again from the inputs committed beside them: the same tables,
+    verdicts and text, and byte-identical figures (kernel figures need checkpoints: kept as they are)."""
+    published = REPO / report_dir
+    copy = tmp_path / "report"
+    shutil.copytree(published, copy, ignore=shutil.ignore_patterns("long-training"))
+    spec = (REPO / sweep).read_text().replace(f"report_dir: {report_dir}\n", f"report_dir: {copy}\n")
+    assert str(copy) in spec
+    (tmp_path / "sweep.yml").write_text(spec)
+    for figure in copy.glob("*.png"):
+        if not figure.name.startswith("kernel_"):
+            figure.unlink()  # must be drawn again
+    done = subprocess.run([sys.executable, "-m", "tools.reproduce", str(tmp_path / "sweep.yml"), *args, "--report-only"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (copy / "table3.csv").read_bytes() == (published / "table3.csv").read_bytes()
+    assert _body((copy / "report.md").read_text()) == _body((published / "report.md").read_text())
+    for figure in published.glob("*.png"):
+        assert (copy / figure.name).read_bytes() == figure.read_bytes(), figure.name

@@ -48,7 +48,8 @@ def main(argv=None):
         return 0
     if args.report_only:
         saved = inputs.load(sweep)
-        reported = sorted({d["run"]["dataset"] for d in saved.documents} & set(sweep.data))
+        # In the sweep's `data` order, as the run that wrote the report planned them (sections list runs in it).
+        reported = [name for name in sweep.data if name in {d["run"]["dataset"] for d in saved.documents}]
         report = write_report(sweep, plan_runs(sweep, [sweep.data[n] for n in reported]), saved, {}, command,
                               rerendered=True)
         print(f"wrote {report}")
