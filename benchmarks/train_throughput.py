@@ -16,25 +16,21 @@ The peer row (`PEER`, off with --no-peer) is Hugging Face GPTNeoXForCausalLM at 
 import argparse
 import os
 import pathlib
-import statistics
 import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from benchmarks.hf_peer import build_peer  # noqa: E402
+from benchmarks.hf_peer import PEER, build_peer  # noqa: E402
+from benchmarks.measure import alternating_rounds  # noqa: E402
 
 from megatron.initialize import initialize_megatron  # noqa: E402
 from megatron.model.positional_embeddings import available  # noqa: E402
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
 from megatron.training import setup_model_and_optimizer, train_step  # noqa: E402
-
-
-PEER = "HF GPT-NeoX (peer)"
 
 
 def random_batches(args, vocab_size: int, seed: int):
@@ -84,14 +80,7 @@ def main():
             train_step(args, engine, optimizer, batches, vocab)
         return time.perf_counter() - start
 
-    for method in methods:
-        run(method, cli.warmup)
-    seconds = {m: [] for m in methods}
-    for _ in tqdm(range(cli.rounds), desc="rounds", unit="round"):
-        for method in methods:
-            seconds[method].append(run(method, cli.steps) / cli.steps)
-
-    per_step = {m: statistics.median(s) for m, s in seconds.items()}
+    per_step = alternating_rounds(run, methods, rounds=cli.rounds, steps=cli.steps, warmup=cli.warmup)
     print(f"\n{args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
           f"seq {args.seq_length}, batch {args.train_batch_size}, {args.precision}, "
           f"{torch.get_num_threads()} threads; median of {cli.rounds} rounds x {cli.steps} steps")
