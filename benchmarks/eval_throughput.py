@@ -24,14 +24,13 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
 from benchmarks.hf_peer import PEER, build_peer_forward  # noqa: E402
-from benchmarks.measure import PeakMemory, alternating_rounds  # noqa: E402
+from benchmarks.measure import PROCESS_TIME_HELP, PeakMemory, alternating_rounds, clock  # noqa: E402
 
 from megatron.inference_model import inference_device_and_dtype  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
@@ -50,6 +49,7 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="untimed forwards per method and length first")
     parser.add_argument("--no-peer", action="store_true", help="leave out the HF GPT-NeoX row")
+    parser.add_argument("--process-time", action="store_true", help=PROCESS_TIME_HELP)
     parser.add_argument("--no-memory", action="store_true", help="leave out the peak memory processes")
     parser.add_argument("--measure", nargs=2, metavar=("NAME", "LENGTH"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -100,6 +100,7 @@ def peak_mb(cli, name: str, length: int) -> float | None:
 def main():
     cli = parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    now = clock(cli.process_time)
     if cli.measure:
         print(json.dumps(measure_peak(cli)))
         return
@@ -113,13 +114,13 @@ def main():
         tokens = random_tokens(vocab, length, device)
 
         def run(name, steps):
-            start = time.perf_counter()
+            start = now()
             with torch.inference_mode():
                 for _ in range(steps):
                     forwards[name](tokens)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            return time.perf_counter() - start
+            return now() - start
 
         print(f"L = {length}", file=sys.stderr)
         per_forward[length] = alternating_rounds(run, names, rounds=cli.rounds, steps=cli.steps, warmup=cli.warmup)
@@ -129,7 +130,8 @@ def main():
     dtype = next(forwards["none"].parameters()).dtype
     print(f"\n{args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, batch 1, "
           f"{str(dtype).removeprefix('torch.')} on {device.type}, attention-impl {args.attention_impl}, "
-          f"{torch.get_num_threads()} threads; median of {cli.rounds} rounds x {cli.steps} forwards; "
+          f"{torch.get_num_threads()} threads; median of {cli.rounds} rounds x {cli.steps} forwards of "
+          f"{'CPU' if cli.process_time else 'wall-clock'} time; "
           f"peak: {'none measured' if cli.no_memory else 'rise during one forward, in its own process'}\n")
     header = "| method |" + "".join(f" L={L} tokens/s | vs none | peak MB |" for L in cli.lengths)
     print(header)

@@ -1,9 +1,20 @@
 """What the benchmarks share: timing configurations in alternating rounds, and peak memory."""
 import pathlib
 import statistics
+import time
 
 import torch
 from tqdm import tqdm
+
+
+PROCESS_TIME_HELP = ("time in CPU seconds of this process (user + system) instead of wall-clock: on a "
+                     "machine shared with other jobs the ratios then measure the work rather than the "
+                     "neighbours; run with OMP_NUM_THREADS=1, so that waiting threads are not counted")
+
+
+def clock(process_time: bool):
+    """The benchmarks' clock: wall-clock seconds, or this process's CPU seconds (PROCESS_TIME_HELP)."""
+    return time.process_time if process_time else time.perf_counter
 
 
 def alternating_rounds(run, names, *, rounds: int, steps: int, warmup: int) -> dict:

@@ -218,20 +218,21 @@ def test_flex_refuses_what_it_cannot_do():
                            needs_grad=False, dropout_p=0.0)
     with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):
         choose_path("fast", distance_only=True, has_score_terms=True, windowed=False, device_type="cpu",
-                    needs_grad=False, dropout_p=0.0, sdpa_estimate=0, budget=1)
+                    needs_grad=False, dropout_p=0.0, has_weight=False, sdpa_estimate=0, budget=1)
     with pytest.raises(NeoXArgsError, match="attention-window is 0"):
         plan_attention(make_pe("alibi"), positions, impl="sdpa", window=0, block_size=BLOCK,
                        needs_grad=False, dropout_p=0.0)
 
 
 def test_auto_never_picks_a_path_that_cannot_run():
-    for over_budget, distance_only, terms, windowed, device, grad, dropout in itertools.product(
-            (False, True), (True, False), (True, False), (True, False), ("cpu", "cuda"), (True, False), (0.0, 0.1)):
-        if not distance_only and not terms:
-            continue  # a method depending on i itself always has terms
+    for over_budget, distance_only, terms, weight, windowed, device, grad, dropout in itertools.product(
+            (False, True), (True, False), (True, False), (True, False), (True, False), ("cpu", "cuda"), (True, False),
+            (0.0, 0.1)):
+        if not distance_only and not terms or weight and not terms:
+            continue  # a method depending on i itself always has terms; a weight is a term
         path = choose_path("auto", distance_only=distance_only, has_score_terms=terms, windowed=windowed,
-                           device_type=device, needs_grad=grad, dropout_p=dropout, sdpa_estimate=2 if over_budget else 1,
-                           budget=1)
+                           device_type=device, needs_grad=grad, dropout_p=dropout, has_weight=weight,
+                           sdpa_estimate=2 if over_budget else 1, budget=1)
         assert path in ATTENTION_IMPLS[1:]
         if path == "flex":
             assert distance_only and dropout == 0.0 and device == "cuda"
@@ -241,42 +242,51 @@ def test_auto_never_picks_a_path_that_cannot_run():
 
 def test_auto_choices():
     def auto(**overrides):
-        settings = dict(distance_only=True, has_score_terms=True, windowed=False, device_type="cpu",
-                        needs_grad=False, dropout_p=0.0, sdpa_estimate=2, budget=1) | overrides
+        settings = dict(distance_only=True, has_score_terms=True, windowed=False, device_type="cuda",
+                        needs_grad=False, dropout_p=0.0, has_weight=False, sdpa_estimate=2, budget=1) | overrides
         return choose_path("auto", **settings)
-    assert auto(sdpa_estimate=1) == "sdpa"                 # fits: the fused kernels, fastest
     assert auto(has_score_terms=False) == "sdpa"          # fused causal kernels: no L x L
-    assert auto(has_score_terms=False, windowed=True) == "blocked"
-    assert auto() == "blocked"                             # CPU evaluation: never flex (compiles per length)
-    assert auto(needs_grad=True) == "blocked"              # CPU training
-    assert auto(device_type="cuda") == "flex"
-    assert auto(device_type="cuda", needs_grad=True) == "flex"
-    assert auto(device_type="cuda", needs_grad=True, dropout_p=0.1) == "blocked"
-    assert auto(device_type="cuda", distance_only=False) == "blocked"
+    assert auto(sdpa_estimate=1) == "sdpa"                 # fits: the fused kernels
+    assert auto() == "flex"                                # beyond: no L x L at all
+    assert auto(needs_grad=True) == "flex"
+    assert auto(needs_grad=True, dropout_p=0.1) == "blocked"
+    assert auto(distance_only=False) == "blocked"
+    # CPU: a distance-only method's blocks materialise nothing and are the fastest, at any length;
+    # never flex (it compiles per length).
+    for estimate in (1, 2):
+        assert auto(device_type="cpu", sdpa_estimate=estimate) == "blocked"
+        assert auto(device_type="cpu", has_score_terms=False, windowed=True, sdpa_estimate=estimate) == "blocked"
+    assert auto(device_type="cpu", has_weight=True) == "blocked"  # without gradients blocks beat the written-out softmax
+    assert auto(device_type="cpu", has_weight=True, needs_grad=True, sdpa_estimate=1) == "sdpa"
+    assert auto(device_type="cpu", has_weight=True, needs_grad=True) == "blocked"
+    assert auto(device_type="cpu", dropout_p=0.1, sdpa_estimate=1) == "sdpa"
+    assert auto(device_type="cpu", distance_only=False) == "blocked"
 
 
 def test_auto_on_cpu_never_takes_flex_at_any_length():
-    for name in ("kerple_log", "alibi", "t5", "none"):
+    for name in ("kerple_log", "alibi", "t5", "none", "kerple_bias_weight"):
         pe = make_pe(name)
         for length in (8, 512, 4096, 16384):
-            plan = plan_attention(pe, torch.arange(length), impl="auto", window=length // 2, block_size=BLOCK,
-                                  needs_grad=False, dropout_p=0.0, memory_budget_mb=1)
+            with torch.no_grad():
+                plan = plan_attention(pe, torch.arange(length), impl="auto", window=length // 2, block_size=BLOCK,
+                                      needs_grad=False, dropout_p=0.0, memory_budget_mb=1)
             assert plan.path != "flex", (name, length)
+            if pe.distance_only and name != "kerple_bias_weight":
+                assert plan.path == "blocked" and plan.row is not None, (name, length)  # attend_toeplitz
 
 
 def test_auto_follows_the_memory_estimate():
-    # kerple_log, 4 heads, fp32: its mask alone, 4 * 4 = 16 bytes a (query, key) pair.
-    pe = make_pe("kerple_log")
+    # kerple_bias_weight training (a weight: no Toeplitz blocks), 4 heads, fp32, one sequence, per (query,
+    # key) pair: mask-sized terms 2 * 4 * 4, pairwise 8 + 8 * 4, visibility 17, three fp32 scores 3 * 4 * 4.
+    pe = make_pe("kerple_bias_weight")
 
-    def path(length, budget_mb, needs_grad=False):
-        with torch.set_grad_enabled(needs_grad):
-            return plan_attention(pe, torch.arange(length), impl="auto", window=None, block_size=BLOCK,
-                                  needs_grad=needs_grad, dropout_p=0.0, memory_budget_mb=budget_mb).path
-    assert path(256, 1) == "sdpa"       # 256^2 * 16 = 1 MiB
-    assert path(257, 1) == "blocked"
-    assert path(257, 1, needs_grad=True) == "blocked"
+    def path(length, budget_mb):
+        return plan_attention(pe, torch.arange(length), impl="auto", window=None, block_size=BLOCK,
+                              needs_grad=True, dropout_p=0.0, memory_budget_mb=budget_mb).path
+    assert path(87, 1) == "sdpa"       # 87^2 * 137 = 1,036,953 bytes <= 1 MiB
+    assert path(88, 1) == "blocked"    # 88^2 * 137 = 1,060,928 bytes
     assert path(LENGTH, None) == "sdpa"  # the CPU default at a short length
-    assert memory_budget_bytes(torch.device("cpu"), None) == 2**30  # 1 GiB: L = 8192 at 16 bytes a pair
+    assert memory_budget_bytes(torch.device("cpu"), None) == 2**30
 
 
 def test_sdpa_estimate_by_hand():
@@ -354,3 +364,28 @@ def test_sdpa_with_positions_that_are_not_consecutive(name):
     with torch.no_grad():
         expected = run_path(pe, "blocked", q, k, v, 20, positions)
         torch.testing.assert_close(run_path(pe, "sdpa", q, k, v, 20, positions), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("window", [None, 100])
+@pytest.mark.parametrize("name", ["kerple_log", "alibi", "none"])
+def test_toeplitz_blocks_match_sdpa_across_blocks(name, window):
+    # 300 tokens: two whole 128-query blocks and a partial one (attend_toeplitz), with gradients:
+    # the table gradient for kerple_log, autograd through the kernel for alibi, a window alone for none.
+    from megatron.model.attention import TOEPLITZ_BLOCK
+    length, positions = 300, torch.arange(300) + 7
+    assert length > 2 * TOEPLITZ_BLOCK and length % TOEPLITZ_BLOCK
+    pe = make_pe(name)
+    torch.manual_seed(3)
+    inputs = [torch.randn(2, HEADS, length, HEAD_DIM) for _ in range(3)]
+    probe = torch.randn(2, HEADS, length, HEAD_DIM)
+    results = {}
+    for impl in ("sdpa", "blocked"):
+        pe.zero_grad()
+        q, k, v = (t.clone().requires_grad_() for t in inputs)
+        plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=True, dropout_p=0.0)
+        assert (plan.row is not None) == (impl == "blocked")
+        out = attend(q, k, v, plan)
+        (out * probe).sum().backward()
+        results[impl] = [out, q.grad, k.grad, v.grad] + [p.grad for p in pe.parameters()]
+    for got, expected in zip(results["blocked"], results["sdpa"]):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

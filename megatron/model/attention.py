@@ -16,6 +16,8 @@ methods that rescale the scores). The distance is d = positions[i] - positions[j
 - `blocked`: queries in blocks of `attention_block_size`; each block gathers its slice of the terms
   (from the tables, or from `pe.pairwise` for methods that depend on i itself) and calls SDPA.
   With gradients each block is recomputed in the backward pass, so memory stays O(H * block * L).
+  On CPU a distance-only method without a weight gathers nothing: each block's terms are a strided
+  view of one row per head (attend_toeplitz), memory O(H * L), faster than `sdpa`.
 
 `plan_attention` runs once per model forward (per positional module): it picks the path and
 computes the tables, or the `sdpa` path's mask, once, so every layer shares them.
@@ -50,6 +52,7 @@ class AttentionPlan:
     bias_table: torch.Tensor | None = None   # flex/blocked, distance-only methods: [H, span]
     weight_table: torch.Tensor | None = None
     block_mask: BlockMask | None = None      # flex
+    row: torch.Tensor | None = None          # blocked on CPU at consecutive positions: [H | 1, 2s - 1] (attend_toeplitz)
     table_grad: bool = False                 # sdpa/blocked: learnable bias table through table_gradient.py
 
 
@@ -72,10 +75,10 @@ def memory_budget_bytes(device: torch.device, budget_mb: int | None) -> int:
 
     Total, not free, memory: free memory moves with the caching allocator from step to step, and
     the path (FlexAttention compiles per path and length) should not. On CPU a fixed size, small
-    next to the RAM of any machine that trains here: it keeps a bias method on `sdpa` up to L = 5792
-    with 8 heads in fp32 (4729 with 12). `blocked` is the price of bounded memory beyond: on CPU it
-    took 2 to 2.5x `sdpa`'s time per model forward at L = 1024 and 2048 (4 layers, 8 heads, one
-    thread, a loaded 2-core machine), since each block pays for its own mask and gets no causal skip."""
+    next to the RAM of any machine that trains here; there it only decides for the methods that
+    `auto` does not send to `blocked` anyway (fire; a weight, with gradients; attention dropout).
+    FIRE at 8 heads in fp32, for example, stays on `sdpa` (about 2x faster than its blocks) up to
+    L = 1636 in evaluation."""
     if budget_mb is not None:
         return budget_mb * 2**20
     if device.type == "cuda":
@@ -108,15 +111,21 @@ def sdpa_bytes(*, length: int, heads: int, batch: int, element_size: int, pairwi
 
 
 def choose_path(impl: str, *, distance_only: bool, has_score_terms: bool, windowed: bool, device_type: str,
-                needs_grad: bool, dropout_p: float, sdpa_estimate: int, budget: int) -> str:
+                needs_grad: bool, dropout_p: float, has_weight: bool, sdpa_estimate: int, budget: int) -> str:
     """Resolve `attention_impl`; `auto` never returns a path that cannot run here.
 
-    `auto` takes `sdpa` while its memory estimate (`sdpa_estimate`, sdpa_bytes) fits in `budget`
-    (memory_budget_bytes): SDPA's fused kernels, on CPU told the mask is causal (cpu_flash.py), the
-    fastest path there at every length that fits. Beyond: `flex` on CUDA where it can run (no
-    L x L tensor at all), else `blocked`. Never `flex` on CPU: compiling it costs about 7 s per new
-    length, more than the work; `attention-impl: flex` still runs it there. The inputs depend on the
-    length, heads, batch, dtype, device and method, never on a layer, so one forward takes one path."""
+    `auto` takes the fastest path whose memory fits, from measurements on CPU (README, Performance):
+    - without terms or a window, `sdpa`: fused causal kernels, no L x L tensor;
+    - on CPU, a distance-only method without dropout: `blocked`, which there materialises nothing
+      (attend_toeplitz) and was the fastest path at every length measured, with gradients or not;
+      for a method with a weight only without gradients, where its blocks skip the future keys that
+      `sdpa`'s written-out softmax computes (half the time at L = 1024 and 2048; with gradients,
+      blocks recomputed in the backward, `sdpa` took 0.7x their time at L = 512);
+    - otherwise `sdpa` while `sdpa_estimate` (sdpa_bytes) fits in `budget` (memory_budget_bytes),
+      then `flex` on CUDA where it can run (no L x L tensor at all), else `blocked`.
+    Never `flex` on CPU: compiling it costs about 7 s per new length, more than the work;
+    `attention-impl: flex` still runs it there. The inputs depend on the length, heads, batch,
+    dtype, device and method, never on a layer, so one forward takes one path."""
     if impl not in ATTENTION_IMPLS:
         raise NeoXArgsError(f"attention-impl is {impl!r}; choose one of {', '.join(ATTENTION_IMPLS)}.")
     flex_problem = flex_can_run(device_type, needs_grad, dropout_p)
@@ -133,8 +142,11 @@ def choose_path(impl: str, *, distance_only: bool, has_score_terms: bool, window
                 "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device.")
     if impl != "auto":
         return impl
-    # Without score terms or a window, SDPA's fused causal kernels never build an L x L matrix.
-    if sdpa_estimate <= budget or not (has_score_terms or windowed):
+    if not (has_score_terms or windowed):
+        return "sdpa"
+    if device_type == "cpu" and distance_only and dropout_p == 0 and not (has_weight and needs_grad):
+        return "blocked"
+    if sdpa_estimate <= budget:
         return "sdpa"
     if distance_only and flex_problem is None and device_type != "cpu":
         return "flex"
@@ -169,7 +181,7 @@ def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None
         writes_scores=has_weight or (needs_grad and bias_needs_grad and not table_grad), needs_grad=needs_grad)
     path = choose_path(impl, distance_only=pe.distance_only, has_score_terms=has_score_terms,
                        windowed=window is not None, device_type=positions.device.type, needs_grad=needs_grad,
-                       dropout_p=dropout_p, sdpa_estimate=estimate,
+                       dropout_p=dropout_p, has_weight=has_weight, sdpa_estimate=estimate,
                        budget=memory_budget_bytes(positions.device, memory_budget_mb))
     plan = AttentionPlan(path, pe, positions, window, block_size, span, table_grad=table_grad and path != "flex")
     if path == "sdpa" and (has_score_terms or window is not None):
@@ -185,6 +197,11 @@ def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None
                 plan.bias, plan.weight, plan.allowed = bias, weight, allowed
     if path != "sdpa" or plan.table_grad:
         plan.bias_table, plan.weight_table = bias_table, weight_table
+    if (path == "blocked" and positions.device.type == "cpu" and pe.distance_only and not has_weight
+            and dropout_p == 0 and (plan.table_grad or bias_table is None or not bias_table.requires_grad)
+            and consecutive(positions)):
+        table = bias_table.detach() if plan.table_grad else bias_table
+        plan.row = distance_row(table, length, window, dtype, positions.device)
     if path == "flex":
         plan.block_mask = flex_block_mask(positions, window, span)
     return plan
@@ -216,24 +233,37 @@ def attend_masked(q, k, v, mask, dropout_p):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
+def consecutive(positions) -> bool:
+    """positions p0, p0 + 1, ...: every (query, key) term then depends on i - j alone."""
+    return bool((positions.diff() == 1).all())
+
+
+def distance_row(table, length, window, dtype, device):
+    """[H | 1, 2L - 1] in `dtype`, for consecutive positions: at index i - j + L - 1 the term of query i
+    and key j, table[h, i - j] where 0 <= i - j (< window), -inf elsewhere (future keys, beyond the
+    window). table [H, >= L] or None (no terms: zeros)."""
+    heads = 1 if table is None else table.shape[0]
+    visible = length if window is None else min(window, length)
+    row = torch.full((heads, 2 * length - 1), float("-inf"), dtype=dtype, device=device)
+    row[:, length - 1:length - 1 + visible] = 0 if table is None else table[:, :visible].to(dtype)
+    return row
+
+
 def distance_mask(table, positions, window, dtype):
     """The `sdpa` path's [1, H | 1, L, L] mask for a distance-only method: table[h, d] in `dtype`
     where key j is visible to query i, -inf elsewhere; table [H, span] or None (no terms: zeros).
 
-    For consecutive positions (the usual case: any start) entry (i, j) depends on i - j alone, so
-    the mask is one [H, 2L - 1] row per head (index i - j + L - 1, -inf where i - j < 0 or >= the
-    window) seen as a Toeplitz matrix and copied out once: on CPU about 4x faster than gathering
-    by an [L, L] distance index and masking it (L = 2048, 8 heads: 0.2 s against 0.9 s), and no
-    [L, L] index at all. Other positions gather."""
-    if table is None:
-        table = torch.zeros(1, positions.shape[0], dtype=dtype, device=positions.device)
+    For consecutive positions (the usual case: any start) it is distance_row seen as a Toeplitz
+    matrix and copied out once: on CPU about 4x faster than gathering by an [L, L] distance index
+    and masking it (L = 2048, 8 heads: 0.2 s against 0.9 s), and no [L, L] index at all. Other
+    positions gather."""
     length = positions.shape[0]
-    if not bool((positions.diff() == 1).all()):
+    if not consecutive(positions):
         allowed = allowed_keys(positions, positions, torch.arange(length, device=positions.device), window)
+        if table is None:
+            return additive_mask(None, allowed, dtype)
         return additive_mask(gather_by_distance(table.to(dtype), positions, positions), allowed, dtype)
-    visible = length if window is None else min(window, length)
-    row = torch.full((table.shape[0], 2 * length - 1), float("-inf"), dtype=dtype, device=positions.device)
-    row[:, length - 1:length - 1 + visible] = table[:, :visible].to(dtype)
+    row = distance_row(table, length, window, dtype, positions.device)
     # unfold: [H, L, L] with [h, i, j'] = row[h, i + j']; flipping j' = L - 1 - j gives row[h, i - j + L - 1].
     return row.unfold(1, length, 1).flip(-1)[None]
 
@@ -294,7 +324,39 @@ def gather_by_distance(table, q_positions, k_positions):
     return table[:, distance]
 
 
+TOEPLITZ_BLOCK = 128  # queries per kernel call of attend_toeplitz (it holds no [block, L] tensor)
+
+
+def attend_toeplitz(q, k, v, plan: AttentionPlan):
+    """The `blocked` path on CPU for a distance-only method at consecutive positions: no term is
+    materialised. With the keys in reverse order, a block's terms row[h, i - j + L - 1] have strides
+    (1, 1) in (query, reversed key), so each block's mask is a strided view of plan.row, handed to
+    the flash kernel (cpu_flash.py) with the keys up to the block's last query. Memory O(H * L); one
+    thread, 8 heads of 32 dims, one sequence: 3.5 / 12 / 45 ms at L = 512 / 1024 / 2048, against 4.6 /
+    14 / 46 for causal attention without terms and 5.4 / 18 / 58 for the `sdpa` path's call."""
+    length, row = q.shape[2], plan.row.to(q.dtype)  # [H, 2L - 1]: a copy only if planned for another dtype
+    k_reversed, v_reversed = k.flip(2), v.flip(2)
+    k_positions = plan.positions.flip(0)
+    outputs = []
+    for start in range(0, length, TOEPLITZ_BLOCK):
+        end = min(start + TOEPLITZ_BLOCK, length)
+        # [1, H, query start + a, key end - 1 - c] = row[h, start + a - (end - 1 - c) + L - 1]
+        mask = row.as_strided((1, row.shape[0], end - start, end), (0, row.stride(0), 1, 1),
+                              row.storage_offset() + start - end + length)
+        keys = slice(length - end, length)
+        if plan.table_grad:
+            out = attend_with_table(q[:, :, start:end], k_reversed[:, :, keys], v_reversed[:, :, keys],
+                                    plan.bias_table, plan.positions[start:end], k_positions[keys], None, mask)
+        else:
+            out = cpu_flash.attention(q[:, :, start:end], k_reversed[:, :, keys], v_reversed[:, :, keys], mask,
+                                      causal=False)[0]
+        outputs.append(out)
+    return torch.cat(outputs, dim=2)
+
+
 def attend_blocked(q, k, v, plan: AttentionPlan, dropout_p):
+    if plan.row is not None:
+        return attend_toeplitz(q, k, v, plan)
     length = q.shape[2]
     outputs = []
     for start in range(0, length, plan.block_size):

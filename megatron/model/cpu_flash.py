@@ -17,6 +17,8 @@ import torch
 
 def attention(q, k, v, mask, causal: bool):
     """q [b, H, q, D], k/v [b, H, k, D], mask [1 | b, 1 | H, q, k] -> (out [b, H, q, D], logsumexp)."""
+    if mask.dtype != q.dtype:  # the kernel would read the mask's memory as q's dtype
+        raise TypeError(f"cpu_flash.attention: mask dtype {mask.dtype} differs from q's {q.dtype}")
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask)
 
 
