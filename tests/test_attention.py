@@ -256,7 +256,7 @@ def test_auto_choices():
     for estimate in (1, 2):
         assert auto(device_type="cpu", sdpa_estimate=estimate) == "blocked"
         assert auto(device_type="cpu", has_score_terms=False, windowed=True, sdpa_estimate=estimate) == "blocked"
-    assert auto(device_type="cpu", has_weight=True) == "blocked"  # without gradients blocks beat the written-out softmax
+    assert auto(device_type="cpu", has_weight=True) == "blocked"  # blocks beat the written-out softmax
     assert auto(device_type="cpu", has_weight=True, needs_grad=True, sdpa_estimate=1) == "sdpa"
     assert auto(device_type="cpu", has_weight=True, needs_grad=True) == "blocked"
     assert auto(device_type="cpu", dropout_p=0.1, sdpa_estimate=1) == "sdpa"

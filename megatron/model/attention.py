@@ -52,7 +52,7 @@ class AttentionPlan:
     bias_table: torch.Tensor | None = None   # flex/blocked, distance-only methods: [H, span]
     weight_table: torch.Tensor | None = None
     block_mask: BlockMask | None = None      # flex
-    row: torch.Tensor | None = None          # blocked on CPU at consecutive positions: [H | 1, 2s - 1] (attend_toeplitz)
+    row: torch.Tensor | None = None          # blocked, CPU, consecutive positions: [H | 1, 2s - 1]
     table_grad: bool = False                 # sdpa/blocked: learnable bias table through table_gradient.py
 
 
