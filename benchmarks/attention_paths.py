@@ -25,6 +25,7 @@ from tqdm import tqdm
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.measure import PeakMemory  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.model.attention import attend, plan_attention  # noqa: E402
 from megatron.model.positional_embeddings import available, build_positional_embedding  # noqa: E402
@@ -64,13 +65,6 @@ def training_step_ms(steps: int) -> dict:
     return {key: 1000 * statistics.median(t) for key, t in times.items()}
 
 
-def read_status_kb(field: str) -> int:
-    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} missing from /proc/self/status")
-
-
 def measure_attention_forward(impl: str, length: int) -> dict:
     """Runs in a child process: peak RSS rise (MB) and seconds of one attention forward."""
     torch.manual_seed(0)
@@ -84,12 +78,11 @@ def measure_attention_forward(impl: str, length: int) -> dict:
 
     with torch.no_grad():
         forward()  # compiles flex; faults in allocator pools for every path alike
-        pathlib.Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
-        before_kb = read_status_kb("VmRSS")
-        start = time.perf_counter()
-        forward()
-        seconds = time.perf_counter() - start
-    return {"peak_mb": (read_status_kb("VmHWM") - before_kb) / 1024, "seconds": seconds}
+        with PeakMemory("cpu") as peak:
+            start = time.perf_counter()
+            forward()
+            seconds = time.perf_counter() - start
+    return {"peak_mb": peak.peak_mb, "seconds": seconds}
 
 
 def memory_row(impl: str, length: int) -> str:

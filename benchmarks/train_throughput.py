@@ -16,25 +16,20 @@ The peer row (`PEER`, off with --no-peer) is Hugging Face GPTNeoXForCausalLM at 
 import argparse
 import os
 import pathlib
-import statistics
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from benchmarks.hf_peer import build_peer  # noqa: E402
+from benchmarks.hf_peer import PEER, build_peer  # noqa: E402
+from benchmarks.measure import PROCESS_TIME_HELP, alternating_rounds, clock  # noqa: E402
 
 from megatron.initialize import initialize_megatron  # noqa: E402
 from megatron.model.positional_embeddings import available  # noqa: E402
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
 from megatron.training import setup_model_and_optimizer, train_step  # noqa: E402
-
-
-PEER = "HF GPT-NeoX (peer)"
 
 
 def random_batches(args, vocab_size: int, seed: int):
@@ -54,8 +49,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per method first")
     parser.add_argument("--no-peer", action="store_true", help="leave out the HF GPT-NeoX row")
+    parser.add_argument("--process-time", action="store_true", help=PROCESS_TIME_HELP)
     cli = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    now = clock(cli.process_time)
     methods = ["none"] + [m for m in cli.methods if m != "none"]
 
     overrides = {**parse_overrides(cli.set), "save": None, "load": None}
@@ -74,27 +71,21 @@ def main():
         methods.append(PEER)
 
     def run(method, steps):
-        start = time.perf_counter()
+        start = now()
         if method == PEER:
             for _ in range(steps):
                 peer()
-            return time.perf_counter() - start
+            return now() - start
         args, engine, optimizer, batches, vocab = runs[method]
         for _ in range(steps):
             train_step(args, engine, optimizer, batches, vocab)
-        return time.perf_counter() - start
+        return now() - start
 
-    for method in methods:
-        run(method, cli.warmup)
-    seconds = {m: [] for m in methods}
-    for _ in tqdm(range(cli.rounds), desc="rounds", unit="round"):
-        for method in methods:
-            seconds[method].append(run(method, cli.steps) / cli.steps)
-
-    per_step = {m: statistics.median(s) for m, s in seconds.items()}
+    per_step = alternating_rounds(run, methods, rounds=cli.rounds, steps=cli.steps, warmup=cli.warmup)
     print(f"\n{args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
           f"seq {args.seq_length}, batch {args.train_batch_size}, {args.precision}, "
-          f"{torch.get_num_threads()} threads; median of {cli.rounds} rounds x {cli.steps} steps")
+          f"{torch.get_num_threads()} threads; median of {cli.rounds} rounds x {cli.steps} steps of "
+          f"{'CPU' if cli.process_time else 'wall-clock'} time")
     print(f"{'method':<20}{'tokens/s':>12}{'vs none':>10}{'time vs none':>14}")
     for method in sorted(methods, key=per_step.get):
         rate = tokens_per_step / per_step[method]

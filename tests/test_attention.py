@@ -10,8 +10,8 @@ import torch
 
 from torch.nn.attention.flex_attention import create_block_mask
 
-from megatron.model.attention import (ATTENTION_IMPLS, attend, choose_path, flex_block_mask, pad_to_whole_tiles,
-                                      plan_attention)
+from megatron.model.attention import (ATTENTION_IMPLS, attend, choose_path, flex_block_mask, memory_budget_bytes,
+                                      pad_to_whole_tiles, plan_attention, sdpa_bytes)
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
 
@@ -217,41 +217,99 @@ def test_flex_refuses_what_it_cannot_do():
             plan_attention(make_pe(name), positions, impl="flex", window=None, block_size=BLOCK,
                            needs_grad=False, dropout_p=0.0)
     with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):
-        choose_path("fast", length=8, block_size=4, distance_only=True, has_score_terms=True, windowed=False,
-                    device_type="cpu", needs_grad=False, dropout_p=0.0)
+        choose_path("fast", distance_only=True, has_score_terms=True, windowed=False, device_type="cpu",
+                    needs_grad=False, dropout_p=0.0, has_weight=False, sdpa_estimate=0, budget=1)
     with pytest.raises(NeoXArgsError, match="attention-window is 0"):
         plan_attention(make_pe("alibi"), positions, impl="sdpa", window=0, block_size=BLOCK,
                        needs_grad=False, dropout_p=0.0)
 
 
 def test_auto_never_picks_a_path_that_cannot_run():
-    for length, distance_only, terms, windowed, device, grad, dropout in itertools.product(
-            (64, 4096), (True, False), (True, False), (True, False), ("cpu", "cuda"), (True, False), (0.0, 0.1)):
-        if not distance_only and not terms:
-            continue  # a method depending on i itself always has terms
-        path = choose_path("auto", length=length, block_size=512, distance_only=distance_only,
-                           has_score_terms=terms, windowed=windowed, device_type=device, needs_grad=grad,
-                           dropout_p=dropout)
+    for over_budget, distance_only, terms, weight, windowed, device, grad, dropout in itertools.product(
+            (False, True), (True, False), (True, False), (True, False), (True, False), ("cpu", "cuda"), (True, False),
+            (0.0, 0.1)):
+        if not distance_only and not terms or weight and not terms:
+            continue  # a method depending on i itself always has terms; a weight is a term
+        path = choose_path("auto", distance_only=distance_only, has_score_terms=terms, windowed=windowed,
+                           device_type=device, needs_grad=grad, dropout_p=dropout, has_weight=weight,
+                           sdpa_estimate=2 if over_budget else 1, budget=1)
         assert path in ATTENTION_IMPLS[1:]
         if path == "flex":
-            assert distance_only and dropout == 0.0 and not (device == "cpu" and grad)
-        if length > 512 and (terms or windowed):
-            assert path != "sdpa", "long sequences with score terms must not materialise L x L"
+            assert distance_only and dropout == 0.0 and device == "cuda"
+        if over_budget and (terms or windowed):
+            assert path != "sdpa", "an L x L estimate over the budget must not be materialised"
 
 
 def test_auto_choices():
     def auto(**overrides):
-        settings = dict(length=4096, block_size=512, distance_only=True, has_score_terms=True, windowed=False,
-                        device_type="cpu", needs_grad=False, dropout_p=0.0) | overrides
+        settings = dict(distance_only=True, has_score_terms=True, windowed=False, device_type="cuda",
+                        needs_grad=False, dropout_p=0.0, has_weight=False, sdpa_estimate=2, budget=1) | overrides
         return choose_path("auto", **settings)
-    assert auto(length=512) == "sdpa"
     assert auto(has_score_terms=False) == "sdpa"          # fused causal kernels: no L x L
-    assert auto(has_score_terms=False, windowed=True) == "flex"
-    assert auto() == "flex"                                # CPU evaluation
-    assert auto(needs_grad=True) == "blocked"              # CPU training
-    assert auto(device_type="cuda", needs_grad=True) == "flex"
-    assert auto(device_type="cuda", needs_grad=True, dropout_p=0.1) == "blocked"
-    assert auto(device_type="cuda", distance_only=False) == "blocked"
+    assert auto(sdpa_estimate=1) == "sdpa"                 # fits: the fused kernels
+    assert auto() == "flex"                                # beyond: no L x L at all
+    assert auto(needs_grad=True) == "flex"
+    assert auto(needs_grad=True, dropout_p=0.1) == "blocked"
+    assert auto(distance_only=False) == "blocked"
+    # CPU: a distance-only method's blocks materialise nothing and are the fastest, at any length;
+    # never flex (it compiles per length).
+    for estimate in (1, 2):
+        assert auto(device_type="cpu", sdpa_estimate=estimate) == "blocked"
+        assert auto(device_type="cpu", has_score_terms=False, windowed=True, sdpa_estimate=estimate) == "blocked"
+    assert auto(device_type="cpu", has_weight=True) == "blocked"  # blocks beat the written-out softmax
+    assert auto(device_type="cpu", has_weight=True, needs_grad=True, sdpa_estimate=1) == "sdpa"
+    assert auto(device_type="cpu", has_weight=True, needs_grad=True) == "blocked"
+    assert auto(device_type="cpu", dropout_p=0.1, sdpa_estimate=1) == "sdpa"
+    assert auto(device_type="cpu", distance_only=False) == "blocked"
+
+
+def test_auto_on_cpu_never_takes_flex_at_any_length():
+    for name in ("kerple_log", "alibi", "t5", "none", "kerple_bias_weight"):
+        pe = make_pe(name)
+        for length in (8, 512, 4096, 16384):
+            with torch.no_grad():
+                plan = plan_attention(pe, torch.arange(length), impl="auto", window=length // 2, block_size=BLOCK,
+                                      needs_grad=False, dropout_p=0.0, memory_budget_mb=1)
+            assert plan.path != "flex", (name, length)
+            if pe.distance_only and name != "kerple_bias_weight":
+                assert plan.path == "blocked" and plan.row is not None, (name, length)  # attend_toeplitz
+
+
+def test_auto_follows_the_memory_estimate():
+    # kerple_bias_weight training (a weight: no Toeplitz blocks), 4 heads, fp32, one sequence, per (query,
+    # key) pair: mask-sized terms 2 * 4 * 4, pairwise 8 + 8 * 4, visibility 17, three fp32 scores 3 * 4 * 4.
+    pe = make_pe("kerple_bias_weight")
+
+    def path(length, budget_mb):
+        return plan_attention(pe, torch.arange(length), impl="auto", window=None, block_size=BLOCK,
+                              needs_grad=True, dropout_p=0.0, memory_budget_mb=budget_mb).path
+    assert path(87, 1) == "sdpa"       # 87^2 * 137 = 1,036,953 bytes <= 1 MiB
+    assert path(88, 1) == "blocked"    # 88^2 * 137 = 1,060,928 bytes
+    assert path(LENGTH, None) == "sdpa"  # the CPU default at a short length
+    assert memory_budget_bytes(torch.device("cpu"), None) == 2**30
+
+
+def test_sdpa_estimate_by_hand():
+    # A bias method in bf16 with a table gradient: the mask, 2 * 8 = 16 bytes a pair.
+    assert sdpa_bytes(length=1000, heads=8, batch=4, element_size=2, pairwise_bytes=0, writes_scores=False,
+                      needs_grad=True) == 1000 * 1000 * 16
+    # kerple_bias_weight in fp32, training at batch 4: pairwise's int64 distance and fp32 bias and weight
+    # (8 + 8 * 8), visibility 17, mask-sized terms twice (2 * 4 * 8), three [4, 8, L, L] fp32 scores at once.
+    assert make_pe("kerple_bias_weight").pairwise_bytes() == 8 + 8 * HEADS
+    assert sdpa_bytes(length=512, heads=8, batch=4, element_size=4, pairwise_bytes=72, writes_scores=True,
+                      needs_grad=True) == 512 * 512 * (72 + 17 + 64 + 4 * 8 * 4 * 3)
+    # float64 scores are 8 bytes; without gradients two are alive at once.
+    assert sdpa_bytes(length=10, heads=2, batch=1, element_size=8, pairwise_bytes=24, writes_scores=True,
+                      needs_grad=False) == 100 * (24 + 17 + 32 + 2 * 8 * 2)
+
+
+def test_sdpa_mask_is_built_once_in_the_compute_dtype():
+    # The plan holds the final 4-D contiguous mask: layers hand it to SDPA as it is.
+    for dtype in (torch.float32, torch.bfloat16):
+        plan = plan_attention(make_pe("alibi"), torch.arange(LENGTH), impl="sdpa", window=7, block_size=BLOCK,
+                              needs_grad=False, dropout_p=0.0, dtype=dtype)
+        assert plan.mask.dtype == dtype and plan.mask.shape == (1, HEADS, LENGTH, LENGTH) and plan.mask.is_contiguous()
+        assert plan.bias is None and plan.weight is None
 
 
 @pytest.mark.slow
@@ -280,3 +338,54 @@ def test_paths_agree_at_a_realistic_size(window):
             torch.testing.assert_close(out, outputs["sdpa"], atol=1e-5, rtol=1e-5, msg=f"{name} {impl}")
         for blocked, expected in zip(grads["blocked"], grads["sdpa"]):
             torch.testing.assert_close(blocked, expected, atol=1e-4, rtol=1e-4, msg=f"{name} gradients")
+
+
+@pytest.mark.parametrize("window", [None, 1, 7, LENGTH + 5])
+def test_toeplitz_mask_equals_the_gathered_one(window):
+    # distance_mask builds consecutive positions' mask from one row per head; any other positions gather.
+    from megatron.model.attention import additive_mask, allowed_keys, distance_mask, gather_by_distance
+    table = make_pe("kerple_log").distance_tables(LENGTH)[0]
+    for positions in (torch.arange(LENGTH), torch.arange(LENGTH) + 100):
+        allowed = allowed_keys(positions, positions, torch.arange(LENGTH), window)
+        gathered = additive_mask(gather_by_distance(table, positions - positions[0], positions - positions[0]),
+                                 allowed, torch.float32)
+        mask = distance_mask(table, positions, window, torch.float32)
+        assert mask.shape == (1, HEADS, LENGTH, LENGTH) and mask.is_contiguous()
+        assert torch.equal(mask, gathered)
+    no_terms = distance_mask(None, torch.arange(LENGTH), window, torch.bfloat16)
+    assert no_terms.shape == (1, 1, LENGTH, LENGTH) and no_terms.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("name", ["kerple_log", "alibi", "t5"])
+def test_sdpa_with_positions_that_are_not_consecutive(name):
+    # Explicit position_ids with gaps take the gathered mask; blocked gathers block by block.
+    pe, (q, k, v) = make_pe(name), qkv()
+    positions = torch.arange(LENGTH) * 3 + torch.arange(LENGTH) % 2
+    with torch.no_grad():
+        expected = run_path(pe, "blocked", q, k, v, 20, positions)
+        torch.testing.assert_close(run_path(pe, "sdpa", q, k, v, 20, positions), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("window", [None, 100])
+@pytest.mark.parametrize("name", ["kerple_log", "alibi", "none"])
+def test_toeplitz_blocks_match_sdpa_across_blocks(name, window):
+    # 300 tokens: two whole 128-query blocks and a partial one (attend_toeplitz), with gradients:
+    # the table gradient for kerple_log, autograd through the kernel for alibi, a window alone for none.
+    from megatron.model.attention import TOEPLITZ_BLOCK
+    length, positions = 300, torch.arange(300) + 7
+    assert length > 2 * TOEPLITZ_BLOCK and length % TOEPLITZ_BLOCK
+    pe = make_pe(name)
+    torch.manual_seed(3)
+    inputs = [torch.randn(2, HEADS, length, HEAD_DIM) for _ in range(3)]
+    probe = torch.randn(2, HEADS, length, HEAD_DIM)
+    results = {}
+    for impl in ("sdpa", "blocked"):
+        pe.zero_grad()
+        q, k, v = (t.clone().requires_grad_() for t in inputs)
+        plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=True, dropout_p=0.0)
+        assert (plan.row is not None) == (impl == "blocked")
+        out = attend(q, k, v, plan)
+        (out * probe).sum().backward()
+        results[impl] = [out, q.grad, k.grad, v.grad] + [p.grad for p in pe.parameters()]
+    for got, expected in zip(results["blocked"], results["sdpa"]):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

@@ -235,8 +235,8 @@ def test_bf16_deepspeed_step_on_cuda_through_flexattention(stdlib_data, tmp_path
     from megatron.initialize import initialize_megatron
     from megatron.tokenizer import build_tokenizer
     from megatron.training import setup_model_and_optimizer, train_step
-    # Block size 16 < 64 tokens: `auto` takes FlexAttention's backward on CUDA.
-    args = tiny_args(stdlib_data, tmp_path, precision="bf16", attention_block_size=16, warmup=0.0, save=None,
+    # `auto` would take `sdpa` at 64 tokens (its mask fits the memory budget): FlexAttention's backward is asked for.
+    args = tiny_args(stdlib_data, tmp_path, precision="bf16", attention_impl="flex", warmup=0.0, save=None,
                      load=None, train_micro_batch_size_per_gpu=4)
     initialize_megatron(args)
     tokenizer = build_tokenizer(args)

@@ -7,18 +7,20 @@ Every path computes, per head h, query i and key j <= i (and i - j < W when `att
 where bias/weight come from the positional method (either may be absent; `weight` exists only for
 methods that rescale the scores). The distance is d = positions[i] - positions[j].
 
-- `sdpa` (the reference): materialise the [H, L, L] terms with `pe.pairwise` and call
-  `scaled_dot_product_attention` (or write the softmax out when there is a weight, which SDPA
-  cannot apply). Memory grows with L^2.
+- `sdpa` (the reference, and the fastest): the [H, L, L] terms written out once per forward as one
+  additive mask, and `scaled_dot_product_attention`'s fused kernels (or the softmax written out when
+  there is a weight, which SDPA cannot apply). Memory grows with L^2.
 - `flex`: compiled FlexAttention whose `score_mod` reads the per-distance tables `[H, L]`, with a
   block mask for causality and the window. Only for methods whose terms depend on d alone. torch
   has no FlexAttention backward on CPU, so on CPU it runs only without gradients.
 - `blocked`: queries in blocks of `attention_block_size`; each block gathers its slice of the terms
   (from the tables, or from `pe.pairwise` for methods that depend on i itself) and calls SDPA.
   With gradients each block is recomputed in the backward pass, so memory stays O(H * block * L).
+  On CPU a distance-only method without a weight gathers nothing: each block's terms are a strided
+  view of one row per head (attend_toeplitz), memory O(H * L), faster than `sdpa`.
 
 `plan_attention` runs once per model forward (per positional module): it picks the path and
-computes the tables or the pairwise terms once, so every layer shares them.
+computes the tables, or the `sdpa` path's mask, once, so every layer shares them.
 """
 import math
 from dataclasses import dataclass
@@ -28,7 +30,8 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
-from megatron.model.attention_config import ATTENTION_IMPLS, check_window_and_block_size
+from megatron.model.attention_config import ATTENTION_IMPLS, check_attention_sizes
+from megatron.model import cpu_flash
 from megatron.model.table_gradient import attend_with_table
 from megatron.neox_arguments import NeoXArgsError
 
@@ -42,12 +45,14 @@ class AttentionPlan:
     window: int | None
     block_size: int
     span: int                          # largest distance any query sees, + 1
-    bias: torch.Tensor | None = None         # sdpa: [H, s, s]
-    weight: torch.Tensor | None = None       # sdpa: [H, s, s]
-    allowed: torch.Tensor | None = None      # sdpa: bool [s, s]; None = plain causal
+    mask: torch.Tensor | None = None         # sdpa: [1, H | 1, s, s] additive, -inf where hidden; None = plain causal
+    bias: torch.Tensor | None = None         # sdpa with a weight (written-out softmax): [H, s, s]
+    weight: torch.Tensor | None = None       #   [H, s, s]
+    allowed: torch.Tensor | None = None      #   bool [s, s]
     bias_table: torch.Tensor | None = None   # flex/blocked, distance-only methods: [H, span]
     weight_table: torch.Tensor | None = None
     block_mask: BlockMask | None = None      # flex
+    row: torch.Tensor | None = None          # blocked, CPU, consecutive positions: [H | 1, 2s - 1]
     table_grad: bool = False                 # sdpa/blocked: learnable bias table through table_gradient.py
 
 
@@ -60,9 +65,67 @@ def flex_can_run(device_type: str, needs_grad: bool, dropout_p: float) -> str | 
     return None
 
 
-def choose_path(impl: str, *, length: int, block_size: int, distance_only: bool, has_score_terms: bool,
-                windowed: bool, device_type: str, needs_grad: bool, dropout_p: float) -> str:
-    """Resolve `attention_impl`; `auto` never returns a path that cannot run here."""
+CPU_MEMORY_BUDGET_MB = 1024
+CUDA_MEMORY_FRACTION = 4  # a quarter of the device
+
+
+def memory_budget_bytes(device: torch.device, budget_mb: int | None) -> int:
+    """What `auto` lets the `sdpa` path materialise (sdpa_bytes): `attention-memory-budget` MB, else
+    a quarter of a CUDA device's total memory, or 1 GiB on CPU.
+
+    Total, not free, memory: free memory moves with the caching allocator from step to step, and
+    the path (FlexAttention compiles per path and length) should not. On CPU a fixed size, small
+    next to the RAM of any machine that trains here; there it only decides for the methods that
+    `auto` does not send to `blocked` anyway (fire; a weight, with gradients; attention dropout).
+    FIRE at 8 heads in fp32, for example, stays on `sdpa` (about 2x faster than its blocks) up to
+    L = 1636 in evaluation."""
+    if budget_mb is not None:
+        return budget_mb * 2**20
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // CUDA_MEMORY_FRACTION
+    return CPU_MEMORY_BUDGET_MB * 2**20
+
+
+def sdpa_bytes(*, length: int, heads: int, batch: int, element_size: int, pairwise_bytes: int,
+               writes_scores: bool, needs_grad: bool) -> int:
+    """Bytes the `sdpa` path materialises for one forward at `length` tokens, counted from what
+    plan_attention and attend allocate (per layer: what each layer keeps for its backward is counted
+    once). With e = `element_size` of the compute dtype, per (query, key) pair:
+
+    - e H for the mask [1, H, L, L] (H = 1 for a window without terms), held through the forward and
+      the backward and shared by the layers. A distance-only method builds nothing else
+      (distance_mask; position_ids that are not consecutive gather, about twice that);
+    - for a method whose terms `pe.pairwise` builds (one that depends on i itself, or has a weight):
+      its `pairwise_bytes`, 17 for the visibility [L, L] (bool, and a window's int64 position
+      differences) and e H for the copy the mask is masked from;
+    - for the written-out softmax (`writes_scores`: a weight, or a mask that needs a gradient, which
+      sends SDPA to its math kernel), the [b, H, L, L] scores in fp32 or wider: two at once without
+      gradients (one op's input and output), three with (scores and probabilities kept for the
+      backward, one being made)."""
+    per_pair = element_size * heads
+    if pairwise_bytes:
+        per_pair += pairwise_bytes + 17 + element_size * heads
+    if writes_scores:
+        per_pair += batch * heads * max(element_size, 4) * (3 if needs_grad else 2)
+    return length * length * per_pair
+
+
+def choose_path(impl: str, *, distance_only: bool, has_score_terms: bool, windowed: bool, device_type: str,
+                needs_grad: bool, dropout_p: float, has_weight: bool, sdpa_estimate: int, budget: int) -> str:
+    """Resolve `attention_impl`; `auto` never returns a path that cannot run here.
+
+    `auto` takes the fastest path whose memory fits, from measurements on CPU (README, Performance):
+    - without terms or a window, `sdpa`: fused causal kernels, no L x L tensor;
+    - on CPU, a distance-only method without dropout: `blocked`, which there materialises nothing
+      (attend_toeplitz) and was the fastest path at every length measured, with gradients or not;
+      for a method with a weight only without gradients, where its blocks skip the future keys that
+      `sdpa`'s written-out softmax computes (half the time at L = 1024 and 2048; with gradients,
+      blocks recomputed in the backward, `sdpa` took 0.7x their time at L = 512);
+    - otherwise `sdpa` while `sdpa_estimate` (sdpa_bytes) fits in `budget` (memory_budget_bytes),
+      then `flex` on CUDA where it can run (no L x L tensor at all), else `blocked`.
+    Never `flex` on CPU: compiling it costs about 7 s per new length, more than the work;
+    `attention-impl: flex` still runs it there. The inputs depend on the length, heads, batch,
+    dtype, device and method, never on a layer, so one forward takes one path."""
     if impl not in ATTENTION_IMPLS:
         raise NeoXArgsError(f"attention-impl is {impl!r}; choose one of {', '.join(ATTENTION_IMPLS)}.")
     flex_problem = flex_can_run(device_type, needs_grad, dropout_p)
@@ -79,39 +142,66 @@ def choose_path(impl: str, *, length: int, block_size: int, distance_only: bool,
                 "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device.")
     if impl != "auto":
         return impl
-    # Without score terms or a window, SDPA's fused causal kernels never build an L x L matrix.
-    if length <= block_size or not (has_score_terms or windowed):
+    if not (has_score_terms or windowed):
         return "sdpa"
-    if distance_only and flex_problem is None:
+    if device_type == "cpu" and distance_only and dropout_p == 0 and not (has_weight and needs_grad):
+        return "blocked"
+    if sdpa_estimate <= budget:
+        return "sdpa"
+    if distance_only and flex_problem is None and device_type != "cpu":
         return "flex"
     return "blocked"
 
 
 def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,
-                   needs_grad: bool, dropout_p: float) -> AttentionPlan:
-    """Choose the path for this forward and compute what it reads from the positional method."""
-    check_window_and_block_size(window, block_size)
+                   needs_grad: bool, dropout_p: float, dtype: torch.dtype = torch.float32, batch: int = 1,
+                   memory_budget_mb: int | None = None) -> AttentionPlan:
+    """Choose the path for this forward and compute what it reads from the positional method.
+
+    `dtype`: the dtype of q, k and v (the `sdpa` path's mask is built in it); `batch`: sequences per
+    forward; both only size the memory estimate and the mask, so the path is the same for every layer."""
+    check_attention_sizes(window, block_size, memory_budget_mb)
     length = positions.shape[0]
     span = int(positions.max() - positions.min()) + 1  # s for the usual positions 0..s-1
     bias_table = weight_table = None
     if pe.distance_only:
         bias_table, weight_table = pe.distance_tables(span)
     has_score_terms = not pe.distance_only or bias_table is not None or weight_table is not None
-    path = choose_path(impl, length=length, block_size=block_size, distance_only=pe.distance_only,
-                       has_score_terms=has_score_terms, windowed=window is not None,
-                       device_type=positions.device.type, needs_grad=needs_grad, dropout_p=dropout_p)
-    plan = AttentionPlan(path, pe, positions, window, block_size, span)
+    has_weight = weight_table is not None
     # A bias table that needs a gradient, with no weight or dropout: fused SDPA with the bias as a
     # constant and the table's gradient on the side (table_gradient.py), not SDPA's math kernel.
-    plan.table_grad = (path != "flex" and needs_grad and dropout_p == 0 and weight_table is None
-                       and bias_table is not None and bias_table.requires_grad)
-    if path == "sdpa":
-        if not plan.table_grad:
-            plan.bias, plan.weight = pe.pairwise(positions, positions)
-        if has_score_terms or window is not None:
-            plan.allowed = allowed_keys(positions, positions, torch.arange(length, device=positions.device), window)
+    table_grad = (needs_grad and dropout_p == 0 and not has_weight and bias_table is not None
+                  and bias_table.requires_grad)
+    bias_needs_grad = (bias_table is not None and bias_table.requires_grad
+                       or not pe.distance_only and any(p.requires_grad for p in pe.parameters()))
+    estimate = sdpa_bytes(
+        length=length, heads=pe.num_heads if has_score_terms else 1, batch=batch,
+        element_size=dtype.itemsize,
+        pairwise_bytes=pe.pairwise_bytes() if has_weight or not pe.distance_only else 0,
+        writes_scores=has_weight or (needs_grad and bias_needs_grad and not table_grad), needs_grad=needs_grad)
+    path = choose_path(impl, distance_only=pe.distance_only, has_score_terms=has_score_terms,
+                       windowed=window is not None, device_type=positions.device.type, needs_grad=needs_grad,
+                       dropout_p=dropout_p, has_weight=has_weight, sdpa_estimate=estimate,
+                       budget=memory_budget_bytes(positions.device, memory_budget_mb))
+    plan = AttentionPlan(path, pe, positions, window, block_size, span, table_grad=table_grad and path != "flex")
+    if path == "sdpa" and (has_score_terms or window is not None):
+        if pe.distance_only and not has_weight:
+            table = bias_table.detach() if plan.table_grad else bias_table
+            plan.mask = distance_mask(table, positions, window, dtype)
+        else:
+            allowed = allowed_keys(positions, positions, torch.arange(length, device=positions.device), window)
+            bias, weight = pe.pairwise(positions, positions)
+            if weight is None:
+                plan.mask = additive_mask(bias, allowed, dtype)
+            else:  # the softmax is written out per layer (attend_materialised)
+                plan.bias, plan.weight, plan.allowed = bias, weight, allowed
     if path != "sdpa" or plan.table_grad:
         plan.bias_table, plan.weight_table = bias_table, weight_table
+    if (path == "blocked" and positions.device.type == "cpu" and pe.distance_only and not has_weight
+            and dropout_p == 0 and (plan.table_grad or bias_table is None or not bias_table.requires_grad)
+            and consecutive(positions)):
+        table = bias_table.detach() if plan.table_grad else bias_table
+        plan.row = distance_row(table, length, window, dtype, positions.device)
     if path == "flex":
         plan.block_mask = flex_block_mask(positions, window, span)
     return plan
@@ -119,13 +209,70 @@ def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, dropout_p: float = 0.0):
     """q, k, v [b, H, s, D] -> [b, H, s, D] along the plan's path."""
-    if plan.path == "sdpa" and plan.table_grad:
-        return attend_with_table(q, k, v, plan.bias_table, plan.positions, plan.positions, plan.allowed)
-    if plan.path == "sdpa":
+    if plan.path == "sdpa" and plan.weight is not None:
         return attend_materialised(q, k, v, plan.bias, plan.weight, plan.allowed, dropout_p)
+    if plan.path == "sdpa":
+        mask = plan.mask
+        if mask is not None and mask.dtype != q.dtype:  # planned for another dtype: right, at one copy a layer
+            mask = mask.to(q.dtype)
+        if plan.table_grad:
+            return attend_with_table(q, k, v, plan.bias_table, plan.positions, plan.positions, None, mask,
+                                     causal=True)
+        return attend_masked(q, k, v, mask, dropout_p)
     if plan.path == "flex":
         return attend_flex(q, k, v, plan)
     return attend_blocked(q, k, v, plan, dropout_p)
+
+
+def attend_masked(q, k, v, mask, dropout_p):
+    """Attention of the `sdpa` path: a square [1, H | 1, s, s] additive mask (None: plain causal)."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    if q.device.type == "cpu" and dropout_p == 0 and not mask.requires_grad:
+        return cpu_flash.attention(q, k, v, mask, causal=True)[0]  # skips the future key blocks
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+def consecutive(positions) -> bool:
+    """positions p0, p0 + 1, ...: every (query, key) term then depends on i - j alone."""
+    return bool((positions.diff() == 1).all())
+
+
+def distance_row(table, length, window, dtype, device):
+    """[H | 1, 2L - 1] in `dtype`, for consecutive positions: at index i - j + L - 1 the term of query i
+    and key j, table[h, i - j] where 0 <= i - j (< window), -inf elsewhere (future keys, beyond the
+    window). table [H, >= L] or None (no terms: zeros)."""
+    heads = 1 if table is None else table.shape[0]
+    visible = length if window is None else min(window, length)
+    row = torch.full((heads, 2 * length - 1), float("-inf"), dtype=dtype, device=device)
+    row[:, length - 1:length - 1 + visible] = 0 if table is None else table[:, :visible].to(dtype)
+    return row
+
+
+def distance_mask(table, positions, window, dtype):
+    """The `sdpa` path's [1, H | 1, L, L] mask for a distance-only method: table[h, d] in `dtype`
+    where key j is visible to query i, -inf elsewhere; table [H, span] or None (no terms: zeros).
+
+    For consecutive positions (the usual case: any start) it is distance_row seen as a Toeplitz
+    matrix and copied out once: on CPU about 4x faster than gathering by an [L, L] distance index
+    and masking it (L = 2048, 8 heads: 0.2 s against 0.9 s), and no [L, L] index at all. Other
+    positions gather."""
+    length = positions.shape[0]
+    if not consecutive(positions):
+        allowed = allowed_keys(positions, positions, torch.arange(length, device=positions.device), window)
+        if table is None:
+            return additive_mask(None, allowed, dtype)
+        return additive_mask(gather_by_distance(table.to(dtype), positions, positions), allowed, dtype)
+    row = distance_row(table, length, window, dtype, positions.device)
+    # unfold: [H, L, L] with [h, i, j'] = row[h, i + j']; flipping j' = L - 1 - j gives row[h, i - j + L - 1].
+    return row.unfold(1, length, 1).flip(-1)[None]
+
+
+def additive_mask(bias, allowed, dtype):
+    """bias [H, q, k] | None, bool allowed [q, k] -> [1, H | 1, q, k] in `dtype`, -inf where not allowed."""
+    if bias is None:
+        bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return fused_mask(bias.to(dtype).masked_fill(~allowed, float("-inf")))
 
 
 def allowed_keys(q_positions, k_positions, q_index, window):
@@ -177,7 +324,39 @@ def gather_by_distance(table, q_positions, k_positions):
     return table[:, distance]
 
 
+TOEPLITZ_BLOCK = 128  # queries per kernel call of attend_toeplitz (it holds no [block, L] tensor)
+
+
+def attend_toeplitz(q, k, v, plan: AttentionPlan):
+    """The `blocked` path on CPU for a distance-only method at consecutive positions: no term is
+    materialised. With the keys in reverse order, a block's terms row[h, i - j + L - 1] have strides
+    (1, 1) in (query, reversed key), so each block's mask is a strided view of plan.row, handed to
+    the flash kernel (cpu_flash.py) with the keys up to the block's last query. Memory O(H * L); one
+    thread, 8 heads of 32 dims, one sequence: 3.5 / 12 / 45 ms at L = 512 / 1024 / 2048, against 4.6 /
+    14 / 46 for causal attention without terms and 5.4 / 18 / 58 for the `sdpa` path's call."""
+    length, row = q.shape[2], plan.row.to(q.dtype)  # [H, 2L - 1]: a copy only if planned for another dtype
+    k_reversed, v_reversed = k.flip(2), v.flip(2)
+    k_positions = plan.positions.flip(0)
+    outputs = []
+    for start in range(0, length, TOEPLITZ_BLOCK):
+        end = min(start + TOEPLITZ_BLOCK, length)
+        # [1, H, query start + a, key end - 1 - c] = row[h, start + a - (end - 1 - c) + L - 1]
+        mask = row.as_strided((1, row.shape[0], end - start, end), (0, row.stride(0), 1, 1),
+                              row.storage_offset() + start - end + length)
+        keys = slice(length - end, length)
+        if plan.table_grad:
+            out = attend_with_table(q[:, :, start:end], k_reversed[:, :, keys], v_reversed[:, :, keys],
+                                    plan.bias_table, plan.positions[start:end], k_positions[keys], None, mask)
+        else:
+            out = cpu_flash.attention(q[:, :, start:end], k_reversed[:, :, keys], v_reversed[:, :, keys], mask,
+                                      causal=False)[0]
+        outputs.append(out)
+    return torch.cat(outputs, dim=2)
+
+
 def attend_blocked(q, k, v, plan: AttentionPlan, dropout_p):
+    if plan.row is not None:
+        return attend_toeplitz(q, k, v, plan)
     length = q.shape[2]
     outputs = []
     for start in range(0, length, plan.block_size):

@@ -14,13 +14,18 @@ class AttentionConfigError(NeoXArgsError):
         self.key = key
 
 
-def check_window_and_block_size(window: int | None, block_size: int) -> None:
+def check_attention_sizes(window: int | None, block_size: int, memory_budget_mb: int | None = None) -> None:
+    """attention-window, attention-block-size and attention-memory-budget are positive (or unset)."""
     if window is not None and window < 1:
         raise AttentionConfigError(
             "attention_window", f"attention-window is {window}; it must be a positive number of tokens (or unset).")
     if block_size < 1:
         raise AttentionConfigError(
             "attention_block_size", f"attention-block-size is {block_size}; it must be a positive number of queries.")
+    if memory_budget_mb is not None and memory_budget_mb < 1:
+        raise AttentionConfigError(
+            "attention_memory_budget", f"attention-memory-budget is {memory_budget_mb}; it must be a positive "
+            "number of MB (or unset, for the device's default).")
 
 
 @dataclass(frozen=True)
@@ -29,11 +34,12 @@ class AttentionConfig:
     block_size: int         # attention-block-size
     window: int | None      # attention-window
     dropout: float          # attention-dropout
+    memory_budget_mb: int | None  # attention-memory-budget
 
     def __post_init__(self):
-        check_window_and_block_size(self.window, self.block_size)
+        check_attention_sizes(self.window, self.block_size, self.memory_budget_mb)
 
     @classmethod
     def from_args(cls, neox_args) -> "AttentionConfig":
         return cls(neox_args.attention_impl, neox_args.attention_block_size, neox_args.attention_window,
-                   neox_args.attention_dropout)
+                   neox_args.attention_dropout, neox_args.attention_memory_budget)

@@ -74,9 +74,17 @@ class GPTModel(nn.Module):
         attention = self.attention_config
         plans = [plan_attention(pe, position_ids, impl=attention.impl, window=attention.window,
                                 block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
-                                dropout_p=attention.dropout if self.training else 0.0)
+                                dropout_p=attention.dropout if self.training else 0.0, dtype=self.compute_dtype(),
+                                batch=b, memory_budget_mb=attention.memory_budget_mb)
                  for pe in self.pos_embs]
         return self._layers_and_head(x, plans, [None] * len(self.layers))
+
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype of q, k and v in the layers: autocast's where it is on, else the weights'."""
+        device = self.word_embeddings.weight.device.type
+        if torch.is_autocast_enabled(device):
+            return torch.get_autocast_dtype(device)
+        return self.word_embeddings.weight.dtype
 
     def _layers_and_head(self, x, plans, kvs):
         for i, layer in enumerate(self.layers):

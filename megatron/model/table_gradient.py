@@ -6,16 +6,21 @@ Here the bias is a constant to SDPA; the table's gradient is computed separately
 gradient dS = P * (dO.V^T - rowsum(dO * O)) summed along diagonals (one distance d = i - j each),
 query block by query block, so the extra memory is O(b * H * block * k), never a whole [H, L, L].
 
-q/k/v gradients come from the fused backward: on CPU through aten's flash-attention ops (the forward
-keeps its logsumexp, nothing is recomputed); elsewhere by re-running SDPA with the constant mask
-under autograd, which keeps CUDA on its fused kernels too.
+q/k/v gradients come from the fused backward: on CPU through aten's flash-attention ops (cpu_flash.py:
+the forward keeps its logsumexp, nothing is recomputed); elsewhere by re-running SDPA with the
+constant mask under autograd, which keeps CUDA on its fused kernels too.
 """
 import math
 
 import torch
 import torch.nn.functional as F
 
-GRADIENT_BLOCK = 128  # query rows per step of the table gradient
+from megatron.model import cpu_flash
+
+# Query rows per step of the table gradient. Small blocks waste fewer keys past the diagonal and keep
+# the [b, H, block, keys] tensors in cache: one thread, 8 heads of 32 dims, CPU time per call at
+# block 16 / 32 / 64 / 128: 26 / 24 / 31 / 49 ms (b = 4, L = 512), 114 / 104 / 106 / 116 ms (b = 1, L = 2048).
+GRADIENT_BLOCK = 32
 
 
 def bias_mask(table, q_positions, k_positions, allowed, dtype):
@@ -26,10 +31,14 @@ def bias_mask(table, q_positions, k_positions, allowed, dtype):
 
 class TableBiasAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, q_positions, k_positions, allowed):
-        mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
+    def forward(ctx, q, k, v, table, q_positions, k_positions, allowed, mask, causal):
+        # `mask` given: the plan's, shared by every layer (a reference, not a per-call tensor, so it
+        # is kept as an attribute, not saved). None: this query block's, rebuilt in backward.
+        ctx.mask, ctx.causal = mask, causal
+        if mask is None:
+            mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
         if q.device.type == "cpu":
-            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask)
+            out, lse = cpu_flash.attention(q, k, v, mask, causal)
         else:
             out, lse = F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
         ctx.save_for_backward(q, k, v, out, table, q_positions, k_positions, allowed, lse)
@@ -39,10 +48,9 @@ class TableBiasAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, out, table, q_positions, k_positions, allowed, lse = ctx.saved_tensors
         grad_out = grad_out.contiguous()
-        mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
+        mask = ctx.mask if ctx.mask is not None else bias_mask(table, q_positions, k_positions, allowed, q.dtype)
         if lse is not None:
-            dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                grad_out, q, k, v, out, lse, 0.0, False, attn_mask=mask)
+            dq, dk, dv = cpu_flash.attention_backward(grad_out, q, k, v, out, lse, mask, ctx.causal)
         else:
             with torch.enable_grad():
                 inputs = [t.detach().requires_grad_() for t in (q, k, v)]
@@ -50,27 +58,43 @@ class TableBiasAttention(torch.autograd.Function):
                 dq, dk, dv = torch.autograd.grad(again, inputs, grad_out)
         grad_table = None
         if ctx.needs_input_grad[3]:
-            grad_table = table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table)
-        return dq, dk, dv, grad_table, None, None, None
+            grad_table = table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table, ctx.causal,
+                                        lse)
+        return dq, dk, dv, grad_table, None, None, None, None, None
 
 
-def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table):
-    """d loss / d table [H, span]: the score gradient summed over the batch and along diagonals."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    grad = torch.zeros(table.shape, dtype=torch.float32 if q.dtype != torch.float64 else q.dtype, device=q.device)
-    row_dot = (grad_out.to(grad.dtype) * out.to(grad.dtype)).sum(-1)  # [b, H, q]: rowsum(dO * O)
+def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table, causal, logsumexp=None):
+    """d loss / d table [H, span]: the score gradient summed over the batch and along diagonals.
+
+    `causal` (a square score matrix): rows start..end-1 see no key past end-1, so those are skipped
+    (their probabilities are 0 and would add nothing). `logsumexp` [b, H, q], the forward's (CPU):
+    the probabilities are exp(scores - logsumexp), no softmax again. Each block works in place on
+    two [b, H, block, keys] tensors: fresh large tensors cost page faults on CPU."""
+    dtype = torch.float32 if q.dtype != torch.float64 else q.dtype
+    grad = torch.zeros(table.shape, dtype=dtype, device=q.device)
+    q_scaled = q.to(dtype) * (1.0 / math.sqrt(q.shape[-1]))
+    k_t, v_t = k.to(dtype).transpose(-1, -2), v.to(dtype).transpose(-1, -2)
+    row_dot = (grad_out.to(dtype) * out.to(dtype)).sum(-1)  # [b, H, q]: rowsum(dO * O)
     for start in range(0, q.shape[2], GRADIENT_BLOCK):
         end = min(start + GRADIENT_BLOCK, q.shape[2])
-        scores = (q[:, :, start:end].to(grad.dtype) @ k.to(grad.dtype).transpose(-1, -2)) * scale
-        probs = (scores + mask[:, :, start:end].to(grad.dtype)).softmax(dim=-1)  # [b, H, blk, k]
-        d_probs = grad_out[:, :, start:end].to(grad.dtype) @ v.to(grad.dtype).transpose(-1, -2)
-        d_scores = (probs * (d_probs - row_dot[:, :, start:end, None])).sum(0)  # [H, blk, k]; 0 where masked
-        distance = (q_positions[start:end, None] - k_positions[None, :]).clamp(min=0)  # [blk, k]
-        grad.index_add_(1, distance.flatten(), d_scores.flatten(1))
+        keys = end if causal else k.shape[2]
+        probs = q_scaled[:, :, start:end] @ k_t[..., :keys]  # [b, H, blk, keys]: scores, then probabilities
+        probs += mask[:, :, start:end, :keys]
+        if logsumexp is not None:
+            probs.sub_(logsumexp[:, :, start:end, None]).exp_()
+        else:
+            probs = probs.softmax(dim=-1)
+        d_scores = grad_out[:, :, start:end].to(dtype) @ v_t[..., :keys]  # dP, then dS = P * (dP - rowsum)
+        d_scores.sub_(row_dot[:, :, start:end, None]).mul_(probs)
+        distance = (q_positions[start:end, None] - k_positions[None, :keys]).clamp(min=0)  # [blk, keys]
+        grad.index_add_(1, distance.flatten(), d_scores.sum(0).flatten(1))  # 0 where masked
     return grad.to(table.dtype)
 
 
-def attend_with_table(q, k, v, table, q_positions, k_positions, allowed):
-    """softmax(q.k / sqrt(D) + table[h, d]) . v over the allowed keys, q k v [b, H, q|k, D], table [H, span]."""
+def attend_with_table(q, k, v, table, q_positions, k_positions, allowed, mask=None, causal=False):
+    """softmax(q.k / sqrt(D) + table[h, d]) . v over the allowed keys, q k v [b, H, q|k, D], table [H, span].
+
+    `mask`: the additive mask these terms make (the `sdpa` path's, built once per forward), else
+    built here from the table; `causal`: queries and keys are the same tokens (cpu_flash.py)."""
     return TableBiasAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), table, q_positions,
-                                    k_positions, allowed)
+                                    k_positions, allowed, mask, causal)

@@ -53,8 +53,15 @@ class AttentionArgs:
     attention_impl: Literal[ATTENTION_IMPLS] = arg(
         "auto", "Attention path: `sdpa` materialises the bias (reference); `flex` is FlexAttention "
         "reading a per-distance table; `blocked` attends one block of queries at a time. `auto` "
-        "picks per device, length and whether gradients are needed.")
-    attention_block_size: int = arg(512, "Query block size of the `blocked` attention path.")
+        "takes the fastest that fits: on CPU `blocked` for a distance-only method (it materialises "
+        "nothing there), else `sdpa` while its L x L tensors fit in `attention-memory-budget`, then "
+        "`flex` on CUDA (where it can run) or `blocked`; never `flex` on CPU.")
+    attention_block_size: int = arg(
+        512, "Query block size of the `blocked` path where it gathers each block's terms (on CPU a "
+        "distance-only method's blocks read one row per head instead, 128 queries at a time).")
+    attention_memory_budget: Optional[int] = arg(
+        None, "MB that `auto` lets the `sdpa` path's L x L tensors take; default a quarter of a CUDA "
+        "device's memory, 1024 on CPU.")
     attention_window: Optional[int] = arg(
         None, "Mask keys at distance >= W (any method): the paper's windowed baseline.")
     attention_dropout: float = arg(0.0, "Dropout on the attention probabilities.")

@@ -4,11 +4,11 @@
 
 KERPLE-log on the 162M model (random weights: cost does not depend on them) scores one sequence of L
 tokens the way evaluate.py does (no autograd, bf16 on CUDA, megatron.evaluation.scoring.window_losses),
-at each length for `auto` (FlexAttention without gradients) and `sdpa` (the [H, L, L] bias
-materialised). Per (path, L): tokens/s of the timed pass after an untimed one (FlexAttention compiles
-per length), and the peak memory of the timed pass: CUDA's max allocated, or on CPU the rise of the
-process's peak RSS (benchmarks/attention_paths.py's method). `sdpa` is skipped where its bias alone
-would not fit in free memory. Lengths run shortest first and stop when the budget runs out.
+at each length for `auto` (`sdpa` while its L x L mask fits in a quarter of the GPU's memory, then
+FlexAttention) and `sdpa` (the [H, L, L] bias materialised). Per (path, L): tokens/s of the timed
+pass after an untimed one (FlexAttention compiles per length), and the peak memory of the timed pass:
+CUDA's max allocated, or on CPU the rise of the process's peak RSS (benchmarks/measure.py). `sdpa` is
+skipped where its estimate (megatron/model/attention.py's sdpa_bytes) exceeds the free memory. Lengths run shortest first and stop when the budget runs out.
 """
 import argparse
 import json
@@ -18,9 +18,10 @@ import time
 
 import torch
 
-from benchmarks.attention_paths import read_status_kb
+from benchmarks.measure import PeakMemory
 from megatron.evaluation.scoring import window_losses
 from megatron.model import GPTModel
+from megatron.model.attention import sdpa_bytes
 from .profiles import EVAL_LENGTHS, describe, model_args
 
 IMPLS = ("auto", "sdpa")
@@ -30,37 +31,6 @@ def free_bytes(device: str) -> int:
     if device == "cuda":
         return torch.cuda.mem_get_info()[0]
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def sdpa_bytes(heads: int, length: int) -> int:
-    """What the materialised path holds at once: the fp32 bias [H, L, L], its masked copy in the compute
-    dtype (counted as fp32 to stay on the safe side), the int64 distances and the bool mask [L, L]."""
-    return length * length * (heads * 8 + 8 + 1)
-
-
-class PeakMemory:
-    """Peak memory (MB) of the block that runs inside it, above what was allocated when it began."""
-
-    def __init__(self, device):
-        self.device = device
-
-    def __enter__(self):
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-        else:
-            with open("/proc/self/clear_refs", "w") as out:
-                out.write("5")  # reset the peak RSS to the current RSS
-            self.base = read_status_kb("VmRSS") * 1024
-        return self
-
-    def __exit__(self, *exc):
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-            self.peak_mb = (torch.cuda.max_memory_allocated() - self.base) / 2**20
-        else:
-            self.peak_mb = (read_status_kb("VmHWM") * 1024 - self.base) / 2**20
 
 
 def measure(profile: str, device: str, lengths, budget: float) -> dict:
@@ -80,7 +50,8 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
             if time.perf_counter() - began + 2.5 * last > budget:
                 row["skipped"] = "time budget spent"
                 continue
-            need = sdpa_bytes(args.num_attention_heads, length)
+            need = sdpa_bytes(length=length, heads=args.num_attention_heads, batch=1, pairwise_bytes=0,
+                              element_size=dtype.itemsize, writes_scores=False, needs_grad=False)
             if impl == "sdpa" and need > free_bytes(device):
                 row["skipped"] = (f"the materialised bias needs ~{need / 2**30:.0f} GiB, "
                                   f"{free_bytes(device) / 2**30:.0f} GiB free")

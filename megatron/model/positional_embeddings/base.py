@@ -115,6 +115,11 @@ class PositionalEmbedding(nn.Module):
         bias, weight = self.distance_tables(int(d.max()) + 1 if d.numel() else 1)
         return (None if bias is None else bias[:, d], None if weight is None else weight[:, d])
 
+    def pairwise_bytes(self) -> int:
+        """Bytes `pairwise` allocates per (query, key) pair at its peak, for attention's memory estimate
+        (attention.py's sdpa_bytes): the int64 distance and the fp32 bias and weight gathered from the tables."""
+        return 8 + 2 * 4 * self.num_heads
+
     def _last_positions(self, query_length: int, key_length: int):
         # The queries are the last `query_length` of `key_length` positions (a KV-cache step when 1).
         if not 0 < query_length <= key_length:

@@ -31,6 +31,11 @@ class FIRE(PositionalEmbedding):
         self.L_multiplier = nn.Parameter(torch.ones(1))
         self.init_L = self.options.fire_init_L
 
+    def pairwise_bytes(self):
+        # fp32 a pair: the MLP's hidden layer before and after ReLU [q, k, width], its output [q, k, H],
+        # and about eight [q, k] steps of the normalised distance (kept for the backward with gradients).
+        return 4 * (2 * self.options.fire_mlp_width + self.num_heads + 8)
+
     def pairwise(self, q_positions, k_positions):
         i, j = q_positions.float()[:, None], k_positions.float()[None, :]
         c, threshold = self.c.float(), (self.L_multiplier.float() * self.init_L).abs()

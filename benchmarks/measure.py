@@ -1,0 +1,65 @@
+"""What the benchmarks share: timing configurations in alternating rounds, and peak memory."""
+import pathlib
+import statistics
+import time
+
+import torch
+from tqdm import tqdm
+
+
+PROCESS_TIME_HELP = ("time in CPU seconds of this process (user + system) instead of wall-clock: on a "
+                     "machine shared with other jobs the ratios then measure the work rather than the "
+                     "neighbours; run with OMP_NUM_THREADS=1, so that waiting threads are not counted")
+
+
+def clock(process_time: bool):
+    """The benchmarks' clock: wall-clock seconds, or this process's CPU seconds (PROCESS_TIME_HELP)."""
+    return time.process_time if process_time else time.perf_counter
+
+
+def alternating_rounds(run, names, *, rounds: int, steps: int, warmup: int) -> dict:
+    """name -> median seconds per step. `run(name, steps)` runs `steps` steps of one configuration
+    and returns the seconds they took. Every configuration first runs `warmup` untimed steps; then
+    they take turns for `rounds` rounds, so a shared machine's load drifts over all of them alike."""
+    for name in names:
+        run(name, warmup)
+    seconds = {name: [] for name in names}
+    for _ in tqdm(range(rounds), desc="rounds", unit="round"):
+        for name in names:
+            seconds[name].append(run(name, steps) / steps)
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
+def read_status_kb(field: str) -> int:
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} missing from /proc/self/status")
+
+
+class PeakMemory:
+    """Peak memory (MB) of the block that runs inside it, above what was allocated when it began:
+    CUDA's max allocated, or on CPU the rise of the process's peak RSS (Linux VmHWM, reset on entry).
+
+    On CPU, run with MALLOC_MMAP_THRESHOLD_=65536 so that glibc hands large blocks back to the OS
+    when they are freed: otherwise memory freed before the block is reused without raising the RSS."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            pathlib.Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
+            self.base = read_status_kb("VmRSS") * 1024
+        return self
+
+    def __exit__(self, *exc):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self.peak_mb = (torch.cuda.max_memory_allocated() - self.base) / 2**20
+        else:
+            self.peak_mb = (read_status_kb("VmHWM") * 1024 - self.base) / 2**20
