@@ -10,8 +10,9 @@ import torch
 
 from torch.nn.attention.flex_attention import create_block_mask
 
-from megatron.model.attention import (ATTENTION_IMPLS, attend, choose_path, flex_block_mask, memory_budget_bytes,
-                                      pad_to_whole_tiles, plan_attention, sdpa_bytes)
+from megatron.model.attention import attend, flex_block_mask, pad_to_whole_tiles, plan_attention
+from megatron.model.attention_choice import choose_path, memory_budget_bytes, sdpa_bytes
+from megatron.model.attention_config import ATTENTION_IMPLS
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
 

@@ -21,7 +21,7 @@ import torch
 from benchmarks.measure import PeakMemory
 from megatron.evaluation.scoring import window_losses
 from megatron.model import GPTModel
-from megatron.model.attention import sdpa_bytes
+from megatron.model.attention_choice import sdpa_bytes
 from .profiles import EVAL_LENGTHS, describe, model_args
 
 IMPLS = ("auto", "sdpa")
