@@ -117,3 +117,19 @@ variants:
     sweep_file.write_text(body.replace("  rotary:\n", "  t5:\n"))
     with pytest.raises(SweepError, match="variants.t5`: 't5' must be one of the grid's methods"):
         load_sweep(sweep_file)
+
+
+def test_retrieval_section_tables_claim_and_heatmap(tmp_path):
+    from types import SimpleNamespace
+    from tools.reproduce.retrieval import retrieval_section
+
+    def document(window, seed, hits, nll):
+        run = {"dataset": "code", "pos_emb": "kerple_log", "attention_window": window, "seed": seed, "train_length": T}
+        return {"run": run, "path": f"{window}{seed}", "results": [record(L, hits, nll) for L in (128, 512)]}
+    documents = [document(None, s, [1] * 8, [0.5] * 4 + [0.4] * 4) for s in (1, 2)]
+    documents += [document(T, s, [0] * 4 + [1] * 4, [3.0 + 0.1 * s] * 4 + [0.4] * 4) for s in (1, 2)]
+    drawn = []
+    text = retrieval_section(SimpleNamespace(scale="hand-made"), documents, lambda fig, stem: drawn.append(stem))
+    assert "| kerple_log | 1.00 | 1.00 | 16 |" in text and "| kerple_log+window64 | 1.00 | 0.00 | 16 |" in text
+    assert "| **confirmed** |" in text and "prediction holds" in text
+    assert drawn == ["kv-retrieval_code"] and "![kv-retrieval accuracy by length and depth on code]" in text

@@ -40,10 +40,10 @@ def check_fits(task: str, seq_length: int, tokenizer) -> None:
 
 class ProbeMix(torch.utils.data.Dataset):
     """`dataset` (items of "tokens", "labels", "loss_mask", "position_ids", ...: megatron-core's
-    GPTDataset) with a `fraction` of its items replaced by `task` probe samples of the same shapes."""
+    GPTDataset) with a `fraction` of its items replaced by `task` probe samples of the same shapes.
+    The task must fit seq_length: gpt_datasets.py checks it (check_fits) before building any split."""
 
     def __init__(self, dataset, task: str, fraction: float, seed: int, seq_length: int, tokenizer):
-        check_fits(task, seq_length, tokenizer)
         self.dataset, self.task, self.fraction, self.seed = dataset, task, fraction, seed
         self.seq_length, self.tokenizer = seq_length, tokenizer
 

@@ -33,18 +33,25 @@ def accuracy_grid(document: dict, mode: str = "passkey"):
             "greedy exact match" if greedy else "teacher-forced top-1")
 
 
+def draw_panel(ax, lengths, depths, grid, title, fontsize=6):
+    """One heatmap: accuracy [lengths, depths] in [0, 1], each cell labelled; returns the image."""
+    image = ax.imshow(grid.T, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], rotation=45)
+    ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
+    ax.set_title(title, fontsize=8)
+    for (i, j), value in np.ndenumerate(grid):
+        ax.text(i, j, f"{value:.2f}", ha="center", va="center", fontsize=fontsize,
+                color="white" if value < 0.5 else "black")
+    return image
+
+
 def plot_heatmaps(documents: list[dict], stem, mode: str = "passkey") -> list[pathlib.Path]:
     fig, axes = plt.subplots(1, len(documents), figsize=(3.2 * len(documents) + 1, 3.2), squeeze=False)
     for ax, document in zip(axes[0], documents):
         lengths, depths, grid, what = accuracy_grid(document, mode)
-        image = ax.imshow(grid.T, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], rotation=45)
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
+        image = draw_panel(ax, lengths, depths, grid,
+                           f"{mode}: {document['run']['method']} (seed {document['run']['seed']})\n{what}")
         ax.set_xlabel("evaluation length")
-        ax.set_title(f"{mode}: {document['run']['method']} (seed {document['run']['seed']})\n{what}", fontsize=8)
-        for (i, j), value in np.ndenumerate(grid):
-            ax.text(i, j, f"{value:.2f}", ha="center", va="center", fontsize=6,
-                    color="white" if value < 0.5 else "black")
     axes[0][0].set_ylabel("needle depth" if mode == "passkey" else "queried pair's depth")
     fig.colorbar(image, ax=axes[0].tolist(), label="accuracy")
     paths = save_figure(fig, stem)

@@ -6,7 +6,7 @@ from scipy import stats
 
 from megatron.evaluation.identity import Method
 from tools.analysis.probe_table import correct, paired, paired_p, probe_modes, probe_tables, scored_by
-from tools.analysis.results_index import index_results, method_sort_key
+from tools.analysis.results_index import index_results, method_sort_key, train_lengths
 
 ALPHA = 0.05
 CHANCE = 0.05   # "falls to chance": a 4-digit answer is guessed with p = 1e-4; 5% allows a few lucky copies
@@ -88,7 +88,10 @@ def retrieval_section(sweep, documents, figures) -> str:
         index = index_results(documents, mode)
         lines.append(probe_tables(documents, mode, "kerple_log", ALPHA))
         for dataset in sorted(index):
-            T = next(iter({d["run"]["train_length"] for d in documents if d["run"]["dataset"] == dataset}))
+            T = train_lengths(documents)[dataset]
+            if T is None:
+                lines.append(f"**{dataset}, `{mode}`**: no near/far split: its runs were trained at different lengths\n")
+                continue
             methods = sorted(index[dataset], key=method_sort_key)
             rows = ["| method | near accuracy | far accuracy | far needles |", "|---|---|---|---|"]
             for method in methods:
@@ -113,6 +116,7 @@ def _mean(values) -> str:
 def plot_method_heatmaps(by_method: dict, methods: list, title: str):
     """One panel per method: accuracy over (length x depth), mean over seeds."""
     from tools.analysis.plot_common import plt
+    from tools.analysis.plot_probe import draw_panel
     columns = min(len(methods), 6)
     rows = -(-len(methods) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns + 1, 2.6 * rows + 0.6), squeeze=False)
@@ -124,13 +128,7 @@ def plot_method_heatmaps(by_method: dict, methods: list, title: str):
         depths, samples = first["probe_depths"], first["probe_samples"]
         grid = np.array([[np.mean([correct(r)[i * samples:(i + 1) * samples].mean() for r in by_length[L].values()])
                           for i in range(len(depths))] for L in lengths])
-        image = ax.imshow(grid.T, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], rotation=60, fontsize=7)
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
-        ax.set_title(f"{method} ({len(by_length[lengths[0]])} seeds)", fontsize=8)
-        for (i, j), value in np.ndenumerate(grid):
-            ax.text(i, j, f"{value:.2f}", ha="center", va="center", fontsize=5,
-                    color="white" if value < 0.5 else "black")
+        image = draw_panel(ax, lengths, depths, grid, f"{method} ({len(by_length[lengths[0]])} seeds)", fontsize=5)
     for ax in list(axes.flat)[len(methods):]:
         ax.axis("off")
     for ax in axes[:, 0]:
