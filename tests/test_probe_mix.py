@@ -93,3 +93,56 @@ def test_the_mix_is_part_of_the_training_config_hash(tmp_path):
     other = make_args(tmp_path, probe_train_task="kv-retrieval", probe_train_fraction=0.25).to_dict()
     assert len({config_hash(plain), config_hash(mixed), config_hash(other)}) == 3
     assert config_hash(plain) == config_hash(make_args(tmp_path, probe_kv_pairs=5).to_dict())  # evaluation only
+
+
+def test_probe_train_kv_pairs_sets_the_pairs_of_every_training_prompt_and_the_config_hash(corpus, tmp_path):
+    _, (train, _, _) = datasets(corpus, probe_train_fraction=1.0, probe_train_kv_pairs=1)
+    for i in range(20):
+        text = TOKENIZER.detokenize(torch.cat([train[i]["tokens"], train[i]["labels"][-1:]]).tolist())
+        (pair,) = PAIR.finditer(text)
+        assert text.endswith(f" [{pair.group(1)}={pair.group(2)}")
+    mix = {"probe_train_task": "kv-retrieval", "probe_train_fraction": 0.5}
+    one, three = (config_hash(make_args(tmp_path, **mix, probe_train_kv_pairs=n).to_dict()) for n in (1, 3))
+    assert one != three
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"probe_train_task": "passkey", "probe_train_fraction": 0.5, "probe_train_kv_pairs": 1},
+     "probe-train-kv-pairs: is 1, but probe-train-task is 'passkey', not 'kv-retrieval'"),
+    ({"probe_train_task": "kv-retrieval", "probe_train_fraction": 0.5, "probe_train_kv_pairs": 0},
+     "probe-train-kv-pairs: must be an integer from 1 to 9000"),
+])
+def test_a_bad_probe_train_kv_pairs_is_one_clear_error(tmp_path, values, message):
+    with pytest.raises(NeoXArgsError, match=re.escape(message)):
+        make_args(tmp_path, **values)
+
+
+class OneText(torch.utils.data.Dataset):
+    """Every item the same 65 tokens, as GPTDataset's items."""
+    def __init__(self, text):
+        self.ids = torch.tensor(TOKENIZER.tokenize(text))
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        return {"tokens": self.ids[:-1], "labels": self.ids[1:], "loss_mask": torch.ones(64),
+                "position_ids": torch.arange(64)}
+
+
+def test_a_sample_whose_text_holds_the_drawn_value_everywhere_gets_the_next_draw():
+    """A table of numbers can hold a drawn value at every filler offset; the run must go on with the
+    next key draw (seed, 0, index, 2), not stop."""
+    from megatron.evaluation.probes.kv_retrieval import make_sample
+    clean = np.array(TOKENIZER.tokenize("x = f(y) + g(z)\n" * 8))
+    first = make_sample(clean, TOKENIZER, 64, 0.5, (7, 0, 3, 1), pairs=1).key  # the value draw 1 would use
+    table = (f"{first}," * 20)[:65]
+    with pytest.raises(ProbeError, match="no filler of 44 tokens"):
+        make_sample(np.array(TOKENIZER.tokenize(table)), TOKENIZER, 64, 0.5, (7, 0, 3, 1), pairs=1)
+    mix = ProbeMix(OneText(table), "kv-retrieval", {"pairs": 1}, 1.0, 7, 64, TOKENIZER)
+    item = mix[3]
+    text = TOKENIZER.detokenize(torch.cat([item["tokens"], item["labels"][-1:]]).tolist())
+    (pair,) = PAIR.finditer(text)
+    second = make_sample(np.array(TOKENIZER.tokenize(table)), TOKENIZER, 64,
+                         float(np.random.default_rng([7, 0, 3]).random(2)[1]), (7, 0, 3, 2), pairs=1)
+    assert int(pair.group(2)) == second.key != first and text.endswith(f"={second.key}")

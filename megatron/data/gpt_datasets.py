@@ -17,7 +17,7 @@ from megatron.tokenizer import build_tokenizer
 
 from .errors import DataError
 from .indexed import open_indexed_dataset
-from .probe_mix import ProbeMix, check_fits
+from .probe_mix import ProbeMix, check_fits, probe_options
 
 SPLITS = ("train", "valid", "test")
 
@@ -31,14 +31,15 @@ def build_train_valid_test_datasets(neox_args, tokenizer=None):
         raise DataError("both data-path and train-/valid-/test-data-paths are set; use one: data-path "
                         "(one dataset cut by split) or the per-split paths.")
     tokenizer = tokenizer or build_tokenizer(neox_args)
-    task = neox_args.probe_train_task
+    task, options = neox_args.probe_train_task, probe_options(neox_args)
     if task:
-        check_fits(task, neox_args.seq_length, tokenizer)  # before any sample index is built
+        check_fits(task, options, neox_args.seq_length, tokenizer)  # before any sample index is built
     sizes = samples_per_split(neox_args)
     lengths = (neox_args.seq_length,) + (neox_args.seq_length_val or neox_args.seq_length,) * 2
     train, valid, test = (_build_split(index, neox_args, tokenizer, lengths[index], sizes) for index in range(3))
     if task and train is not None:  # training only: validation and test perplexity stay on plain text
-        train = ProbeMix(train, task, neox_args.probe_train_fraction, neox_args.seed, neox_args.seq_length, tokenizer)
+        train = ProbeMix(train, task, options, neox_args.probe_train_fraction, neox_args.seed,
+                         neox_args.seq_length, tokenizer)
     return train, valid, test
 
 

@@ -17,19 +17,22 @@ from megatron.evaluation.probes import generator
 from megatron.evaluation.probes.common import ProbeError, shortest_length
 from megatron.neox_arguments.groups import EvaluationArgs
 
+KEY_DRAWS = 10  # keys/values drawn for one training sample before its text is called unusable
 
-def probe_options(task: str) -> dict:
-    """The generator's options in training: their config defaults. What is trained must not depend on
-    an evaluation key (config_hash leaves those out), so evaluating with probe-kv-pairs: 5 asks
-    whether retrieval among 3 pairs carries to 5."""
-    if task == "kv-retrieval":
-        return {"pairs": EvaluationArgs.__dataclass_fields__["probe_kv_pairs"].default}
+
+def probe_options(neox_args) -> dict:
+    """The generator's options in training, from the training keys only: what is trained must not
+    depend on an evaluation key (config_hash leaves those out), so evaluating with probe-kv-pairs: 5
+    asks whether retrieval among the trained number of pairs carries to 5."""
+    if neox_args.probe_train_task == "kv-retrieval":
+        pairs = neox_args.probe_train_kv_pairs
+        return {"pairs": EvaluationArgs.__dataclass_fields__["probe_kv_pairs"].default if pairs is None else pairs}
     return {}
 
 
-def check_fits(task: str, seq_length: int, tokenizer) -> None:
+def check_fits(task: str, options: dict, seq_length: int, tokenizer) -> None:
     """The start-up error of a task whose needle, question and answer do not fit one training sample."""
-    fixed = generator(task).fixed_tokens(tokenizer, **probe_options(task))
+    fixed = generator(task).fixed_tokens(tokenizer, **options)
     if seq_length < shortest_length(fixed):
         raise ProbeError(
             f"probe-train-task: {task} does not fit a training sample: its needle(s), question and answer take "
@@ -43,8 +46,8 @@ class ProbeMix(torch.utils.data.Dataset):
     GPTDataset) with a `fraction` of its items replaced by `task` probe samples of the same shapes.
     The task must fit seq_length: gpt_datasets.py checks it (check_fits) before building any split."""
 
-    def __init__(self, dataset, task: str, fraction: float, seed: int, seq_length: int, tokenizer):
-        self.dataset, self.task, self.fraction, self.seed = dataset, task, fraction, seed
+    def __init__(self, dataset, task: str, options: dict, fraction: float, seed: int, seq_length: int, tokenizer):
+        self.dataset, self.task, self.options, self.fraction, self.seed = dataset, task, options, fraction, seed
         self.seq_length, self.tokenizer = seq_length, tokenizer
 
     def __len__(self):
@@ -57,13 +60,19 @@ class ProbeMix(torch.utils.data.Dataset):
             return item
         depth = float(draw.random())
         text = torch.cat([item["tokens"], item["labels"][-1:]])  # the sample's seq_length + 1 tokens
-        # (seed, 0, index, 1): the key's generator, apart from `draw` (numpy reads a trailing 0 as absent).
-        try:
-            sample = generator(self.task).make_sample(text.numpy(), self.tokenizer, self.seq_length, depth,
-                                                      (self.seed, 0, index, 1), **probe_options(self.task))
-        except ProbeError as err:
-            raise ProbeError(f"probe-train-task: training sample {index} cannot hold a {self.task} probe: "
-                             f"{err}") from None
+        # (seed, 0, index, k): the key's generator, apart from `draw` (numpy reads a trailing 0 as absent).
+        # A sample's own text is short, so it may hold a drawn key or value at every filler offset (a table
+        # of numbers); the next k draws other ones rather than ending the run.
+        for attempt in range(1, KEY_DRAWS + 1):
+            try:
+                sample = generator(self.task).make_sample(text.numpy(), self.tokenizer, self.seq_length, depth,
+                                                          (self.seed, 0, index, attempt), **self.options)
+                break
+            except ProbeError as err:
+                problem = err
+        else:
+            raise ProbeError(f"probe-train-task: training sample {index} cannot hold a {self.task} probe with any "
+                             f"of {KEY_DRAWS} key draws: {problem}")
         tokens = torch.tensor(sample.tokens, dtype=text.dtype)
         # As GPTDataset: inputs and targets are one sequence shifted by one; the loss is on every token.
         return {**item, "tokens": tokens[:-1].contiguous(), "labels": tokens[1:].contiguous(),

@@ -164,6 +164,10 @@ class DataArgs:
     probe_train_fraction: float = arg(
         0.0, "Fraction of training samples replaced by probe-train-task samples (each chosen by the "
         "sample's index and `seed`, so resuming sees the same ones); > 0 exactly when a task is set.")
+    probe_train_kv_pairs: Optional[int] = arg(
+        None, "probe-train-task kv-retrieval: key-value pairs per training prompt; default probe-kv-pairs' "
+        "default. A small model learns to fetch one value from far back long before it learns to match one "
+        "key among several.")
 
 
 @dataclass
@@ -212,7 +216,7 @@ class EvaluationArgs:
     probe_greedy: bool = arg(True, "`passkey`, `kv-retrieval`: also score greedy exact match (decoding), not "
                                    "only the teacher-forced answer log-probability and rank.")
     probe_kv_pairs: int = arg(3, "`kv-retrieval`: key-value pairs ` [abc=1234]` per prompt, one of them "
-                                 "queried (11 byte-level tokens each). A training mix always uses this default.")
+                                 "queried (11 byte-level tokens each). A training mix uses probe-train-kv-pairs.")
     eval_tasks: Optional[list] = arg(None, "eval.py: lm-evaluation-harness tasks, e.g. [lambada_openai, hellaswag].")
     eval_task_length: Optional[int] = arg(
         None, "eval.py: the adapter's max_length in tokens; default seq-length (any length the method supports).")

@@ -189,6 +189,13 @@ class NeoXArgs(*reversed(GROUPS)):
         from megatron.evaluation.probes.kv_retrieval import pairs_problem
         if problem := pairs_problem(self.probe_kv_pairs):
             fail("probe_kv_pairs", problem)
+        if self.probe_train_kv_pairs is not None:
+            if problem := pairs_problem(self.probe_train_kv_pairs):
+                fail("probe_train_kv_pairs", problem)
+            if self.probe_train_task != "kv-retrieval":
+                fail("probe_train_kv_pairs", f"is {self.probe_train_kv_pairs}, but probe-train-task is "
+                     f"{self.probe_train_task!r}, not 'kv-retrieval', so no training prompt has pairs. Set "
+                     "probe-train-task: kv-retrieval, or remove probe-train-kv-pairs.")
         task, fraction = self.probe_train_task, self.probe_train_fraction
         if not 0 <= fraction <= 1:
             fail("probe_train_fraction", f"must lie in [0, 1] (the fraction of training samples replaced by "
