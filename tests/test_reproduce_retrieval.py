@@ -129,7 +129,10 @@ def test_retrieval_section_tables_claim_and_heatmap(tmp_path):
     documents = [document(None, s, [1] * 8, [0.5] * 4 + [0.4] * 4) for s in (1, 2)]
     documents += [document(T, s, [0] * 4 + [1] * 4, [3.0 + 0.1 * s] * 4 + [0.4] * 4) for s in (1, 2)]
     drawn = []
-    text = retrieval_section(SimpleNamespace(scale="hand-made"), documents, lambda fig, stem: drawn.append(stem))
+    sweep = SimpleNamespace(scale="hand-made", overrides={"probe_train_task": "kv-retrieval", "probe_train_kv_pairs": 1,
+                                                          "train_iters": 10})
+    text = retrieval_section(sweep, documents, lambda fig, stem: drawn.append(stem))
+    assert "(`probe-train-kv-pairs: 1`, `probe-train-task: kv-retrieval`)" in text  # the mix, as the sweep set it
     assert "| kerple_log | 1.00 | 1.00 | 16 |" in text and "| kerple_log+window64 | 1.00 | 0.00 | 16 |" in text
     assert "| **confirmed** |" in text and "prediction holds" in text
     assert drawn == ["kv-retrieval_code"] and "![kv-retrieval accuracy by length and depth on code]" in text

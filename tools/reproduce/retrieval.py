@@ -81,9 +81,9 @@ def retrieval_section(sweep, documents, figures) -> str:
         return ""
     lines = ["## Retrieval probes: does a skill learned at the training length carry to 32x?\n", f"_Scale: {sweep.scale}_\n",
              "Synthetic prompts made from eval-seed alone (byte-identical for every run) with filler from the "
-             "evaluation split; the models were trained with the same task mixed into a fraction of their "
-             "training samples, at the training length only (`probe-train-task`, `probe-train-fraction`). "
-             "Evaluation-only variants (e.g. RoPE scaling) re-score the plain checkpoints. " + RETRIEVAL_RULE + "\n"]
+             "evaluation split; the models were trained with the same task mixed into training, at the "
+             f"training length only ({_mix(sweep.overrides)}). Evaluation-only variants (e.g. RoPE scaling) "
+             "re-score the plain checkpoints. " + RETRIEVAL_RULE + "\n"]
     for mode in modes:
         index = index_results(documents, mode)
         lines.append(probe_tables(documents, mode, "kerple_log", ALPHA))
@@ -107,6 +107,11 @@ def retrieval_section(sweep, documents, figures) -> str:
                       "| claim | verdict | numbers |", "|---|---|---|", f"| {claim} | **{verdict}** | {evidence} |", "",
                       f"![{mode} accuracy by length and depth on {dataset}]({stem}.png)\n"]
     return "\n".join(lines)
+
+
+def _mix(overrides: dict) -> str:
+    keys = {k.replace("_", "-"): v for k, v in overrides.items() if k.replace("_", "-").startswith("probe-train-")}
+    return ", ".join(f"`{k}: {v}`" for k, v in sorted(keys.items())) or "no `probe-train-*` key in the sweep's `set`"
 
 
 def _mean(values) -> str:
