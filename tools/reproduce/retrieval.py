@@ -124,7 +124,9 @@ def plot_method_heatmaps(by_method: dict, methods: list, title: str):
     from tools.analysis.plot_probe import draw_panel
     columns = min(len(methods), 6)
     rows = -(-len(methods) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns + 1, 2.6 * rows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(2.4 * columns + 1.2, 2.9 * rows + 0.6), squeeze=False)
+    # Room for the rotated length labels above the next row's titles; depth labels on the left column only.
+    fig.subplots_adjust(left=0.06, right=0.86, top=0.9, bottom=0.1, wspace=0.12, hspace=0.55)
     image = None
     for ax, method in zip(axes.flat, methods):
         by_length = by_method[method]
@@ -136,11 +138,13 @@ def plot_method_heatmaps(by_method: dict, methods: list, title: str):
         image = draw_panel(ax, lengths, depths, grid, f"{method} ({len(by_length[lengths[0]])} seeds)", fontsize=5)
     for ax in list(axes.flat)[len(methods):]:
         ax.axis("off")
+    for ax in axes[:, 1:].flat:
+        ax.tick_params(labelleft=False)
     for ax in axes[:, 0]:
         ax.set_ylabel("needle depth", fontsize=8)
     for ax in axes[-1]:
         ax.set_xlabel("evaluation length", fontsize=8)
-    fig.suptitle(f"{title}: {scored_by([r for m in methods for s in by_method[m].values() for r in s.values()])}",
-                 fontsize=9)
+    records = [r for m in methods for s in by_method[m].values() for r in s.values()]
+    fig.suptitle(f"{title}: {scored_by(records)}", x=0.46, fontsize=9)  # over the panels, not the colour bar
     fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy", shrink=0.8)
     return fig
