@@ -4,14 +4,15 @@ from collections import defaultdict
 from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
 
-# Paper order first (Table 3), then anything else alphabetically; a windowed variant follows its base.
+# Paper order first (Table 3), then anything else alphabetically; a method's windowed run and its
+# evaluation-only variants (alphabetically) follow it.
 METHOD_ORDER = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight", "alibi", "t5",
                 "rotary", "sinusoidal")
 
 
 def method_sort_key(method: Method):
     rank = METHOD_ORDER.index(method.pos_emb) if method.pos_emb in METHOD_ORDER else len(METHOD_ORDER)
-    return rank, method.pos_emb, method.window or 0
+    return rank, method.pos_emb, method.variant or "", method.window or 0  # variants by label: input order varies
 
 
 def index_results(documents: list[dict], mode: str) -> dict:
