@@ -160,3 +160,13 @@ def test_table4_reads_step_times_from_tensorboard(tmp_path):
 def test_table4_without_step_times_is_a_clear_error(tmp_path):
     with pytest.raises(ResultFileError, match=f"found 0 '{STEP_TIME_TAG}' points"):
         speed_table([str(tmp_path)])
+
+
+def test_methods_are_ordered_by_paper_order_then_window_and_variant_whatever_the_input_order():
+    from megatron.evaluation.identity import Method
+    from tools.analysis.results_index import method_sort_key
+    expected = [Method("kerple_log"), Method("kerple_log", 64), Method("alibi"), Method("rotary"),
+                Method("rotary", variant="dynamic_ntk32"), Method("rotary", variant="yarn4"),
+                Method("rotary", variant="yarn32"), Method("fire")]
+    for shuffled in (expected[::-1], expected[3:] + expected[:3]):
+        assert sorted(shuffled, key=method_sort_key) == expected

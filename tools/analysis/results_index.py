@@ -1,4 +1,5 @@
 """Result files grouped the way tables and figures read them: dataset -> method -> length -> seed."""
+import re
 from collections import defaultdict
 
 from megatron.evaluation.identity import Method
@@ -12,7 +13,9 @@ METHOD_ORDER = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight
 
 def method_sort_key(method: Method):
     rank = METHOD_ORDER.index(method.pos_emb) if method.pos_emb in METHOD_ORDER else len(METHOD_ORDER)
-    return rank, method.pos_emb, method.variant or "", method.window or 0  # variants by label: input order varies
+    # Variants by label, numbers by value (yarn4 before yarn32): never by input order, which varies.
+    variant = re.sub(r"\d+", lambda number: number.group().zfill(12), method.variant or "")
+    return rank, method.pos_emb, variant, method.window or 0
 
 
 def index_results(documents: list[dict], mode: str) -> dict:

@@ -128,6 +128,7 @@ def plot_method_heatmaps(by_method: dict, methods: list, title: str):
     # Room for the rotated length labels above the next row's titles; depth labels on the left column only.
     fig.subplots_adjust(left=0.06, right=0.86, top=0.9, bottom=0.1, wspace=0.12, hspace=0.55)
     image = None
+    seed_counts = {len(by_method[m][min(by_method[m])]) for m in methods}  # seeds at the shortest length
     for ax, method in zip(axes.flat, methods):
         by_length = by_method[method]
         lengths = sorted(by_length)
@@ -135,7 +136,8 @@ def plot_method_heatmaps(by_method: dict, methods: list, title: str):
         depths, samples = first["probe_depths"], first["probe_samples"]
         grid = np.array([[np.mean([correct(r)[i * samples:(i + 1) * samples].mean() for r in by_length[L].values()])
                           for i in range(len(depths))] for L in lengths])
-        image = draw_panel(ax, lengths, depths, grid, f"{method} ({len(by_length[lengths[0]])} seeds)", fontsize=5)
+        seeds = f" ({len(by_length[lengths[0]])} seeds)" if len(seed_counts) > 1 else ""  # else said once, above
+        image = draw_panel(ax, lengths, depths, grid, f"{method}{seeds}", fontsize=5)
     for ax in list(axes.flat)[len(methods):]:
         ax.axis("off")
     for ax in axes[:, 1:].flat:
@@ -145,6 +147,7 @@ def plot_method_heatmaps(by_method: dict, methods: list, title: str):
     for ax in axes[-1]:
         ax.set_xlabel("evaluation length", fontsize=8)
     records = [r for m in methods for s in by_method[m].values() for r in s.values()]
-    fig.suptitle(f"{title}: {scored_by(records)}", x=0.46, fontsize=9)  # over the panels, not the colour bar
+    each = f", {next(iter(seed_counts))} seeds each" if len(seed_counts) == 1 else ""
+    fig.suptitle(f"{title}: {scored_by(records)}{each}", x=0.46, fontsize=9)  # over the panels, not the colour bar
     fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy", shrink=0.8)
     return fig
