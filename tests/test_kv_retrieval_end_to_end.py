@@ -49,3 +49,54 @@ def test_evaluate_prints_the_grid_writes_the_record_and_the_heatmap(trained):
     assert result.with_name(result.stem + "_kv-retrieval.png").is_file()
     assert not result.with_name(result.stem + "_passkey.png").exists()
 
+
+
+MINI = TINY.parent / "reproduce" / "mini.yml"
+WINDOW = 64  # = the training length
+
+
+@pytest.fixture(scope="module")
+def retriever(stdlib_data, tmp_path_factory):
+    """configs/reproduce/cpu-mini-retrieval.yml's recipe, shortened: ALiBi (the quickest learner in its
+    pilots) trained on one-pair kv-retrieval prompts of 64 tokens."""
+    folder = tmp_path_factory.mktemp("retriever")
+    values = {"data_path": stdlib_data, "split": "90,8,2", "tokenizer_type": "ByteLevelTokenizer", "pos_emb": "alibi",
+              "seed": 1235, "save": str(folder / "ckpt"), "load": str(folder / "ckpt"), "train_iters": 1500,
+              "eval_interval": 100000, "data_cache_path": str(folder / "cache"), "tensorboard_dir": None,
+              "probe_train_task": "kv-retrieval", "probe_train_fraction": 1.0, "probe_train_kv_pairs": 1}
+    done = run_script(["deepy.py", "train.py", str(MINI), *set_flags(values),
+                       *set_flags({"num_gpus": 1, "master_port": free_port()})])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return folder, values
+
+
+def probe_hits(folder, values, window):
+    """(hits, probe_distance) of every prompt at 64 and 256 tokens, evaluated with attention-window `window`."""
+    results = folder / f"results_{window}"
+    flags = set_flags({**values, "eval_results_dir": str(results), "eval_split": "valid", "probe_kv_pairs": 1,
+                       "probe_samples": 8, **({"attention_window": window} if window else {})})
+    done = run_script(["evaluate.py", str(MINI), *flags, "--set", "eval-lengths=[64, 256]",
+                       "--set", "eval-modes=[kv-retrieval]", "--set", "probe-depths=[0.0, 0.5, 1.0]"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = results.glob("*.json")
+    records = json.loads(result.read_text())["results"]
+    hits = [h for r in records for h in r["probe_greedy_exact"]]
+    distances = [d for r in records for d in r["probe_distance"]]
+    return hits, distances
+
+
+def test_past_its_window_a_windowed_model_falls_to_chance_and_the_full_one_still_retrieves(retriever):
+    """Issue 15's falsifiable prediction, end to end: a needle at least W tokens before the question is
+    invisible to the model windowed at W (accuracy at chance, 1e-4 for 4 digits), while the same
+    checkpoint without the window, which uses context past its training length, still finds it."""
+    folder, values = retriever
+    full, distances = probe_hits(folder, values, None)
+    windowed, same = probe_hits(folder, values, WINDOW)
+    assert distances == same  # the same prompts (paired)
+    far = [i for i, d in enumerate(distances) if d >= WINDOW]
+    near = [i for i, d in enumerate(distances) if d < WINDOW]
+    assert len(far) >= 16 and len(near) >= 16
+    mean = lambda hits, which: sum(hits[i] for i in which) / len(which)  # noqa: E731
+    assert mean(full, near) >= 0.75 and mean(windowed, near) >= 0.75  # it learned the task
+    assert mean(windowed, far) <= 0.05  # falls to chance
+    assert mean(full, far) >= 0.5  # keeps it
