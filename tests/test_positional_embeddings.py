@@ -373,6 +373,34 @@ def test_fire_matches_float64_formula():
     torch.testing.assert_close(bias.double(), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_fire_gradients_match_float64_autograd_with_queries_on_both_sides_of_the_threshold():
+    """Rows below L read a per-distance table, rows past it run the MLP per pair: the same function,
+    so every parameter's gradient (c and L included) must equal float64 autograd of the formula, also
+    for queries in no particular order (a KV cache's)."""
+    pe = build("fire", fire_init_L=16.0)
+    with torch.no_grad():
+        pe.c.fill_(0.3)
+        pe.L_multiplier.fill_(1.2)  # L = 19.2: between positions
+    q, k = torch.tensor([30, 3, 19, 25, 10, 20, 0]), torch.arange(0, 31)
+    weights = torch.randn(H, len(q), len(k), dtype=torch.float64)
+    (pe.pairwise(q, k)[0].double() * weights).sum().backward()
+    got = {name: p.grad.clone() for name, p in pe.named_parameters()}
+    params = {name: p.detach().double().requires_grad_() for name, p in pe.named_parameters()}
+    i, j = q.double()[:, None], k.double()[None, :]
+
+    def psi(x):
+        return torch.log((params["c"] * x).abs() + 1)
+
+    L = (params["L_multiplier"] * 16.0).abs()
+    x = (psi((i - j).clamp(min=0)) / (psi(torch.maximum(i, L)) + 1e-6))[..., None]
+    hidden = torch.relu(x @ params["mlp.0.weight"].T + params["mlp.0.bias"])
+    expected = (hidden @ params["mlp.2.weight"].T + params["mlp.2.bias"]).permute(2, 0, 1)
+    torch.testing.assert_close(pe.pairwise(q, k)[0].double(), expected.detach(), rtol=1e-4, atol=1e-5)
+    (expected * weights).sum().backward()
+    for name, p in params.items():
+        torch.testing.assert_close(got[name].double(), p.grad, rtol=1e-4, atol=1e-4, msg=name)
+
+
 # ---------------------------------------------------------------- protocol properties, every method
 @pytest.mark.parametrize("name", available())
 def test_short_queries_get_the_last_rows(name):

@@ -32,8 +32,9 @@ class FIRE(PositionalEmbedding):
         self.init_L = self.options.fire_init_L
 
     def pairwise_bytes(self):
-        # fp32 a pair: the MLP's hidden layer before and after ReLU [q, k, width], its output [q, k, H],
-        # and about eight [q, k] steps of the normalised distance (kept for the backward with gradients).
+        # fp32 a pair, at worst (every query past the threshold; rows below it read a per-distance table):
+        # the MLP's hidden layer before and after ReLU [q, k, width], its output [q, k, H], and about
+        # eight [q, k] steps of the normalised distance (kept for the backward with gradients).
         return 4 * (2 * self.options.fire_mlp_width + self.num_heads + 8)
 
     def pairwise(self, q_positions, k_positions):
@@ -43,7 +44,26 @@ class FIRE(PositionalEmbedding):
         def psi(x):
             return torch.log((c * x).abs() + 1)
 
+        def mlp(normalised):  # [...] -> [..., H]
+            return self.mlp(normalised[..., None].to(self.mlp[0].weight.dtype)).float()
+
+        distance = (i - j).clamp(min=0)  # [q, k]
+        # A query below the threshold has the normaliser psi(L), so along its row the bias is a function
+        # of the distance alone: those rows read one MLP output per distance instead of running the MLP
+        # on every pair, which was all of FIRE's extra cost per training step (issue 12). Same formula.
         # The 1e-6 keeps psi(max(L, 0)) = 0 from dividing when a learned L reaches 0 (as in FIRE's code).
-        normalised = psi((i - j).clamp(min=0)) / (psi(torch.maximum(i, threshold)) + 1e-6)  # [q, k]
-        bias = self.mlp(normalised[..., None].to(self.mlp[0].weight.dtype))  # [q, k, H]
-        return bias.float().permute(2, 0, 1), None
+        below = torch.nonzero(q_positions.float() < threshold).squeeze(1)
+        above = torch.nonzero(q_positions.float() >= threshold).squeeze(1)
+        parts = []
+        if below.numel():
+            row = distance[below].long()
+            table = mlp(psi(torch.arange(int(row.max()) + 1, device=row.device).float()) / (psi(threshold) + 1e-6))
+            parts.append((below, table[row]))  # [rows, k, H]
+        if above.numel():
+            parts.append((above, mlp(psi(distance[above]) / (psi(torch.maximum(i[above], threshold)) + 1e-6))))
+        if len(parts) == 1:
+            bias = parts[0][1]
+        else:
+            rows = torch.cat([index for index, _ in parts])
+            bias = torch.cat([values for _, values in parts])[torch.argsort(rows)]
+        return bias.permute(2, 0, 1), None
