@@ -49,6 +49,7 @@ class ProbeMix(torch.utils.data.Dataset):
     def __init__(self, dataset, task: str, options: dict, fraction: float, seed: int, seq_length: int, tokenizer):
         self.dataset, self.task, self.options, self.fraction, self.seed = dataset, task, options, fraction, seed
         self.seq_length, self.tokenizer = seq_length, tokenizer
+        self.make_sample = generator(task).make_sample
 
     def __len__(self):
         return len(self.dataset)
@@ -65,8 +66,8 @@ class ProbeMix(torch.utils.data.Dataset):
         # of numbers); the next k draws other ones rather than ending the run.
         for attempt in range(1, KEY_DRAWS + 1):
             try:
-                sample = generator(self.task).make_sample(text.numpy(), self.tokenizer, self.seq_length, depth,
-                                                          (self.seed, 0, index, attempt), **self.options)
+                sample = self.make_sample(text.numpy(), self.tokenizer, self.seq_length, depth,
+                                          (self.seed, 0, index, attempt), **self.options)
                 break
             except ProbeError as err:
                 problem = err

@@ -88,10 +88,11 @@ def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None
                        dropout_p=dropout_p, has_weight=has_weight, sdpa_estimate=estimate,
                        budget=memory_budget_bytes(positions.device, memory_budget_mb))
     plan = AttentionPlan(path, pe, positions, window, block_size, span, table_grad=table_grad and path != "flex")
+    # What the mask or row is built from: with table_grad a constant (its gradient comes on the side).
+    constant_table = bias_table.detach() if plan.table_grad else bias_table
     if path == "sdpa" and (has_score_terms or window is not None):
         if pe.distance_only and not has_weight:
-            table = bias_table.detach() if plan.table_grad else bias_table
-            plan.mask = distance_mask(table, positions, window, dtype)
+            plan.mask = distance_mask(constant_table, positions, window, dtype)
         else:
             allowed = allowed_keys(positions, positions, torch.arange(length, device=positions.device), window)
             bias, weight = pe.pairwise(positions, positions)
@@ -104,8 +105,7 @@ def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None
     if (path == "blocked" and positions.device.type == "cpu" and pe.distance_only and not has_weight
             and dropout_p == 0 and (plan.table_grad or bias_table is None or not bias_table.requires_grad)
             and consecutive(positions)):
-        table = bias_table.detach() if plan.table_grad else bias_table
-        plan.row = distance_row(table, length, window, dtype, positions.device)
+        plan.row = distance_row(constant_table, length, window, dtype, positions.device)
     if path == "flex":
         plan.block_mask = flex_block_mask(positions, window, span)
     return plan

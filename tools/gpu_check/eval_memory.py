@@ -8,7 +8,8 @@ at each length for `auto` (`sdpa` while its L x L mask fits in a quarter of the 
 FlexAttention) and `sdpa` (the [H, L, L] bias materialised). Per (path, L): tokens/s of the timed
 pass after an untimed one (FlexAttention compiles per length), and the peak memory of the timed pass:
 CUDA's max allocated, or on CPU the rise of the process's peak RSS (benchmarks/measure.py). `sdpa` is
-skipped where its estimate (megatron/model/attention.py's sdpa_bytes) exceeds the free memory. Lengths run shortest first and stop when the budget runs out.
+skipped where its estimate (megatron/model/attention_choice.py's sdpa_bytes) exceeds the free memory.
+Lengths run shortest first and stop when the budget runs out.
 """
 import argparse
 import json

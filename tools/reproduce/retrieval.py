@@ -110,7 +110,7 @@ def retrieval_section(sweep, documents, figures) -> str:
 
 
 def _mix(overrides: dict) -> str:
-    keys = {k.replace("_", "-"): v for k, v in overrides.items() if k.replace("_", "-").startswith("probe-train-")}
+    keys = {k.replace("_", "-"): v for k, v in overrides.items() if k.startswith("probe_train_")}  # normalised keys
     return ", ".join(f"`{k}: {v}`" for k, v in sorted(keys.items())) or "no `probe-train-*` key in the sweep's `set`"
 
 

@@ -52,8 +52,8 @@ class FIRE(PositionalEmbedding):
         # of the distance alone: those rows read one MLP output per distance instead of running the MLP
         # on every pair, which was all of FIRE's extra cost per training step (issue 12). Same formula.
         # The 1e-6 keeps psi(max(L, 0)) = 0 from dividing when a learned L reaches 0 (as in FIRE's code).
-        below = torch.nonzero(q_positions.float() < threshold).squeeze(1)
-        above = torch.nonzero(q_positions.float() >= threshold).squeeze(1)
+        is_below = i[:, 0] < threshold
+        below, above = torch.nonzero(is_below).squeeze(1), torch.nonzero(~is_below).squeeze(1)
         parts = []
         if below.numel():
             row = distance[below].long()
