@@ -8,10 +8,13 @@ import torch
 import deepspeed
 from deepspeed.accelerator import get_accelerator
 
+from megatron.compiled_code import keep_compiled_code_apart
+
 
 def initialize_megatron(neox_args) -> None:
     """Join the process group the launcher describes, or a one-process group when run directly with
     `python train.py`; pick this rank's device and seed every generator."""
+    keep_compiled_code_apart()  # before DeepSpeed JIT-builds its CPU comm op
     accelerator = get_accelerator()
     backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()
     if int(os.environ.get("WORLD_SIZE", 1)) == 1 and not torch.distributed.is_initialized():

@@ -1,11 +1,25 @@
 """Shared fixtures. Tests needing ../shared skip with a reason when it is absent (a user's clone)."""
 import os
 import pathlib
+import subprocess
 
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("NEOX_SHARED_DIR", REPO_ROOT.parent / "shared"))
+
+
+@pytest.fixture(autouse=True)
+def _tier_is_honest(request, monkeypatch):
+    """A test that starts a process must be marked `launches` (or `slow`): the fast tier
+    (`make test-fast`) is defined as the tests that do not, so an unmarked launch fails here."""
+    if request.node.get_closest_marker("launches") or request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(self, args, *rest, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts a process ({str(args)[:200]}) but is not marked "
+                             "`launches`: mark it (pytestmark or @pytest.mark.launches) so `make test-fast` skips it")
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
 
 
 @pytest.fixture

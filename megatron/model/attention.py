@@ -12,7 +12,8 @@ methods that rescale the scores). The distance is d = positions[i] - positions[j
   there is a weight, which SDPA cannot apply). Memory grows with L^2.
 - `flex`: compiled FlexAttention whose `score_mod` reads the per-distance tables `[H, L]`, with a
   block mask for causality and the window. Only for methods whose terms depend on d alone. torch
-  has no FlexAttention backward on CPU, so on CPU it runs only without gradients.
+  has no FlexAttention backward on CPU, so on CPU it runs only without gradients, and there the
+  compiled kernel is checked against torch's eager math before its numbers are used (flex_kernel.py).
 - `blocked`: queries in blocks of `attention_block_size`; each block gathers its slice of the terms
   (from the tables, or from `pe.pairwise` for methods that depend on i itself) and calls SDPA.
   With gradients each block is recomputed in the backward pass, so memory stays O(H * block * L).
@@ -28,12 +29,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention_config import check_attention_sizes
 from megatron.model import cpu_flash
 from megatron.model.attention_choice import choose_path, memory_budget_bytes, sdpa_bytes
+from megatron.model.flex_kernel import run_flex
 from megatron.model.table_gradient import attend_with_table
 
 
@@ -293,17 +295,6 @@ def attend_block(q, k, v, plan: AttentionPlan, start, end, dropout_p):
     return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed, dropout_p)
 
 
-_compiled_flex_attention = None
-
-
-def compiled_flex_attention():
-    """FlexAttention only avoids the L x L matrix when compiled; compile once per process."""
-    global _compiled_flex_attention
-    if _compiled_flex_attention is None:
-        _compiled_flex_attention = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex_attention
-
-
 FLEX_BLOCK = 128  # FlexAttention's tile: the block mask says, per tile, "skip", "full" or "apply mask_mod"
 
 
@@ -367,5 +358,5 @@ def attend_flex(q, k, v, plan: AttentionPlan):
     # Zero-padded to whole tiles (see pad_to_whole_tiles); contiguous, so one memory layout and the
     # compiled kernel is not rebuilt per caller.
     q, k, v = (F.pad(t, (0, 0, 0, positions.shape[0] - length)).contiguous() for t in (q, k, v))
-    out = compiled_flex_attention()(q, k, v, score_mod=add_score_terms, block_mask=plan.block_mask)
+    out = run_flex(q, k, v, add_score_terms, plan.block_mask)  # on CPU: checked against torch's eager math
     return out[:, :, :length]
