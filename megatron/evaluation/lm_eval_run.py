@@ -1,22 +1,33 @@
 """Run lm-evaluation-harness tasks on one trained run and write the result (what eval.py calls).
 
 The checkpoint is loaded as evaluate.py loads it; the JSON goes to `<eval-results-dir>/lm_eval/<run>.json`
-(beside evaluate.py's files, in a folder of its own so the length tables never read it as theirs)."""
+(beside evaluate.py's files, in a folder of its own so the length tables never read it as theirs).
+
+A result file that already exists is never overwritten (as evaluate.py's, megatron/evaluation/merge.py):
+when it holds the same checkpoint scored the same way (same length, stride, limit, few-shot count, seed
+and lm-eval version), the new tasks merge into it — the earlier tasks not run again are kept, the ones
+run again replaced; otherwise eval.py stops before loading anything and says what differs."""
 import datetime
 import difflib
 import json
+import math
 import pathlib
 
 import torch
 
-from megatron.checkpointing import load_model_weights
+from megatron.checkpointing import load_model_weights, read_client_state, resolve_tag
 from megatron.model import GPTModel
+from megatron.preflight import folder_problem
 from megatron.tokenizer import build_tokenizer
 from .lm_eval_adapter import NeoXLM
-from .results import write_atomic
-from .run import EvaluationError, _checked_plan, run_record, trained_config
+from .merge import CHECKPOINT_FIELDS, differences
+from .results import ResultFileError, folder_locked, write_atomic
+from .run import EvaluationError, _checked_plan, run_record
 
 SCHEMA = "neox-lm-eval/1"
+# `evaluation` fields that decide what a task's numbers mean; results scored under different values do not mix.
+SAME_SETTINGS = ("max_length", "stride", "limit", "num_fewshot", "seed", "lm_eval")
+MERGED_BY_TASK = ("results", "n-shot", "versions")  # the document's per-task dictionaries
 
 
 def task_manager_for(neox_args):
@@ -44,18 +55,78 @@ def task_manager_for(neox_args):
     return manager, tasks
 
 
+def check_task_keys(neox_args) -> None:
+    """What the key types do not say: lm-eval's `limit` is a positive count of documents per task (or,
+    below 1, a fraction of them); 0, a negative or a non-finite value makes lm-eval find no documents."""
+    limit = neox_args.eval_task_limit
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        where = neox_args.config_sources.get("eval_task_limit", "the config")
+        raise EvaluationError(f"{where}: eval-task-limit is {limit}, but it must be positive: the number of "
+                              "documents scored per task (a value below 1 is a fraction of them). Leave it unset "
+                              "(null) to score every document.")
+
+
+def earlier_task_results(path: pathlib.Path, evaluation: dict, run: dict) -> dict | None:
+    """The lm-eval result file already at `path` when the new evaluation may merge into it, else None
+    when there is none. Raises ResultFileError (before anything is loaded) when it cannot be merged."""
+    if not path.exists():
+        return None
+    keep_it = (f"It is never overwritten: write into another eval-results-dir, or move {path} away first if "
+               "it is no longer wanted.")
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultFileError(f"{path} already exists and cannot be read as an lm-eval result file ({err}). "
+                              f"{keep_it}") from None
+    if not (isinstance(document, dict) and document.get("schema") == SCHEMA
+            and all(isinstance(document.get(k), dict) for k in ("run", "evaluation", "results"))):
+        schema = document.get("schema") if isinstance(document, dict) else None
+        raise ResultFileError(f"{path} already exists but is not an lm-eval result file of schema {SCHEMA} "
+                              f"(its schema is {schema!r}, or it lacks run, evaluation or results). {keep_it}")
+    differ = differences(document, run, evaluation, CHECKPOINT_FIELDS, SAME_SETTINGS)
+    if differ:
+        raise ResultFileError(f"{path} already holds lm-eval results of this checkpoint, scored differently ("
+                              + "; ".join(differ) + f"), so the new tasks cannot be merged into it. {keep_it}")
+    return document
+
+
+def merged_tasks(earlier: dict | None, document: dict) -> tuple[dict, list[str]]:
+    """(the document to write, the earlier tasks kept): the new tasks' entries replace the earlier ones."""
+    if earlier is None:
+        return document, []
+    kept = [t for t in earlier["evaluation"].get("tasks", []) if t not in document["evaluation"]["tasks"]]
+    out = dict(document, evaluation=dict(document["evaluation"], tasks=kept + document["evaluation"]["tasks"]))
+    for key in MERGED_BY_TASK:
+        out[key] = {**(earlier.get(key) or {}), **(document.get(key) or {})}
+    return out, kept
+
+
 def evaluate_tasks(neox_args) -> pathlib.Path:
+    # Everything that can be checked without lm-eval or the model: before either is loaded.
+    _checked_plan(neox_args)  # `load` is set and exists
+    check_task_keys(neox_args)
+    results_dir = pathlib.Path(neox_args.eval_results_dir) / "lm_eval"
+    problem = folder_problem(results_dir, "eval-results-dir", neox_args.config_sources.get("eval_results_dir",
+                                                                                          "the config"))
+    if problem:
+        raise EvaluationError(problem)
+    state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    length = neox_args.eval_task_length or neox_args.seq_length
+    run = run_record(neox_args, state["neox_args"], state["iteration"])
+    path = results_dir / f"{run['name']}.json"
     import lm_eval
+    evaluation = {"max_length": length, "stride": neox_args.eval_stride or length, "limit": neox_args.eval_task_limit,
+                  "num_fewshot": neox_args.eval_task_num_fewshot, "seed": neox_args.eval_seed,
+                  "lm_eval": lm_eval.__version__}
+    earlier = earlier_task_results(path, evaluation, run)
     from lm_eval.utils import make_table
 
-    _checked_plan(neox_args)  # `load` is set and exists: checked before lm-eval indexes its tasks
     manager, tasks = task_manager_for(neox_args)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = build_tokenizer(neox_args)
     model = GPTModel(neox_args, tokenizer.padded_vocab_size)
     iteration = load_model_weights(neox_args, model)
     model.to(device=device, dtype=torch.float32).eval()
-    length = neox_args.eval_task_length or neox_args.seq_length
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
     if limit is not None and length > limit:
         raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb {neox_args.pos_emb} "
@@ -66,14 +137,15 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
                                      random_seed=neox_args.eval_seed, numpy_random_seed=neox_args.eval_seed,
                                      torch_random_seed=neox_args.eval_seed, fewshot_random_seed=neox_args.eval_seed)
     print(make_table(output), flush=True)
-    run = run_record(neox_args, trained_config(neox_args), iteration)
-    path = pathlib.Path(neox_args.eval_results_dir) / "lm_eval" / f"{run['name']}.json"
+    run = run_record(neox_args, state["neox_args"], iteration)
     document = {"schema": SCHEMA, "run": run,
-                "evaluation": {"tasks": tasks, "max_length": length, "stride": lm.stride,
-                               "limit": neox_args.eval_task_limit, "num_fewshot": neox_args.eval_task_num_fewshot,
-                               "lm_eval": lm_eval.__version__, "device": str(device),
+                "evaluation": {"tasks": tasks, **evaluation, "device": str(device),
                                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
                 "results": output["results"], "n-shot": output.get("n-shot"), "versions": output.get("versions")}
-    write_atomic(path, json.loads(json.dumps(document, default=str)))
-    print(f"wrote {path}", flush=True)
+    with folder_locked(results_dir):  # read again: another eval.py may have written the file since
+        document, kept = merged_tasks(earlier_task_results(path, evaluation, run),
+                                      json.loads(json.dumps(document, default=str)))
+        write_atomic(path, document)
+    print(f"wrote {path}" + (f" (kept the earlier results there for tasks {kept}: same checkpoint, scored the "
+                             "same way)" if kept else ""), flush=True)
     return path

@@ -11,6 +11,9 @@ import pathlib
 
 from .results import ResultFileError, load_result
 
+# `run` fields that say which checkpoint was evaluated; results of different checkpoints never mix.
+CHECKPOINT_FIELDS = ("checkpoint_step", "config_hash", "method", "seed", "dataset")
+
 # `evaluation` fields that decide what a record means; records scored under different values do not mix.
 SAME_SETTINGS = ("split", "eval_seed", "eval_chunks", "eval_stride", "stream_tokens", "stream_sha256",
                  "vocab_size", "dtype")
@@ -28,15 +31,20 @@ def earlier_records(path: pathlib.Path, evaluation: dict, run: dict) -> list[dic
         document = load_result(path)
     except ResultFileError as err:
         raise ResultFileError(f"{err} {keep_it}") from None
-    checkpoint = ("checkpoint_step", "config_hash", "method", "seed", "dataset")
-    differ = [f"{key}: earlier {document['run'].get(key)!r}, now {run.get(key)!r}"
-              for key in checkpoint if document["run"].get(key) != run.get(key)]
-    differ += [f"{key}: earlier {document['evaluation'].get(key)!r}, now {evaluation.get(key)!r}"
-               for key in SAME_SETTINGS if document["evaluation"].get(key) != evaluation.get(key)]
+    differ = differences(document, run, evaluation, CHECKPOINT_FIELDS, SAME_SETTINGS)
     if differ:
         raise ResultFileError(f"{path} already holds results of this checkpoint, scored differently ("
                               + "; ".join(differ) + f"), so the new results cannot be merged into it. {keep_it}")
     return document["results"]
+
+
+def differences(document: dict, run: dict, evaluation: dict, checkpoint_fields, settings) -> list[str]:
+    """`key: earlier X, now Y` for each checkpoint field of `run` and each setting of `evaluation` in
+    which an existing result document differs from a new evaluation (any result file's schema)."""
+    differ = [f"{key}: earlier {document['run'].get(key)!r}, now {run.get(key)!r}"
+              for key in checkpoint_fields if document["run"].get(key) != run.get(key)]
+    return differ + [f"{key}: earlier {document['evaluation'].get(key)!r}, now {evaluation.get(key)!r}"
+                     for key in settings if document["evaluation"].get(key) != evaluation.get(key)]
 
 
 def merged(earlier: list[dict], new: list[dict]) -> tuple[list[dict], list[tuple[int, str]]]:

@@ -19,6 +19,8 @@ seeds of one configuration share it. `loss` is the mean per-token cross-entropy 
 the mean over chunks (null with one chunk). `chunk_losses[i]` is the mean loss of the chunk starting at
 stream offset `chunk_starts[i]`; equal starts and equal `stream_sha256` mean two runs are paired.
 """
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -68,6 +70,20 @@ def write_atomic(path: pathlib.Path, document: dict) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def folder_locked(folder):
+    """Hold an exclusive flock on `folder` itself (no lock file is left behind): two evaluations writing
+    result files there read, merge and write one at a time, so neither drops what the other wrote."""
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def _umask() -> int:

@@ -20,7 +20,7 @@ from .context import ModeContext
 from .identity import RunIdentity, config_hash, dataset_name, evaluation_variant
 from .merge import earlier_records, merged
 from .modes import get_mode
-from .results import SCHEMA, ResultFileError, write_atomic
+from .results import SCHEMA, ResultFileError, folder_locked, write_atomic
 
 
 class EvaluationError(NeoXArgsError):
@@ -77,9 +77,11 @@ def evaluate_run(neox_args) -> pathlib.Path:
             records += [_scored(mode, context, device, say) for mode in modes]
 
     if neox_args.rank == 0:
-        records, kept = merged(earlier, records)
-        evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
+        with folder_locked(path.parent):
+            earlier = earlier_records(path, evaluation, run)  # again: another evaluation may have written it since
+            records, kept = merged(earlier, records)
+            evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
         say(f"wrote {path}" + (f" (kept the earlier results there for (length, mode) {kept}: same checkpoint, "
                                "scored the same way)" if kept else ""), flush=True)
     if neox_args.world_size > 1:
