@@ -19,7 +19,7 @@ from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES, PROBE_TASKS
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .value_checks import check_values
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
-from .yaml_loader import load_config_files, normalise_key
+from .yaml_loader import drop_nested, load_config_files, normalise_key
 
 OPTIMIZERS = ("Adam", "AdamW")
 
@@ -76,6 +76,7 @@ class NeoXArgs(*reversed(GROUPS)):
             current = values.pop(spelling.get(top, top), None)
             values[top] = _set_nested(current, path, value, key) if path else value
             sources[top] = "command line"
+            drop_nested(sources, top)
         return cls.from_dict(values, sources, texts, world_size)
 
     @classmethod

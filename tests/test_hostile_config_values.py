@@ -1,0 +1,98 @@
+"""Hostile inputs, round 2 (issue 24), config side: YAML that repeats keys at any depth, merge keys,
+"billion laughs" aliases, non-finite and out-of-range numbers, optimizer parameters torch refuses,
+and path names too long for the filesystem. Each is one NeoXArgsError naming the file, line and key
+path, raised while loading the config (the launching test at the end shows the entry point's one
+paragraph)."""
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from megatron.neox_arguments import NeoXArgs, NeoXArgsError
+from megatron.neox_arguments.quoting import QUOTE_LIMIT, quote
+from megatron.neox_arguments.yaml_loader import load_config_files
+
+BASE = "train_micro_batch_size_per_gpu: 4\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n"
+
+
+def write(tmp_path, text, name="c.yml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def refused(tmp_path, text, *fragments, overrides=None):
+    path = write(tmp_path, text)
+    with pytest.raises(NeoXArgsError) as info:
+        NeoXArgs.from_ymls([path], overrides)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment.replace("FILE", str(path)) in message, message
+    assert "\n" not in message
+    return message
+
+
+# ------------------------------------------------------------------------ row 11: repeats at any depth
+def test_a_key_repeated_inside_a_nested_mapping_is_refused_with_its_path_and_lines(tmp_path):
+    refused(tmp_path, BASE + "optimizer:\n  type: Adam\n  params:\n    lr: 1.0e-3\n    lr: 5.0\n",
+            "FILE line 9: key 'optimizer.params.lr' is given twice in the same mapping (first on line 8)",
+            "Keep one of them")
+
+
+def test_a_key_repeated_in_a_flow_mapping_inside_a_list_is_refused(tmp_path):
+    refused(tmp_path, BASE + "deepspeed_extra_args: {comms_logger: {enabled: true, enabled: false}}\n",
+            "FILE line 5: key 'deepspeed-extra-args.comms_logger.enabled' is given twice")
+    refused(tmp_path, BASE + "train_data_weights: [{a: 1, a: 2}]\n",
+            "key 'train-data-weights[0].a' is given twice")
+
+
+def test_top_level_repeats_are_still_refused_as_before(tmp_path):
+    refused(tmp_path, BASE + "train-iters: 1\ntrain_iters: 2\n",
+            "FILE line 6: key 'train_iters' repeats 'train_iters' already set on line 5")
+
+
+# ------------------------------------------------------------------------------- row 23: merge keys
+def test_a_top_level_merge_key_is_read_as_yaml_defines_it(tmp_path):
+    path = write(tmp_path, """\
+        train_micro_batch_size_per_gpu: 4
+        hidden_size: 64
+        <<: {num_layers: 3, num-attention-heads: 4, seed: 7}
+        seed: 9
+        optimizer:
+          <<: &adam {type: Adam}
+          params: {lr: 1.0e-3}
+        """)
+    args = NeoXArgs.from_ymls([path])
+    assert (args.num_layers, args.num_attention_heads, args.seed) == (3, 4, 9)  # written beside `<<` wins
+    assert args.optimizer["type"] == "Adam"
+    assert args.config_sources["num_layers"] == f"{path}:3"  # the anchor's line
+    assert args.config_sources["seed"] == f"{path}:4"
+
+
+def test_merged_keys_from_an_anchor_count_as_set_on_the_anchor_line(tmp_path):
+    path = write(tmp_path, """\
+        optimizer:
+          type: Adam
+          params: &p
+            lr: 1.0e-3
+            eps: 1.0e-8
+        deepspeed_extra_args:
+          copy:
+            <<: *p
+            eps: 1.0e-6
+        """)
+    values, sources, _ = load_config_files([path])
+    assert values["deepspeed_extra_args"] == {"copy": {"lr": 1.0e-3, "eps": 1.0e-6}}
+    assert sources["deepspeed_extra_args.copy.lr"] == f"{path}:4"  # the anchor's line
+    assert sources["deepspeed_extra_args.copy.eps"] == f"{path}:9"
+
+
+def test_merge_key_mistakes_are_one_paragraph(tmp_path):
+    refused(tmp_path, BASE + "<<: [1, 2]\n", "FILE line 5: '<<': a merge key takes a mapping")
+    refused(tmp_path, BASE + "<<: {seed: 1}\n<<: {seed: 2}\n", "FILE line 6: '<<' is given twice")
+    refused(tmp_path, BASE + "<<: {nmu_layers: 3}\n", "FILE:5: 'nmu_layers' is not a known config key",
+            "Did you mean 'num-layers'?")
