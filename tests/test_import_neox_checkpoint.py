@@ -134,9 +134,11 @@ def test_an_unknown_positional_method_is_refused(tmp_path):
 
 def test_weights_of_another_method_than_the_config_names_are_refused(tmp_path):
     fork_checkpoint(tmp_path, "alibi")
+    wrong = tmp_path / "run.yml"  # a config naming another method than the run's
+    wrong.write_text(json.dumps({**fork.fork_config("alibi", config("alibi")), "pos-emb": "kerple_log"}))
     with pytest.raises(CheckpointImportError, match=r"missing \['attention.rpe.bias_a', 'attention.rpe.bias_p'\], "
                                                     r"foreign \['attention.alibi_embed.slopes'\]"):
-        import_checkpoint(tmp_path / "fork", tmp_path / "ours", pos_emb="kerple_log")
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours", [wrong])
 
 
 def test_the_command_prints_one_paragraph_and_no_traceback(tmp_path):

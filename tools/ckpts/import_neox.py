@@ -24,7 +24,8 @@ from tools.ckpts.neox_import import import_checkpoint  # noqa: E402
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", help="the run's save directory, or one global_stepN folder in it")
-    parser.add_argument("output", help="where to write this project's checkpoint (evaluate with --set load=OUTPUT)")
+    parser.add_argument("output", help="a new or empty folder for this project's checkpoint (evaluate with "
+                        "--set load=OUTPUT); never another run's save folder")
     parser.add_argument("--config_file", "--config-file", nargs="+", help="the run's config files (default: "
                         "the configs/*.yml saved in the checkpoint)")
     parser.add_argument("--pos-emb", help="the run's positional method, when the config does not name it")

@@ -6,11 +6,13 @@ the rest, write.py writes the checkpoint as this project's save does.
 import pathlib
 
 from megatron.model import GPTModel
-from megatron.neox_arguments import NeoXArgs
+from megatron.neox_arguments import POS_EMB_ALIASES, NeoXArgs, NeoXArgsError
+from megatron.neox_arguments.upstream_compat import VALUE_MAPS
 from megatron.neox_arguments.yaml_loader import load_config_files, normalise_key
 from .convert import convert
 from .layout import CheckpointImportError, checkpoint_folder, read_stages, saved_configs
-from .write import write_checkpoint
+from .positional import SUPPORTED
+from .write import output_problem, write_checkpoint
 
 BIAS_METHODS = ("t5", "alibi", "kerple_log", "kerple_power", "kerple_bias_weight")
 
@@ -25,7 +27,19 @@ def resolve_config(folder: pathlib.Path, config_files, pos_emb: str | None, over
     overrides = dict(overrides or {})
     if pos_emb:
         overrides["pos-emb"] = pos_emb
-    values = {normalise_key(k): v for k, v in load_config_files(paths)[0].items()}
+    loaded, sources, _ = load_config_files(paths)
+    values = {normalise_key(k): v for k, v in loaded.items()}
+    given = {normalise_key(k): v for k, v in overrides.items()}.get("pos_emb")
+    # (A name the importer does not know is refused by the checks after this one, with what it knows.)
+    if given is not None and values.get("pos_emb") is not None and _method_name(given) in SUPPORTED \
+            and _method_name(given) != _method_name(values["pos_emb"]):
+        flag, leave_out = (f"--pos-emb {pos_emb}", "--pos-emb") if pos_emb else (f"--set pos-emb={given}", "that --set")
+        raise CheckpointImportError(
+            f"{flag} disagrees with the run's config: {sources.get('pos_emb', ', '.join(map(str, paths)))} says "
+            f"pos-emb {values['pos_emb']}. The weights cannot tell which is right (KERPLE-log and -power store the "
+            f"same parameters), and importing as {given} would build another model than the run trained. Leave "
+            f"out {leave_out} to import the method the config names; if the config is wrong, "
+            "pass corrected files with --config_file.")
     named = {normalise_key(k) for k in overrides} | set(values)
     if "pos_emb" not in named:
         raise CheckpointImportError(
@@ -45,6 +59,17 @@ def resolve_config(folder: pathlib.Path, config_files, pos_emb: str | None, over
             f"the config has activation {args.activation!r} and norm {args.norm!r}; the importer converts the "
             "fork's gelu MLP and LayerNorm only (its RMSNorm and gated MLPs name and lay out weights differently).")
     return args
+
+
+def _method_name(name) -> str:
+    """This project's name of a positional method, from any spelling a config may use (the fork's,
+    upstream's, an alias); an unknown name stays as it is."""
+    name = str(name)
+    try:
+        name = VALUE_MAPS["pos_emb"](name, "pos-emb")
+    except NeoXArgsError:
+        pass  # a name the config loader refuses with its own message later
+    return POS_EMB_ALIASES.get(name, name)
 
 
 def _check_stored_args(stages, args: NeoXArgs, rows: int) -> None:
@@ -80,7 +105,11 @@ def load_fork(source, config_files=None, pos_emb=None, overrides=None):
 
 
 def import_checkpoint(source, output, config_files=None, pos_emb=None, overrides=None):
-    """Convert and write; returns (the written global_stepN folder, notes)."""
+    """Convert and write; returns (the written global_stepN folder, notes). OUT must be a new or empty
+    folder (write.output_problem), checked before anything is read."""
+    problem = output_problem(output)
+    if problem:
+        raise CheckpointImportError(problem)
     args, model, weights, notes, stages = load_fork(source, config_files, pos_emb, overrides)
     provenance = {"source": str(pathlib.Path(source).resolve()), "format": "gpt-neox pipeline (DeepSpeed)",
                   "stored_dtype": str(next(iter(stages.final_norm.values())).dtype), "notes": notes}
