@@ -96,3 +96,93 @@ def test_merge_key_mistakes_are_one_paragraph(tmp_path):
     refused(tmp_path, BASE + "<<: {seed: 1}\n<<: {seed: 2}\n", "FILE line 6: '<<' is given twice")
     refused(tmp_path, BASE + "<<: {nmu_layers: 3}\n", "FILE:5: 'nmu_layers' is not a known config key",
             "Did you mean 'num-layers'?")
+
+
+# ------------------------------------------------------------ row 6: billion laughs, bounded messages
+def billion_laughs(key):
+    """Nine levels of nine aliases each, the anchors inside the real key's own list: 9**10 values
+    (3.5 billion) written in eleven lines."""
+    levels = [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9) if i else ', '.join(['1'] * 9)}]\n" for i in range(9)]
+    return f"train_micro_batch_size_per_gpu: 4\n{key}:\n" + "".join(levels) + f"  - [{', '.join(['*a8'] * 9)}]\n"
+
+
+@pytest.fixture
+def deadline():
+    """Fail (instead of hanging) when the block takes more than `seconds`."""
+    import signal
+
+    def expired(*_):
+        raise TimeoutError("the config loader took too long: it expanded the aliases")
+
+    def arm(seconds):
+        signal.signal(signal.SIGALRM, expired)
+        signal.alarm(seconds)
+    yield arm
+    signal.alarm(0)
+
+
+@pytest.mark.parametrize("key", ["eval-lengths", "wandb_group"])
+def test_billion_laughs_in_a_real_key_is_refused_at_once(key, tmp_path, deadline):
+    deadline(20)
+    start = time.monotonic()
+    message = refused(tmp_path, billion_laughs(key), "Config file FILE: its aliases (*name) expand to",
+                      "more than the 100,000 that aliases may add to a config")
+    assert time.monotonic() - start < 5
+    assert len(message) < 1000
+
+
+def test_billion_laughs_on_the_command_line_is_refused_too(tmp_path, deadline):
+    value = "[" + ", ".join(["*a8"] * 9) + "]"
+    anchors = "".join(f"&a{i} [{', '.join([f'*a{i - 1}'] * 9) if i else '1'}], " for i in range(9))
+    deadline(20)
+    with pytest.raises(NeoXArgsError, match=r"--set 'eval-lengths=.*\(cut\): its aliases"):
+        from megatron.neox_arguments import parse_overrides
+        parse_overrides([f"eval-lengths=[{anchors}{value}]"])
+
+
+def test_aliases_that_add_a_few_values_are_fine(tmp_path):
+    path = write(tmp_path, BASE + "eval_lengths: &l [64, 128]\nprobe_depths: [0.0, 1.0]\n"
+                               "deepspeed_extra_args: {a: *l, b: *l}\n")
+    assert NeoXArgs.from_ymls([path]).eval_lengths == [64, 128]
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
+    refused(tmp_path, BASE + "eval_lengths: &l [64, *l]\n", "FILE line 5: an alias (*name) refers to the "
+            "mapping or list that contains it")
+
+
+def test_a_huge_value_is_quoted_cut_in_every_message(tmp_path, deadline):
+    deadline(20)
+    long_list = "[" + ", ".join(["-1"] * 50_000) + "]"
+    message = refused(tmp_path, BASE + f"eval_lengths: {long_list}\n",
+                      "eval-lengths: must be a list of positive integers, got [-1, -1", "...(cut)")
+    assert len(message) < 2 * QUOTE_LIMIT + 200
+    message = refused(tmp_path, BASE + f"wandb_group: {long_list}\n", "wandb-group must be a string, got [-1",
+                      "...(cut)")
+    assert len(message) < 2 * QUOTE_LIMIT + 200
+    message = refused(tmp_path, BASE + "x" * 1000 + ": 1\n", "'xxxx", "...(cut) is not a known config key")
+    assert len(message) < 2 * QUOTE_LIMIT + 200
+
+
+def test_quote_builds_only_what_it_shows():
+    nested = [1] * 9
+    for _ in range(12):  # 9**13 items if formatted whole
+        nested = [nested] * 9
+    start = time.monotonic()
+    text = quote(nested)
+    assert time.monotonic() - start < 0.5
+    assert text.startswith("[[[[") and text.endswith("...(cut)") and len(text) == QUOTE_LIMIT + len("...(cut)")
+    assert quote({"a": [1, None]}) == "{'a': [1, None]}" and quote(True, as_json=True) == "true"
+    assert quote("y" * 10_000, as_json=True).startswith('"yyy') and len(quote("y" * 10_000)) < QUOTE_LIMIT + 10
+
+
+def test_an_integer_too_long_to_read_is_one_paragraph(tmp_path):
+    refused(tmp_path, BASE + "seed: " + "9" * 5000 + "\n", "FILE line 5: the value '9999", "cannot be read")
+
+
+def test_an_upstream_attention_config_with_a_huge_count_is_not_expanded(tmp_path, deadline):
+    deadline(20)
+    path = write(tmp_path, BASE + 'attention_config: [[["global"], 1000000000000]]\n')
+    assert NeoXArgs.from_ymls([path]).num_layers == 2
+    refused(tmp_path, BASE + 'attention_config: [[["global", "local"], 1000000000000]]\n',
+            "attention_config gives some layers ['local'] attention")

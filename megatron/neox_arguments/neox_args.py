@@ -15,6 +15,7 @@ from megatron.model.attention_config import AttentionConfig, AttentionConfigErro
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
 
 from .errors import NeoXArgsError
+from .quoting import quote
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES, PROBE_TASKS
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .value_checks import check_values
@@ -109,27 +110,27 @@ class NeoXArgs(*reversed(GROUPS)):
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                     "make_vocab_size_divisible_by", "log_interval", "eval_interval"):
             if getattr(self, key) <= 0:
-                fail(key, f"must be a positive integer, got {getattr(self, key)}.")
+                fail(key, f"must be a positive integer, got {quote(getattr(self, key))}.")
         if self.train_iters < 0:
-            fail("train_iters", f"must be >= 0 (0: evaluate the `load` checkpoint only), got {self.train_iters}.")
+            fail("train_iters", f"must be >= 0 (0: evaluate the `load` checkpoint only), got {quote(self.train_iters)}.")
         if self.eval_iters < 0:
-            fail("eval_iters", f"must be >= 0, got {self.eval_iters}.")
+            fail("eval_iters", f"must be >= 0, got {quote(self.eval_iters)}.")
         if self.hidden_size % self.num_attention_heads:
-            fail("num_attention_heads", f"{self.num_attention_heads} heads do not divide hidden-size "
-                 f"{self.hidden_size}; choose a head count that divides it.")
+            fail("num_attention_heads", f"{quote(self.num_attention_heads)} heads do not divide hidden-size "
+                 f"{quote(self.hidden_size)}; choose a head count that divides it.")
         for key in ("hidden_dropout", "attention_dropout", "warmup"):
             if not 0.0 <= getattr(self, key) <= 1.0:
-                fail(key, f"must lie in [0, 1], got {getattr(self, key)}.")
+                fail(key, f"must lie in [0, 1], got {quote(getattr(self, key))}.")
         for key in ("model_parallel_size", "pipe_parallel_size"):
             if getattr(self, key) != 1:
-                fail(key, f"{getattr(self, key)} is not supported yet: this project trains with data "
+                fail(key, f"{quote(getattr(self, key))} is not supported yet: this project trains with data "
                      "parallelism (and ZeRO) only. Set it to 1.")
 
         canonical = POS_EMB_ALIASES.get(self.pos_emb, self.pos_emb)
         if canonical not in POS_EMB_CHOICES:
             close = difflib.get_close_matches(self.pos_emb, POS_EMB_CHOICES + tuple(POS_EMB_ALIASES), n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            fail("pos_emb", f"unknown positional method '{self.pos_emb}'.{hint} Choose one of: "
+            fail("pos_emb", f"unknown positional method {quote(self.pos_emb)}.{hint} Choose one of: "
                  + ", ".join(POS_EMB_CHOICES) + ".")
         self.pos_emb = canonical
         self._check_positional_options(fail)
@@ -137,8 +138,8 @@ class NeoXArgs(*reversed(GROUPS)):
         if self.max_position_embeddings is None:
             self.max_position_embeddings = self.seq_length
         if lookup(self.pos_emb).uses_max_positions and self.max_position_embeddings < self.seq_length:
-            fail("max_position_embeddings", f"{self.max_position_embeddings} is smaller than seq-length "
-                 f"{self.seq_length}, and pos-emb '{self.pos_emb}' cannot embed positions past it. Raise "
+            fail("max_position_embeddings", f"{quote(self.max_position_embeddings)} is smaller than seq-length "
+                 f"{quote(self.seq_length)}, and pos-emb '{self.pos_emb}' cannot embed positions past it. Raise "
                  "max-position-embeddings or use a relative method.")
         if self.seq_length_val is None:
             self.seq_length_val = self.seq_length
@@ -157,24 +158,24 @@ class NeoXArgs(*reversed(GROUPS)):
         if self.eval_lengths is None:
             self.eval_lengths = [self.seq_length]
         if not all(isinstance(n, int) and n > 0 for n in self.eval_lengths):
-            fail("eval_lengths", f"must be a list of positive integers, got {self.eval_lengths}.")
+            fail("eval_lengths", f"must be a list of positive integers, got {quote(self.eval_lengths)}.")
         for key in ("eval_chunks", "eval_stride"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
-                fail(key, f"must be a positive integer (or null for the default), got {getattr(self, key)}.")
+                fail(key, f"must be a positive integer (or null for the default), got {quote(getattr(self, key))}.")
         depths = self.probe_depths
         if not depths or not all(isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1
                                  for d in depths):
             fail("probe_depths", f"must be a non-empty list of numbers in [0, 1] (0: the needle opens the "
-                 f"prompt, 1: it ends right before the question), got {depths}.")
+                 f"prompt, 1: it ends right before the question), got {quote(depths)}.")
         if self.probe_samples < 1:
-            fail("probe_samples", f"must be a positive integer, got {self.probe_samples}.")
+            fail("probe_samples", f"must be a positive integer, got {quote(self.probe_samples)}.")
         self._check_probe_keys(fail)
         from megatron.evaluation.modes import mode_names  # the registry: one file per mode
         if not self.eval_modes:
             fail("eval_modes", f"is empty; list at least one of {list(mode_names())}.")
         bad_modes = [m for m in self.eval_modes if m not in mode_names()]
         if bad_modes:
-            fail("eval_modes", f"unknown mode(s) {bad_modes}; choose from {list(mode_names())} (each a file "
+            fail("eval_modes", f"unknown mode(s) {quote(bad_modes)}; choose from {list(mode_names())} (each a file "
                  "in megatron/evaluation/modes/).")
         if self.data_path is None and self.train_data_paths is None and self.test_data_paths is None:
             pass  # tools that need data say so when they look for it
@@ -194,18 +195,18 @@ class NeoXArgs(*reversed(GROUPS)):
             if problem := pairs_problem(self.probe_train_kv_pairs):
                 fail("probe_train_kv_pairs", problem)
             if self.probe_train_task != "kv-retrieval":
-                fail("probe_train_kv_pairs", f"is {self.probe_train_kv_pairs}, but probe-train-task is "
-                     f"{self.probe_train_task!r}, not 'kv-retrieval', so no training prompt has pairs. Set "
+                fail("probe_train_kv_pairs", f"is {quote(self.probe_train_kv_pairs)}, but probe-train-task is "
+                     f"{quote(self.probe_train_task)}, not 'kv-retrieval', so no training prompt has pairs. Set "
                      "probe-train-task: kv-retrieval, or remove probe-train-kv-pairs.")
         task, fraction = self.probe_train_task, self.probe_train_fraction
         if not 0 <= fraction <= 1:
             fail("probe_train_fraction", f"must lie in [0, 1] (the fraction of training samples replaced by "
-                 f"probe-train-task samples), got {fraction}.")
+                 f"probe-train-task samples), got {quote(fraction)}.")
         if task is None and fraction > 0:
-            fail("probe_train_fraction", f"is {fraction}, but probe-train-task is not set, so there is nothing "
+            fail("probe_train_fraction", f"is {quote(fraction)}, but probe-train-task is not set, so there is nothing "
                  f"to mix in. Set probe-train-task ({' or '.join(PROBE_TASKS)}), or remove probe-train-fraction.")
         if task is not None and fraction == 0:
-            fail("probe_train_task", f"is {task!r}, but probe-train-fraction is 0, so no training sample would "
+            fail("probe_train_task", f"is {quote(task)}, but probe-train-fraction is 0, so no training sample would "
                  "be one. Set probe-train-fraction in (0, 1] (e.g. 0.5), or remove probe-train-task.")
 
     def _check_positional_options(self, fail):
@@ -230,7 +231,7 @@ class NeoXArgs(*reversed(GROUPS)):
         kind = opt.get("type")
         match = {o.lower(): o for o in OPTIMIZERS}.get(str(kind).lower())
         if match is None:
-            fail("optimizer", f"type '{kind}' is not supported; use one of {list(OPTIMIZERS)}.")
+            fail("optimizer", f"type {quote(kind)} is not supported; use one of {list(OPTIMIZERS)}.")
         params = dict(opt.get("params") or {})
         if "lr" not in params:
             fail("optimizer", "params.lr is missing: give the peak learning rate, e.g. "
@@ -265,14 +266,14 @@ class NeoXArgs(*reversed(GROUPS)):
         for key, value in (("train_batch_size", glob), ("train_micro_batch_size_per_gpu", micro),
                            ("gradient_accumulation_steps", gas)):
             if value is not None and value <= 0:
-                fail(key, f"must be a positive integer, got {value}.")
+                fail(key, f"must be a positive integer, got {quote(value)}.")
         if glob is None and micro is None:
             fail("train_micro_batch_size_per_gpu", "no batch size is set: give two of train-batch-size, "
                  "train-micro-batch-size-per-gpu and gradient-accumulation-steps (or the micro size alone).")
         if micro is None:
             gas = gas or 1
             if glob % (gas * dp):
-                fail("train_batch_size", f"{glob} is not divisible by gradient-accumulation-steps {gas} "
+                fail("train_batch_size", f"{quote(glob)} is not divisible by gradient-accumulation-steps {quote(gas)} "
                      f"x data-parallel size {dp}.")
             micro = glob // (gas * dp)
         elif glob is None:
@@ -280,11 +281,11 @@ class NeoXArgs(*reversed(GROUPS)):
             glob = micro * gas * dp
         elif gas is None:
             if glob % (micro * dp):
-                fail("train_batch_size", f"{glob} is not divisible by micro batch {micro} x data-parallel "
+                fail("train_batch_size", f"{quote(glob)} is not divisible by micro batch {quote(micro)} x data-parallel "
                      f"size {dp}.")
             gas = glob // (micro * dp)
         elif glob != micro * gas * dp:
-            fail("train_batch_size", f"{glob} != micro batch {micro} x gradient-accumulation-steps {gas} "
+            fail("train_batch_size", f"{quote(glob)} != micro batch {quote(micro)} x gradient-accumulation-steps {quote(gas)} "
                  f"x data-parallel size {dp} = {micro * gas * dp}. Give only two of the three.")
         self.train_batch_size, self.train_micro_batch_size_per_gpu = glob, micro
         self.gradient_accumulation_steps = gas

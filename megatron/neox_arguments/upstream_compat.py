@@ -10,6 +10,7 @@ import pathlib
 from dataclasses import dataclass
 
 from .errors import NeoXArgsError
+from .quoting import quote
 from .upstream_treatments import IGNORED, MAPPED, REFUSED, VALUE_MAPPED
 from .yaml_loader import normalise_key
 
@@ -51,10 +52,10 @@ def translate(values: dict, sources: dict):
             reason, off = REFUSED_OFF[key]
             if not any(_same(value, o) for o in off):
                 raise NeoXArgsError(
-                    f"{where}: '{raw}: {json.dumps(value)}' asks for {reason}, which this project does not "
+                    f"{where}: '{raw}: {quote(value, as_json=True)}' asks for {reason}, which this project does not "
                     f"support; ignoring it would silently train or evaluate something else. Remove the key "
-                    f"or set it to {json.dumps(off[0])} (off). {DOC} lists every upstream key's treatment.")
-            notes.append(Note(raw, where, f"off ({json.dumps(value)}); {reason} is not supported here"))
+                    f"or set it to {quote(off[0], as_json=True)} (off). {DOC} lists every upstream key's treatment.")
+            notes.append(Note(raw, where, f"off ({quote(value, as_json=True)}); {reason} is not supported here"))
         else:
             out[raw] = value  # this project's own key, or a mistake: NeoXArgs reports it
     for key, raw, value, where in mapped:
@@ -80,8 +81,8 @@ def _get(out: dict, key: str):
 def _save_interval(raw, value, where, out, sources):
     own, current = _get(out, "checkpoint_factor")
     if own is not None and current != value:
-        raise NeoXArgsError(f"{where}: '{raw}: {value}' (the KERPLE fork's checkpoint-factor) disagrees with "
-                            f"checkpoint-factor {current} ({sources.get('checkpoint_factor')}). Keep one of them.")
+        raise NeoXArgsError(f"{where}: '{raw}: {quote(value)}' (the KERPLE fork's checkpoint-factor) disagrees with "
+                            f"checkpoint-factor {quote(current)} ({sources.get('checkpoint_factor')}). Keep one of them.")
     out.setdefault(own or "checkpoint_factor", value)
     sources.setdefault("checkpoint_factor", f"{where} (as {raw})")
     return [Note(raw, where, "mapped to checkpoint-factor")]
@@ -92,8 +93,8 @@ def _lr_decay_fraction(raw, value, where, out, sources):
         return [Note(raw, where, "null: lr-decay-iters decides")]
     own, iters = _get(out, "train_iters")
     if not isinstance(value, (int, float)) or not 0 < value <= 1 or not isinstance(iters, int):
-        raise NeoXArgsError(f"{where}: {raw} must be a number in (0, 1] and needs train-iters set, got {value!r} "
-                            f"and train-iters {iters!r}.")
+        raise NeoXArgsError(f"{where}: {raw} must be a number in (0, 1] and needs train-iters set, got {quote(value)} "
+                            f"and train-iters {quote(iters)}.")
     decay_raw, decay = _get(out, "lr_decay_iters")
     if decay is not None:
         raise NeoXArgsError(f"{where}: {raw} and lr-decay-iters ({sources.get('lr_decay_iters')}) both set the "
@@ -103,30 +104,33 @@ def _lr_decay_fraction(raw, value, where, out, sources):
     return [Note(raw, where, f"mapped to lr-decay-iters {round(value * iters)}")]
 
 
-def expand_attention_config(value, num_layers):
-    """Upstream's [[[types], count | "all"], ...] -> one type per layer."""
-    layers = []
+def attention_types(value, num_layers):
+    """The attention types upstream's [[[types], count | "all"], ...] gives the layers (not expanded per
+    layer: a count may be any size)."""
+    used = set()
     for entry in value or []:
         if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], (list, tuple))):
-            raise ValueError(f"{entry!r} is not [[types], count]")
+            raise ValueError(f"{quote(entry)} is not [[types], count]")
         types, count = entry
         count = num_layers if count == "all" else count
-        if not isinstance(count, int) or count < 1:
-            raise ValueError(f"count {count!r} is neither a positive integer nor \"all\"")
-        layers += [types[i % len(types)] for i in range(count)]
-    return layers
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count {quote(count)} is neither a positive integer nor \"all\"")
+        if not types or not all(isinstance(t, str) for t in types):
+            raise ValueError(f"types {quote(types)} is not a non-empty list of names")
+        used.update(types[:count])
+    return used
 
 
 def _attention_config(raw, value, where, out, sources):
     num_layers = _get(out, "num_layers")[1] or 12
     try:
-        layers = expand_attention_config(value, num_layers)
+        types = attention_types(value, num_layers)
     except ValueError as err:
         raise NeoXArgsError(f"{where}: {raw}: {err}. Write it as upstream does, e.g. [[[\"global\"], \"all\"]].")
-    other = sorted(set(layers) - set(FLAT_ATTENTION))
+    other = sorted(types - set(FLAT_ATTENTION))
     if other:
         raise NeoXArgsError(
-            f"{where}: {raw} gives some layers {other} attention, which this project does not support: every "
+            f"{where}: {raw} gives some layers {quote(other)} attention, which this project does not support: every "
             f"layer here has global (full causal) attention with the configured pos-emb; a sparse, local, gMLP, "
             f"RWKV or Mamba layer would be silently replaced by it. Use [[[\"global\"], \"all\"]] or remove the "
             f"key (attention-window masks distant keys in every layer, if that is what you want).")
@@ -137,10 +141,10 @@ def _attention_config(raw, value, where, out, sources):
 def _rms_norm_epsilon(raw, value, where, out, sources):
     norm = _get(out, "norm")[1] or "layernorm"
     if norm != "rmsnorm":
-        return [Note(raw, where, f"norm is {norm}, so upstream would not read it either")]
+        return [Note(raw, where, f"norm is {quote(norm)}, so upstream would not read it either")]
     own, current = _get(out, "layernorm_epsilon")
     if own is not None and current != value:
-        raise NeoXArgsError(f"{where}: {raw} {value} and layernorm-epsilon {current} both set the rmsnorm "
+        raise NeoXArgsError(f"{where}: {raw} {quote(value)} and layernorm-epsilon {quote(current)} both set the rmsnorm "
                             "epsilon here; keep one of them.")
     out[own or "layernorm_epsilon"] = value
     sources.setdefault("layernorm_epsilon", f"{where} (as {raw})")
@@ -223,8 +227,8 @@ def merge_deepspeed_extra(config: dict, extra: dict | None, where: str) -> dict:
     for key, value in (extra or {}).items():
         if key in config and config[key] != value:
             raise NeoXArgsError(
-                f"{where}: deepspeed-extra-args sets {key} to {json.dumps(value)}, but the config already gives "
-                f"DeepSpeed {json.dumps(config[key])} for it; set it through the config key instead.")
+                f"{where}: deepspeed-extra-args sets {key} to {quote(value, as_json=True)}, but the config already gives "
+                f"DeepSpeed {quote(config[key], as_json=True)} for it; set it through the config key instead.")
         config[key] = value
     return config
 

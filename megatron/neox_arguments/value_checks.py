@@ -5,6 +5,8 @@ nothing and reported loss 0) or end deep inside a library with a traceback (a ne
 abc`). Called once, after the derived values are filled in."""
 import re
 
+from .quoting import quote
+
 # megatron-core reads `split` with re.findall("[.0-9]+"), so "abc" silently becomes 0,0,0 (and then
 # NaN); only accept what it would read as the user meant: up to three numbers separated by , or /.
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
@@ -16,17 +18,17 @@ def check_values(args, fail) -> None:
     keep = args.keep_last_n_checkpoints
     if keep is not None and keep < 1:
         fail("keep_last_n_checkpoints", f"must be a positive integer, the number of newest checkpoints to keep "
-             f"(null keeps all), got {keep}.")
+             f"(null keeps all), got {quote(keep)}.")
     if args.checkpoint_factor is not None and args.checkpoint_factor < 1:
         fail("checkpoint_factor", f"must be a positive number of steps between saves (null saves at the end "
-             f"only), got {args.checkpoint_factor}.")
+             f"only), got {quote(args.checkpoint_factor)}.")
     if args.eval_micro_batch_size < 1:
         fail("eval_micro_batch_size", f"must be a positive integer (sequences per evaluation forward), got "
-             f"{args.eval_micro_batch_size}.")
+             f"{quote(args.eval_micro_batch_size)}.")
     if not args.lr > 0:
-        fail("optimizer", f"params.lr must be a positive learning rate, got {args.lr}.")
+        fail("optimizer", f"params.lr must be a positive learning rate, got {quote(args.lr)}.")
     if args.min_lr < 0:
-        fail("min_lr", f"must be >= 0, got {args.min_lr}.")
+        fail("min_lr", f"must be >= 0, got {quote(args.min_lr)}.")
     if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(_NUMBER, args.split))) <= 0:
-        fail("split", f"{args.split!r} is not train/valid/test weights: write up to three non-negative numbers "
+        fail("split", f"{quote(args.split)} is not train/valid/test weights: write up to three non-negative numbers "
              "separated by commas, at least one of them positive, e.g. '969,30,1' or '100,0,0'.")

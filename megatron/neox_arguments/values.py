@@ -5,6 +5,7 @@ import typing
 from typing import Literal, Union
 
 from .errors import NeoXArgsError
+from .quoting import quote
 from .yaml_loader import normalise_key, parse_value
 
 
@@ -12,14 +13,14 @@ def _unknown_key_message(raw_key, where, known) -> str:
     dashed = {k.replace("_", "-"): k for k in known}
     close = difflib.get_close_matches(normalise_key(raw_key), known, n=1, cutoff=0.6)
     hint = f" Did you mean '{close[0].replace('_', '-')}'?" if close else ""
-    return (f"{where}: '{raw_key}' is not a known config key.{hint} Fix or remove it; README.md's config "
+    return (f"{where}: {quote(str(raw_key))} is not a known config key.{hint} Fix or remove it; README.md's config "
             f"reference lists all {len(dashed)} keys.")
 
 
 def _coerce(key, value, hint, where):
     """Check (and gently convert) one value against its field's type annotation."""
     def wrong(expected):
-        return NeoXArgsError(f"{where}: {key.replace('_', '-')} must be {expected}, got {value!r} "
+        return NeoXArgsError(f"{where}: {key.replace('_', '-')} must be {expected}, got {quote(value)} "
                              f"({type(value).__name__}).")
 
     origin = typing.get_origin(hint)
@@ -31,9 +32,9 @@ def _coerce(key, value, hint, where):
     if origin is Literal:
         choices = typing.get_args(hint)
         if value not in choices:
-            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            close = difflib.get_close_matches(value, [str(c) for c in choices], n=1) if isinstance(value, str) else []
             hint_text = f" Did you mean '{close[0]}'?" if close else ""
-            raise NeoXArgsError(f"{where}: {key.replace('_', '-')} is {value!r}, which is not one of "
+            raise NeoXArgsError(f"{where}: {key.replace('_', '-')} is {quote(value)}, which is not one of "
                                 f"{list(choices)}.{hint_text}")
         return value
     if hint is bool:
@@ -77,7 +78,7 @@ def _coerce(key, value, hint, where):
 def _set_nested(current, path, value, key):
     """`--set optimizer.params.lr=1e-3`: a copy of the nested dict with one leaf replaced."""
     if not isinstance(current, dict):
-        raise NeoXArgsError(f"--set {key}: '{key.split('.')[0]}' is not a mapping in the config, so it "
+        raise NeoXArgsError(f"--set {quote(key)}: {quote(key.split('.')[0])} is not a mapping in the config, so it "
                             "has no nested keys to set.")
     out = dict(current)
     out[path[0]] = _set_nested(current.get(path[0], {}), path[1:], value, key) if len(path) > 1 else value
@@ -89,10 +90,10 @@ def parse_overrides(items) -> dict:
     out = {}
     for item in items:
         if "=" not in item:
-            raise NeoXArgsError(f"--set {item!r}: write overrides as KEY=VALUE, e.g. --set train-iters=100.")
+            raise NeoXArgsError(f"--set {quote(item)}: write overrides as KEY=VALUE, e.g. --set train-iters=100.")
         key, text = item.split("=", 1)
         if normalise_key(key) in out:  # as within one YAML file: one value per key, not "last wins"
-            raise NeoXArgsError(f"--set {item!r} sets '{normalise_key(key).replace('_', '-')}' a second time "
+            raise NeoXArgsError(f"--set {quote(item)} sets '{normalise_key(key).replace('_', '-')}' a second time "
                                 "('-' and '_' are the same in config keys); give it once.")
-        out[normalise_key(key)] = parse_value(text)
+        out[normalise_key(key)] = parse_value(text, f"--set {quote(item)}")
     return out

@@ -80,14 +80,14 @@ class _Document:
         raise NeoXArgsError(f"{self.where(node)}: {message}")
 
     def named(self) -> str:
-        return f"Config file {self.name}" if self.numbered else f"{self.name}: the value"
+        return f"Config file {self.name}" if self.numbered else self.name
 
     def compose(self):
         """The document's node graph (aliases still shared), or None when it is empty."""
         try:
             return self.loader.get_single_node()
         except yaml.YAMLError as err:
-            raise NeoXArgsError(f"{self.named()} is not valid YAML: {err}. Fix the syntax at that line.") from None
+            raise NeoXArgsError(f"{self.named()} is not valid YAML: {_problem(err)}. Fix the syntax there.") from None
         except RecursionError:
             raise NeoXArgsError(f"{self.named()} nests lists or mappings too deeply for a config (past Python's "
                                 "recursion limit); a config needs a few levels.") from None
@@ -126,7 +126,7 @@ class _Document:
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as err:
-            raise NeoXArgsError(f"{self.named()} is not valid YAML: {err}. Fix the value at that line.") from None
+            raise NeoXArgsError(f"{self.named()} is not valid YAML: {_problem(err)}. Fix the value there.") from None
         except ValueError as err:  # e.g. an integer of more than 4300 digits
             self.fail(node, f"the value {quote(node.value)} cannot be read: {err}.")
 
@@ -187,6 +187,15 @@ class _Document:
                 mine = {p: n for p, n in sub_lines.items()
                         if p == child or p.startswith(child + ".") or p.startswith(child + "[")}
                 merged.setdefault(key, (value, sub_keys[key], mine))
+
+
+def _problem(err: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: where, what, and while doing what."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem:
+        mark = err.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        return where + err.problem + (f" ({err.context})" if err.context else "")
+    return " ".join(str(err).split())
 
 
 def _child(path: str, key) -> str:
