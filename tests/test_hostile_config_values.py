@@ -186,3 +186,45 @@ def test_an_upstream_attention_config_with_a_huge_count_is_not_expanded(tmp_path
     assert NeoXArgs.from_ymls([path]).num_layers == 2
     refused(tmp_path, BASE + 'attention_config: [[["global", "local"], 1000000000000]]\n',
             "attention_config gives some layers ['local'] attention")
+
+
+# ------------------------------------------------------ rows 13, 17: every number finite, clipping >= 0
+@pytest.mark.parametrize("line, path", [
+    ("optimizer: {type: Adam, params: {lr: .inf}}", "FILE line 5: optimizer.params.lr"),
+    ("optimizer: {type: Adam, params: {lr: 1.0e-3, eps: .nan}}", "FILE line 5: optimizer.params.eps"),
+    ("optimizer:\n  type: Adam\n  params:\n    lr: 1.0e-3\n    betas: [0.9, .inf]", "FILE line 9: optimizer.params.betas[1]"),
+    ("gradient_clipping: .inf", "FILE line 5: gradient-clipping"),
+    ("temperature: .nan", "FILE line 5: temperature"),
+    ("temperature: .inf", "FILE line 5: temperature"),
+    ("top_p: -.inf", "FILE line 5: top-p"),
+    ("weight_decay: .nan", "FILE line 5: weight-decay"),
+    ("probe_depths: [0.0, .nan]", "FILE line 5: probe-depths[1]"),
+    ("eval_task_limit: .inf", "FILE line 5: eval-task-limit"),
+    ("layernorm_epsilon: .inf", "FILE line 5: layernorm-epsilon"),
+])
+def test_no_config_number_may_be_nan_or_infinite(line, path, tmp_path):
+    message = refused(tmp_path, BASE + line + "\n", "must be a finite number")
+    assert message.startswith(path.replace("FILE line ", str(tmp_path / "c.yml") + ":")), message
+
+
+@pytest.mark.parametrize("setting", ["optimizer.params.lr=.inf", "temperature=.nan", "min_lr=.inf"])
+def test_non_finite_numbers_from_the_command_line_are_refused(setting, tmp_path):
+    from megatron.neox_arguments import parse_overrides
+    key = setting.split("=")[0]
+    refused(tmp_path, BASE + "optimizer: {type: Adam, params: {lr: 1.0e-3}}\n",
+            f"command line: {key.replace('_', '-')}: must be a finite number",
+            overrides=parse_overrides([setting]))
+
+
+@pytest.mark.parametrize("text", ["inf", "nan", "-Infinity"])
+def test_a_string_that_python_reads_as_infinite_is_not_a_number(text, tmp_path):
+    refused(tmp_path, BASE + f"temperature: '{text}'\n", f"temperature must be a number, got '{text}'")
+    refused(tmp_path, BASE + f"optimizer: {{type: Adam, params: {{lr: '{text}'}}}}\n",
+            f"optimizer.params.lr must be a number, got '{text}'")
+
+
+def test_negative_gradient_clipping_is_refused_and_zero_means_off(tmp_path):
+    refused(tmp_path, BASE + "gradient_clipping: -1\n", "FILE:5: gradient-clipping: must be >= 0",
+            "0 turns clipping off", "got -1.0")
+    args = NeoXArgs.from_ymls([write(tmp_path, BASE + "gradient_clipping: 0\n", "ok.yml")])
+    assert args.deepspeed_config()["gradient_clipping"] == 0.0

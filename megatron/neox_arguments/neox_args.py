@@ -18,9 +18,9 @@ from .errors import NeoXArgsError
 from .quoting import quote
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES, PROBE_TASKS
 from .upstream_compat import merge_deepspeed_extra, notice, translate
-from .value_checks import check_values
+from .value_checks import check_values, non_finite
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
-from .yaml_loader import drop_nested, load_config_files, normalise_key
+from .yaml_loader import drop_nested, key_path, load_config_files, normalise_key, where_of
 
 OPTIMIZERS = ("Adam", "AdamW")
 
@@ -34,6 +34,7 @@ class NeoXArgs(*reversed(GROUPS)):
     local_rank: int = field(default=0, metadata={"derived": True})
     config_files: dict = field(default_factory=dict, metadata={"derived": True})
     config_sources: dict = field(default_factory=dict, metadata={"derived": True})
+    nested_sources: dict = field(default_factory=dict, metadata={"derived": True})  # 'optimizer.params.lr': file:line
     upstream_notes: list = field(default_factory=list, metadata={"derived": True})  # upstream_compat.Note
 
     # ---------------------------------------------------------------- construction
@@ -58,6 +59,8 @@ class NeoXArgs(*reversed(GROUPS)):
             kwargs[key] = _coerce(key, value, hints[key], where)
         args = cls(**kwargs)
         args.config_sources = {k: sources.get(k, "the given config") for k in kwargs}
+        args.nested_sources = {k: v for k, v in sources.items() if k.split(".")[0].split("[")[0] in kwargs
+                               and k not in kwargs}
         args.config_files = dict(config_files or {})
         args.upstream_notes = notes
         if world_size is None:
@@ -102,10 +105,18 @@ class NeoXArgs(*reversed(GROUPS)):
         return args
 
     # ---------------------------------------------------------------- derivation
+    def where(self, path: str) -> str:
+        """'file:line' that set a key or a key path inside one (`optimizer.params.lr`)."""
+        return where_of({**self.nested_sources, **self.config_sources}, path)
+
     def _derive_and_validate(self):
-        def fail(key, message):
-            where = self.config_sources.get(key, "the config")
-            raise NeoXArgsError(f"{where}: {key.replace('_', '-')}: {message}")
+        def fail(path, message):
+            raise NeoXArgsError(f"{self.where(path)}: {key_path(path)}: {message}")
+
+        for key in self.config_sources:
+            if (path := non_finite(getattr(self, key), key)) is not None:
+                fail(path, "must be a finite number, not NaN or infinite (.nan, .inf): no setting means "
+                           "\"not a number\" or \"unbounded\" here. Give a number.")
 
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                     "make_vocab_size_divisible_by", "log_interval", "eval_interval"):
@@ -342,7 +353,7 @@ class NeoXArgs(*reversed(GROUPS)):
 def encode_config(args: NeoXArgs) -> str:
     """The config as deepy.py hands it to every rank: compressed JSON in base64 (upstream NeoX sends
     plain base64 JSON; compressing keeps the command line short with the config files inside)."""
-    payload = {"values": args.user_values(), "sources": args.config_sources,
+    payload = {"values": args.user_values(), "sources": {**args.nested_sources, **args.config_sources},
                "config_files": args.config_files}
     return base64.urlsafe_b64encode(zlib.compress(json.dumps(payload).encode(), 9)).decode()
 

@@ -3,6 +3,7 @@ user has really written by mistake and that would otherwise lose data (keep-last
 deleted every checkpoint), give a plausible-looking wrong result (eval-micro-batch-size: -1 scored
 nothing and reported loss 0) or end deep inside a library with a traceback (a negative lr, `split:
 abc`). Called once, after the derived values are filled in."""
+import math
 import re
 
 from .quoting import quote
@@ -11,6 +12,18 @@ from .quoting import quote
 # NaN); only accept what it would read as the user meant: up to three numbers separated by , or /.
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _SPLIT = re.compile(rf"\s*{_NUMBER}(?:\s*[,/]\s*{_NUMBER}){{0,2}}\s*")
+
+
+def non_finite(value, path: str):
+    """The key path of the first NaN or infinite number in a config value (at any depth), else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite(item, f"{path}[{key}]" if isinstance(value, list) else f"{path}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def check_values(args, fail) -> None:
@@ -27,6 +40,10 @@ def check_values(args, fail) -> None:
              f"{quote(args.eval_micro_batch_size)}.")
     if not args.lr > 0:
         fail("optimizer", f"params.lr must be a positive learning rate, got {quote(args.lr)}.")
+    if args.gradient_clipping < 0:
+        fail("gradient_clipping", f"must be >= 0 (the largest global gradient norm; 0 turns clipping off), got "
+             f"{quote(args.gradient_clipping)}: DeepSpeed clips only when it is > 0, so a negative value would "
+             "silently train without clipping. Write 0 to turn clipping off.")
     if args.min_lr < 0:
         fail("min_lr", f"must be >= 0, got {quote(args.min_lr)}.")
     if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(_NUMBER, args.split))) <= 0:

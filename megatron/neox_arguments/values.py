@@ -1,6 +1,7 @@
 """Reading one config value: a key's type checked (and gently converted) against its field, `--set`
 overrides parsed, nested keys set, and the message for a key that does not exist."""
 import difflib
+import math
 import typing
 from typing import Literal, Union
 
@@ -52,9 +53,10 @@ def _coerce(key, value, hint, where):
             raise wrong("a number")
         if isinstance(value, (int, float)):
             return float(value)
-        if isinstance(value, str):
+        if isinstance(value, str):  # "1e-5" given as a string; not "nan" or "inf", which are no setting
             try:
-                return float(value)
+                if math.isfinite(number := float(value)):
+                    return number
             except ValueError:
                 pass
         raise wrong("a number")
