@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Launch a NeoX script on every rank: `python deepy.py train.py [-d DIR] CONFIG... [--set K=V]...`
 
-Merges and validates the YAML configs, then hands SCRIPT and the merged config (base64 JSON in
-`--megatron_config`) to DeepSpeed's launcher. Without GPUs it runs on DeepSpeed's CPU accelerator
-(gloo) and `num_gpus` counts processes. `--dry-run` prints the config, the DeepSpeed JSON and the
-launcher command, and launches nothing.
+Merges and validates the YAML configs, checks that every file SCRIPT will read exists (data, tokenizer
+files, the `load` checkpoint: megatron/preflight.py), then hands SCRIPT and the merged config (base64
+JSON in `--megatron_config`) to DeepSpeed's launcher. Without GPUs it runs on DeepSpeed's CPU
+accelerator (gloo) and `num_gpus` counts processes. `--dry-run` prints the config, the DeepSpeed JSON,
+the launcher command and what the input check found, and launches nothing.
 """
 import argparse
 import json
@@ -15,8 +16,10 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
+from megatron.preflight import READS, PreflightError, check_inputs, reads
 
 # Upstream deepy.py's own overrides, kept for users' scripts.
 CLI_OVERRIDES = ("wandb_group", "wandb_run_name", "iteration", "hostfile", "eval_tasks")
@@ -92,8 +95,10 @@ def runner_arguments(args: NeoXArgs, hostfile, script):
         argv += ["--num_nodes", str(args.num_nodes)]
         if args.num_gpus is not None:
             argv += ["--num_gpus", str(args.num_gpus)]
-    # DeepSpeed's own INFO lines repeat the whole command per rank; `--dry-run` prints it once.
-    argv += ["--master_port", str(args.master_port), "--launcher", args.launcher, "--log_level", "warning"]
+    # DeepSpeed's own log lines repeat the whole command, config blob included (its one ERROR line, when a
+    # rank fails, carries nothing else but the status, which `launch` reports in words); `--dry-run`
+    # prints the command once.
+    argv += ["--master_port", str(args.master_port), "--launcher", args.launcher, "--log_level", "critical"]
     master_addr = args.master_addr or os.environ.get("MASTER_ADDR")
     if master_addr:
         argv += ["--master_addr", master_addr]
@@ -125,6 +130,7 @@ def main(argv=None):
     runner_argv = runner_arguments(neox_args, hostfile, cli.script)
     if neox_args.upstream_notice():  # once, here: the ranks get the translated config
         print(neox_args.upstream_notice() + "\n", flush=True)
+    inputs = input_report(neox_args, cli.script, hostfile)
 
     if cli.dry_run:
         print("# NeoX config (key, value, where it was set)")
@@ -133,9 +139,32 @@ def main(argv=None):
         print(json.dumps(neox_args.deepspeed_config(), indent=2))
         print("\n# Launcher command")
         print(shlex.join([sys.executable, "-m", "deepspeed.launcher.runner"] + runner_argv))
+        # Reported, not refused: a dry run also inspects a cluster's config on a machine without its data.
+        print(f"\n# Inputs\n{inputs.problem or inputs.found}")
         return 0
 
+    if inputs.problem:
+        raise PreflightError(inputs.problem)
     return launch(runner_argv)
+
+
+class InputReport(typing.NamedTuple):
+    problem: str | None  # the paragraph that stops the launch
+    found: str           # what was checked, for --dry-run
+
+
+def input_report(neox_args, script, hostfile) -> InputReport:
+    """Check, before any rank starts, every file `script` will read (megatron/preflight.py); ranks on other
+    machines (a hostfile) may see other file systems, so there each rank checks for itself at start-up."""
+    if read_hostfile(hostfile) or neox_args.force_multi:
+        return InputReport(None, "not checked here: the ranks run on the hostfile's machines and check at start-up")
+    if not reads(script, neox_args):
+        return InputReport(None, f"not checked: deepy.py knows what {', '.join(READS)} read, not {script}")
+    try:
+        checked = check_inputs(neox_args, script)
+    except NeoXArgsError as err:
+        return InputReport(str(err), "")
+    return InputReport(None, "; ".join(i.describe() for i in checked) or "no files besides the `load` checkpoint")
 
 
 def launch(runner_argv):
@@ -166,6 +195,8 @@ def launch(runner_argv):
     # Ranks may outlive the runner while they save after a signal: wait for the rest of the group.
     while any(_in_group(p, child.pid) for p in psutil.process_iter(["status"])):
         time.sleep(0.5)
+    if code and not forwarded:
+        failed(code)
     if forwarded:
         name = signal.Signals(forwarded[0]).name
         print(f"deepy.py: stopped by {name}, passed on to every rank (training ranks save a checkpoint before "
@@ -173,6 +204,20 @@ def launch(runner_argv):
               file=sys.stderr, flush=True)
         return 128 + forwarded[0]
     return code
+
+
+def failed(code):
+    """One line for a failed launch, in place of DeepSpeed's (silenced by runner_arguments). Status 2 is a
+    rank's config mistake, already said in one paragraph by the rank itself: nothing to add."""
+    if code == 2:
+        return
+    # DeepSpeed's launcher exits with a killed rank's negative status, which the shell sees as 256 - signal.
+    killed = next((s for s in signal.Signals if s.value == 256 - code), None) if code > 128 else None
+    why = f" (a rank killed by {killed.name})" if killed else ""
+    if killed == signal.SIGKILL:
+        why = why[:-1] + ", often the out-of-memory killer)"
+    print(f"deepy.py: a rank stopped with status {code}{why}; its own messages are above.", file=sys.stderr,
+          flush=True)
 
 
 def _in_group(process, group):

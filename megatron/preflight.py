@@ -2,9 +2,12 @@
 only at the first save (after training has run), or after an evaluation's scores were computed (which
 are then lost), or deep inside a library with a traceback.
 
-    training:   precision the device runs; memory for the model; `save` a folder this process can
-                write, held by one run at a time (a lock naming the PID that holds it); `load` a folder
-    evaluation: `eval-results-dir` writable; memory for the longest length
+    before launch (deepy.py): every file the entry point reads exists (data, tokenizer files, the
+                `load` checkpoint), so a fresh clone learns what to create in a second, not from the
+                ranks a minute later
+    training:   the same inputs; precision the device runs; memory for the model; `save` a folder this
+                process can write, held by one run at a time (a lock naming the PID that holds it)
+    evaluation: the same inputs; `eval-results-dir` writable; memory for the longest length
 
 Every rank checks, the problems are shared, and every rank raises the same error, so no rank is left
 waiting in a collective for one that stopped.
@@ -15,12 +18,14 @@ import os
 import pathlib
 import socket
 import tempfile
+from dataclasses import dataclass
 
 import psutil
 import torch
 
 from megatron.neox_arguments import NeoXArgsError
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK_NAME = ".lock"  # in the save folder; flock'ed while a run trains into it (released when it exits)
 
 
@@ -47,15 +52,6 @@ def folder_problem(path, key: str, where: str | None = None) -> str | None:
     except OSError as err:
         return (f"{where}{key} {path} is not writable by this process ({err.strerror}). Choose a folder you "
                 "can write to, or fix its permissions.")
-    return None
-
-
-def _load_problem(neox_args) -> str | None:
-    load = neox_args.load
-    if load and os.path.exists(load) and not os.path.isdir(load):
-        return (f"{neox_args.config_sources.get('load', 'the config')}: load {load} is a file, not a checkpoint "
-                "folder. Point `load` at the `save` folder of a training run (the folder holding `latest` and "
-                "global_stepN/).")
     return None
 
 
@@ -104,6 +100,154 @@ def _same_file(fd: int, path: pathlib.Path) -> bool:
         return os.path.samestat(os.fstat(fd), os.stat(path))
     except FileNotFoundError:
         return False
+
+
+# ------------------------------------------------------------------------------------------ inputs
+# What each entry point reads before its first step. "resume": `load` when it holds a checkpoint (a
+# missing or empty folder starts training at step 0, as checkpointing.load_checkpoint does, unless
+# `iteration` or `finetune` asks for one); "checkpoint": `load` must hold one.
+READS = {
+    "train.py": ("data", "tokenizer", "resume"),
+    "evaluate.py": ("eval-data", "tokenizer", "checkpoint"),
+    "generate.py": ("tokenizer", "checkpoint", "prompts"),
+    "eval.py": ("tokenizer", "checkpoint"),
+}
+# The commands that create a missing input, by where the config expects it: the built-in corpus is the
+# Makefile's `data` target; data/<name>/ is the dataset <name> of tools/datasets/prepare_data.py, and
+# GPT-2's vocab and merges come with the paper's data (github).
+PREPARE = "python tools/datasets/prepare_data.py"
+MAKERS = (("data/stdlib/", "make data"), ("data/gpt2-", f"{PREPARE} github"), ("data/", PREPARE + " {name}"))
+OWN_FILES = "tools/datasets/preprocess_data.py writes a .bin/.idx pair from JSON lines"
+
+
+@dataclass
+class Input:
+    """One file (or a data prefix's .bin/.idx pair) a run reads, named by the config key that set it."""
+    key: str            # dashed, as in the YAML
+    path: str           # as the config gives it (a data prefix without its extension)
+    files: tuple        # what is actually opened
+    where: str          # "configs/x.yml:4", "command line"
+
+    @property
+    def missing(self) -> list[str]:
+        return [f for f in self.files if not os.path.isfile(f)]
+
+    def describe(self, maker: str | None = None) -> str:
+        files = self.missing or self.files
+        shown = f"{self.path}.bin and .idx" if len(files) == 2 else files[0]
+        return f"{self.key} {shown} (set by {self.where}{f'; `{maker}` creates it' if maker else ''})"
+
+
+def reads(script: str, neox_args) -> tuple[str, ...]:
+    """What `script` reads (READS); nothing for a script this project does not know."""
+    name = os.path.basename(script)
+    if name == "train.py" and neox_args.train_iters == 0:
+        name = "evaluate.py"  # train.py then scores `load` as evaluate.py does
+    return READS.get(name, ())
+
+
+def inputs(neox_args, what: tuple[str, ...]) -> list[Input]:
+    """The files of `what` (see READS) under this config; the checkpoint is `load_problem`'s."""
+    def source(key):
+        return neox_args.config_sources.get(key, "the config")
+
+    found = []
+    if "data" in what or "eval-data" in what:
+        if neox_args.data_path:
+            keys = ["data_path"]
+        elif "data" in what:
+            keys = [f"{split}_data_paths" for split in ("train", "valid", "test")]
+        else:
+            keys = [f"{neox_args.eval_split}_data_paths"]
+        for key in keys:
+            value = getattr(neox_args, key)
+            for prefix in [value] if isinstance(value, str) else value or []:
+                found.append(Input(key.replace("_", "-"), prefix, (prefix + ".bin", prefix + ".idx"), source(key)))
+    if "tokenizer" in what:
+        from megatron.tokenizer.tokenizer import TOKENIZERS_WITHOUT_FILES
+        if neox_args.tokenizer_type not in TOKENIZERS_WITHOUT_FILES:
+            for key in ("vocab_file", "merge_file"):
+                if getattr(neox_args, key):  # one the type needs but lacks: make_tokenizer says so
+                    found.append(Input(key.replace("_", "-"), getattr(neox_args, key), (getattr(neox_args, key),),
+                                       source(key)))
+    if "prompts" in what and neox_args.text_gen_type == "input-file" and neox_args.sample_input_file:
+        found.append(Input("sample-input-file", neox_args.sample_input_file, (neox_args.sample_input_file,),
+                           source("sample_input_file")))
+    return found
+
+
+def _maker(path: str) -> str | None:
+    """The command that creates `path`, when it lies where this project's tools write."""
+    path = os.path.normpath(path)
+    for start, command in MAKERS:
+        rest = path[len(start):]
+        if path.startswith(start) and ("{name}" not in command or os.sep in rest):
+            return command.format(name=rest.split(os.sep)[0])
+    return None
+
+
+def missing_inputs_problem(found: list[Input]) -> str | None:
+    """One paragraph naming every missing input, where its key was set, and what creates it."""
+    missing = [i for i in found if i.missing]
+    if not missing:
+        return None
+    makers = {_maker(i.path) for i in missing}
+    if len(makers) == 1 and None not in makers:
+        listed = ", ".join(i.describe() for i in missing)
+        how = f"`{makers.pop()}` creates {'it' if len(missing) == 1 else 'them'}; or point the keys at your own files."
+    else:
+        listed = ", ".join(i.describe(_maker(i.path)) for i in missing)
+        how = f"Point {'the others' if makers - {None} else 'the keys'} at existing files ({OWN_FILES})."
+    relative = any(not os.path.isabs(i.path) for i in missing) and os.getcwd() != REPO_ROOT
+    where = f" (relative paths are read from {os.getcwd()})" if relative else ""
+    return f"this run reads files that do not exist{where}: {listed}. {how}"
+
+
+def load_problem(neox_args, what: tuple[str, ...]) -> str | None:
+    """Why `load` cannot give the run what it needs (see READS), or None."""
+    if "resume" not in what and "checkpoint" not in what:
+        return None
+    load, where = neox_args.load, neox_args.config_sources.get("load", "the config")
+    if not load:
+        if "checkpoint" in what:
+            return ("this run loads a checkpoint, but `load` is not set: set it to the `save` folder of a training "
+                    "run (and `iteration` to pick a step other than the latest).")
+        return None
+    if os.path.exists(load) and not os.path.isdir(load):
+        return (f"{where}: load {load} is a file, not a checkpoint folder. Point `load` at the `save` folder of a "
+                "training run (the folder holding `latest` and global_stepN/).")
+    starts_fresh = "resume" in what and neox_args.iteration is None and not neox_args.finetune
+    if starts_fresh and not (os.path.isdir(load) and os.listdir(load)):
+        return None  # the first launch of a run whose `load` is its own `save`
+    # Imported only now: it brings in DeepSpeed, which announces its accelerator on import.
+    from megatron.checkpointing import CheckpointError, checkpoint_steps, resolve_tag
+    if starts_fresh and not checkpoint_steps(load) and not os.path.exists(os.path.join(load, "latest")):
+        return None  # the same, with other files in the folder (as checkpointing.load_checkpoint decides)
+    try:
+        resolve_tag(load, neox_args.iteration)
+    except CheckpointError as err:
+        return f"{where}: {err}"
+    return None
+
+
+def input_problems(neox_args, script: str) -> list[str]:
+    """Every problem with what `script` reads, from the file system alone (fast: no file is opened)."""
+    what = reads(script, neox_args)
+    return [missing_inputs_problem(inputs(neox_args, what)), load_problem(neox_args, what)]
+
+
+def check_inputs(neox_args, script: str) -> list[Input]:
+    """deepy.py's check before it launches: every input exists, and the tokenizer builds from its files
+    (make_tokenizer's own errors), so a fresh clone is told what to create before any rank starts.
+    Returns the files checked."""
+    problems = [p for p in input_problems(neox_args, script) if p]
+    if problems:
+        raise PreflightError(" ".join(problems))
+    what = reads(script, neox_args)
+    if "tokenizer" in what:
+        from megatron.tokenizer import make_tokenizer
+        make_tokenizer(neox_args.tokenizer_type, neox_args.vocab_file, neox_args.merge_file)
+    return inputs(neox_args, what)
 
 
 # ------------------------------------------------------------------------------------------ memory
@@ -171,7 +315,8 @@ def _precision_problem(neox_args) -> str | None:
 def check_training(neox_args, vocab_size: int) -> SaveFolderLock:
     """Raise a PreflightError (on every rank) for anything that would stop training later; returns the
     save folder's lock, held by rank 0 (release it when the run ends)."""
-    problems = [_precision_problem(neox_args), memory_problem(neox_args, True, vocab_size), _load_problem(neox_args)]
+    problems = [_precision_problem(neox_args), memory_problem(neox_args, True, vocab_size),
+                *input_problems(neox_args, "train.py")]
     lock = SaveFolderLock(neox_args.save if neox_args.rank == 0 else None)
     if neox_args.save:
         problems.append(folder_problem(neox_args.save, "save", neox_args.config_sources.get("save", "the config")))
@@ -187,7 +332,9 @@ def check_training(neox_args, vocab_size: int) -> SaveFolderLock:
 
 def check_evaluation(neox_args, vocab_size: int) -> None:
     """Raise a PreflightError (on every rank) before a checkpoint is scored for nothing."""
-    problems = [_load_problem(neox_args), memory_problem(neox_args, False, vocab_size)]
+    # `load` itself: evaluate_run checks it before this, and load_model names every way a checkpoint is missing.
+    problems = [missing_inputs_problem(inputs(neox_args, reads("evaluate.py", neox_args))),
+                memory_problem(neox_args, False, vocab_size)]
     if neox_args.rank == 0:  # only rank 0 writes the result file
         problems.append(folder_problem(neox_args.eval_results_dir, "eval-results-dir",
                                        neox_args.config_sources.get("eval_results_dir", "the config")))
