@@ -228,3 +228,35 @@ def test_negative_gradient_clipping_is_refused_and_zero_means_off(tmp_path):
             "0 turns clipping off", "got -1.0")
     args = NeoXArgs.from_ymls([write(tmp_path, BASE + "gradient_clipping: 0\n", "ok.yml")])
     assert args.deepspeed_config()["gradient_clipping"] == 0.0
+
+
+# ---------------------------------------------------- row 24: what torch's Adam refuses, refused first
+OPTIMIZER = "optimizer:\n  type: Adam\n  params:\n    lr: 1.0e-3\n"  # lines 5-8 after BASE
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    ("    betas: [0.9, 1.5]\n", ["FILE:9: optimizer.params.betas[1]: must lie in [0, 1)", "got 1.5"]),
+    ("    betas: [-0.1, 0.99]\n", ["FILE:9: optimizer.params.betas[0]: must lie in [0, 1)", "got -0.1"]),
+    ("    betas: [0.9, 1]\n", ["FILE:9: optimizer.params.betas[1]: must lie in [0, 1)"]),
+    ("    betas: 0.9\n", ["FILE:9: optimizer.params.betas: must be two numbers [beta1, beta2]", "got 0.9"]),
+    ("    betas: [0.9, 0.95, 0.99]\n", ["FILE:9: optimizer.params.betas: must be two numbers"]),
+    ("    betas: [0.9, yes]\n", ["FILE:9: optimizer.params.betas: must be two numbers"]),
+    ("    eps: -1.0e-8\n", ["FILE:9: optimizer.params.eps: must be >= 0", "got -1e-08"]),
+    ("    eps: [1]\n", ["FILE:9: optimizer.params.eps must be a number"]),
+    ("    weight_decay: 0.0\n", ["FILE:9: optimizer.params.weight_decay: is 0.0, but the optimizer takes its decay "
+                               "from weight-decay (0.1)"]),
+    ("    momentum: 0.9\n", ["FILE:9: optimizer.params.momentum: is not an optimizer parameter here",
+                           "lr, betas, eps, weight_decay"]),
+])
+def test_optimizer_params_torch_would_refuse_are_refused_with_their_path_and_line(extra, fragments, tmp_path):
+    refused(tmp_path, BASE + OPTIMIZER + extra, *fragments)
+
+
+def test_negative_weight_decay_is_refused(tmp_path):
+    refused(tmp_path, BASE + "weight-decay: -0.1\n", "FILE:5: weight-decay: must be >= 0", "got -0.1")
+
+
+def test_good_optimizer_params_pass(tmp_path):
+    path = write(tmp_path, BASE + OPTIMIZER + "    betas: [0, 0.999]\n    eps: 0\n    weight_decay: 0.1\n")
+    params = NeoXArgs.from_ymls([path]).optimizer["params"]
+    assert params == {"lr": 1.0e-3, "betas": [0, 0.999], "eps": 0.0, "weight_decay": 0.1}

@@ -23,6 +23,7 @@ from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides 
 from .yaml_loader import drop_nested, key_path, load_config_files, normalise_key, where_of
 
 OPTIMIZERS = ("Adam", "AdamW")
+OPTIMIZER_PARAMS = ("lr", "betas", "eps", "weight_decay")  # what megatron/optimizer.py passes on
 
 
 @dataclass
@@ -247,12 +248,38 @@ class NeoXArgs(*reversed(GROUPS)):
         if "lr" not in params:
             fail("optimizer", "params.lr is missing: give the peak learning rate, e.g. "
                  "optimizer: {type: Adam, params: {lr: 6.0e-4}}.")
-        where = self.config_sources.get("optimizer", "the config")
-        for name in ("lr", "eps"):
+        unknown = sorted(set(params) - set(OPTIMIZER_PARAMS), key=str)
+        if unknown:
+            fail(f"optimizer.params.{unknown[0]}", f"is not an optimizer parameter here; {match} takes "
+                 f"{', '.join(OPTIMIZER_PARAMS)}. Remove it.")
+        for name in ("lr", "eps", "weight_decay"):
             if name in params:
-                params[name] = _coerce(f"optimizer.params.{name}", params[name], float, where)
+                params[name] = _coerce(f"optimizer.params.{name}", params[name], float,
+                                       self.where(f"optimizer.params.{name}"))
+        self._check_optimizer_params(params, fail)
         self.optimizer = {**opt, "type": match, "params": params}
         self.lr = params["lr"]
+
+    def _check_optimizer_params(self, params, fail):
+        """The values torch's Adam refuses when it is built (betas in [0, 1), eps >= 0), refused here
+        first; lr > 0 and weight-decay >= 0 are value_checks'."""
+        betas = params.get("betas")
+        if betas is not None:
+            if not (isinstance(betas, list) and len(betas) == 2
+                    and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
+                fail("optimizer.params.betas", f"must be two numbers [beta1, beta2], e.g. [0.9, 0.95], got "
+                     f"{quote(betas)}.")
+            for i, beta in enumerate(betas):
+                if not 0 <= beta < 1:
+                    fail(f"optimizer.params.betas[{i}]", f"must lie in [0, 1) (the decay of Adam's moving "
+                         f"averages; torch's Adam refuses anything else), got {quote(beta)}.")
+        if params.get("eps", 0.0) < 0:
+            fail("optimizer.params.eps", f"must be >= 0 (torch's Adam refuses a negative eps), got "
+                 f"{quote(params['eps'])}.")
+        if "weight_decay" in params and params["weight_decay"] != self.weight_decay:
+            fail("optimizer.params.weight_decay", f"is {quote(params['weight_decay'])}, but the optimizer takes "
+                 f"its decay from weight-decay ({quote(self.weight_decay)}), so that norms, biases and kernel "
+                 "parameters get none; this one would be ignored. Set weight-decay and remove it here.")
 
     def _derive_precision(self, fail):
         fp16_on = bool((self.fp16 or {}).get("enabled", False))

@@ -44,6 +44,8 @@ def check_values(args, fail) -> None:
         fail("gradient_clipping", f"must be >= 0 (the largest global gradient norm; 0 turns clipping off), got "
              f"{quote(args.gradient_clipping)}: DeepSpeed clips only when it is > 0, so a negative value would "
              "silently train without clipping. Write 0 to turn clipping off.")
+    if args.weight_decay < 0:
+        fail("weight_decay", f"must be >= 0 (torch's Adam refuses a negative decay), got {quote(args.weight_decay)}.")
     if args.min_lr < 0:
         fail("min_lr", f"must be >= 0, got {quote(args.min_lr)}.")
     if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(_NUMBER, args.split))) <= 0:
