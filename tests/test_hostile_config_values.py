@@ -260,3 +260,27 @@ def test_good_optimizer_params_pass(tmp_path):
     path = write(tmp_path, BASE + OPTIMIZER + "    betas: [0, 0.999]\n    eps: 0\n    weight_decay: 0.1\n")
     params = NeoXArgs.from_ymls([path]).optimizer["params"]
     assert params == {"lr": 1.0e-3, "betas": [0, 0.999], "eps": 0.0, "weight_decay": 0.1}
+
+
+# ------------------------------------------------- rows 14, 22: eval.py's keys: 0 is not "unset"
+@pytest.mark.parametrize("line, fragments", [
+    ("eval-task-length: 0", ["FILE:5: eval-task-length: must be a positive number of tokens", "got 0",
+                             "leave it unset (null); 0 does not mean that"]),
+    ("eval-task-length: -5", ["FILE:5: eval-task-length: must be a positive number of tokens", "got -5"]),
+    ("eval-task-num-fewshot: -3", ["FILE:5: eval-task-num-fewshot: must be >= 0", "got -3"]),
+    ("eval-task-limit: 0", ["FILE:5: eval-task-limit: must be a whole number of documents per task (>= 1) "
+                            "or a fraction of them in (0, 1)", "got 0.0", "Leave it unset (null)"]),
+    ("eval-task-limit: -2", ["FILE:5: eval-task-limit: must be", "got -2.0"]),
+    ("eval-task-limit: 2.5", ["FILE:5: eval-task-limit: must be", "got 2.5"]),
+])
+def test_eval_task_keys_out_of_range_are_refused(line, fragments, tmp_path):
+    refused(tmp_path, BASE + line + "\n", *fragments)
+
+
+@pytest.mark.parametrize("line, key, value", [
+    ("eval-task-length: 1", "eval_task_length", 1), ("eval-task-num-fewshot: 0", "eval_task_num_fewshot", 0),
+    ("eval-task-limit: 0.5", "eval_task_limit", 0.5), ("eval-task-limit: 20", "eval_task_limit", 20.0),
+    ("eval-task-limit: null", "eval_task_limit", None),
+])
+def test_eval_task_keys_in_range_pass(line, key, value, tmp_path):
+    assert getattr(NeoXArgs.from_ymls([write(tmp_path, BASE + line + "\n")]), key) == value

@@ -48,6 +48,21 @@ def check_values(args, fail) -> None:
         fail("weight_decay", f"must be >= 0 (torch's Adam refuses a negative decay), got {quote(args.weight_decay)}.")
     if args.min_lr < 0:
         fail("min_lr", f"must be >= 0, got {quote(args.min_lr)}.")
+    _check_eval_task_keys(args, fail)
     if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(_NUMBER, args.split))) <= 0:
         fail("split", f"{quote(args.split)} is not train/valid/test weights: write up to three non-negative numbers "
              "separated by commas, at least one of them positive, e.g. '969,30,1' or '100,0,0'.")
+
+
+def _check_eval_task_keys(args, fail) -> None:
+    """eval.py's keys, where 0 must not quietly mean "unset" (null does) nor a negative be recorded."""
+    if args.eval_task_length is not None and args.eval_task_length < 1:
+        fail("eval_task_length", f"must be a positive number of tokens (the adapter's max_length), got "
+             f"{quote(args.eval_task_length)}. For the default (seq-length) leave it unset (null); 0 does not mean that.")
+    if args.eval_task_num_fewshot is not None and args.eval_task_num_fewshot < 0:
+        fail("eval_task_num_fewshot", f"must be >= 0 (few-shot examples per prompt; null takes each task's own), "
+             f"got {quote(args.eval_task_num_fewshot)}.")
+    limit = args.eval_task_limit
+    if limit is not None and not (0 < limit < 1 or (limit >= 1 and float(limit).is_integer())):
+        fail("eval_task_limit", f"must be a whole number of documents per task (>= 1) or a fraction of them in "
+             f"(0, 1), as lm-eval reads it, got {quote(limit)}. Leave it unset (null) to score every document.")
