@@ -4,20 +4,27 @@ never re-points another run's `latest`; generate.py never overwrites a sample fi
 in-process and once through its entry point."""
 import json
 import os
+import stat
 import subprocess
 import sys
 
 import pytest
 
 import neox_fork_reference as fork
+from megatron.checkpointing import CheckpointError
 from megatron.evaluation.lm_eval_run import evaluate_tasks
 from megatron.evaluation.results import ResultFileError
 from megatron.evaluation.run import EvaluationError
+from megatron.evaluation.results import _umask as current_umask
+from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
+from megatron.text_generation import GenerationError, generate_tokens
+from megatron.text_generation.run import generate_run, write_new_file
+from megatron.text_generation.sampling import setting_problems
 from test_hostile_runs import unwritable_folder  # noqa: F401  (fixture)
 from test_import_neox_checkpoint import config as fork_config
 from test_lm_eval import run  # noqa: F401  (the module fixture: a tiny kerple_log checkpoint and local tasks)
-from test_training_support import REPO_ROOT, child_environment
+from test_training_support import REPO_ROOT, TINY, child_environment, tiny_overrides
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
 FORK = fork_config("kerple_log")  # a 2-layer fork checkpoint's sizes (tests/neox_fork_reference.py)
@@ -137,3 +144,140 @@ def test_pos_emb_that_disagrees_with_the_saved_config_is_refused_naming_both(tmp
     assert "kerple_power_ap_" in (tmp_path / "power" / "global_step7" / "configs" / "run.yml").read_text()
     folder, _ = import_checkpoint(tmp_path / "power", tmp_path / "ours", pos_emb="kerple_power")
     assert folder.name == "global_step7"
+
+
+# ------------------------------------------------------------- rows 3, 17-20: generate.py up front
+GENERATION = REPO_ROOT / "configs" / "text_generation.yml"
+
+
+def generation_args(tmp_path, **generation):
+    """The tiny profile with generate.py's keys and a `load` that does not exist: a check that raises
+    its own error rather than the checkpoint's ran before the model was loaded."""
+    overrides = tiny_overrides("unused-data", tmp_path, load=str(tmp_path / "no-checkpoint"))
+    return NeoXArgs.from_ymls([TINY, GENERATION], {**overrides, **generation})
+
+
+def test_an_existing_sample_output_file_is_refused_before_loading_and_kept(tmp_path):
+    kept = tmp_path / "samples.jsonl"
+    kept.write_text("earlier samples\n")
+    with pytest.raises(GenerationError, match=rf"^command line: sample-output-file: {kept} exists already, and it "
+                       r"is never overwritten: give a new file name, or move the file away first"):
+        generate_run(generation_args(tmp_path, sample_output_file=str(kept)))
+    assert kept.read_text() == "earlier samples\n"
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("folder", r"out is a folder; give the path of a file to write \(e\.g\. .*out/samples\.jsonl\)"),
+    ("under_file", r"afile/samples\.jsonl is under .*afile, which is a file, not a folder"),
+    ("long_name", r"has a name of 306 bytes \(xxxx.*\), but this file system takes at most 255: give a shorter name"),
+])
+def test_an_output_path_that_cannot_take_a_file_is_found_before_loading(name, fragment, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "afile").write_text("mine")
+    path = {"folder": tmp_path / "out", "under_file": tmp_path / "afile" / "samples.jsonl",
+            "long_name": tmp_path / "new" / ("x" * 300 + ".jsonl")}[name]
+    with pytest.raises(GenerationError, match=r"^command line: sample-output-file: .*" + fragment):
+        generate_run(generation_args(tmp_path, sample_output_file=str(path)))
+    assert not (tmp_path / "new").exists() and (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.launches  # the unwritable folder is made with chattr when running as root
+def test_an_output_file_in_an_unwritable_folder_is_found_before_loading(tmp_path, unwritable_folder):
+    with pytest.raises(GenerationError, match=rf"sample-output-file: {unwritable_folder}/sub/s.jsonl cannot be "
+                       rf"written: {unwritable_folder} is not writable by this process"):
+        generate_run(generation_args(tmp_path, sample_output_file=str(unwritable_folder / "sub" / "s.jsonl")))
+
+
+def test_samples_are_written_atomically_and_a_file_that_appeared_meanwhile_is_kept(tmp_path):
+    path = tmp_path / "deep" / "samples.jsonl"
+    assert write_new_file(path, "one\n") == path and path.read_text() == "one\n"
+    assert write_new_file(path, "two\n") == tmp_path / "deep" / "samples-2.jsonl"  # appeared since the check
+    assert path.read_text() == "one\n" and (tmp_path / "deep" / "samples-2.jsonl").read_text() == "two\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["samples-2.jsonl", "samples.jsonl"]  # no temporary
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~current_umask()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_temperature_that_is_not_finite_is_refused(value, tmp_path):
+    assert setting_problems(8, value, 0, 0.0) == [
+        ("temperature", f"must be a finite number >= 0 (0 is greedy), got {value}.")]
+    args = generation_args(tmp_path)
+    args.temperature = value  # what a config cannot give any more (the loader refuses .nan), a caller can
+    with pytest.raises(GenerationError, match=rf"temperature: must be a finite number >= 0 \(0 is greedy\), got {value}"):
+        generate_run(args)
+    model = GPTModel(args, 258).eval()
+    with pytest.raises(GenerationError, match=r"bad generation settings: temperature must be a finite number"):
+        generate_tokens(model, [[1, 2]], max_new_tokens=4, temperature=value)
+
+
+def test_a_prompt_file_that_is_not_utf8_and_an_empty_prompt_end_are_clear_errors(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes("def main(\n".encode() + "café\n".encode("latin-1"))
+    with pytest.raises(GenerationError, match=rf"sample-input-file {prompts} is not UTF-8 text: byte 0xe9 at offset "
+                       r"13 \(line 2\) does not decode\. Save the prompts as UTF-8"):
+        generate_run(generation_args(tmp_path, text_gen_type="input-file", sample_input_file=str(prompts)))
+    prompts.write_text("def main(\n")
+    for kind in ("input-file", "interactive"):
+        with pytest.raises(GenerationError, match=r"command line: prompt-end: is empty, so prompts cannot be told apart"):
+            generate_run(generation_args(tmp_path, text_gen_type=kind, sample_input_file=str(prompts), prompt_end=""))
+
+
+def test_a_kv_cache_that_cannot_fit_is_refused_with_its_size_before_loading(tmp_path):
+    with pytest.raises(GenerationError, match=r"^command line: maximum-tokens 1,000,000,000 cannot fit: generating "
+                       r"it needs at least [\d,.]+ GiB for the KV cache \(keys and values of 2 layers x 2 prompt\(s\) "
+                       r"x 1,000,000,001 tokens x 64 hidden x 4 bytes\) on top of .* GiB of weights, but there are "
+                       r"[\d,.]+ GiB of available memory\. Set maximum-tokens to at most [\d,]+ "):
+        generate_run(generation_args(tmp_path, maximum_tokens=1_000_000_000))
+    with pytest.raises(GenerationError, match=r"forward of 1 sequence\(s\) of 1,000,000,001 tokens \(recompute"):
+        generate_run(generation_args(tmp_path, maximum_tokens=1_000_000_000, recompute=True, num_samples=1))
+    # What fits is not refused (the checkpoint is then looked for), and the library call checks it too.
+    with pytest.raises(CheckpointError):
+        generate_run(generation_args(tmp_path, maximum_tokens=100_000))
+    model = GPTModel(generation_args(tmp_path), 258).eval()
+    with pytest.raises(GenerationError, match=r"maximum-tokens 1,000,000,000 cannot fit: .* KV cache \(keys and "
+                       r"values of 2 layers x 1 prompt\(s\) x 1,000,000,002 tokens"):
+        generate_tokens(model, [[1, 2]], max_new_tokens=1_000_000_000)
+
+
+def generate_py(config, load, *sets):
+    """generate.py on `config` with `--set` for each of `sets` (KEY=VALUE), one short sample by default."""
+    given = {s.split("=")[0].replace("_", "-") for s in sets}
+    sets = [s for s in ("num-samples=1", "maximum-tokens=8") if s.split("=")[0] not in given] + list(sets)
+    return subprocess.run([sys.executable, "generate.py", str(config), str(GENERATION), "--set", f"load={load}",
+                           *[x for s in sets for x in ("--set", s)]],
+                          cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.launches
+def test_generate_py_writes_a_new_sample_file_and_refuses_it_the_second_time(run, tmp_path):  # noqa: F811
+    output = tmp_path / "samples.jsonl"
+    first = generate_py(run["config"], run["root"] / "ckpt", f"sample-output-file={output}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    written = output.read_text()
+    assert len(written.splitlines()) == 1 and json.loads(written)["length"] <= 8
+    again = generate_py(run["config"], run["root"] / "ckpt", f"sample-output-file={output}")
+    assert again.returncode == 2 and "Traceback" not in again.stderr and "generating with" not in again.stderr
+    assert again.stderr.startswith(f"error: command line: sample-output-file: {output} exists already, and it is "
+                                   "never overwritten")
+    assert output.read_text() == written and os.listdir(tmp_path) == ["samples.jsonl"]
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize("flags, message", [
+    (["sample-output-file={tmp}/afile/s.jsonl"], "sample-output-file: {tmp}/afile/s.jsonl is under {tmp}/afile, "
+                                                 "which is a file"),
+    (["sample-output-file={tmp}"], "sample-output-file: {tmp} is a folder"),
+    (["text-gen-type=input-file", "sample-input-file={tmp}/latin1.txt"], "sample-input-file {tmp}/latin1.txt is "
+                                                                         "not UTF-8 text: byte 0xe9"),
+    (["text-gen-type=input-file", "sample-input-file={tmp}/prompts.txt", "prompt-end=''"], "prompt-end: is empty"),
+    (["maximum-tokens=1000000000"], "maximum-tokens 1,000,000,000 cannot fit"),
+], ids=["output-under-a-file", "output-a-folder", "not-utf8", "empty-prompt-end", "kv-cache"])
+def test_generate_py_refuses_bad_inputs_in_one_paragraph_before_loading(flags, message, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    (tmp_path / "prompts.txt").write_text("def main(\n")
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
+    done = generate_py(TINY, tmp_path / "no-checkpoint", *flags)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert message.format(tmp=tmp_path) in done.stderr and "no-checkpoint" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -2,6 +2,7 @@
 import torch
 
 from .errors import GenerationError
+from .memory import generation_memory_problem
 from .sampling import choose_next, setting_problems
 from .steps import CachedSteps, RecomputedSteps
 
@@ -16,7 +17,7 @@ def generate_tokens(model, prompts: list[list[int]], *, max_new_tokens: int, tem
     at each step instead of using the KV cache (same tokens, slower). Sampling draws from a generator
     seeded with `seed`: the same prompts, batch and seed give the same tokens. `vocab_size` (the
     tokenizer's, without the embedding's padding rows) keeps the padding rows from being chosen."""
-    check_request(model, prompts, max_new_tokens, temperature, top_k, top_p)
+    check_request(model, prompts, max_new_tokens, temperature, top_k, top_p, recompute)
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     continuations = [[] for _ in prompts]
@@ -42,8 +43,9 @@ def generate_tokens(model, prompts: list[list[int]], *, max_new_tokens: int, tem
     return continuations
 
 
-def check_request(model, prompts, max_new_tokens, temperature, top_k, top_p) -> None:
-    """Each bad argument is one GenerationError saying what to change."""
+def check_request(model, prompts, max_new_tokens, temperature, top_k, top_p, recompute=False) -> None:
+    """Each bad argument is one GenerationError saying what to change; so is a request whose KV cache
+    (or, recomputing, whose longest forward) cannot fit in the memory the device has free."""
     if model.training:
         raise GenerationError("generate_tokens needs the model in eval mode (call model.eval()): dropout "
                               "would make generation random and differ from the cache's numbers.")
@@ -57,11 +59,9 @@ def check_request(model, prompts, max_new_tokens, temperature, top_k, top_p) -> 
     if problems:
         raise GenerationError("bad generation settings: " + " ".join(f"{key} {message}" for key, message in problems))
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
-    if limit is None:
-        return
     longest = max(len(p) for p in prompts)
     # The last token is only chosen, never embedded: positions 0 .. longest + max_new_tokens - 2 are.
-    if longest > limit or longest + max_new_tokens - 1 > limit:
+    if limit is not None and (longest > limit or longest + max_new_tokens - 1 > limit):
         method = model.positional_embeddings()[0].name
         what = (f"the longest prompt has {longest} tokens" if longest > limit else
                 f"a prompt of {longest} tokens plus maximum_tokens={max_new_tokens} needs "
@@ -72,3 +72,10 @@ def check_request(model, prompts, max_new_tokens, temperature, top_k, top_p) -> 
             f"pos-emb '{method}' embeds at most {limit} positions (max-position-embeddings), but {what}. "
             f"It has no embedding past its table, so it cannot generate beyond it: {fix}, or use a relative "
             "method (e.g. kerple_log), which generates past the training length.")
+    embedding = model.word_embeddings
+    problem = generation_memory_problem(
+        num_layers=len(model.layers), hidden=embedding.embedding_dim, vocab=embedding.num_embeddings,
+        dtype=embedding.weight.dtype, batch=len(prompts), longest_prompt=longest, max_new_tokens=max_new_tokens,
+        recompute=recompute)
+    if problem:
+        raise GenerationError(problem)

@@ -1,15 +1,25 @@
 """What generate.py runs: check the generation keys, load the model, generate for the chosen
-`text-gen-type`, print each sample and write them as JSON lines to `sample-output-file`."""
+`text-gen-type`, print each sample and write them as JSON lines to `sample-output-file`.
+
+Everything that can be known before the model is loaded is checked first (value ranges, the prompt
+file, the output path, the memory the KV cache will take), so no mistake is found only after every
+sample was generated. `sample-output-file` is never overwritten: a file already there is refused up
+front, and the samples are written under a temporary name and linked into place only if the name is
+still free."""
+import errno
 import json
+import os
 import pathlib
 import sys
+import tempfile
 
 import torch
 
 from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
-from megatron.inference_model import load_model
+from megatron.inference_model import inference_device_and_dtype, load_model
+from .memory import run_memory_problem
 from .samples import generate_samples
 from .sampling import setting_problems
 
@@ -21,6 +31,7 @@ def generate_run(neox_args, stdin=None) -> list[dict]:
     if neox_args.world_size > 1:
         initialize_megatron(neox_args)
     tokenizer = build_tokenizer(neox_args)
+    check_generation_memory(neox_args, tokenizer, contexts)
     model, iteration = load_model(neox_args, tokenizer)
     say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
     say(f"generating with {neox_args.pos_emb} ({neox_args.load}, step {iteration}): {neox_args.text_gen_type}, "
@@ -42,10 +53,13 @@ def generate_run(neox_args, stdin=None) -> list[dict]:
 
 
 def check_generation_keys(neox_args) -> None:
-    """What the key types do not already say: value ranges, and that the input file is there."""
+    """What the key types do not already say: value ranges, that the input file is there, and that
+    the output file can be written and is not there yet."""
     def fail(key, message):
-        where = neox_args.config_sources.get(key, "the config")
-        raise GenerationError(f"{where}: {key.replace('_', '-')}: {message}")
+        raise GenerationError(f"{where(key)}: {key.replace('_', '-')}: {message}")
+
+    def where(key):
+        return neox_args.config_sources.get(key, "the config")
 
     for key, message in setting_problems(neox_args.maximum_tokens, neox_args.temperature, neox_args.top_k,
                                          neox_args.top_p):
@@ -53,6 +67,9 @@ def check_generation_keys(neox_args) -> None:
     for key in ("num_samples", "generation_batch_size"):
         if getattr(neox_args, key) < 1:
             fail(key, f"must be a positive integer, got {getattr(neox_args, key)}.")
+    if neox_args.text_gen_type in ("input-file", "interactive") and neox_args.prompt_end == "":
+        fail("prompt_end", "is empty, so prompts cannot be told apart: set it to the text that ends each prompt "
+             "(the default is a newline, \"\\n\").")
     if neox_args.text_gen_type == "input-file":
         path = neox_args.sample_input_file
         if not path:
@@ -64,6 +81,52 @@ def check_generation_keys(neox_args) -> None:
     if neox_args.text_gen_type == "interactive" and neox_args.world_size > 1:
         fail("text_gen_type", "is 'interactive', which reads prompts from one terminal: run it with "
              "`python generate.py`, not on several ranks.")
+    if neox_args.sample_output_file:
+        problem = new_file_problem(neox_args.sample_output_file)
+        if problem:
+            fail("sample_output_file", problem)
+
+
+def new_file_problem(path) -> str | None:
+    """Why a new file cannot be written at `path` (it exists, is a folder, sits under a file, has a name
+    the file system does not take, or its folder cannot be written), or None. Nothing is created: the
+    nearest existing folder is tested with a temporary file made and removed there."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        return f"{path} is a folder; give the path of a file to write (e.g. {path / 'samples.jsonl'})."
+    if path.exists() or path.is_symlink():
+        return (f"{path} exists already, and it is never overwritten: give a new file name, or move the file "
+                "away first if it is no longer wanted.")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            return f"{path} is under {parent}, which is a file, not a folder: give a path in a folder."
+    existing = next(p for p in path.parents if p.exists())
+    limit = os.pathconf(existing, "PC_NAME_MAX")
+    for part in path.relative_to(existing).parts:
+        if len(os.fsencode(part)) > limit:
+            return (f"{path} has a name of {len(os.fsencode(part))} bytes ({part[:40]}...), but this file system "
+                    f"takes at most {limit}: give a shorter name.")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        return f"{path} cannot be written: {existing} is not writable by this process ({err.strerror})."
+    return None
+
+
+def check_generation_memory(neox_args, tokenizer, contexts: list[str]) -> None:
+    """Refuse, before the model is loaded, a generation whose weights and KV cache cannot fit."""
+    size = neox_args.generation_batch_size
+    if neox_args.text_gen_type == "interactive":  # one prompt at a time, of unknown length
+        batches, longest = [1], 1
+    else:
+        mine = contexts[neox_args.rank::neox_args.world_size] or [""]
+        batches = [len(mine[i:i + size]) for i in range(0, len(mine), size)]
+        longest = max(len(tokenizer.tokenize(text)) if text else 1 for text in mine)
+    _, dtype = inference_device_and_dtype(neox_args)
+    problem = run_memory_problem(neox_args, tokenizer.padded_vocab_size, batches, longest, dtype)
+    if problem:
+        raise GenerationError(problem)
 
 
 def read_contexts(neox_args) -> list[str]:
@@ -73,7 +136,19 @@ def read_contexts(neox_args) -> list[str]:
         return [""] * neox_args.num_samples
     if neox_args.text_gen_type == "interactive":
         return []
-    text = pathlib.Path(neox_args.sample_input_file).read_text(encoding="utf-8")
+    path = pathlib.Path(neox_args.sample_input_file)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise GenerationError(f"sample-input-file {path} cannot be read ({err.strerror}); make it readable or "
+                              "point sample-input-file at another file.") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise GenerationError(f"sample-input-file {path} is not UTF-8 text: byte {data[err.start]:#04x} at offset "
+                              f"{err.start} (line {line}) does not decode. Save the prompts as UTF-8 (e.g. "
+                              f"`iconv -f latin1 -t utf-8 {path.name} > prompts.txt`).") from None
     contexts = [p.strip() for p in text.split(neox_args.prompt_end) if p.strip()]
     if not contexts:
         raise GenerationError(f"sample-input-file {neox_args.sample_input_file} holds no prompts (it is empty "
@@ -104,7 +179,38 @@ def show(item: dict) -> None:
 def write_records(path, records) -> None:
     if not path:
         return
-    path = pathlib.Path(path)
+    written = write_new_file(pathlib.Path(path), "".join(json.dumps(item) + "\n" for item in records))
+    moved = "" if written == pathlib.Path(path) else (f" ({path} appeared while generating, by another process, "
+                                                      "and is never overwritten)")
+    print(f"wrote {len(records)} samples to {written}{moved}", file=sys.stderr, flush=True)
+
+
+def write_new_file(path: pathlib.Path, text: str) -> pathlib.Path:
+    """Write `text` under a temporary name in `path`'s folder, then link it to `path` only if that name
+    is still free (no reader sees half a file, nothing is overwritten). Should `path` have appeared since
+    it was checked, the file gets the first free name `<stem>-2<suffix>`, `-3`, ...; returns the path
+    written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(item) + "\n" for item in records), encoding="utf-8")
-    print(f"wrote {len(records)} samples to {path}", file=sys.stderr, flush=True)
+    fd, tmp = tempfile.mkstemp(prefix=".samples-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a sample file is as readable as any other
+        for n in range(1, 1000):
+            target = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+            try:
+                os.link(tmp, target)
+                return target
+            except FileExistsError:
+                continue
+            except OSError as err:  # a file system without hard links: rename, after looking
+                if err.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK) or target.exists():
+                    raise
+                os.replace(tmp, target)
+                return target
+        raise GenerationError(f"{path} and 998 numbered names beside it exist; give sample-output-file a new name.")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

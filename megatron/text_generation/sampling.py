@@ -1,5 +1,7 @@
 """Choosing the next token from logits: greedy, or sampled with temperature, top-k and top-p
 (upstream NeoX's `filter_logits`: top-k first, then the nucleus)."""
+import math
+
 import torch
 
 
@@ -8,11 +10,11 @@ def setting_problems(max_new_tokens: int, temperature: float, top_k: int, top_p:
     problems = []
     if max_new_tokens < 0:
         problems.append(("maximum_tokens", f"must be >= 0, got {max_new_tokens}."))
-    if temperature < 0:
-        problems.append(("temperature", f"must be >= 0 (0 is greedy), got {temperature}."))
+    if not (math.isfinite(temperature) and temperature >= 0):  # nan and inf pass a plain `< 0` test
+        problems.append(("temperature", f"must be a finite number >= 0 (0 is greedy), got {temperature}."))
     if top_k < 0:
         problems.append(("top_k", f"must be >= 0 (0 keeps every token, 1 is greedy), got {top_k}."))
-    if not 0.0 <= top_p <= 1.0:
+    if not 0.0 <= top_p <= 1.0:  # nan fails it too
         problems.append(("top_p", f"must lie in [0, 1] (0 is off), got {top_p}."))
     return problems
 
