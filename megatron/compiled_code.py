@@ -19,19 +19,25 @@ import sys
 CHOSEN_INDUCTOR_DIR = "NEOX_CHOSEN_INDUCTOR_CACHE_DIR"
 
 
+def torch_default_inductor_dir() -> str:
+    """The folder inductor uses when nobody sets one (it writes it into TORCHINDUCTOR_CACHE_DIR itself,
+    at import of some of torch's modules, so a set variable alone does not mean the user set it)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    return os.path.abspath(default_cache_dir())
+
+
 def inductor_cache_dir() -> str:
     """torch's default inductor folder, one sub-folder per torch version and CPU capability."""
     import torch
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     capability = torch.backends.cpu.get_cpu_capability().lower()  # honours ATEN_CPU_CAPABILITY
-    return os.path.join(default_cache_dir(), f"torch-{torch.__version__}-{capability}")
+    return os.path.join(torch_default_inductor_dir(), f"torch-{torch.__version__}-{capability}")
 
 
 def keep_compiled_code_apart() -> None:
     """Point inductor's cache at this CPU code path's folder and, in a virtualenv, torch's extension
     builds at the virtualenv, unless the user chose either folder."""
     inherited = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if inherited is None or inherited == os.environ.get(CHOSEN_INDUCTOR_DIR):
+    if inherited in (None, torch_default_inductor_dir(), os.environ.get(CHOSEN_INDUCTOR_DIR)):
         chosen = inductor_cache_dir()
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ[CHOSEN_INDUCTOR_DIR] = chosen
     if "TORCH_EXTENSIONS_DIR" not in os.environ and sys.prefix != sys.base_prefix:

@@ -1,4 +1,5 @@
 """Shared fixtures. Tests needing ../shared skip with a reason when it is absent (a user's clone)."""
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -9,17 +10,36 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("NEOX_SHARED_DIR", REPO_ROOT.parent / "shared"))
 
 
-@pytest.fixture(autouse=True)
-def _tier_is_honest(request, monkeypatch):
-    """A test that starts a process must be marked `launches` (or `slow`): the fast tier
-    (`make test-fast`) is defined as the tests that do not, so an unmarked launch fails here."""
-    if request.node.get_closest_marker("launches") or request.node.get_closest_marker("slow"):
+@contextlib.contextmanager
+def _no_process_unless_marked(item):
+    """A test that starts a process (an entry point, a launcher, a compiler) must be marked `launches`
+    (or `slow`): the fast tier (`make test-fast`) is defined as the tests that do not, so an unmarked
+    launch fails the test, in its fixtures too (a module fixture that trains is set up by its first test)."""
+    if item.get_closest_marker("launches") or item.get_closest_marker("slow"):
+        yield
         return
+    original = subprocess.Popen._execute_child
 
     def refuse(self, args, *rest, **kwargs):
-        raise AssertionError(f"{request.node.nodeid} starts a process ({str(args)[:200]}) but is not marked "
+        raise AssertionError(f"{item.nodeid} starts a process ({str(args)[:200]}) but is not marked "
                              "`launches`: mark it (pytestmark or @pytest.mark.launches) so `make test-fast` skips it")
-    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    subprocess.Popen._execute_child = refuse
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = original
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _no_process_unless_marked(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _no_process_unless_marked(item):
+        return (yield)
 
 
 @pytest.fixture

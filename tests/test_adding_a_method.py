@@ -12,6 +12,8 @@ import pytest
 
 from test_training_support import REPO_ROOT, child_environment, set_flags, tiny_overrides
 
+pytestmark = pytest.mark.launches  # every test here starts processes
+
 SECTION = "### Adding a method"
 
 

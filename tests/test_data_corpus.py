@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from megatron.data import build_evaluation_stream, build_train_valid_test_datasets
 from megatron.data.documents import read_documents, zstd_lines
 from megatron.data.stdlib_corpus import stdlib_python_files
@@ -28,6 +30,7 @@ def test_library_files_are_sorted_and_tests_are_optional():
     assert set(files) < set(with_tests) and any(f.startswith("test/") for f in with_tests)
 
 
+@pytest.mark.launches
 def test_one_command_builds_a_deterministic_corpus_that_trains(tmp_path, repo_root):
     first = tmp_path / "first"
     result = subprocess.run([sys.executable, str(repo_root / "tools/datasets/build_default_corpus.py"),

@@ -5,8 +5,12 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from test_training_support import (
     TINY, child_environment, free_port, set_flags, tiny_overrides)
+
+pytestmark = pytest.mark.launches  # every test here starts processes
 
 
 def deepy(repo_root, *argv, env=None):

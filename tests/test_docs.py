@@ -2,6 +2,10 @@
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.launches  # every test here starts processes
+
 
 def test_readme_config_reference_is_current(repo_root):
     result = subprocess.run([sys.executable, "tools/docs/config_reference.py", "--check", "README.md"],

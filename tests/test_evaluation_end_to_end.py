@@ -141,6 +141,7 @@ def test_learned_beyond_its_positions_is_recorded_as_skipped(workspace, tmp_path
     assert skipped.startswith("pos-emb learned embeds at most 64 positions (max-position-embeddings)")
 
 
+@pytest.mark.launches
 def test_a_missing_checkpoint_is_a_hard_error_and_writes_nothing(workspace, tmp_path):
     config = workspace[1]["kerple_log"]
     with pytest.raises(EvaluationError, match="checkpoint folder .*nowhere \\(key `load`\\) does not exist"):

@@ -48,6 +48,7 @@ def checkpoint(tmp_path_factory):
     return root, config, {"NEOX_EVAL_MODES_PATH": str(modes)}
 
 
+@pytest.mark.launches
 def test_the_config_accepts_the_new_mode_only_once_its_file_is_found(checkpoint):
     root, config, env = checkpoint
     argv = ["deepy.py", "evaluate.py", "configs/tiny.yml", str(config), "--set", "eval-modes=[tail]", "--dry-run"]
@@ -58,6 +59,7 @@ def test_the_config_accepts_the_new_mode_only_once_its_file_is_found(checkpoint)
     assert "Traceback" not in without.stderr
 
 
+@pytest.mark.launches
 def test_evaluate_runs_the_new_mode_and_tables_read_it(checkpoint):
     root, config, env = checkpoint
     evaluated = run(["evaluate.py", "configs/tiny.yml", str(config), "--set", "eval-modes=[position, tail]"], env)
@@ -86,6 +88,7 @@ def test_the_registry_refuses_duplicates_and_names_what_it_has():
         get_mode("tail")
 
 
+@pytest.mark.launches
 def test_a_broken_mode_file_is_one_clear_error(tmp_path):
     (tmp_path / "broken.py").write_text("def score(context:\n")
     result = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--dry-run"], {"NEOX_EVAL_MODES_PATH": str(tmp_path)})

@@ -36,6 +36,7 @@ def generation_args(overrides, **generation):
     return NeoXArgs.from_ymls([TINY, GENERATION], {**overrides, **generation})
 
 
+@pytest.mark.launches
 def test_generate_py_prints_text_past_the_training_length(trained):
     root, runs = trained
     output = root / "unconditional.jsonl"
@@ -104,6 +105,7 @@ def test_bad_inputs_are_one_clear_error_each(trained, tmp_path):
         generate_run(generation_args(runs["kerple_log"], top_p=2.0))
 
 
+@pytest.mark.launches
 def test_the_entry_point_prints_an_error_without_a_traceback(trained, tmp_path):
     _, runs = trained
     result = run_script(["generate.py", str(TINY), str(GENERATION), *set_flags(runs["kerple_log"]),

@@ -33,6 +33,7 @@ def gpu_check(*argv, timeout=60):
 
 
 # ------------------------------------------------------------------------------ without CUDA
+@pytest.mark.launches
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the check would run")
 def test_make_gpu_check_refuses_without_cuda_in_one_line(tmp_path):
     out, site = tmp_path / "report", tmp_path / "site"
@@ -56,6 +57,7 @@ def test_cpu_runs_only_as_a_tiny_smoke_run(capsys):
     assert "--device cpu runs only with --tiny" in capsys.readouterr().err
 
 
+@pytest.mark.launches
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU smoke run; on this machine the real check runs")
 def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, timeout=900)
@@ -95,6 +97,7 @@ def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
 
 
 # ---------------------------------------------------------------------------------- gpu-mini
+@pytest.mark.launches
 def test_gpu_mini_sweep_is_the_papers_recipe_at_30m_parameters():
     from tools.reproduce.execute import launch_command
     from tools.reproduce.runs import plan_runs

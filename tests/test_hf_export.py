@@ -127,6 +127,7 @@ def test_exported_tokenizer_encodes_like_this_project(kind, tmp_path, request):
 
 
 # ------------------------------------------------------------------------------------ a real checkpoint
+@pytest.mark.launches
 def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
     args = tiny_args("unused-data", tmp_path, hidden_size=32, num_attention_heads=2)
     initialize_megatron(args)

@@ -42,6 +42,7 @@ BAD_VALUES = [
 ]
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("setting, fragments, entry", BAD_VALUES)
 def test_bad_values_are_refused_before_anything_runs(setting, fragments, entry, tmp_path):
     save, results = tmp_path / "ckpt", tmp_path / "results"
@@ -52,6 +53,7 @@ def test_bad_values_are_refused_before_anything_runs(setting, fragments, entry, 
     assert not save.exists() and not results.exists()  # nothing was started, so nothing was written
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("entry", [["train.py"], ["evaluate.py"], ["deepy.py", "train.py", "--dry-run"]])
 def test_a_key_given_twice_on_the_command_line_is_refused(entry):
     """As within one YAML file (where it was already an error): not "last wins"."""
@@ -59,11 +61,13 @@ def test_a_key_given_twice_on_the_command_line_is_refused(entry):
     assert_clear_error(result, "--set 'num_layers=3' sets 'num-layers' a second time")
 
 
+@pytest.mark.launches
 def test_deepy_iteration_flag_and_set_iteration_together_are_refused():
     result = run("deepy.py", "train.py", "configs/tiny.yml", "--dry-run", "--iteration", "5", "--set", "iteration=3")
     assert_clear_error(result, "--iteration and --set iteration=... both set iteration")
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("entry", [["train.py"], ["evaluate.py"], ["deepy.py", "train.py"]])
 def test_a_directory_as_config_names_the_directory(entry, tmp_path):
     folder = tmp_path / "adir"
@@ -73,6 +77,7 @@ def test_a_directory_as_config_names_the_directory(entry, tmp_path):
     assert "adir.yml" not in result.stderr  # deepy.py used to add .yml and say that does not exist
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("entry", [["train.py"], ["evaluate.py"], ["deepy.py", "train.py"]])
 def test_a_config_that_is_not_utf8_names_the_line(entry, tmp_path):
     config = tmp_path / "latin1.yml"
@@ -82,6 +87,7 @@ def test_a_config_that_is_not_utf8_names_the_line(entry, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ tools
+@pytest.mark.launches
 def test_preprocessing_into_a_prefix_under_a_file_stops_before_reading(tmp_path):
     (tmp_path / "docs.jsonl").write_text('{"text": "hello"}\n')
     blocker = tmp_path / "afile"
@@ -92,6 +98,7 @@ def test_preprocessing_into_a_prefix_under_a_file_stops_before_reading(tmp_path)
     assert blocker.read_text() == "x"
 
 
+@pytest.mark.launches
 def test_make_tables_out_that_is_a_file_is_refused_first(tmp_path):
     blocker = tmp_path / "tables"
     blocker.write_text("keep me")
@@ -101,6 +108,7 @@ def test_make_tables_out_that_is_a_file_is_refused_first(tmp_path):
     assert blocker.read_text() == "keep me"
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("entry", [["-m", "tools.reproduce"], ["tools/reproduce"]])
 def test_reproduce_given_a_directory_says_so(entry, tmp_path):
     result = run(*entry, str(tmp_path))

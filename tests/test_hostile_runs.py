@@ -12,6 +12,8 @@ import pytest
 from test_hostile_config import assert_clear_error
 from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
+pytestmark = pytest.mark.launches  # every test here starts processes
+
 
 def script(*argv, umask=None):
     return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=child_environment(), capture_output=True,

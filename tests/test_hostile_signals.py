@@ -5,12 +5,16 @@ import re
 import signal
 import subprocess
 import sys
+
+import pytest
 import time
 
 import psutil
 
 from test_hostile_config import assert_clear_error
 from test_training_support import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_overrides
+
+pytestmark = pytest.mark.launches  # every test here starts processes
 
 
 def start_deepy(data, folder):

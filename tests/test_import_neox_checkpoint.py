@@ -66,6 +66,7 @@ def test_imported_model_matches_the_fork_forward_at_1x_and_8x(tmp_path, method):
         assert any("clamp bound" in note for note in notes)
 
 
+@pytest.mark.launches
 def test_evaluate_py_scores_the_imported_checkpoint_as_the_fork_would(tmp_path, stdlib_data):
     cfg, stages = fork_checkpoint(tmp_path, "kerple_log")
     result = subprocess.run([sys.executable, "-m", "tools.ckpts.import_neox", str(tmp_path / "fork"),
@@ -141,6 +142,7 @@ def test_weights_of_another_method_than_the_config_names_are_refused(tmp_path):
         import_checkpoint(tmp_path / "fork", tmp_path / "ours", [wrong])
 
 
+@pytest.mark.launches
 def test_the_command_prints_one_paragraph_and_no_traceback(tmp_path):
     fork_checkpoint(tmp_path, "t5")
     (tmp_path / "fork" / "global_step7" / "layer_00-model_00-model_states.pt").unlink()

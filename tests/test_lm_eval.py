@@ -83,6 +83,7 @@ def _evaluate(lm, run, tasks):
                                    log_samples=True, bootstrap_iters=0, random_seed=0)
 
 
+@pytest.mark.launches
 def test_adapter_answers_equal_hflm_on_the_exported_model(run):
     torch.set_num_threads(1)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(run["root"] / "hf", trust_remote_code=True).eval()
@@ -129,6 +130,7 @@ def test_rolling_loglikelihood_equals_the_sliding_mode_on_the_same_tokens(run):
     assert rolling == pytest.approx(-per_token.astype(np.float64).sum(), rel=1e-6)
 
 
+@pytest.mark.launches
 def test_eval_py_prints_the_table_and_writes_json_beside_evaluate_results(run):
     done = subprocess.run([sys.executable, "eval.py", str(run["config"]), "--eval_tasks", "local_mc", "local_rolling",
                            "--set", f"eval-task-paths=[{run['tasks']}]", "--set", f"eval-task-length={LENGTH}"],
@@ -143,6 +145,7 @@ def test_eval_py_prints_the_table_and_writes_json_beside_evaluate_results(run):
     assert set(document["results"]) == {"local_mc", "local_rolling"}
 
 
+@pytest.mark.launches
 def test_unknown_task_and_missing_checkpoint_are_clear_errors(run, tmp_path):
     neox_args = tiny_args("unused-data", tmp_path, eval_tasks=["local_mcq"], eval_task_paths=[str(run["tasks"])])
     with pytest.raises(EvaluationError, match=r"unknown lm-eval task\(s\) 'local_mcq' \(did you mean local_mc"):

@@ -48,6 +48,7 @@ def wandb_history(run_file: str) -> list[dict]:
     return rows
 
 
+@pytest.mark.launches
 def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -217,6 +217,7 @@ def test_every_method_has_a_paper_config(repo_root, name):
     assert args.pos_emb == name and args.num_layers == 12
 
 
+@pytest.mark.launches
 def test_entry_point_prints_one_paragraph_not_a_traceback(tmp_path, repo_root):
     bad = write(tmp_path, "bad.yml", "train_micro_batch_size_per_gpu: 2\nnum-layer: 3\n")
     result = subprocess.run([sys.executable, "deepy.py", "train.py", str(bad), "--dry-run"],

@@ -148,6 +148,7 @@ def test_every_upstream_key_has_exactly_one_treatment():
     assert len(UPSTREAM_KEYS) > 300 and set(IGNORED_REASON) | set(REFUSED_OFF) <= set(UPSTREAM_KEYS)
 
 
+@pytest.mark.launches
 def test_upstream_key_page_is_current():
     done = subprocess.run([sys.executable, "tools/docs/upstream_keys_page.py", "--check"], cwd=REPO_ROOT,
                           capture_output=True, text=True)

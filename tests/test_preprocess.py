@@ -40,6 +40,7 @@ def outputs_in(directory):
     return sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".idx", ".partial"))
 
 
+@pytest.mark.launches
 def test_prose_with_gpt2_reads_back_through_megatron_core(tmp_path, shared_dir, repo_root):
     from transformers import GPT2TokenizerFast
     subset = write_zst(tmp_path / "prose.jsonl.zst",

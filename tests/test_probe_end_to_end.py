@@ -6,6 +6,8 @@ import json
 import pytest
 from test_training_support import TINY, run_script, set_flags, tiny_overrides
 
+pytestmark = pytest.mark.launches  # every test here starts processes
+
 PROBE = TINY.parent / "eval" / "probe.yml"
 
 

@@ -12,6 +12,8 @@ import sysconfig
 import pytest
 import yaml
 
+pytestmark = pytest.mark.launches  # every test here starts processes
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

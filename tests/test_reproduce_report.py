@@ -13,6 +13,8 @@ import yaml
 from megatron.evaluation.modes.position import position_fields
 from megatron.evaluation.results import SCHEMA, summarize, write_atomic
 
+pytestmark = pytest.mark.launches  # every test here starts processes
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 T, LENGTHS = 64, (64, 128)
 

@@ -122,6 +122,7 @@ def _losses(stdlib_data, folder, **overrides):
                               hidden_dropout=0.0, **overrides)).losses
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("zero", [{"stage": 1}, {"stage": 2}, {"stage": 3}], ids=["stage1", "stage2", "stage3"])
 def test_zero_stages_match_plain_data_parallel(zero, stdlib_data, tmp_path):
     reference = _losses(stdlib_data, tmp_path / "plain")
@@ -191,6 +192,7 @@ def test_divergence_stops_the_run_and_saves_nothing_after_it(stdlib_data, tmp_pa
 
 
 # ------------------------------------------------------------------------- through deepy.py
+@pytest.mark.launches
 @pytest.mark.parametrize("ranks", [pytest.param(1, marks=pytest.mark.slow), 2])  # 1 rank: also in-process
 def test_deepy_trains_the_tiny_profile(ranks, stdlib_data, tmp_path):
     overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=30, log_interval=10, num_gpus=ranks,
