@@ -20,6 +20,7 @@ import typing
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.preflight import READS, PreflightError, check_inputs, reads
+from megatron.progress import switched_on
 
 # Upstream deepy.py's own overrides, kept for users' scripts.
 CLI_OVERRIDES = ("wandb_group", "wandb_run_name", "iteration", "hostfile", "eval_tasks")
@@ -111,6 +112,7 @@ def runner_arguments(args: NeoXArgs, hostfile, script):
 
 def main(argv=None):
     cli = parse_args(sys.argv[1:] if argv is None else argv)
+    switched_on()  # a mistyped NEOX_PROGRESS stops here, not in every rank
     overrides = parse_overrides(cli.set)
     for key in CLI_OVERRIDES:
         if getattr(cli, key) is not None:

@@ -1,4 +1,4 @@
-"""What a training run reports, on rank 0: console lines (and a progress bar on a terminal),
+"""What a training run reports, on rank 0: console lines (and a progress bar on a terminal, megatron/progress.py),
 TensorBoard events and Weights & Biases, all with the same scalar names:
 
     train/loss  train/ppl  train/lr  train/grad_norm  train/tokens_per_sec  train/skipped_steps
@@ -13,9 +13,9 @@ import time
 
 import deepspeed
 import torch
-from tqdm import tqdm
 
 from megatron.neox_arguments import NeoXArgsError
+from megatron.progress import Progress
 
 
 def kernel_scalars(model: torch.nn.Module) -> dict[str, float]:
@@ -50,15 +50,15 @@ class Monitor:
     def __init__(self, neox_args, start_iteration: int):
         self.args = neox_args
         self.active = neox_args.rank == 0
-        self.tensorboard = self.wandb = self.bar = None
+        self.tensorboard = self.wandb = None
         if self.active and neox_args.tensorboard_dir:
             from torch.utils.tensorboard import SummaryWriter
             self.tensorboard = SummaryWriter(log_dir=neox_args.tensorboard_dir)
         if self.active and neox_args.use_wandb:
             self.wandb = _start_wandb(neox_args)
-        if self.active and sys.stdout.isatty():
-            self.bar = tqdm(total=neox_args.train_iters, initial=start_iteration, unit="step", dynamic_ncols=True,
-                            file=sys.stdout)
+        # A bar on a terminal only: elsewhere the report lines every log-interval steps are the progress.
+        self.progress = Progress("train", total=neox_args.train_iters, initial=start_iteration, unit="step",
+                            show=self.active, stream=sys.stdout, lines=False)
         self.start_time = self.interval_start = time.time()
         self.start_iteration = start_iteration
         self.skipped_total = 0
@@ -74,9 +74,7 @@ class Monitor:
         self.interval_skipped += skipped
         self.skipped_total += skipped
         self.last = {"lr": lr, "grad_norm": grad_norm, "loss_scale": loss_scale}
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4f}")
+        self.progress.update(1, note=f"loss={loss:.4f}")
 
     def report(self, iteration: int, kernel: dict[str, float]) -> None:
         """The interval's averages and rates (call every log_interval steps, on every rank)."""
@@ -122,16 +120,11 @@ class Monitor:
             self.wandb.log(scalars, step=iteration)
 
     def print(self, line: str) -> None:
-        if not self.active:
-            return
-        if self.bar is not None:
-            self.bar.write(line)
-        else:
-            print(line, flush=True)
+        if self.active:
+            self.progress.write(line)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.progress.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.wandb is not None:

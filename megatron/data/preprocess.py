@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
-from tqdm import tqdm
 
 from megatron.preflight import folder_problem
+from megatron.progress import Progress
 
 from .documents import InputProblems, expand_inputs, read_documents
 from .errors import DataError
@@ -84,7 +84,7 @@ def preprocess(inputs, output_prefix: str, tokenizer, jsonl_keys=("text",), appe
     partial = [(prefix + ".bin.partial", prefix + ".idx.partial") for prefix in prefixes]
     builders = [IndexedDatasetBuilder(bin_path, dtype=dtype) for bin_path, _ in partial]
     start = time.perf_counter()
-    progress = tqdm(unit=" docs", disable=not show_progress, smoothing=0.1, mininterval=0.5)
+    progress = Progress("tokenizing", unit="docs", show=show_progress)
     try:
         for batch in _tokenized_batches(documents, tokenizer, append_eod, dtype, workers):
             for arrays, text_bytes in batch:
@@ -96,9 +96,8 @@ def preprocess(inputs, output_prefix: str, tokenizer, jsonl_keys=("text",), appe
                     builder.add_document(tokens, [len(tokens)])
                     summary.tokens += len(tokens)
                 summary.documents += 1
-            progress.update(len(batch))
-            progress.set_postfix_str(f"{summary.tokens / max(time.perf_counter() - start, 1e-9):,.0f} tokens/s",
-                                     refresh=False)
+            rate = summary.tokens / max(time.perf_counter() - start, 1e-9)
+            progress.update(len(batch), note=f"{rate:,.0f} tokens/s")
         progress.close()
         if summary.documents == 0:
             raise DataError(f"no documents were read from {', '.join(files)}; nothing was written.")
@@ -107,7 +106,7 @@ def preprocess(inputs, output_prefix: str, tokenizer, jsonl_keys=("text",), appe
             os.replace(bin_path, prefix + ".bin")
             os.replace(idx_path, prefix + ".idx")
     except BaseException:
-        progress.close()
+        progress.close(finished=False)
         for builder, paths in zip(builders, partial):
             builder.data_file.close()
             for path in paths:

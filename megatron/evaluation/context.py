@@ -8,7 +8,8 @@ import time
 
 import numpy as np
 import torch
-from tqdm import tqdm
+
+from megatron.progress import Progress
 
 from .results import summarize
 
@@ -58,10 +59,10 @@ def _gathered(losses: np.ndarray, world_size: int) -> np.ndarray:
 
 
 class _ProgressBar:
-    """tqdm over chunks with scored-input tokens per second in the postfix."""
+    """Chunks scored (megatron/progress.py), with scored-input tokens per second as its note."""
 
     def __init__(self, desc, total, show):
-        self.bar = tqdm(total=total, desc=desc, unit="chunk", dynamic_ncols=True, disable=not show)
+        self.progress = Progress(desc, total=total, unit="chunk", show=show)
         self.tokens, self.began = 0, time.perf_counter()
 
     def __enter__(self):
@@ -69,8 +70,7 @@ class _ProgressBar:
 
     def __call__(self, chunks, tokens):
         self.tokens += tokens
-        self.bar.update(chunks)
-        self.bar.set_postfix_str(f"{self.tokens / (time.perf_counter() - self.began):,.0f} tok/s")
+        self.progress.update(chunks, note=f"{self.tokens / (time.perf_counter() - self.began):,.0f} tok/s")
 
-    def __exit__(self, *exc):
-        self.bar.close()
+    def __exit__(self, error_type, *exc):
+        self.progress.close(finished=error_type is None)

@@ -17,6 +17,7 @@ from megatron.data.documents import read_documents  # noqa: E402
 from megatron.data.preprocess import preprocess  # noqa: E402
 from megatron.data.stdlib_corpus import stdlib_root, write_stdlib_corpus  # noqa: E402
 from megatron.neox_arguments import run_cli  # noqa: E402
+from megatron.progress import switched_on  # noqa: E402
 from megatron.tokenizer import TOKENIZER_TYPES, make_tokenizer  # noqa: E402
 from megatron.tokenizer.train_bpe import train_bpe_tokenizer  # noqa: E402
 
@@ -50,8 +51,9 @@ def main(argv=None):
         vocab_file = os.path.join(args.output_dir, "tokenizer.json")
         print(f"[2/3] training a {args.train_tokenizer}-id byte-level BPE tokenizer")
         texts = (texts[0] for _, _, texts in read_documents([corpus]))
+        # The `tokenizers` library draws its own bar, on a terminal only; NEOX_PROGRESS=0 turns it off too.
         tokenizer = train_bpe_tokenizer(texts, args.train_tokenizer, vocab_file, num_texts=stats.files,
-                                        show_progress=not args.no_progress)
+                                        show_progress=not args.no_progress and switched_on())
         settings = f"tokenizer-type: HFTokenizer, vocab-file: {vocab_file}"
     else:
         print(f"[2/3] tokenizer: {args.tokenizer_type}")

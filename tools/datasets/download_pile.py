@@ -22,13 +22,13 @@ import urllib.parse
 import urllib.request
 
 import zstandard
-from tqdm import tqdm
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from megatron.data.documents import zstd_lines  # noqa: E402
 from megatron.data.errors import DataError  # noqa: E402
 from megatron.neox_arguments import run_cli  # noqa: E402
+from megatron.progress import Progress  # noqa: E402
 
 CHUNK = 1 << 20
 
@@ -72,11 +72,11 @@ def download(url: str, destination: str, sha256: str = None, retries: int = 5, s
             offset = 0
         try:
             with stream, open(partial, "ab" if resumed else "wb") as out, \
-                    tqdm(total=total, initial=offset, unit="B", unit_scale=True, desc=os.path.basename(destination),
-                         disable=not show_progress) as bar:
+                    Progress(os.path.basename(destination), total=total, initial=offset, unit="B", unit_scale=True,
+                             show=show_progress) as progress:
                 while chunk := stream.read(CHUNK):
                     out.write(chunk)
-                    bar.update(len(chunk))
+                    progress.update(len(chunk))
             break
         except (urllib.error.URLError, OSError) as err:
             if attempt == retries:
