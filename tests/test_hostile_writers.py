@@ -8,10 +8,14 @@ import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import torch
+from lm_eval.api.instance import Instance
 
 import neox_fork_reference as fork
 from megatron.checkpointing import CheckpointError
+from megatron.evaluation.lm_eval_adapter import NeoXLM
 from megatron.evaluation.lm_eval_run import evaluate_tasks
 from megatron.evaluation.results import ResultFileError
 from megatron.evaluation.run import EvaluationError
@@ -21,10 +25,11 @@ from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import GenerationError, generate_tokens
 from megatron.text_generation.run import generate_run, write_new_file
 from megatron.text_generation.sampling import setting_problems
+from megatron.tokenizer import build_tokenizer
 from test_hostile_runs import unwritable_folder  # noqa: F401  (fixture)
 from test_import_neox_checkpoint import config as fork_config
 from test_lm_eval import run  # noqa: F401  (the module fixture: a tiny kerple_log checkpoint and local tasks)
-from test_training_support import REPO_ROOT, TINY, child_environment, tiny_overrides
+from test_training_support import REPO_ROOT, TINY, child_environment, tiny_args, tiny_overrides
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
 FORK = fork_config("kerple_log")  # a 2-layer fork checkpoint's sizes (tests/neox_fork_reference.py)
@@ -281,3 +286,70 @@ def test_generate_py_refuses_bad_inputs_in_one_paragraph_before_loading(flags, m
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert message.format(tmp=tmp_path) in done.stderr and "no-checkpoint" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# ------------------------------------------------------ rows 22 and 5: eval.py's limit and lengths
+def test_an_eval_task_limit_of_zero_is_refused_before_anything_loads(tmp_path):
+    args = tiny_args("unused-data", tmp_path, load=str(tmp_path), eval_tasks=["local_mc"])
+    for value in (0, -3, float("nan")):
+        args.eval_task_limit = value  # what a config is refused at load time; a caller can still set it
+        with pytest.raises(EvaluationError, match=rf"eval-task-limit is {value}, but it must be positive: the number "
+                           r"of documents scored per task .* Leave it unset \(null\) to score every document"):
+            evaluate_tasks(args)
+
+
+@pytest.mark.launches
+def test_eval_py_refuses_an_eval_task_limit_of_zero_in_one_paragraph(run, tmp_path):  # noqa: F811
+    done = eval_py(run, tmp_path, "--eval_tasks", "local_mc", "--set", "eval-task-limit=0")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "eval-task-limit" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "lm_eval").exists()
+
+
+def adapter(tmp_path, max_length, stride=None):
+    args = tiny_args("unused-data", tmp_path)
+    torch.manual_seed(0)
+    return NeoXLM(GPTModel(args, 258).eval(), build_tokenizer(args), max_length=max_length, stride=stride)
+
+
+def test_a_short_document_is_one_window_of_its_own_length_at_any_eval_task_length(tmp_path):
+    tokens = list(range(60, 120))  # a 60-token document
+    reference = adapter(tmp_path, 64).rolling_token_losses(tokens)  # padded to one window of 64 before
+    huge = adapter(tmp_path, 1_000_000_000, stride=16)
+    np.testing.assert_allclose(huge.rolling_token_losses(tokens), reference, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(adapter(tmp_path, 60, stride=8).rolling_token_losses(tokens), reference, atol=1e-6)
+    # Longer than max_length: still windows of max_length (the sliding pass), the same as before.
+    long = adapter(tmp_path, 32, stride=8).rolling_token_losses(tokens * 3)
+    assert long.shape == (180,) and np.isfinite(long).all()
+
+
+def test_a_window_the_device_cannot_hold_is_refused_with_its_size_before_scoring(tmp_path, monkeypatch):
+    import megatron.evaluation.lm_eval_adapter as module
+    monkeypatch.setattr(module, "_available_bytes", lambda: (2 ** 20, "of available memory"))  # 1 MiB
+    lm = adapter(tmp_path, 1_000_000_000)
+    scored = []
+    monkeypatch.setattr(lm, "rolling_token_losses", lambda tokens: scored.append(tokens))
+    text = "x" * 2000  # 2000 byte-level tokens: 2000 x 4 x (64 + 258) bytes = 2.46 MiB of window
+    with pytest.raises(EvaluationError, match=r"eval-task-length 1,000,000,000: lm-eval's longest "
+                       r"loglikelihood_rolling document is scored in a window of 2,000 tokens, which needs at least "
+                       r"0\.00 GiB .* there are 0\.00 GiB of available memory\. Set eval-task-length to at most 814 "):
+        lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("short",), 0),
+                                  Instance("loglikelihood_rolling", {}, (text,), 1)])
+    assert scored == []  # not even the short one was scored first
+    with pytest.raises(EvaluationError, match=r"longest loglikelihood request \(context and continuation\) is scored "
+                       r"in a window of 2,000 tokens"):
+        lm._loglikelihood_tokens([(None, list(range(1000)), list(range(1001)))])
+    with pytest.raises(EvaluationError, match=r"lm-eval's generate_until requests: max-gen-toks 1,000,000,000 cannot "
+                       r"fit: .* KV cache"):
+        lm.generate_until([Instance("generate_until", {}, ("def", {"max_gen_toks": 1_000_000_000}), 0)])
+
+
+@pytest.mark.launches
+def test_eval_py_scores_a_rolling_task_at_a_huge_eval_task_length_as_at_a_short_one(run, tmp_path):  # noqa: F811
+    values = {}
+    for length in (256, 1_000_000_000):
+        done = eval_py(run, tmp_path / str(length), "--eval_tasks", "local_rolling",
+                       "--set", f"eval-task-length={length}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        [path] = (tmp_path / str(length) / "lm_eval").glob("*.json")
+        values[length] = json.loads(path.read_text())["results"]["local_rolling"]["word_perplexity,none"]
+    assert values[1_000_000_000] == pytest.approx(values[256], rel=1e-5)

@@ -10,7 +10,11 @@
 - `generate_until`: greedy or sampled continuation with megatron.text_generation when it is there.
 
 `max_length` is the evaluation length, any length the positional method supports (not capped at
-max-position-embeddings). Log-probabilities are over the tokenizer's vocabulary, as in training and
+max-position-embeddings). It bounds a window, it is not the window: a request shorter than it runs as
+one window of its own length (a 60-token document is never padded to `max_length`), and before any
+request of a kind is scored, the longest window among them is checked against the memory the device
+has free (as evaluate.py checks its longest length up front, megatron/preflight.py), so a length the
+device cannot hold is refused with the sizes instead of failing in the middle of a forward. Log-probabilities are over the tokenizer's vocabulary, as in training and
 evaluate.py: the rows that pad the output layer are no tokens.
 """
 import numpy as np
@@ -18,8 +22,13 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 
+from megatron.preflight import _available_bytes
 from megatron.text_generation import generate_tokens
+from megatron.text_generation.memory import generation_memory_problem
+from .run import EvaluationError
 from .scoring import sliding_losses
+
+GIB = 2 ** 30
 
 
 class NeoXLM(TemplateLM):
@@ -47,7 +56,26 @@ class NeoXLM(TemplateLM):
         logits = self.model(torch.tensor([tokens], device=self._device))[0, :, :self.vocab_size]
         return F.log_softmax(logits.float(), dim=-1)
 
+    def check_window_fits(self, window: int, what: str) -> None:
+        """Refuse, before it is allocated, a forward of `window` tokens the device cannot hold: at least one
+        hidden state and the fp32 logits (preflight.memory_problem's lower bound; the weights are loaded)."""
+        embedding = self.model.word_embeddings
+        per_token = 4 * (embedding.embedding_dim + embedding.num_embeddings)
+        available, kind = _available_bytes()
+        if window * per_token <= available:
+            return
+        raise EvaluationError(
+            f"eval-task-length {self.max_length:,}: lm-eval's longest {what} is scored in a window of {window:,} "
+            f"tokens, which needs at least {window * per_token / GIB:,.2f} GiB (one hidden state and the logits), "
+            f"but there are {available / GIB:,.2f} GiB {kind}. Set eval-task-length to at most "
+            f"{available // per_token:,} (longer requests are then scored in windows of that length), or run on a "
+            "device with more memory.")
+
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+        if requests:
+            longest = max(len(context) + len(continuation) for _, context, continuation in requests)
+            self.check_window_fits(min(longest - 1, self.max_length), "loglikelihood request (context and "
+                                   "continuation)")
         out = []
         for _, context, continuation in requests:
             whole = (context + continuation)[-(self.max_length + 1):]
@@ -61,28 +89,45 @@ class NeoXLM(TemplateLM):
     def rolling_token_losses(self, tokens: list[int]) -> np.ndarray:
         """Per-token losses of `tokens` after the end-of-document token, by evaluate.py's `sliding` pass.
 
-        The stream is padded at the end to whole chunks; causality keeps the padding out of every
-        loss that is kept."""
-        n, length = len(tokens), self.max_length
+        A document of at most max_length tokens is one window of its own length (every target sees
+        the whole document before it, which is what any stride would give it). A longer one is cut into
+        chunks of max_length, the last padded at the end; causality keeps the padding out of every loss
+        that is kept."""
+        n = len(tokens)
+        length, stride = (n, n) if n <= self.max_length else (self.max_length, self.stride)
         chunks = -(-n // length)
         stream = np.full(chunks * length + 1, self.eot_token_id, dtype=np.int64)
         stream[1:n + 1] = tokens
         starts = np.arange(chunks, dtype=np.int64) * length
         with torch.inference_mode():
             losses = sliding_losses(lambda x: self.model(x.to(self._device)), stream, starts, length,
-                                    stride=self.stride, batch_size=1, vocab_size=self.vocab_size)
+                                    stride=stride, batch_size=1, vocab_size=self.vocab_size)
         return losses.reshape(-1)[:n]
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        documents = [self.tok_encode(request.args[0]) for request in requests]
+        if documents:
+            self.check_window_fits(min(max(map(len, documents)), self.max_length), "loglikelihood_rolling "
+                                   "document")
         out = []
-        for request in requests:
+        for request, tokens in zip(requests, documents):
             (text,) = request.args
-            value = -float(self.rolling_token_losses(self.tok_encode(text)).astype(np.float64).sum())
+            value = -float(self.rolling_token_losses(tokens).astype(np.float64).sum())
             out.append(value)
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), value)
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False):
+        if requests:  # every request's KV cache before the first is generated (generate_tokens checks each)
+            longest = max(min(len(self.tok_encode(r.args[0])), self.max_length) for r in requests)
+            most = max(int((r.args[1] or {}).get("max_gen_toks", self.max_gen_toks)) for r in requests)
+            embedding = self.model.word_embeddings
+            problem = generation_memory_problem(
+                num_layers=len(self.model.layers), hidden=embedding.embedding_dim, vocab=embedding.num_embeddings,
+                dtype=embedding.weight.dtype, batch=1, longest_prompt=max(longest, 1), max_new_tokens=most,
+                recompute=False, key="max_gen_toks", where="lm-eval's generate_until requests")
+            if problem:
+                raise EvaluationError(problem)
         out = []
         for request in requests:
             context, gen_kwargs = request.args
