@@ -284,3 +284,57 @@ def test_eval_task_keys_out_of_range_are_refused(line, fragments, tmp_path):
 ])
 def test_eval_task_keys_in_range_pass(line, key, value, tmp_path):
     assert getattr(NeoXArgs.from_ymls([write(tmp_path, BASE + line + "\n")]), key) == value
+
+
+# -------------------------------------------------- row 26: paths the filesystem cannot hold
+@pytest.mark.parametrize("key", ["save", "eval-results-dir", "log-dir", "sample-output-file", "vocab-file"])
+def test_a_folder_name_longer_than_the_filesystem_allows_is_refused(key, tmp_path):
+    long = tmp_path / ("d" * 300) / "x"
+    refused(tmp_path, BASE + f"{key}: {long}\n", f"FILE:5: {key}: the name 'ddddd", "is 300 bytes long",
+            f"more than the {os.pathconf(tmp_path, 'PC_NAME_MAX')} the filesystem allows", "(NAME_MAX)")
+    assert not any(p.name.startswith("ddd") for p in tmp_path.iterdir())  # nothing was made
+
+
+def test_a_whole_path_longer_than_path_max_is_refused(tmp_path):
+    deep = "/".join(["p" * 200] * 25)  # every name fits, the whole does not
+    refused(tmp_path, BASE + f"save: {tmp_path}/{deep}\n", "FILE:5: save: ", "more than the 4095",
+            "(PATH_MAX)", "...(cut)")
+
+
+def test_a_dataset_prefix_counts_the_files_suffix_and_list_entries_name_their_index(tmp_path):
+    prefix = tmp_path / ("p" * 252)  # 256 bytes with ".bin"
+    refused(tmp_path, BASE + f"train-data-paths:\n  - {tmp_path}/ok\n  - {prefix}\n",
+            "FILE:7: train-data-paths[1]: the name", "is 256 bytes long (with the .bin the files get)")
+    NeoXArgs.from_ymls([write(tmp_path, BASE + f"data-path: {tmp_path / ('p' * 251)}\n", "ok.yml")])
+
+
+def test_a_path_with_a_nul_byte_or_an_empty_path_is_refused(tmp_path):
+    refused(tmp_path, BASE + 'save: "a\\0b"\n', "FILE:5: save: 'a\\x00b' contains a NUL byte")
+    refused(tmp_path, BASE + 'eval-results-dir: ""\n', "FILE:5: eval-results-dir: is empty")
+    refused(tmp_path, BASE + 'eval-task-paths: [tasks, 3]\n', "FILE:5: eval-task-paths[1]: must be a path")
+
+
+def test_usual_paths_pass(tmp_path):
+    args = NeoXArgs.from_ymls([write(tmp_path, BASE + f"save: {tmp_path}/ckpt\nload: relative/dir\n")])
+    assert args.save == f"{tmp_path}/ckpt"
+
+
+# ------------------------------------------------------------ through the entry point: one paragraph
+@pytest.mark.launches
+@pytest.mark.parametrize("case", ["billion-laughs", "nested-repeat", "long-name"])
+def test_deepy_dry_run_prints_one_paragraph_and_no_traceback(case, tmp_path):
+    from test_training_support import REPO_ROOT, child_environment
+    text, fragments = {
+        "billion-laughs": (billion_laughs("eval-lengths"), ["its aliases (*name) expand to 4,412,961,510 values"]),
+        "nested-repeat": (BASE + OPTIMIZER + "    lr: 5.0\n", ["line 9: key 'optimizer.params.lr' is given twice"]),
+        "long-name": (BASE + f"save: {tmp_path / ('s' * 300)}\n", [":5: save: the name 'sss", "(NAME_MAX)"]),
+    }[case]
+    config = write(tmp_path, text)
+    done = subprocess.run([sys.executable, "deepy.py", "train.py", str(config), "--dry-run"], cwd=REPO_ROOT,
+                          env=child_environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip() and "[WARNING]" not in line]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

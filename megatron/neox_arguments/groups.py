@@ -18,10 +18,14 @@ POS_EMB_CHOICES = available()
 POS_EMB_ALIASES = ALIASES  # the KERPLE fork's and upstream NeoX's spellings
 
 
-def arg(default, help: str, **kwargs):
+def arg(default, help: str, path: str | None = None, **kwargs):
+    """A config key. `path`: the value names a filesystem path (or a list of them), checked against the
+    filesystem's name and path length limits at load time: "dir", "file", or "prefix" (a dataset
+    prefix: the files are PREFIX.bin and PREFIX.idx)."""
+    metadata = {"help": help, **({"path": path} if path else {})}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
-    return field(default=default, metadata={"help": help}, **kwargs)
+        return field(default_factory=lambda: type(default)(default), metadata=metadata, **kwargs)
+    return field(default=default, metadata=metadata, **kwargs)
 
 
 @dataclass
@@ -119,8 +123,8 @@ class TrainingArgs:
     train_micro_batch_size_per_gpu: Optional[int] = arg(None, "Samples per rank per forward.")
     gradient_accumulation_steps: Optional[int] = arg(None, "Micro-batches per optimizer step.")
     seed: int = arg(1234, "Seed of the run (initialisation, data order, dropout).")
-    save: Optional[str] = arg(None, "Directory to write checkpoints to.")
-    load: Optional[str] = arg(None, "Directory to load a checkpoint from.")
+    save: Optional[str] = arg(None, "Directory to write checkpoints to.", path="dir")
+    load: Optional[str] = arg(None, "Directory to load a checkpoint from.", path="dir")
     checkpoint_factor: Optional[int] = arg(None, "Save every this many steps.")
     extra_save_iters: Optional[list] = arg(None, "Also save at these steps (0: before the first step).")
     exit_interval: Optional[int] = arg(
@@ -140,10 +144,10 @@ class TrainingArgs:
 
 @dataclass
 class DataArgs:
-    data_path: Optional[str] = arg(None, "Prefix of one .bin/.idx dataset, split by `split`.")
-    train_data_paths: Optional[list] = arg(None, "Prefixes of training datasets (blended).")
-    valid_data_paths: Optional[list] = arg(None, "Prefixes of validation datasets.")
-    test_data_paths: Optional[list] = arg(None, "Prefixes of test datasets.")
+    data_path: Optional[str] = arg(None, "Prefix of one .bin/.idx dataset, split by `split`.", path="prefix")
+    train_data_paths: Optional[list] = arg(None, "Prefixes of training datasets (blended).", path="prefix")
+    valid_data_paths: Optional[list] = arg(None, "Prefixes of validation datasets.", path="prefix")
+    test_data_paths: Optional[list] = arg(None, "Prefixes of test datasets.", path="prefix")
     train_data_weights: Optional[list] = arg(None, "Blend weights of train-data-paths.")
     valid_data_weights: Optional[list] = arg(None, "Blend weights of valid-data-paths.")
     test_data_weights: Optional[list] = arg(None, "Blend weights of test-data-paths.")
@@ -151,12 +155,13 @@ class DataArgs:
     split: str = arg("969,30,1", "Train/valid/test proportions of data-path.")
     seq_length_val: Optional[int] = arg(
         None, "Sequence length of the validation/test sets (KERPLE fork); default seq-length.")
-    data_cache_path: Optional[str] = arg(None, "Where sample-index caches go; default next to the data.")
+    data_cache_path: Optional[str] = arg(None, "Where sample-index caches go; default next to the data.",
+                                         path="dir")
     num_workers: int = arg(2, "DataLoader worker processes.")
     tokenizer_type: Literal["GPT2BPETokenizer", "HFTokenizer", "SPMTokenizer", "ByteLevelTokenizer",
                             "CharLevelTokenizer"] = arg("GPT2BPETokenizer", "Tokenizer.")
-    vocab_file: Optional[str] = arg(None, "Vocabulary (GPT-2 vocab.json, tokenizer.json, .model).")
-    merge_file: Optional[str] = arg(None, "GPT-2 merges.txt.")
+    vocab_file: Optional[str] = arg(None, "Vocabulary (GPT-2 vocab.json, tokenizer.json, .model).", path="file")
+    merge_file: Optional[str] = arg(None, "GPT-2 merges.txt.", path="file")
     probe_train_task: Optional[Literal[tuple(PROBE_TASKS)]] = arg(
         None, "Mix this retrieval probe (the evaluation mode's own generator) into training: a "
         "probe-train-fraction of the training samples become one probe sample of seq-length, its filler "
@@ -173,8 +178,8 @@ class DataArgs:
 @dataclass
 class LoggingArgs:
     log_interval: int = arg(100, "Print and log metrics every this many steps.")
-    log_dir: Optional[str] = arg(None, "Directory for text logs.")
-    tensorboard_dir: Optional[str] = arg(None, "Write TensorBoard events here.")
+    log_dir: Optional[str] = arg(None, "Directory for text logs.", path="dir")
+    tensorboard_dir: Optional[str] = arg(None, "Write TensorBoard events here.", path="dir")
     use_wandb: bool = arg(False, "Log to Weights & Biases (honours WANDB_MODE=offline).")
     wandb_project: str = arg("neox", "W&B project.")
     wandb_group: Optional[str] = arg(None, "W&B group.")
@@ -186,7 +191,8 @@ class LoggingArgs:
 
 @dataclass
 class LauncherArgs:
-    hostfile: Optional[str] = arg(None, "MPI-style hostfile (`host slots=N`); env DLTS_HOSTFILE too.")
+    hostfile: Optional[str] = arg(None, "MPI-style hostfile (`host slots=N`); env DLTS_HOSTFILE too.",
+                                  path="file")
     include: Optional[str] = arg(None, "DeepSpeed --include (e.g. host1:0,1).")
     exclude: Optional[str] = arg(None, "DeepSpeed --exclude.")
     num_nodes: int = arg(-1, "Nodes to use (-1: all in the hostfile).")
@@ -207,7 +213,7 @@ class EvaluationArgs:
     eval_split: Literal["test", "valid"] = arg("test", "Which split to evaluate.")
     eval_seed: int = arg(0, "Seed choosing the chunks: fixed so every run is scored on the same ones.")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
-    eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.")
+    eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.", path="dir")
     probe_depths: list = arg([0.0, 0.25, 0.5, 0.75, 1.0], "`passkey`, `kv-retrieval`: where the needle (the "
                              "queried pair) sits, as fractions of the filler (0: the prompt opens with it, 1: "
                              "right before the question).")
@@ -220,7 +226,8 @@ class EvaluationArgs:
     eval_tasks: Optional[list] = arg(None, "eval.py: lm-evaluation-harness tasks, e.g. [lambada_openai, hellaswag].")
     eval_task_length: Optional[int] = arg(
         None, "eval.py: the adapter's max_length in tokens; default seq-length (any length the method supports).")
-    eval_task_paths: Optional[list] = arg(None, "eval.py: folders of extra lm-eval task YAML files (local tasks).")
+    eval_task_paths: Optional[list] = arg(None, "eval.py: folders of extra lm-eval task YAML files (local tasks).",
+                                         path="dir")
     eval_task_limit: Optional[float] = arg(None, "eval.py: examples per task (lm-eval's `limit`); default all.")
     eval_task_num_fewshot: Optional[int] = arg(None, "eval.py: few-shot examples; default each task's own.")
 
@@ -230,9 +237,11 @@ class TextGenerationArgs:
     text_gen_type: Literal["unconditional", "input-file", "interactive"] = arg(
         "unconditional", "generate.py: `unconditional` (num-samples samples from the end-of-document token), "
         "`input-file` (one prompt per sample-input-file entry) or `interactive` (prompts typed on stdin).")
-    sample_input_file: Optional[str] = arg(None, "`input-file`: the prompts, separated by prompt-end.")
+    sample_input_file: Optional[str] = arg(None, "`input-file`: the prompts, separated by prompt-end.",
+                                           path="file")
     sample_output_file: Optional[str] = arg(
-        None, "Write one JSON line per sample (context, text, length, finished, message); default print only.")
+        None, "Write one JSON line per sample (context, text, length, finished, message); default print only.",
+        path="file")
     prompt_end: str = arg("\n", "What separates prompts in sample-input-file (and ends an interactive one).")
     num_samples: int = arg(1, "`unconditional`: number of samples.")
     maximum_tokens: int = arg(64, "Most tokens generated per prompt; may run past seq-length (not for `learned`).")

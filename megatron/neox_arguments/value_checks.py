@@ -3,7 +3,9 @@ user has really written by mistake and that would otherwise lose data (keep-last
 deleted every checkpoint), give a plausible-looking wrong result (eval-micro-batch-size: -1 scored
 nothing and reported loss 0) or end deep inside a library with a traceback (a negative lr, `split:
 abc`). Called once, after the derived values are filled in."""
+import dataclasses
 import math
+import os
 import re
 
 from .quoting import quote
@@ -49,6 +51,7 @@ def check_values(args, fail) -> None:
     if args.min_lr < 0:
         fail("min_lr", f"must be >= 0, got {quote(args.min_lr)}.")
     _check_eval_task_keys(args, fail)
+    _check_paths(args, fail)
     if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(_NUMBER, args.split))) <= 0:
         fail("split", f"{quote(args.split)} is not train/valid/test weights: write up to three non-negative numbers "
              "separated by commas, at least one of them positive, e.g. '969,30,1' or '100,0,0'.")
@@ -66,3 +69,56 @@ def _check_eval_task_keys(args, fail) -> None:
     if limit is not None and not (0 < limit < 1 or (limit >= 1 and float(limit).is_integer())):
         fail("eval_task_limit", f"must be a whole number of documents per task (>= 1) or a fraction of them in "
              f"(0, 1), as lm-eval reads it, got {quote(limit)}. Leave it unset (null) to score every document.")
+
+
+_SUFFIX = {"prefix": ".bin"}  # a dataset prefix's files are PREFIX.bin and PREFIX.idx
+
+
+def _check_paths(args, fail) -> None:
+    """Every path-valued key (groups.py's `path=`) the filesystem can hold: no NUL byte, each name no
+    longer than its NAME_MAX, the whole no longer than PATH_MAX, so no run stops at its first write
+    with `OSError: File name too long`."""
+    for f in dataclasses.fields(args):
+        kind, value = f.metadata.get("path"), getattr(args, f.name)
+        if kind is None or value is None or f.name not in args.config_sources:
+            continue
+        entries = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for i, entry in entries:
+            key = f.name if i is None else f"{f.name}[{i}]"
+            if not isinstance(entry, str):
+                fail(key, f"must be a path (a string), got {quote(entry)}.")
+            if problem := path_problem(entry, _SUFFIX.get(kind, "")):
+                fail(key, problem)
+
+
+def path_problem(path: str, suffix: str = "") -> str | None:
+    """Why the filesystem cannot hold `path` (with `suffix` added to its last name), else None."""
+    if "\0" in path:
+        return f"{quote(path)} contains a NUL byte, which no path can hold."
+    if not path.strip():
+        return "is empty; give a path, or remove the key."
+    name_max, path_max = _limits(path)
+    names = path.split(os.sep)
+    for i, name in enumerate(names):
+        size = len(os.fsencode(name + (suffix if i == len(names) - 1 else "")))
+        if size > name_max:
+            added = f" (with the {suffix} the files get)" if suffix and i == len(names) - 1 else ""
+            return (f"the name {quote(name, 60)} is {size} bytes long{added}, more than the {name_max} the "
+                    "filesystem allows for one file or folder name (NAME_MAX). Choose a shorter name.")
+    size = len(os.fsencode(path + suffix))
+    if size >= path_max:
+        return (f"{quote(path, 60)} is {size} bytes long, more than the {path_max - 1} the filesystem allows "
+                "for a whole path (PATH_MAX). Choose a shorter path.")
+    return None
+
+
+def _limits(path: str) -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) of the filesystem the path would be on: that of its nearest existing folder."""
+    folder = os.path.abspath(path)
+    while True:
+        try:
+            return os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
+        except OSError:  # not there yet (or too long, or not readable): ask its parent
+            if folder == os.path.dirname(folder):
+                return 255, 4096  # Linux's, where no folder on the way says
+            folder = os.path.dirname(folder)
