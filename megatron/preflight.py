@@ -226,7 +226,10 @@ def load_problem(neox_args, what: tuple[str, ...]) -> str | None:
     try:
         resolve_tag(load, neox_args.iteration)
     except CheckpointError as err:
-        return f"{where}: {err}"
+        own = "checkpoint" in what and neox_args.save and os.path.abspath(load) == os.path.abspath(neox_args.save)
+        hint = (" It is this config's own `save` folder: train first, `python deepy.py train.py` with the same "
+                "configs.") if own and not checkpoint_steps(load) else ""
+        return f"{where}: {err}{hint}"
     return None
 
 

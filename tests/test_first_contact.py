@@ -116,6 +116,9 @@ def test_evaluation_needs_a_checkpoint(tmp_path):
     # train-iters 0: train.py scores `load` as evaluate.py does
     assert "does not exist" in problems(args(load=str(tmp_path / "missing"), train_iters=0, **common))
     assert "`load` is not set" in problems(args(load=None, **common), "generate.py")
+    untrained = problems(args(load=str(tmp_path / "ckpt"), save=str(tmp_path / "ckpt"), **common), "evaluate.py")
+    assert untrained.endswith("It is this config's own `save` folder: train first, `python deepy.py train.py` "
+                              "with the same configs.")
 
 
 # ------------------------------------------------------------------------------------- deepy.py
