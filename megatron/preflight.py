@@ -165,11 +165,14 @@ def inputs(neox_args, what: tuple[str, ...]) -> list[Input]:
                 found.append(Input(key.replace("_", "-"), prefix, (prefix + ".bin", prefix + ".idx"), source(key)))
     if "tokenizer" in what:
         from megatron.tokenizer.tokenizer import TOKENIZERS_WITHOUT_FILES
-        if neox_args.tokenizer_type not in TOKENIZERS_WITHOUT_FILES:
-            for key in ("vocab_file", "merge_file"):
-                if getattr(neox_args, key):  # one the type needs but lacks: make_tokenizer says so
-                    found.append(Input(key.replace("_", "-"), getattr(neox_args, key), (getattr(neox_args, key),),
-                                       source(key)))
+        # The files make_tokenizer opens: a vocabulary for every type with files, merges for GPT-2's BPE only.
+        # One the type needs but the config leaves unset is make_tokenizer's own error (check_inputs).
+        keys = () if neox_args.tokenizer_type in TOKENIZERS_WITHOUT_FILES else \
+            ("vocab_file", "merge_file") if neox_args.tokenizer_type == "GPT2BPETokenizer" else ("vocab_file",)
+        for key in keys:
+            if getattr(neox_args, key):
+                path = getattr(neox_args, key)
+                found.append(Input(key.replace("_", "-"), path, (path,), source(key)))
     if "prompts" in what and neox_args.text_gen_type == "input-file" and neox_args.sample_input_file:
         found.append(Input("sample-input-file", neox_args.sample_input_file, (neox_args.sample_input_file,),
                            source("sample_input_file")))

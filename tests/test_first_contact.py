@@ -80,6 +80,15 @@ def test_gpt2_without_its_files_is_refused_by_the_tokenizer(tmp_path):
         check_inputs(args(data_path=str(tmp_path / "corpus"), tokenizer_type="GPT2BPETokenizer"), "train.py")
 
 
+def test_only_the_files_the_tokenizer_type_opens_are_checked(tmp_path):
+    write_pair(tmp_path / "corpus")
+    common = {"data_path": str(tmp_path / "corpus"), "vocab_file": "nowhere/tokenizer.json",
+              "merge_file": "nowhere/merges.txt"}
+    problem = problems(args(tokenizer_type="HFTokenizer", **common))
+    assert "vocab-file nowhere/tokenizer.json (set by command line)" in problem and "merge-file" not in problem
+    assert problems(args(tokenizer_type="ByteLevelTokenizer", **common)) == ""
+
+
 def test_resuming_into_an_empty_or_missing_folder_starts_at_step_0(tmp_path):
     write_pair(tmp_path / "corpus")
     common = {"data_path": str(tmp_path / "corpus")}
