@@ -338,3 +338,13 @@ def test_deepy_dry_run_prints_one_paragraph_and_no_traceback(case, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+# ---------------------------------------------- found on the way: values that ended in a traceback
+@pytest.mark.parametrize("line, fragments", [
+    ("pos-emb: [alibi]", ["FILE:5: pos-emb must be a string, got ['alibi']"]),
+    ("optimizer: {type: Adam, params: [1, 2]}", ["FILE:5: optimizer.params: must be a mapping", "got [1, 2]"]),
+    ("deepspeed_extra_args: {x: " + "[" * 5000 + "]" * 5000 + "}", ["nests lists or mappings too deeply"]),
+])
+def test_values_of_the_wrong_shape_are_one_paragraph(line, fragments, tmp_path):
+    refused(tmp_path, BASE + line + "\n", *fragments)

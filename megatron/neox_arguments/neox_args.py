@@ -244,7 +244,11 @@ class NeoXArgs(*reversed(GROUPS)):
         match = {o.lower(): o for o in OPTIMIZERS}.get(str(kind).lower())
         if match is None:
             fail("optimizer", f"type {quote(kind)} is not supported; use one of {list(OPTIMIZERS)}.")
-        params = dict(opt.get("params") or {})
+        params = opt.get("params") or {}
+        if not isinstance(params, dict):
+            fail("optimizer.params", f"must be a mapping of parameter names to values, e.g. {{lr: 6.0e-4, betas: "
+                 f"[0.9, 0.95]}}, got {quote(params)}.")
+        params = dict(params)
         if "lr" not in params:
             fail("optimizer", "params.lr is missing: give the peak learning rate, e.g. "
                  "optimizer: {type: Adam, params: {lr: 6.0e-4}}.")

@@ -187,7 +187,7 @@ def _pos_emb(value, where):
     if value == "kerple_power__ap":
         raise NeoXArgsError(f"{where}: pos-emb kerple_power__ap (the fork's weight-only kernel, no bias) is not "
                             "implemented here; kerple_bias_weight has both the bias and the weight kernel.")
-    return fork.get(value, value)
+    return fork.get(value, value) if isinstance(value, str) else value  # not a name: NeoXArgs says so
 
 
 def _fp16(value, where):

@@ -153,7 +153,7 @@ class _Document:
             if norm in key_nodes:
                 first = key_nodes[norm].start_mark.line + 1
                 if not path:
-                    self.fail(key_node, f"key '{key_node.value}' repeats '{norm}' already set on line {first} "
+                    self.fail(key_node, f"key {quote(key_node.value)} repeats {quote(norm)} already set on line {first} "
                                         "('-' and '_' are the same in config keys). Keep one of them.")
                 self.fail(key_node, f"key {_name(path, key)} is given twice in the same mapping (first on line "
                                     f"{first}); YAML would silently keep the last one. Keep one of them.")
@@ -203,7 +203,7 @@ def _child(path: str, key) -> str:
 
 
 def _name(path: str, key) -> str:
-    return f"'{key_path(_child(path, key))}'"
+    return quote(key_path(_child(path, key)))
 
 
 def _read_one(path: pathlib.Path):
