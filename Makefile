@@ -6,7 +6,7 @@ REQS := requirements/requirements.txt requirements/requirements-wandb.txt \
         requirements/requirements-tensorboard.txt requirements/requirements-dev.txt
 DEMO_DATA := data/stdlib/stdlib_text_document
 
-.PHONY: venv data demo test test-slow reproduce clean gpu-wheels gpu-check
+.PHONY: venv data demo test test-fast test-slow reproduce clean gpu-wheels gpu-check
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: $(REQS)
@@ -38,12 +38,17 @@ demo: data
 reproduce: venv
 	$(PY) -m tools.reproduce configs/reproduce/cpu-mini.yml $(REPRODUCE_ARGS)
 
-# The tests marked cpu_isa depend on torch's compiled CPU kernels, which differ between AVX2 and
-# AVX-512 machines: they run a second time on the AVX2 code path, so a developer's AVX-512 machine
-# catches what an AVX2 CI machine would.
+# The tests marked cpu_isa depend on torch's CPU kernels, which differ between AVX2 and AVX-512
+# machines: they run a second time on the AVX2 code path, so a developer's AVX-512 machine catches
+# what an AVX2 CI machine would. The two runs never share compiled kernels: every process keeps
+# inductor's cache in a folder of its own CPU code path (megatron/compiled_code.py).
 test: venv
 	$(PY) -m pytest -q
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m cpu_isa
+
+# The inner loop: the tests that start no process (not marked `launches`), about 3 minutes on 2 cores.
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow and not cuda and not launches"
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow

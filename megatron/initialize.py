@@ -17,6 +17,8 @@ def initialize_megatron(neox_args) -> None:
     keep_compiled_code_apart()  # before DeepSpeed JIT-builds its CPU comm op
     accelerator = get_accelerator()
     backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()
+    if int(os.environ.get("WORLD_SIZE", 1)) == 1:
+        skip_shared_memory_comm_op(accelerator)
     if int(os.environ.get("WORLD_SIZE", 1)) == 1 and not torch.distributed.is_initialized():
         # A world of one needs no rendezvous: an in-memory store, so no port is taken and runs started
         # side by side (tests, a sweep, notebooks) cannot collide. DeepSpeed reads the rank variables.
@@ -32,6 +34,16 @@ def initialize_megatron(neox_args) -> None:
     if accelerator.device_name() != "cpu":
         accelerator.set_device(neox_args.local_rank)
     set_seed(neox_args.seed)
+
+
+def skip_shared_memory_comm_op(accelerator) -> None:
+    """One rank reduces nothing: DeepSpeed's CPU shared-memory allreduce op would only cost its JIT
+    build at the first start in each virtualenv (40-110 s) and a compiler check at later ones.
+    DeepSpeed builds the op only if its table of compatible ops says so (deepspeed/comm/torch.py)."""
+    builder = accelerator.create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        import deepspeed.ops
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
 
 
 def set_seed(seed: int) -> None:

@@ -154,7 +154,7 @@ def test_a_kernel_that_is_wrong_is_refused_and_a_right_one_is_checked_once():
     table = pe.distance_tables(plan.span)[0]
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        return score + table[h, (q_idx - kv_idx).clamp(min=0)]
+        return score + table[h, (q_idx - kv_idx).clamp(0, plan.span - 1)]
 
     calls = []
 

@@ -20,6 +20,8 @@ from tools.analysis.make_tables import build_table3
 from tools.analysis.plot_kernels import load_positional_embeddings, plot_kernel
 from tools.analysis.plot_position import plot_position_perplexity
 
+pytestmark = pytest.mark.launches  # the module fixture trains models in child processes
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TRAIN_LENGTH, STEPS = 64, 120
 LENGTHS = [64, 128, 256, 512]  # 1x - 8x
@@ -141,7 +143,6 @@ def test_learned_beyond_its_positions_is_recorded_as_skipped(workspace, tmp_path
     assert skipped.startswith("pos-emb learned embeds at most 64 positions (max-position-embeddings)")
 
 
-@pytest.mark.launches
 def test_a_missing_checkpoint_is_a_hard_error_and_writes_nothing(workspace, tmp_path):
     config = workspace[1]["kerple_log"]
     with pytest.raises(EvaluationError, match="checkpoint folder .*nowhere \\(key `load`\\) does not exist"):

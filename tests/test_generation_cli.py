@@ -53,6 +53,7 @@ def test_generate_py_prints_text_past_the_training_length(trained):
     assert "generating with kerple_log" in result.stderr
 
 
+@pytest.mark.launches
 def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
     root, runs = trained
     args = generation_args(runs["kerple_log"], text_gen_type="input-file", sample_input_file=str(root / "prompts.txt"),
@@ -73,6 +74,7 @@ def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
         assert record["length"] == len(tokens) - finished
 
 
+@pytest.mark.launches
 def test_recompute_gives_the_same_samples_and_interactive_reads_stdin(trained):
     _, runs = trained
     cached = generate_run(generation_args(runs["kerple_log"], num_samples=3, maximum_tokens=30, top_p=0.9))
@@ -84,6 +86,7 @@ def test_recompute_gives_the_same_samples_and_interactive_reads_stdin(trained):
     assert [r["context"] for r in interactive] == ["def main(", "import os"]
 
 
+@pytest.mark.launches
 def test_bad_inputs_are_one_clear_error_each(trained, tmp_path):
     root, runs = trained
     with pytest.raises(CheckpointError, match=r"checkpoint directory .*nowhere \(config key `load`\) does not exist"):

@@ -102,6 +102,7 @@ def test_adapter_answers_equal_hflm_on_the_exported_model(run):
         assert mine["results"][task].keys() == theirs["results"][task].keys()
 
 
+@pytest.mark.launches
 def test_rolling_loglikelihood_equals_the_sliding_mode_on_the_same_tokens(run):
     """A document of 3 windows and a half, stride L/4: every token after the first window is scored
     with at least 3/4 L of context, exactly as evaluate.py's sliding mode scores the stream."""
