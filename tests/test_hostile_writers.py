@@ -26,10 +26,12 @@ from megatron.text_generation import GenerationError, generate_tokens
 from megatron.text_generation.run import generate_run, write_new_file
 from megatron.text_generation.sampling import setting_problems
 from megatron.tokenizer import build_tokenizer
+from hf_export_support import tiny_source
 from test_hostile_runs import unwritable_folder  # noqa: F401  (fixture)
 from test_import_neox_checkpoint import config as fork_config
 from test_lm_eval import run  # noqa: F401  (the module fixture: a tiny kerple_log checkpoint and local tasks)
 from test_training_support import REPO_ROOT, TINY, child_environment, tiny_args, tiny_overrides
+from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
 FORK = fork_config("kerple_log")  # a 2-layer fork checkpoint's sizes (tests/neox_fork_reference.py)
@@ -181,8 +183,10 @@ def test_an_output_path_that_cannot_take_a_file_is_found_before_loading(name, fr
     (tmp_path / "afile").write_text("mine")
     path = {"folder": tmp_path / "out", "under_file": tmp_path / "afile" / "samples.jsonl",
             "long_name": tmp_path / "new" / ("x" * 300 + ".jsonl")}[name]
-    with pytest.raises(GenerationError, match=r"^command line: sample-output-file: .*" + fragment):
-        generate_run(generation_args(tmp_path, sample_output_file=str(path)))
+    args = generation_args(tmp_path)
+    args.sample_output_file = str(path)  # (the config loader refuses some of these itself now; this is the run's check)
+    with pytest.raises(GenerationError, match=r"^the config: sample-output-file: .*" + fragment):
+        generate_run(args)
     assert not (tmp_path / "new").exists() and (tmp_path / "afile").read_text() == "mine"
 
 
@@ -269,8 +273,7 @@ def test_generate_py_writes_a_new_sample_file_and_refuses_it_the_second_time(run
 
 @pytest.mark.launches
 @pytest.mark.parametrize("flags, message", [
-    (["sample-output-file={tmp}/afile/s.jsonl"], "sample-output-file: {tmp}/afile/s.jsonl is under {tmp}/afile, "
-                                                 "which is a file"),
+    (["sample-output-file={tmp}/afile/s.jsonl"], "{tmp}/afile"),
     (["sample-output-file={tmp}"], "sample-output-file: {tmp} is a folder"),
     (["text-gen-type=input-file", "sample-input-file={tmp}/latin1.txt"], "sample-input-file {tmp}/latin1.txt is "
                                                                          "not UTF-8 text: byte 0xe9"),
@@ -285,6 +288,7 @@ def test_generate_py_refuses_bad_inputs_in_one_paragraph_before_loading(flags, m
     done = generate_py(TINY, tmp_path / "no-checkpoint", *flags)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert message.format(tmp=tmp_path) in done.stderr and "no-checkpoint" not in done.stderr
+    assert (flags[-1].split("=")[0] in done.stderr or "maximum" in flags[-1]) and done.stdout.count("generating") == 0
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
@@ -353,3 +357,47 @@ def test_eval_py_scores_a_rolling_task_at_a_huge_eval_task_length_as_at_a_short_
         [path] = (tmp_path / str(length) / "lm_eval").glob("*.json")
         values[length] = json.loads(path.read_text())["results"]["local_rolling"]["word_perplexity,none"]
     assert values[1_000_000_000] == pytest.approx(values[256], rel=1e-5)
+
+
+# ----------------------------------------------------------- row 21: tools/ckpts/convert_to_hf.py
+def test_an_output_dir_that_is_a_file_or_under_one_is_refused_before_loading(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    missing = tmp_path / "no-checkpoint" / "global_step5"  # loading it would be an error of its own
+    with pytest.raises(ExportError, match=r"^--output_dir .*afile is a file, not a folder: give a new folder"):
+        export_checkpoint(missing, tmp_path / "afile")
+    with pytest.raises(ExportError, match=r"^--output_dir .*afile/hf is under .*afile, which is a file"):
+        export_checkpoint(missing, tmp_path / "afile" / "hf")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.launches  # the unwritable folder is made with chattr when running as root
+def test_an_output_dir_under_an_unwritable_folder_is_refused_before_loading(tmp_path, unwritable_folder):
+    with pytest.raises(ExportError, match=rf"^--output_dir {unwritable_folder}/hf cannot be written: "
+                       rf"{unwritable_folder} is not writable by this process"):
+        export_checkpoint(tmp_path / "no-checkpoint" / "global_step5", unwritable_folder / "hf")
+
+
+def test_a_failed_export_leaves_no_folder_behind(tmp_path, monkeypatch):
+    import tools.ckpts.hf_export.export as export
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(export, "export_tokenizer", fail)
+    with pytest.raises(OSError, match="No space left"):
+        export_model(tiny_source("alibi"), tmp_path / "hf")
+    assert os.listdir(tmp_path) == []  # neither the folder nor its hidden partial one
+    monkeypatch.undo()
+    export_model(tiny_source("alibi"), tmp_path / "hf")
+    assert (tmp_path / "hf" / "config.json").is_file() and os.listdir(tmp_path) == ["hf"]
+    assert stat.S_IMODE((tmp_path / "hf").stat().st_mode) == 0o777 & ~current_umask()
+
+
+@pytest.mark.launches
+def test_convert_to_hf_py_refuses_an_output_dir_that_is_a_file_in_one_paragraph(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    done = subprocess.run([sys.executable, "tools/ckpts/convert_to_hf.py", "--input_dir",
+                           str(tmp_path / "no-checkpoint"), "--output_dir", str(tmp_path / "afile")],
+                          cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "no-checkpoint" not in done.stderr
+    assert done.stderr.startswith(f"error: --output_dir {tmp_path / 'afile'} is a file, not a folder")
+    assert len(done.stderr.strip().splitlines()) == 1 and (tmp_path / "afile").read_text() == "mine"

@@ -19,6 +19,7 @@ from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
 from megatron.inference_model import inference_device_and_dtype, load_model
+from megatron.output_paths import new_file_problem
 from .memory import run_memory_problem
 from .samples import generate_samples
 from .sampling import setting_problems
@@ -85,33 +86,6 @@ def check_generation_keys(neox_args) -> None:
         problem = new_file_problem(neox_args.sample_output_file)
         if problem:
             fail("sample_output_file", problem)
-
-
-def new_file_problem(path) -> str | None:
-    """Why a new file cannot be written at `path` (it exists, is a folder, sits under a file, has a name
-    the file system does not take, or its folder cannot be written), or None. Nothing is created: the
-    nearest existing folder is tested with a temporary file made and removed there."""
-    path = pathlib.Path(path)
-    if path.is_dir():
-        return f"{path} is a folder; give the path of a file to write (e.g. {path / 'samples.jsonl'})."
-    if path.exists() or path.is_symlink():
-        return (f"{path} exists already, and it is never overwritten: give a new file name, or move the file "
-                "away first if it is no longer wanted.")
-    for parent in path.parents:
-        if parent.exists() and not parent.is_dir():
-            return f"{path} is under {parent}, which is a file, not a folder: give a path in a folder."
-    existing = next(p for p in path.parents if p.exists())
-    limit = os.pathconf(existing, "PC_NAME_MAX")
-    for part in path.relative_to(existing).parts:
-        if len(os.fsencode(part)) > limit:
-            return (f"{path} has a name of {len(os.fsencode(part))} bytes ({part[:40]}...), but this file system "
-                    f"takes at most {limit}: give a shorter name.")
-    try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
-            pass
-    except OSError as err:
-        return f"{path} cannot be written: {existing} is not writable by this process ({err.strerror})."
-    return None
 
 
 def check_generation_memory(neox_args, tokenizer, contexts: list[str]) -> None:

@@ -1,5 +1,10 @@
 """Choose the target, write the folder: weights, config, code (custom only) and tokenizer files."""
+import os
 import pathlib
+import shutil
+import tempfile
+
+from megatron.output_paths import new_folder_problem
 
 from .custom import exportable_methods, write_custom
 from .errors import ExportError
@@ -31,16 +36,37 @@ def export_model(source: Source, output_dir, target: str = "auto") -> str:
     """Write `source` as a Hugging Face folder in `output_dir`; returns the target used."""
     target = resolve_target(source.neox_args, target)
     out = pathlib.Path(output_dir)
-    if out.exists() and any(out.iterdir()):
-        raise ExportError(f"--output_dir {out} exists and is not empty; give a new folder (nothing is overwritten).")
-    out.mkdir(parents=True, exist_ok=True)
-    if target == "gpt_neox":
-        build_gpt_neox(source).save_pretrained(str(out))
-    else:
-        write_custom(source, out)
-    export_tokenizer(source.tokenizer, out)
+    check_output_dir(out)
+    # Written in a hidden folder beside it, renamed into place when complete: a failed export leaves no
+    # half-written folder that looks like a model (rename replaces only an empty folder).
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = pathlib.Path(tempfile.mkdtemp(prefix=".export-partial-", dir=out.parent))
+    try:
+        if target == "gpt_neox":
+            build_gpt_neox(source).save_pretrained(str(partial))
+        else:
+            write_custom(source, partial)
+        export_tokenizer(source.tokenizer, partial)
+        mask = os.umask(0)
+        os.umask(mask)
+        partial.chmod(0o777 & ~mask)  # mkdtemp makes 0700; the folder gets the usual permissions
+        try:
+            os.rename(partial, out)
+        except OSError as err:  # something appeared at --output_dir while exporting
+            raise ExportError(f"--output_dir {out} was filled by something else while exporting ({err.strerror}); "
+                              "nothing was overwritten: export again into a new folder.") from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return target
 
 
+def check_output_dir(output_dir) -> None:
+    """--output_dir must be a new or empty folder this process can create files in (nothing is overwritten)."""
+    problem = new_folder_problem(output_dir)
+    if problem:
+        raise ExportError(f"--output_dir {problem}")
+
+
 def export_checkpoint(input_dir, output_dir, config_files=None, target: str = "auto") -> str:
+    check_output_dir(output_dir)  # before the checkpoint is loaded, not after
     return export_model(load_source(input_dir, config_files), output_dir, target)

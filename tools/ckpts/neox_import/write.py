@@ -3,11 +3,11 @@
 import os
 import pathlib
 import shutil
-import tempfile
 
 import torch
 
 from megatron.checkpointing import checkpoint_steps, model_config
+from megatron.output_paths import new_folder_problem
 from .layout import CheckpointImportError
 
 
@@ -17,32 +17,21 @@ def output_problem(out_dir) -> str | None:
     re-point at the imported step (and whose next save or resume would then start from it). Nothing is
     created here: the nearest existing folder above OUT is tested with a file created and removed."""
     out_dir = pathlib.Path(out_dir)
-    for parent in (out_dir, *out_dir.parents):
-        if parent.exists() and not parent.is_dir():
-            what = "is" if parent == out_dir else f"is under {parent}, which is"
-            return f"OUT {out_dir} {what} a file, not a folder. Give a new folder for the imported checkpoint."
-    if out_dir.is_dir():
-        entries = sorted(p.name for p in out_dir.iterdir())
-        if entries:
-            steps, latest = checkpoint_steps(out_dir), out_dir / "latest"
-            if steps or latest.is_file():
-                named = latest.read_text(errors="replace").strip()[:100] if latest.is_file() else None
-                holds = f"holds a run's checkpoints (steps {steps}, `latest` names {named!r})"
-            else:
-                more = f" and {len(entries) - 8} more" if len(entries) > 8 else ""
-                holds = f"is not empty (it holds {entries[:8]}{more})"
-            return (f"OUT {out_dir} {holds}. The import writes its own `latest` there, which would make that "
-                    "folder's runs resume and evaluate from the imported step, so it only writes into a new or "
-                    f"empty folder: give another OUT (e.g. {out_dir.name}-imported), or move {out_dir} away first "
-                    "if nothing in it is wanted.")
-    existing = next(p for p in (out_dir, *out_dir.parents) if p.exists())
-    try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
-            pass
-    except OSError as err:
-        return (f"OUT {out_dir} cannot be written: {existing} is not writable by this process ({err.strerror}). "
-                "Choose a folder you can write to.")
-    return None
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        steps, latest = checkpoint_steps(out_dir), out_dir / "latest"
+        if steps or latest.is_file():
+            named = latest.read_text(errors="replace").strip()[:100] if latest.is_file() else None
+            holds = f"holds a run's checkpoints (steps {steps}, `latest` names {named!r})"
+        else:
+            entries = sorted(p.name for p in out_dir.iterdir())
+            more = f" and {len(entries) - 8} more" if len(entries) > 8 else ""
+            holds = f"is not empty (it holds {entries[:8]}{more})"
+        return (f"OUT {out_dir} {holds}. The import writes its own `latest` there, which would make that "
+                "folder's runs resume and evaluate from the imported step, so it only writes into a new or "
+                f"empty folder: give another OUT (e.g. {out_dir.name}-imported), or move {out_dir} away first "
+                "if nothing in it is wanted.")
+    problem = new_folder_problem(out_dir)
+    return f"OUT {problem}" if problem else None
 
 
 def write_checkpoint(out_dir, neox_args, model, weights: dict, iteration: int, provenance: dict) -> pathlib.Path:

@@ -1,0 +1,72 @@
+"""Where a tool will write, checked before the expensive part (loading a model, generating,
+converting), so that a path that cannot take the output is found at start, not after the work is done.
+Nothing is created by a check: the nearest existing folder is tested with a temporary file made and
+removed there (permission bits say nothing for root or a read-only file system).
+
+Each function returns why `path` cannot be used, as a sentence starting with the path, or None; the
+caller puts the key or flag that named it in front ("command line: sample-output-file: ...")."""
+import os
+import pathlib
+import tempfile
+
+
+def under_a_file(path) -> str | None:
+    """`path` is a file where a folder is wanted, or lies under a file."""
+    path = pathlib.Path(path)
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            return f"{path} is under {parent}, which is a file, not a folder: give a path in a folder."
+    return None
+
+
+def name_too_long(path) -> str | None:
+    """A part of `path` still to be created is longer than the file system takes."""
+    path = pathlib.Path(path)
+    existing = nearest_existing(path)
+    limit = os.pathconf(existing, "PC_NAME_MAX")
+    for part in path.relative_to(existing).parts:
+        if len(os.fsencode(part)) > limit:
+            return (f"{path} has a name of {len(os.fsencode(part))} bytes ({part[:40]}...), but this file system "
+                    f"takes at most {limit}: give a shorter name.")
+    return None
+
+
+def not_writable(path) -> str | None:
+    """This process cannot create `path`: the nearest existing folder above it refuses a new file."""
+    existing = nearest_existing(path)
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        return f"{path} cannot be written: {existing} is not writable by this process ({err.strerror})."
+    return None
+
+
+def nearest_existing(path) -> pathlib.Path:
+    path = pathlib.Path(path).absolute()
+    return next(p for p in (path, *path.parents) if p.exists())
+
+
+def new_file_problem(path) -> str | None:
+    """A new file is to be written at `path`: it must not exist (nothing is overwritten), nor be a folder."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        return f"{path} is a folder; give the path of a file to write (e.g. {path / 'samples.jsonl'})."
+    if path.exists() or path.is_symlink():
+        return (f"{path} exists already, and it is never overwritten: give a new file name, or move the file "
+                "away first if it is no longer wanted.")
+    return under_a_file(path) or name_too_long(path) or not_writable(path)
+
+
+def new_folder_problem(path) -> str | None:
+    """A new folder is to be filled at `path`: it must be missing or empty (nothing is overwritten)."""
+    path = pathlib.Path(path)
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a folder: give a new folder."
+    if path.is_dir():
+        entries = sorted(p.name for p in path.iterdir())
+        if entries:
+            more = f" and {len(entries) - 8} more" if len(entries) > 8 else ""
+            return (f"{path} exists and is not empty (it holds {entries[:8]}{more}); give a new folder (nothing is "
+                    "overwritten).")
+    return under_a_file(path) or name_too_long(path) or not_writable(path)
