@@ -348,3 +348,16 @@ def test_deepy_dry_run_prints_one_paragraph_and_no_traceback(case, tmp_path):
 ])
 def test_values_of_the_wrong_shape_are_one_paragraph(line, fragments, tmp_path):
     refused(tmp_path, BASE + line + "\n", *fragments)
+
+
+def test_nested_lines_survive_the_trip_to_the_ranks_and_a_nested_set(tmp_path):
+    from megatron.neox_arguments import decode_config, encode_config, parse_overrides
+    path = write(tmp_path, BASE + OPTIMIZER + "    betas: [0.9, 0.95]\n")
+    args = NeoXArgs.from_ymls([path], parse_overrides(["optimizer.params.lr=2.0e-3"]))
+    assert args.where("optimizer.params.lr") == "command line"
+    assert args.where("optimizer.params.betas[1]") == f"{path}:9"
+    payload = decode_config(encode_config(args))
+    again = NeoXArgs.from_dict(payload["values"], payload["sources"], payload["config_files"])
+    assert again.where("optimizer.params.betas[1]") == f"{path}:9" and again.lr == 2.0e-3
+    with pytest.raises(NeoXArgsError, match=r"^command line: optimizer.params.betas\[1\]: must lie in \[0, 1\)"):
+        NeoXArgs.from_ymls([path], parse_overrides(["optimizer.params.lr=2.0e-3", "optimizer.params.betas=[0.9, 1.5]"]))

@@ -80,8 +80,10 @@ class NeoXArgs(*reversed(GROUPS)):
             top, *path = normalise_key(key).split(".")
             current = values.pop(spelling.get(top, top), None)
             values[top] = _set_nested(current, path, value, key) if path else value
-            sources[top] = "command line"
-            drop_nested(sources, top)
+            sources[top] = "command line"  # and the nested lines of what it replaced go
+            drop_nested(sources, ".".join([top, *path]))
+            if path:
+                sources[".".join([top, *path])] = "command line"
         return cls.from_dict(values, sources, texts, world_size)
 
     @classmethod

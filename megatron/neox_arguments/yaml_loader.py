@@ -249,7 +249,7 @@ def load_config_files(paths):
 
 
 def drop_nested(sources: dict, key: str) -> None:
-    """Forget the nested lines under a top-level key that another file or --set replaced."""
+    """Forget the nested lines under a key (path) that another file or --set replaced."""
     for path in [p for p in sources if p.startswith((key + ".", key + "["))]:
         del sources[path]
 
