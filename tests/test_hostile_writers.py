@@ -145,6 +145,10 @@ def test_pos_emb_that_disagrees_with_the_saved_config_is_refused_naming_both(tmp
         import_checkpoint(tmp_path / "fork", tmp_path / "ours", pos_emb="kerple_power")
     with pytest.raises(CheckpointImportError, match=r"--set pos-emb=alibi disagrees with the run's config"):
         import_checkpoint(tmp_path / "fork", tmp_path / "ours", overrides={"pos-emb": "alibi"})
+    # The rule is any key that defines the model, not only the method: --set may fill in, not contradict.
+    with pytest.raises(CheckpointImportError, match=rf"--set norm=rmsnorm disagrees with the run's config: "
+                       rf"{saved}:\d+ says norm layernorm\. Importing with norm rmsnorm would build another model"):
+        import_checkpoint(tmp_path / "fork", tmp_path / "ours", overrides={"norm": "rmsnorm"})
     assert not (tmp_path / "ours").exists()
     # The same method in another spelling (the fork's kerple_power_ap_) is no disagreement.
     fork.write_fork_checkpoint(tmp_path / "power", fork.make_weights("kerple_power", FORK), FORK, "kerple_power")

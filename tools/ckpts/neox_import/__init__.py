@@ -5,7 +5,9 @@ the rest, write.py writes the checkpoint as this project's save does.
 """
 import pathlib
 
+from megatron.checkpointing import ARCHITECTURE_KEYS
 from megatron.model import GPTModel
+from megatron.model.positional_embeddings import checkpoint_options
 from megatron.neox_arguments import POS_EMB_ALIASES, NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.upstream_compat import VALUE_MAPS
 from megatron.neox_arguments.yaml_loader import load_config_files, normalise_key
@@ -29,17 +31,7 @@ def resolve_config(folder: pathlib.Path, config_files, pos_emb: str | None, over
         overrides["pos-emb"] = pos_emb
     loaded, sources, _ = load_config_files(paths)
     values = {normalise_key(k): v for k, v in loaded.items()}
-    given = {normalise_key(k): v for k, v in overrides.items()}.get("pos_emb")
-    # (A name the importer does not know is refused by the checks after this one, with what it knows.)
-    if given is not None and values.get("pos_emb") is not None and _method_name(given) in SUPPORTED \
-            and _method_name(given) != _method_name(values["pos_emb"]):
-        flag, leave_out = (f"--pos-emb {pos_emb}", "--pos-emb") if pos_emb else (f"--set pos-emb={given}", "that --set")
-        raise CheckpointImportError(
-            f"{flag} disagrees with the run's config: {sources.get('pos_emb', ', '.join(map(str, paths)))} says "
-            f"pos-emb {values['pos_emb']}. The weights cannot tell which is right (KERPLE-log and -power store the "
-            f"same parameters), and importing as {given} would build another model than the run trained. Leave "
-            f"out {leave_out} to import the method the config names; if the config is wrong, "
-            "pass corrected files with --config_file.")
+    _refuse_contradictions(paths, values, sources, {normalise_key(k): v for k, v in overrides.items()}, pos_emb)
     named = {normalise_key(k) for k in overrides} | set(values)
     if "pos_emb" not in named:
         raise CheckpointImportError(
@@ -59,6 +51,34 @@ def resolve_config(folder: pathlib.Path, config_files, pos_emb: str | None, over
             f"the config has activation {args.activation!r} and norm {args.norm!r}; the importer converts the "
             "fork's gelu MLP and LayerNorm only (its RMSNorm and gated MLPs name and lay out weights differently).")
     return args
+
+
+def _refuse_contradictions(paths, values: dict, sources: dict, given: dict, pos_emb_flag: str | None) -> None:
+    """--pos-emb and --set may fill in what the run's config leaves out, never contradict what it says
+    about the model: the architecture keys and the method's own options (what a checkpoint must agree
+    on, megatron/checkpointing.py). The weights cannot always tell (KERPLE-log and -power store the same
+    parameters; T5's max distance and most options store none), so a contradiction would import another
+    model than the run trained, silently. A method name the importer does not know is left to the checks
+    after this one, which say what it knows."""
+    method = _method_name(given.get("pos_emb", values.get("pos_emb")))
+    watched = set(ARCHITECTURE_KEYS) | (set(checkpoint_options(method)) if method in SUPPORTED else set())
+    for key in sorted(watched & set(given) & set(values)):
+        ours, theirs = given[key], values[key]
+        if key == "pos_emb":
+            if _method_name(ours) not in SUPPORTED or _method_name(ours) == _method_name(theirs):
+                continue
+        elif ours == theirs or str(ours) == str(theirs):
+            continue
+        name = key.replace("_", "-")
+        flag, leave_out = ((f"--pos-emb {pos_emb_flag}", "--pos-emb") if key == "pos_emb" and pos_emb_flag
+                           else (f"--set {name}={ours}", "that --set"))
+        why = (" The weights cannot tell which is right (KERPLE-log and -power store the same parameters),"
+               if key == "pos_emb" else "")
+        raise CheckpointImportError(
+            f"{flag} disagrees with the run's config: {sources.get(key, ', '.join(map(str, paths)))} says "
+            f"{name} {theirs}.{why} Importing with {name} {ours} would build another model than the run trained. "
+            f"Leave out {leave_out} to import what the config names; if the config is wrong, pass corrected "
+            "files with --config_file.")
 
 
 def _method_name(name) -> str:
