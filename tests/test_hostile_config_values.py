@@ -3,7 +3,6 @@
 and path names too long for the filesystem. Each is one NeoXArgsError naming the file, line and key
 path, raised while loading the config (the launching test at the end shows the entry point's one
 paragraph)."""
-import math
 import os
 import subprocess
 import sys
@@ -192,7 +191,8 @@ def test_an_upstream_attention_config_with_a_huge_count_is_not_expanded(tmp_path
 @pytest.mark.parametrize("line, path", [
     ("optimizer: {type: Adam, params: {lr: .inf}}", "FILE line 5: optimizer.params.lr"),
     ("optimizer: {type: Adam, params: {lr: 1.0e-3, eps: .nan}}", "FILE line 5: optimizer.params.eps"),
-    ("optimizer:\n  type: Adam\n  params:\n    lr: 1.0e-3\n    betas: [0.9, .inf]", "FILE line 9: optimizer.params.betas[1]"),
+    ("optimizer:\n  type: Adam\n  params:\n    lr: 1.0e-3\n    betas: [0.9, .inf]",
+     "FILE line 9: optimizer.params.betas[1]"),
     ("gradient_clipping: .inf", "FILE line 5: gradient-clipping"),
     ("temperature: .nan", "FILE line 5: temperature"),
     ("temperature: .inf", "FILE line 5: temperature"),

@@ -126,7 +126,8 @@ class NeoXArgs(*reversed(GROUPS)):
             if getattr(self, key) <= 0:
                 fail(key, f"must be a positive integer, got {quote(getattr(self, key))}.")
         if self.train_iters < 0:
-            fail("train_iters", f"must be >= 0 (0: evaluate the `load` checkpoint only), got {quote(self.train_iters)}.")
+            fail("train_iters", f"must be >= 0 (0: evaluate the `load` checkpoint only), got "
+                 f"{quote(self.train_iters)}.")
         if self.eval_iters < 0:
             fail("eval_iters", f"must be >= 0, got {quote(self.eval_iters)}.")
         if self.hidden_size % self.num_attention_heads:
@@ -325,12 +326,12 @@ class NeoXArgs(*reversed(GROUPS)):
             glob = micro * gas * dp
         elif gas is None:
             if glob % (micro * dp):
-                fail("train_batch_size", f"{quote(glob)} is not divisible by micro batch {quote(micro)} x data-parallel "
-                     f"size {dp}.")
+                fail("train_batch_size", f"{quote(glob)} is not divisible by micro batch {quote(micro)} x "
+                     f"data-parallel size {dp}.")
             gas = glob // (micro * dp)
         elif glob != micro * gas * dp:
-            fail("train_batch_size", f"{quote(glob)} != micro batch {quote(micro)} x gradient-accumulation-steps {quote(gas)} "
-                 f"x data-parallel size {dp} = {micro * gas * dp}. Give only two of the three.")
+            fail("train_batch_size", f"{quote(glob)} != micro batch {quote(micro)} x gradient-accumulation-steps "
+                 f"{quote(gas)} x data-parallel size {dp} = {micro * gas * dp}. Give only two of the three.")
         self.train_batch_size, self.train_micro_batch_size_per_gpu = glob, micro
         self.gradient_accumulation_steps = gas
 

@@ -82,7 +82,8 @@ def _save_interval(raw, value, where, out, sources):
     own, current = _get(out, "checkpoint_factor")
     if own is not None and current != value:
         raise NeoXArgsError(f"{where}: '{raw}: {quote(value)}' (the KERPLE fork's checkpoint-factor) disagrees with "
-                            f"checkpoint-factor {quote(current)} ({sources.get('checkpoint_factor')}). Keep one of them.")
+                            f"checkpoint-factor {quote(current)} ({sources.get('checkpoint_factor')}). Keep one of "
+                            "them.")
     out.setdefault(own or "checkpoint_factor", value)
     sources.setdefault("checkpoint_factor", f"{where} (as {raw})")
     return [Note(raw, where, "mapped to checkpoint-factor")]
@@ -144,8 +145,8 @@ def _rms_norm_epsilon(raw, value, where, out, sources):
         return [Note(raw, where, f"norm is {quote(norm)}, so upstream would not read it either")]
     own, current = _get(out, "layernorm_epsilon")
     if own is not None and current != value:
-        raise NeoXArgsError(f"{where}: {raw} {quote(value)} and layernorm-epsilon {quote(current)} both set the rmsnorm "
-                            "epsilon here; keep one of them.")
+        raise NeoXArgsError(f"{where}: {raw} {quote(value)} and layernorm-epsilon {quote(current)} both set the "
+                            "rmsnorm epsilon here; keep one of them.")
     out[own or "layernorm_epsilon"] = value
     sources.setdefault("layernorm_epsilon", f"{where} (as {raw})")
     return [Note(raw, where, "mapped to layernorm-epsilon (norm is rmsnorm)")]
@@ -227,8 +228,8 @@ def merge_deepspeed_extra(config: dict, extra: dict | None, where: str) -> dict:
     for key, value in (extra or {}).items():
         if key in config and config[key] != value:
             raise NeoXArgsError(
-                f"{where}: deepspeed-extra-args sets {key} to {quote(value, as_json=True)}, but the config already gives "
-                f"DeepSpeed {quote(config[key], as_json=True)} for it; set it through the config key instead.")
+                f"{where}: deepspeed-extra-args sets {key} to {quote(value, as_json=True)}, but the config already "
+                f"gives DeepSpeed {quote(config[key], as_json=True)} for it; set it through the config key instead.")
         config[key] = value
     return config
 

@@ -61,7 +61,8 @@ def _check_eval_task_keys(args, fail) -> None:
     """eval.py's keys, where 0 must not quietly mean "unset" (null does) nor a negative be recorded."""
     if args.eval_task_length is not None and args.eval_task_length < 1:
         fail("eval_task_length", f"must be a positive number of tokens (the adapter's max_length), got "
-             f"{quote(args.eval_task_length)}. For the default (seq-length) leave it unset (null); 0 does not mean that.")
+             f"{quote(args.eval_task_length)}. For the default (seq-length) leave it unset (null); 0 does not "
+             "mean that.")
     if args.eval_task_num_fewshot is not None and args.eval_task_num_fewshot < 0:
         fail("eval_task_num_fewshot", f"must be >= 0 (few-shot examples per prompt; null takes each task's own), "
              f"got {quote(args.eval_task_num_fewshot)}.")

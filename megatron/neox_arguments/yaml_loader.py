@@ -153,8 +153,8 @@ class _Document:
             if norm in key_nodes:
                 first = key_nodes[norm].start_mark.line + 1
                 if not path:
-                    self.fail(key_node, f"key {quote(key_node.value)} repeats {quote(norm)} already set on line {first} "
-                                        "('-' and '_' are the same in config keys). Keep one of them.")
+                    self.fail(key_node, f"key {quote(key_node.value)} repeats {quote(norm)} already set on line "
+                                        f"{first} ('-' and '_' are the same in config keys). Keep one of them.")
                 self.fail(key_node, f"key {_name(path, key)} is given twice in the same mapping (first on line "
                                     f"{first}); YAML would silently keep the last one. Keep one of them.")
             key_nodes[norm] = key_node
