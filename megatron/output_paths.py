@@ -21,10 +21,9 @@ def under_a_file(path) -> str | None:
 
 def name_too_long(path) -> str | None:
     """A part of `path` still to be created is longer than the file system takes."""
-    path = pathlib.Path(path)
     existing = nearest_existing(path)
     limit = os.pathconf(existing, "PC_NAME_MAX")
-    for part in path.relative_to(existing).parts:
+    for part in pathlib.Path(path).absolute().relative_to(existing).parts:
         if len(os.fsencode(part)) > limit:
             return (f"{path} has a name of {len(os.fsencode(part))} bytes ({part[:40]}...), but this file system "
                     f"takes at most {limit}: give a shorter name.")

@@ -4,6 +4,7 @@ never re-points another run's `latest`; generate.py never overwrites a sample fi
 in-process and once through its entry point."""
 import json
 import os
+import pathlib
 import stat
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from megatron.evaluation.results import ResultFileError
 from megatron.evaluation.run import EvaluationError
 from megatron.evaluation.results import _umask as current_umask
 from megatron.model import GPTModel
+from megatron.output_paths import new_file_problem, new_folder_problem
 from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import GenerationError, generate_tokens
 from megatron.text_generation.run import generate_run, write_new_file
@@ -113,7 +115,8 @@ def test_import_into_another_runs_save_folder_is_refused_and_its_latest_kept(tmp
     # An empty folder (or a new one) is what it writes into.
     (tmp_path / "empty").mkdir()
     folder, _ = import_checkpoint(tmp_path / "fork", tmp_path / "empty")
-    assert folder == tmp_path / "empty" / "global_step7" and (tmp_path / "empty" / "latest").read_text() == "global_step7"
+    assert folder == tmp_path / "empty" / "global_step7"
+    assert (tmp_path / "empty" / "latest").read_text() == "global_step7"
 
 
 @pytest.mark.launches  # the unwritable folder is made with chattr when running as root
@@ -134,7 +137,8 @@ def test_import_neox_py_refuses_a_run_folder_in_one_paragraph(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr and "imported" not in done.stdout
     assert done.stderr.startswith(f"error: OUT {save} holds a run's checkpoints (steps [100], `latest` names "
                                   "'global_step100')") and len(done.stderr.strip().splitlines()) == 1
-    assert (save / "latest").read_text() == "global_step100" and sorted(os.listdir(save)) == ["global_step100", "latest"]
+    assert (save / "latest").read_text() == "global_step100"
+    assert sorted(os.listdir(save)) == ["global_step100", "latest"]
 
 
 def test_pos_emb_that_disagrees_with_the_saved_config_is_refused_naming_both(tmp_path):
@@ -201,6 +205,16 @@ def test_an_output_file_in_an_unwritable_folder_is_found_before_loading(tmp_path
         generate_run(generation_args(tmp_path, sample_output_file=str(unwritable_folder / "sub" / "s.jsonl")))
 
 
+def test_output_path_checks_take_relative_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert new_file_problem("samples.jsonl") is None and new_file_problem("sub/dir/samples.jsonl") is None
+    assert new_folder_problem("hf") is None and not os.listdir(tmp_path)  # nothing created
+    assert "has a name of 306 bytes" in new_file_problem("sub/" + "x" * 300 + ".jsonl")
+    pathlib.Path("afile").write_text("x")
+    assert new_folder_problem("afile") == "afile is a file, not a folder: give a new folder."
+    assert new_file_problem("afile/s.jsonl").startswith("afile/s.jsonl is under afile, which is a file")
+
+
 def test_samples_are_written_atomically_and_a_file_that_appeared_meanwhile_is_kept(tmp_path):
     path = tmp_path / "deep" / "samples.jsonl"
     assert write_new_file(path, "one\n") == path and path.read_text() == "one\n"
@@ -216,7 +230,8 @@ def test_a_temperature_that_is_not_finite_is_refused(value, tmp_path):
         ("temperature", f"must be a finite number >= 0 (0 is greedy), got {value}.")]
     args = generation_args(tmp_path)
     args.temperature = value  # what a config cannot give any more (the loader refuses .nan), a caller can
-    with pytest.raises(GenerationError, match=rf"temperature: must be a finite number >= 0 \(0 is greedy\), got {value}"):
+    with pytest.raises(GenerationError, match=rf"temperature: must be a finite number >= 0 \(0 is greedy\), "
+                                              rf"got {value}"):
         generate_run(args)
     model = GPTModel(args, 258).eval()
     with pytest.raises(GenerationError, match=r"bad generation settings: temperature must be a finite number"):
@@ -231,7 +246,8 @@ def test_a_prompt_file_that_is_not_utf8_and_an_empty_prompt_end_are_clear_errors
         generate_run(generation_args(tmp_path, text_gen_type="input-file", sample_input_file=str(prompts)))
     prompts.write_text("def main(\n")
     for kind in ("input-file", "interactive"):
-        with pytest.raises(GenerationError, match=r"command line: prompt-end: is empty, so prompts cannot be told apart"):
+        with pytest.raises(GenerationError, match=r"command line: prompt-end: is empty, so prompts cannot be told "
+                                                  r"apart"):
             generate_run(generation_args(tmp_path, text_gen_type=kind, sample_input_file=str(prompts), prompt_end=""))
 
 
