@@ -2,7 +2,9 @@
 user has really written by mistake and that would otherwise lose data (keep-last-n-checkpoints: -1
 deleted every checkpoint), give a plausible-looking wrong result (eval-micro-batch-size: -1 scored
 nothing and reported loss 0) or end deep inside a library with a traceback (a negative lr, `split:
-abc`). Called once, after the derived values are filled in."""
+abc`). Also the one rule that no number in a config is NaN or infinite (`non_finite`, called first, so
+every range check sees a real number) and the paths the filesystem must be able to hold (`path_problem`).
+Called once, after the derived values are filled in."""
 import dataclasses
 import math
 import os
@@ -29,7 +31,7 @@ def non_finite(value, path: str):
 
 
 def check_values(args, fail) -> None:
-    """`fail(key, message)` raises the NeoXArgsError that names where the key was set."""
+    """`fail(key or key path, message)` raises the NeoXArgsError that names where it was set."""
     keep = args.keep_last_n_checkpoints
     if keep is not None and keep < 1:
         fail("keep_last_n_checkpoints", f"must be a positive integer, the number of newest checkpoints to keep "
