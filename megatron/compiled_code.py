@@ -40,5 +40,10 @@ def keep_compiled_code_apart() -> None:
     if inherited in (None, torch_default_inductor_dir(), os.environ.get(CHOSEN_INDUCTOR_DIR)):
         chosen = inductor_cache_dir()
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ[CHOSEN_INDUCTOR_DIR] = chosen
-    if "TORCH_EXTENSIONS_DIR" not in os.environ and sys.prefix != sys.base_prefix:
-        os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "torch_extensions")
+    if sys.prefix != sys.base_prefix:
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+        # torch builds extensions with `ninja` from PATH; the virtualenv has one (a DeepSpeed dependency)
+        # that a `.venv/bin/python` run without activating the virtualenv would not find.
+        venv_bin = os.path.dirname(sys.executable)
+        if venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
