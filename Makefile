@@ -42,8 +42,11 @@ reproduce: venv
 # machines: they run a second time on the AVX2 code path, so a developer's AVX-512 machine catches
 # what an AVX2 CI machine would. The two runs never share compiled kernels: every process keeps
 # inductor's cache in a folder of its own CPU code path (megatron/compiled_code.py).
+# Test files are spread over TEST_WORKERS processes (pytest-xdist), one file to one process, since
+# most tests wait on single-threaded child processes; TEST_WORKERS=0 runs them in this one.
+TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m cpu_isa
 
 # The inner loop: the tests that start no process (not marked `launches`), about 3 minutes on 2 cores.
