@@ -5,6 +5,7 @@ resume -> train() (train_step() per step, evaluate() every eval-interval, save e
 checkpoint-factor) -> final checkpoint, validation and test.
 """
 import itertools
+import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -84,6 +85,11 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
             if loss is not None:
                 monitor.report_evaluation(result.iteration, split, loss, neox_args.seq_length_val)
                 setattr(result, f"{split}_loss", loss)
+                if not math.isfinite(loss):  # a run whose final loss is NaN did not finish well
+                    raise TrainingError(
+                        f"the final {split} loss (step {result.iteration}) is {loss}: the trained weights give "
+                        f"NaN/inf on the {split} split although they gave a finite training loss. Check that "
+                        "split's data (tokens outside the vocabulary?) before using this run's checkpoint.")
     finally:
         monitor.close()
     return result
@@ -110,11 +116,18 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
           iteration: int, consumed: int) -> TrainingResult:
     result = TrainingResult(iteration)
     bad_in_a_row = 0
-    last_saved = iteration
+    last_saved = iteration or None  # the checkpoint this run resumed from, if any
     save_due = False  # a save falls due at a checkpoint-factor step; it waits for a step that was applied
     extra_saves = set(neox_args.extra_save_iters or ())
+    # The weights are tried on the next batch before each save (and at the end): finite but blown-up
+    # weights (lr or init-method-std 1e30) only show as NaN/inf once used. Taking it and putting it
+    # back leaves the data stream as it was (the sampler is endless).
+    probe = next(train_batches)
+    train_batches = itertools.chain([probe], train_batches)
+    weights = WeightCheck(neox_args, engine, probe, vocab_size)
     if neox_args.save and iteration == 0 and 0 in extra_saves:  # upstream's "save the initial weights"
-        checked_save(neox_args, engine, 0, consumed, monitor)
+        checked_save(neox_args, engine, weights, 0, consumed, monitor, last_saved)
+        last_saved = 0
     while iteration < neox_args.train_iters:
         step = train_step(neox_args, engine, optimizer, train_batches, vocab_size)
         iteration += 1
@@ -130,15 +143,13 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
             raise TrainingError(
                 f"stopping at step {iteration}: the last {bad_in_a_row} steps had a NaN/inf loss or fp16 "
                 f"overflow (max-consecutive-bad-steps = {neox_args.max_consecutive_bad_steps}); they were "
-                f"skipped and nothing was saved after step {last_saved}. Lower the learning rate, lengthen "
-                "warmup, use bf16 or fp32 instead of fp16, or check the data, then resume from the last "
-                "checkpoint.")
+                f"skipped and {_saved_so_far(neox_args, last_saved)}. {TRY_INSTEAD}")
         if neox_args.save and neox_args.checkpoint_factor and iteration % neox_args.checkpoint_factor == 0:
             save_due = True
         if neox_args.save and iteration in extra_saves:
             save_due = True
         if save_due and not step.skipped:
-            checked_save(neox_args, engine, iteration, consumed, monitor)
+            checked_save(neox_args, engine, weights, iteration, consumed, monitor, last_saved)
             last_saved, save_due = iteration, False
         if iteration % neox_args.eval_interval == 0 and iteration < neox_args.train_iters:
             loss = evaluate(neox_args, engine, valid_set, vocab_size)
@@ -152,15 +163,48 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
             monitor.print(f"exit-interval {neox_args.exit_interval}: stopping after step {iteration}")
             result.preempted = True  # stop as a preempted run does: save, skip the final evaluation
             break
+    learned_nothing(neox_args, result, bad_in_a_row, last_saved)
     if not neox_args.save:
+        weights.check(iteration, last_saved)
         if result.preempted:
             monitor.print("no checkpoint written: `save` is not set")
-    elif bad_in_a_row:
-        monitor.print(f"no final checkpoint: the last {bad_in_a_row} step(s) were skipped (NaN/inf loss); "
-                      f"the last checkpoint is step {last_saved}")
-    elif iteration > last_saved:
-        checked_save(neox_args, engine, iteration, consumed, monitor)
+    elif bad_in_a_row:  # fp16 overflow with a finite loss (a NaN/inf one stopped the run above)
+        monitor.print(f"no final checkpoint: the last {bad_in_a_row} step(s) were skipped (fp16 overflow); "
+                      f"{_saved_so_far(neox_args, last_saved)}")
+    elif iteration > (last_saved or 0):
+        checked_save(neox_args, engine, weights, iteration, consumed, monitor, last_saved)
     return result
+
+
+TRY_INSTEAD = ("Lower the learning rate or init-method-std, lengthen warmup, use bf16 or fp32 instead of fp16, "
+               "or check the data, then resume from the last checkpoint (or start again without one).")
+
+
+def _saved_so_far(neox_args, last_saved) -> str:
+    if not neox_args.save:
+        return "no checkpoint was written (`save` is not set)"
+    if last_saved is None:
+        return f"no checkpoint was saved in {neox_args.save}"
+    return f"the last checkpoint is step {last_saved} (`latest` in {neox_args.save})"
+
+
+def learned_nothing(neox_args, result: TrainingResult, bad_in_a_row: int, last_saved) -> None:
+    """A run that ends on a NaN/inf loss, or whose every step was skipped, has not trained: it stops with
+    an error (a non-zero exit status, so a sweep counts it as failed), never as a finished run."""
+    if not result.losses:
+        return
+    steps = len(result.losses)
+    if result.skipped_steps == steps:
+        raise TrainingError(
+            f"no step of this run was applied: all {steps} step(s) up to step {result.iteration} had a NaN/inf "
+            f"loss or fp16 overflow and were skipped, so the weights did not train; "
+            f"{_saved_so_far(neox_args, last_saved)}. {TRY_INSTEAD}")
+    if not math.isfinite(result.losses[result.iteration]):
+        raise TrainingError(
+            f"the run ended at step {result.iteration} on a NaN/inf loss ({bad_in_a_row} skipped step(s) in a "
+            f"row; max-consecutive-bad-steps = {neox_args.max_consecutive_bad_steps} was not reached before "
+            f"train-iters); no final checkpoint was saved and {_saved_so_far(neox_args, last_saved)}. "
+            f"{TRY_INSTEAD}")
 
 
 def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepOutcome:
@@ -212,15 +256,35 @@ def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
     return (stats[0] / stats[1]).item()
 
 
-def checked_save(neox_args, engine, iteration, consumed, monitor) -> None:
-    """Save, unless the weights hold NaN/inf: a checkpoint is never worse than the last one."""
-    finite = torch.tensor([all(torch.isfinite(p).all() for p in engine.module.parameters())],
-                          dtype=torch.float32, device=get_accelerator().current_device_name())
-    torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-    if not finite.item():
-        raise TrainingError(f"the weights hold NaN/inf at step {iteration}; not saving them over the "
-                            f"checkpoints in {neox_args.save}. Resume from the last one with a lower "
-                            "learning rate.")
+class WeightCheck:
+    """Whether the weights trained: finite, and giving a finite loss on `probe` (one micro-batch), on
+    every rank. Weights pushed to huge but finite values pass the first test and fail the second."""
+
+    def __init__(self, neox_args, engine, probe: dict, vocab_size: int):
+        self.neox_args, self.engine, self.probe, self.vocab_size = neox_args, engine, probe, vocab_size
+
+    def check(self, iteration: int, last_saved) -> None:
+        """Raise TrainingError when the weights after step `iteration` diverged."""
+        device = get_accelerator().current_device_name()
+        batch = {k: v.to(device) for k, v in self.probe.items()}
+        self.engine.eval()  # every rank runs the forward (collective under ZeRO-3), whatever its weights hold
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
+            loss = lm_loss(self.engine(batch["tokens"]), batch["labels"], batch["loss_mask"], self.vocab_size)
+        self.engine.train()
+        parameters = self.engine.module.parameters()
+        finite = torch.isfinite(loss).item() and all(torch.isfinite(p).all() for p in parameters)
+        flag = torch.tensor([float(finite)], device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+        if not flag.item():
+            raise TrainingError(
+                f"training diverged: the weights after step {iteration} hold NaN/inf or give a NaN/inf loss on a "
+                f"training batch, so they are not saved; {_saved_so_far(self.neox_args, last_saved)}. "
+                f"{TRY_INSTEAD}")
+
+
+def checked_save(neox_args, engine, weights: WeightCheck, iteration, consumed, monitor, last_saved) -> None:
+    """Save, unless the weights diverged: `latest` never names weights worse than the last checkpoint's."""
+    weights.check(iteration, last_saved)
     start = time.time()
     folder = save_checkpoint(neox_args, engine, iteration, consumed)
     monitor.print(f"saved checkpoint {folder} in {time.time() - start:.1f}s")

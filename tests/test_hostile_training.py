@@ -1,0 +1,86 @@
+"""Hostile inputs, round 2 (issue 24): runs that cannot pass as finished, and faults of the machine
+while training. In-process trainings (tiny_args) for each rule, one launch through the entry point
+where the exit status is the point."""
+import math
+import subprocess
+import sys
+
+import pytest
+
+from megatron.training import TrainingError, pretrain
+from test_training_support import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, \
+    tiny_overrides
+
+BLOWN_UP_LR = {"optimizer.params.lr": 1e30, "warmup": 0.0, "lr_decay_style": "constant"}
+
+
+def saved(folder) -> list[str]:
+    ckpt = folder / "ckpt"
+    return sorted(p.name for p in ckpt.iterdir()) if ckpt.is_dir() else []
+
+
+# ----------------------------------------------------- row 8: a run that learned nothing is not finished
+def test_blown_up_weights_are_never_saved(stdlib_data, tmp_path):
+    # lr 1e30: step 1 has a finite loss and leaves finite weights of ~1e30, which give NaN/inf once used.
+    args = tiny_args(stdlib_data, tmp_path, train_iters=5, checkpoint_factor=1, **BLOWN_UP_LR)
+    with pytest.raises(TrainingError, match=r"training diverged: the weights after step 1 .* so they are not "
+                                            r"saved; no checkpoint was saved in .*ckpt\. Lower the learning rate"):
+        pretrain(args)
+    assert "latest" not in saved(tmp_path) and not [n for n in saved(tmp_path) if n.startswith("global_step")]
+
+
+def test_run_ending_on_nan_loss_fails_before_the_bad_step_limit(stdlib_data, tmp_path):
+    # Fewer steps than max-consecutive-bad-steps: the run reaches train-iters on a NaN loss.
+    args = tiny_args(stdlib_data, tmp_path, train_iters=4, max_consecutive_bad_steps=10, **BLOWN_UP_LR)
+    with pytest.raises(TrainingError, match=r"the run ended at step 4 on a NaN/inf loss \(3 skipped step\(s\) in a "
+                                            r"row; .*no checkpoint was saved in"):
+        pretrain(args)
+    assert saved(tmp_path) == []
+
+
+def test_diverging_after_a_good_checkpoint_keeps_it_latest(stdlib_data, tmp_path):
+    pretrain(tiny_args(stdlib_data, tmp_path, train_iters=2))
+    assert (tmp_path / "ckpt" / "latest").read_text() == "global_step2"
+    # Resumed with the blown-up learning rate (no_load_optim: the config's lr, not the checkpoint's schedule).
+    args = tiny_args(stdlib_data, tmp_path, train_iters=6, checkpoint_factor=1, no_load_optim=True, **BLOWN_UP_LR)
+    with pytest.raises(TrainingError, match=r"the weights after step 3 .*the last checkpoint is step 2 "):
+        pretrain(args)
+    assert (tmp_path / "ckpt" / "latest").read_text() == "global_step2"
+    assert saved(tmp_path) == ["global_step2", "latest"]
+
+
+def test_every_step_skipped_is_a_failure_and_names_no_checkpoint(stdlib_data, tmp_path):
+    # init-method-std 1e30: the very first loss is NaN; nothing trains, nothing is saved.
+    args = tiny_args(stdlib_data, tmp_path, train_iters=3, init_method_std=1e30)
+    with pytest.raises(TrainingError) as caught:
+        pretrain(args)
+    message = str(caught.value)
+    assert message.startswith("no step of this run was applied: all 3 step(s) up to step 3 had a NaN/inf loss")
+    assert "no checkpoint was saved in" in message and "step 0" not in message
+    assert saved(tmp_path) == []
+
+
+def test_without_save_blown_up_weights_still_fail_the_run(stdlib_data, tmp_path):
+    # One step: its loss is finite and nothing is skipped; only the weights show the divergence.
+    args = tiny_args(stdlib_data, tmp_path, train_iters=1, save=None, load=None, **BLOWN_UP_LR)
+    with pytest.raises(TrainingError, match=r"weights after step 1 .* \(`save` is not set\)"):
+        pretrain(args)
+
+
+def test_a_healthy_run_still_finishes(stdlib_data, tmp_path):
+    result = pretrain(tiny_args(stdlib_data, tmp_path, train_iters=3))
+    assert result.skipped_steps == 0 and math.isfinite(result.valid_loss)
+    assert (tmp_path / "ckpt" / "latest").read_text() == "global_step3"
+
+
+@pytest.mark.launches
+def test_deepy_exits_non_zero_for_a_diverged_run(stdlib_data, tmp_path):
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=3, checkpoint_factor=1, num_gpus=1,
+                               master_port=free_port(), **BLOWN_UP_LR)
+    done = subprocess.run([sys.executable, "deepy.py", "train.py", str(TINY), *set_flags(overrides)], cwd=REPO_ROOT,
+                          env=child_environment(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]  # a sweep counts it as failed
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "training diverged: the weights after step 1" in errors[0], done.stderr[-3000:]
+    assert saved(tmp_path) == []
