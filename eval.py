@@ -1,11 +1,15 @@
 #!/usr/bin/env python
-"""Run lm-evaluation-harness tasks on a trained run, like upstream GPT-NeoX:
+r"""Run lm-evaluation-harness tasks on a trained run, like upstream GPT-NeoX: loads the checkpoint
+named by `load`, scores the tasks of `--eval_tasks` through megatron/evaluation/lm_eval_adapter.py at
+`eval-task-length` tokens (any length the positional method supports), prints lm-eval's table and
+writes `<eval-results-dir>/lm_eval/<run>.json`. Tasks of your own (no internet needed) are lm-eval
+task YAML files in a folder named by `eval-task-paths`.
 
-    python deepy.py eval.py RUN.yml --eval_tasks lambada_openai hellaswag
-    python eval.py RUN.yml --eval_tasks TASK... [--set eval-task-length=2048]
-
-Loads the checkpoint named by `load`, evaluates through megatron/evaluation/lm_eval_adapter.py at
-`eval-task-length` tokens, prints lm-eval's table and writes `<eval-results-dir>/lm_eval/<run>.json`.
+examples:
+  python eval.py configs/tiny.yml --set load=checkpoints/tiny/kerple_log --eval_tasks lambada_openai
+  python eval.py configs/tiny.yml --set load=checkpoints/tiny/kerple_log --eval_tasks my_task \
+    --set 'eval-task-paths=[my_tasks]' --set eval-task-length=256
+  python deepy.py eval.py configs/kerple_log.yml --eval_tasks lambada_openai hellaswag
 """
 import sys
 

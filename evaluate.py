@@ -1,9 +1,14 @@
 #!/usr/bin/env python
-"""Evaluate a trained run at many lengths: `python evaluate.py RUN.yml configs/eval/extrapolation.yml`
-(one process) or `python deepy.py evaluate.py RUN.yml configs/eval/extrapolation.yml`.
+"""Evaluate a trained run at many lengths: loads the checkpoint named by `load` (a missing, empty or
+mismatched one is an error, never a random model), scores the `eval-split` stream at each of
+`eval-lengths` in each of `eval-modes` (perplexity modes and the retrieval probes `passkey` and
+`kv-retrieval`) and writes one JSON result file into `eval-results-dir` (megatron/evaluation);
+`python -m tools.analysis.make_tables` turns result files into tables.
 
-Loads the checkpoint named by `load`, scores the `eval-split` stream at each of `eval-lengths` in each
-of `eval-modes`, and writes one JSON result file into `eval-results-dir` (megatron/evaluation).
+examples:
+  python evaluate.py configs/tiny.yml configs/eval/tiny.yml     # one process
+  python evaluate.py configs/tiny.yml configs/eval/probe.yml --set load=checkpoints/tiny/kerple_log
+  python deepy.py evaluate.py configs/kerple_log.yml configs/eval/extrapolation.yml   # every rank a share
 """
 from megatron.evaluation.probes import TASKS as PROBE_TASKS
 from megatron.neox_arguments import NeoXArgs, run_cli

@@ -1,10 +1,14 @@
 #!/usr/bin/env python
-"""Generate text with a trained run: `python generate.py RUN.yml configs/text_generation.yml` (one
-process) or `python deepy.py generate.py RUN.yml configs/text_generation.yml`.
+r"""Generate text with a trained run: loads the checkpoint named by `load` and continues prompts
+(`text-gen-type`: unconditional, input-file, interactive) with a KV cache, past `seq-length` for
+relative methods (megatron/text_generation). Every sample is printed; `sample-output-file` also gets
+one JSON line per sample.
 
-Loads the checkpoint named by `load` and continues prompts (`text-gen-type`: unconditional,
-input-file, interactive) with a KV cache, past `seq-length` for relative methods
-(megatron/text_generation).
+examples:
+  python generate.py configs/tiny.yml configs/text_generation.yml --set load=checkpoints/tiny/kerple_log
+  python generate.py configs/tiny.yml configs/text_generation.yml --set load=checkpoints/tiny/kerple_log \
+    --set text-gen-type=input-file --set sample-input-file=prompts.txt --set sample-output-file=out.jsonl
+  python deepy.py generate.py configs/tiny.yml configs/text_generation.yml --set load=checkpoints/tiny/kerple_log
 """
 from megatron.neox_arguments import NeoXArgs, run_cli
 

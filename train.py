@@ -1,6 +1,16 @@
 #!/usr/bin/env python
-"""Train a model: `python deepy.py train.py configs/tiny.yml` (every rank), or `python train.py
-configs/tiny.yml [--set key=value]` in one process."""
+"""Train a decoder from a NeoX config: the model (its positional method is `pos-emb`), trained for
+`train-iters` steps on the data of `data-path`, checkpoints written to `save` every `checkpoint-factor`
+steps and at the end. With `load` set to a run's `save` folder it resumes from that run's latest
+checkpoint (a missing or empty folder starts at step 0). `train-iters: 0` scores the `load` checkpoint
+instead, as evaluate.py does (the KERPLE fork's way).
+
+examples:
+  python train.py configs/tiny.yml                              # one process: the tiny CPU model
+  python train.py configs/tiny.yml --set pos-emb=alibi --set train-iters=500
+  python deepy.py train.py configs/kerple_log.yml               # every rank, through DeepSpeed's launcher
+  python deepy.py train.py configs/kerple_log.yml --dry-run     # the merged config, DeepSpeed JSON, command
+"""
 import sys
 
 from megatron.neox_arguments import NeoXArgs, run_cli

@@ -209,7 +209,8 @@ class EvaluationArgs:
     eval_lengths: Optional[list] = arg(None, "Lengths to evaluate at; default [seq-length].")
     eval_modes: list = arg(["nonoverlap"], "Evaluation modes by name, each a file in megatron/evaluation/modes/.")
     eval_chunks: Optional[int] = arg(None, "Most chunks (sequences) per length; default all.")
-    eval_stride: Optional[int] = arg(None, "`sliding`: stride; default half the length.")
+    eval_stride: Optional[int] = arg(None, "`sliding`: stride; default half the length. eval.py: how far "
+                                     "loglikelihood_rolling's windows advance; default the whole eval-task-length.")
     eval_split: Literal["test", "valid"] = arg("test", "Which split to evaluate.")
     eval_seed: int = arg(0, "Seed choosing the chunks: fixed so every run is scored on the same ones.")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")

@@ -1,5 +1,4 @@
 """`NeoXArgs`: every config group merged into one typed, validated object."""
-import argparse
 import base64
 import dataclasses
 import difflib
@@ -16,6 +15,7 @@ from megatron.model.positional_embeddings import OptionError, declared_options, 
 
 from .errors import NeoXArgsError
 from .quoting import quote
+from .entry_points import argument_parser, flag_overrides
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES, PROBE_TASKS
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .value_checks import check_values, non_finite
@@ -89,20 +89,24 @@ class NeoXArgs(*reversed(GROUPS)):
     @classmethod
     def consume_args(cls, argv=None) -> "NeoXArgs":
         """What train.py / evaluate.py call: the config deepy.py sent (`--megatron_config`), or YAML
-        files named directly (`python train.py configs/tiny.yml --set train-iters=10`)."""
-        parser = argparse.ArgumentParser(description="Run with a NeoX config (YAML files or deepy.py).")
-        parser.add_argument("configs", nargs="*", help="YAML config files, merged in order")
-        parser.add_argument("--megatron_config", help="base64 JSON config sent by deepy.py")
-        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                            help="override one config key (repeatable)")
-        parser.add_argument("--local_rank", type=int, help="set by the DeepSpeed launcher; ignored")
+        files named directly (`python train.py configs/tiny.yml --set train-iters=10`). The help is
+        that of the script running (entry_points.py)."""
+        script = sys.modules.get("__main__")
+        name = os.path.basename(getattr(script, "__file__", None) or "")
+        parser = argument_parser(name, getattr(script, "__doc__", None))
         ns = parser.parse_args(argv)
         if ns.megatron_config:
             payload = decode_config(ns.megatron_config)
             return cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
         if not ns.configs:
             parser.error("give at least one YAML config file (e.g. configs/tiny.yml)")
-        args = cls.from_ymls(ns.configs, parse_overrides(ns.set))
+        overrides = parse_overrides(ns.set)
+        for key, value in flag_overrides(name, ns).items():
+            if key in overrides:
+                raise NeoXArgsError(f"command line: {key.replace('_', '-')} is given both by its own flag and by "
+                                    f"--set; give it once.")
+            overrides[key] = value
+        args = cls.from_ymls(ns.configs, overrides)
         if args.upstream_notice() and args.rank == 0:  # deepy.py printed it already when it launched us
             print(args.upstream_notice(), file=sys.stderr, flush=True)
         return args
