@@ -13,6 +13,7 @@ this project's development machines have no internet access.
 """
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import sys
@@ -55,6 +56,7 @@ def download(url: str, destination: str, sha256: str = None, retries: int = 5, s
         print(f"{destination} is already there")
         return destination
     partial = destination + ".partial"
+    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
     for attempt in range(retries + 1):
         offset = os.path.getsize(partial) if os.path.exists(partial) else 0
         try:
@@ -63,7 +65,7 @@ def download(url: str, destination: str, sha256: str = None, retries: int = 5, s
             if err.code == 416:  # the range starts at the end: the partial file is complete
                 break
             raise DataError(f"downloading {url}: HTTP {err.code} {err.reason}.") from err
-        except (urllib.error.URLError, OSError) as err:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             if attempt == retries:
                 raise DataError(f"downloading {url}: {err} (after {retries} retries).") from err
             time.sleep(2 ** attempt)
@@ -77,10 +79,14 @@ def download(url: str, destination: str, sha256: str = None, retries: int = 5, s
                 while chunk := stream.read(CHUNK):
                     out.write(chunk)
                     progress.update(len(chunk))
+            # http.client ends a body cut short by the server like a complete one: only its length tells.
+            if total is not None and os.path.getsize(partial) < total:
+                raise http.client.IncompleteRead(b"", total - os.path.getsize(partial))
             break
-        except (urllib.error.URLError, OSError) as err:
+        # A connection cut mid-body is http.client.IncompleteRead, which is no OSError.
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             if attempt == retries:
-                raise DataError(f"downloading {url}: {err}; {partial} is kept, run again to resume.") from err
+                raise DataError(f"downloading {url}: {err!r}; {partial} is kept, run again to resume.") from err
             time.sleep(2 ** attempt)
     if sha256 is not None:
         actual = file_sha256(partial)

@@ -1,0 +1,286 @@
+"""tools/datasets/prepare_data.py against a local stand-in for its hosts (no machine here reaches the internet):
+a server in a thread of the test process that answers Hugging Face's tree listing and file URLs the way the hub
+does (Range requests included), serving tiny corpora in the formats the real sources use (parquet, .jsonl.zst,
+.jsonl.zst.tar) and a tiny GPT-2-format BPE vocabulary."""
+import hashlib
+import http.server
+import importlib.util
+import io
+import json
+import os
+import tarfile
+import threading
+import urllib.parse
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+from megatron.data import DataError
+from megatron.tokenizer import make_tokenizer
+
+GITHUB = "/datasets/haritzpuerto/the_pile_00_Github/resolve/main/data/"
+OWT2 = "/datasets/segyges/OpenWebText2/resolve/0033d7329c92ba163afa4c510f83f3c186d00210/openwebtext2.jsonl.zst.tar"
+
+
+@pytest.fixture
+def tool(repo_root):
+    spec = importlib.util.spec_from_file_location("prepare_data", repo_root / "tools/datasets/prepare_data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Hub(http.server.BaseHTTPRequestHandler):
+    """Files by URL path; /api/<kind>s/<owner>/<name>/tree/<revision>[/<folder>] lists those under
+    /[datasets/]<owner>/<name>/resolve/<revision>/ with their sizes and sha256 (as LFS files), and a path in
+    `cut_once` is cut off halfway the first time it is asked for."""
+    files, requests, cut_once, wrong_sha256 = {}, [], set(), set()
+
+    def do_GET(self):
+        path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
+        type(self).requests.append((path, self.headers["Range"]))
+        if path.startswith("/api/"):
+            return self.listing(path)
+        body = self.files.get(path)
+        if body is None:
+            self.send_error(404)
+            return
+        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        if path in self.cut_once:
+            self.cut_once.discard(path)
+            self.wfile.write(body[start:start + (len(body) - start) // 2])
+            return  # HTTP/1.0: the connection closes here, short of the promised length
+        self.wfile.write(body[start:])
+
+    def listing(self, path):
+        kind, owner, name, _, revision, *folder = path.split("/")[2:]
+        root = f"{'/datasets' if kind == 'datasets' else ''}/{owner}/{name}/resolve/{revision}/"
+        entries = [{"type": "file", "path": key[len(root):], "size": len(body), "oid": hashlib.sha1(body).hexdigest(),
+                    "lfs": {"oid": "0" * 64 if key in self.wrong_sha256 else hashlib.sha256(body).hexdigest(),
+                            "size": len(body), "pointerSize": 134}}
+                   for key, body in sorted(self.files.items()) if key.startswith(root + "/".join(folder))]
+        payload = json.dumps(entries if entries else {"error": "Repository not found"}).encode()
+        self.send_response(200 if entries else 404)
+        if not entries:
+            self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    Hub.files, Hub.requests, Hub.cut_once, Hub.wrong_sha256 = {}, [], set(), set()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    server.timeout = 10
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("NEOX_PROGRESS", "0")
+    yield Hub, url
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def texts(name, count):
+    return [f"{name} document {i}: def f(x):\n    return x + {i}\n" for i in range(count)]
+
+
+@pytest.fixture
+def tiny_gpt2(tmp_path_factory, tool, monkeypatch):
+    """A GPT-2-format byte-level BPE (vocab.json, merges.txt) trained on the test texts, pinned in SOURCES."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts("Github", 20) + texts("ArXiv", 20), vocab_size=300,
+                            special_tokens=["<|endoftext|>"], show_progress=False)
+    bpe.save_model(str(folder))
+    files = {name: (folder / name).read_bytes() for name in ("vocab.json", "merges.txt")}
+    gpt2 = tool.SOURCES["gpt2"]
+    pinned = {name: replace(pin, size=len(files[name]), sha256=hashlib.sha256(files[name]).hexdigest())
+              for name, pin in gpt2.pinned.items()}
+    monkeypatch.setitem(tool.SOURCES, "gpt2", replace(gpt2, pinned=pinned))
+    return {f"/openai-community/gpt2/resolve/{tool.GPT2_REVISION}/{name}": body for name, body in files.items()}
+
+
+def parquet_bytes(rows):
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"text": [t for t, _ in rows], "meta": [{"pile_set_name": s} for _, s in rows]}), sink)
+    return sink.getvalue()
+
+
+def jsonl_zst(records):
+    return zstandard.ZstdCompressor().compress(b"".join(json.dumps(r).encode() + b"\n" for r in records))
+
+
+def read_back(prefix, tokenizer):
+    dataset = IndexedDataset(str(prefix))
+    return [tokenizer.detokenize(dataset[i][:-1].tolist()) for i in range(len(dataset))], dataset
+
+
+def run(tool, capsys, *argv):
+    tool.main(list(argv) + ["--workers", "1", "--no-progress"])
+    return capsys.readouterr().out
+
+
+def test_github_is_downloaded_checked_and_tokenized_where_the_configs_read_it(tmp_path, tool, hub, tiny_gpt2, capsys):
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    # Two parquet files, as the hub splits a dataset; one document of another Pile subset is left out.
+    server.files[GITHUB + "train-00000-of-00002.parquet"] = parquet_bytes([(t, "Github") for t in texts("Github", 3)])
+    server.files[GITHUB + "train-00001-of-00002.parquet"] = parquet_bytes(
+        [("stray ArXiv text", "ArXiv")] + [(t, "Github") for t in texts("Github", 5)[3:]])
+    out = run(tool, capsys, "github", "--data-dir", str(tmp_path / "data"))
+
+    data = tmp_path / "data"
+    assert (data / "gpt2-vocab.json").read_bytes() == tiny_gpt2[next(iter(tiny_gpt2))]
+    tokenizer = make_tokenizer("GPT2BPETokenizer", str(data / "gpt2-vocab.json"), str(data / "gpt2-merges.txt"))
+    documents, dataset = read_back(data / "github/github_text_document", tokenizer)
+    assert documents == texts("Github", 5)
+    assert all(dataset[i][-1] == tokenizer.eod for i in range(len(dataset)))
+
+    record = json.loads((data / "github/SOURCE.json").read_text())
+    assert record["complete"] and record["label"].startswith("SUBSTITUTE") and record["documents"] == 5
+    assert [f["sha256"] for f in record["files"]] == [hashlib.sha256(server.files[GITHUB + n]).hexdigest() for n in
+                                                      ("train-00000-of-00002.parquet", "train-00001-of-00002.parquet")]
+    assert all(f["checksum"] == "sha256 published by the host (Hugging Face LFS)" for f in record["files"])
+    assert "SUBSTITUTE" in out and "SUBSTITUTE" in (data / "github/SOURCE.md").read_text()
+    assert not list(data.rglob("*.partial"))
+
+    # Everything is there: a second run asks the server for nothing and says so.
+    server.requests.clear()
+    out = run(tool, capsys, "github", "--data-dir", str(data))
+    assert "nothing to do" in out and server.requests == []
+
+
+def test_openwebtext2_is_read_from_its_jsonl_zst_tar(tmp_path, tool, hub, tiny_gpt2, capsys):
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:  # one .jsonl.zst per month, as in the Pile's file
+        for month, chunk in (("2019-01", texts("web", 4)[:2]), ("2019-02", texts("web", 4)[2:])):
+            body = jsonl_zst([{"text": t, "meta": {"url": "https://example.org"}} for t in chunk])
+            info = tarfile.TarInfo(f"{month}.jsonl.zst")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    server.files[OWT2] = archive.getvalue()
+    out = run(tool, capsys, "openwebtext2", "--data-dir", str(tmp_path))
+
+    tokenizer = make_tokenizer("GPT2BPETokenizer", str(tmp_path / "gpt2-vocab.json"), str(tmp_path / "gpt2-merges.txt"))
+    assert read_back(tmp_path / "openwebtext2/openwebtext2_text_document", tokenizer)[0] == texts("web", 4)
+    assert "the paper's corpus" in out and "SUBSTITUTE" not in out
+
+
+def test_an_interrupted_download_resumes_with_a_range_request(tmp_path, tool, hub, tiny_gpt2, capsys):
+    server, url = hub
+    server.files.update(tiny_gpt2)
+    # A whole Pile shard given with --source: the ArXiv documents are kept, the others left out.
+    shard = jsonl_zst([{"text": t, "meta": {"pile_set_name": name}}
+                       for name in ("Github", "ArXiv", "Pile-CC") for t in texts(name, 40)])
+    server.files["/pile/train/00.jsonl.zst"] = shard
+    server.cut_once.add("/pile/train/00.jsonl.zst")
+    out = run(tool, capsys, "arxiv", "--data-dir", str(tmp_path), "--source", f"arxiv={url}/pile/train/00.jsonl.zst")
+
+    ranges = [r for path, r in server.requests if path == "/pile/train/00.jsonl.zst"]
+    assert ranges == [None, f"bytes={len(shard) // 2}-"]
+    assert (tmp_path / "arxiv/download/00.jsonl.zst").read_bytes() == shard
+    tokenizer = make_tokenizer("GPT2BPETokenizer", str(tmp_path / "gpt2-vocab.json"), str(tmp_path / "gpt2-merges.txt"))
+    assert read_back(tmp_path / "arxiv/arxiv_text_document", tokenizer)[0] == texts("ArXiv", 40)
+    record = json.loads((tmp_path / "arxiv/SOURCE.json").read_text())
+    assert record["files"][0]["sha256"] == hashlib.sha256(shard).hexdigest()
+    assert record["files"][0]["checksum"] == "none published: sha256 recorded at download"
+    assert "given by --source" in out and "sha256 recorded at download" in out
+
+
+def test_a_checksum_mismatch_is_one_error_and_leaves_nothing_that_looks_complete(tmp_path, tool, hub, tiny_gpt2):
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    server.files[GITHUB + "train-00000-of-00001.parquet"] = parquet_bytes([("x = 1\n", "Github")])
+    server.wrong_sha256.add(GITHUB + "train-00000-of-00001.parquet")
+    with pytest.raises(DataError, match="differs from the expected 0{64}"):
+        tool.main(["github", "--data-dir", str(tmp_path), "--no-progress"])
+    download = tmp_path / "github/download/data"
+    assert sorted(p.name for p in download.iterdir()) == ["train-00000-of-00001.parquet.bad-checksum"]
+    assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.idx"))
+    assert not (tmp_path / "github/SOURCE.json").exists()
+
+
+def test_pinned_gpt2_checksums_reject_other_files(tmp_path, tool, hub):
+    server, _ = hub
+    for name in ("vocab.json", "merges.txt"):
+        server.files[f"/openai-community/gpt2/resolve/{tool.GPT2_REVISION}/{name}"] = b"{}"
+    with pytest.raises(DataError, match="196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"):
+        tool.main(["gpt2", "--data-dir", str(tmp_path), "--no-progress"])
+    assert not (tmp_path / "gpt2-vocab.json").exists()
+
+
+def test_the_pinned_gpt2_checksums_are_those_of_gpt2s_files(tmp_path, tool, hub, shared_dir, capsys):
+    server, _ = hub
+    for remote, pin in tool.SOURCES["gpt2"].pinned.items():
+        body = (shared_dir / "data/gpt2" / pin.local).read_bytes()
+        assert len(body) == pin.size
+        server.files[f"/openai-community/gpt2/resolve/{tool.GPT2_REVISION}/{remote}"] = body
+    run(tool, capsys, "gpt2", "--data-dir", str(tmp_path))
+    assert (tmp_path / "gpt2-merges.txt").read_bytes() == (shared_dir / "data/gpt2/gpt2-merges.txt").read_bytes()
+
+
+def test_an_unknown_name_is_one_error_listing_the_names(tool):
+    with pytest.raises(DataError, match="unknown dataset 'gitlab'; the datasets are gpt2, github, arxiv, openwebtext2"):
+        tool.main(["github", "gitlab"])
+    with pytest.raises(DataError, match="unknown dataset 'pile'"):
+        tool.main(["github", "--source", "pile=https://example.org/00.jsonl.zst"])
+
+
+def test_no_name_lists_the_datasets_and_dry_run_fetches_nothing(tmp_path, tool, hub, tiny_gpt2, capsys):
+    server, _ = hub
+    tool.main([])
+    out = capsys.readouterr().out
+    assert all(name in out for name in tool.SOURCES) and "29.3 GB" in out and server.requests == []
+
+    server.files.update(tiny_gpt2)
+    server.files[GITHUB + "train-00000-of-00001.parquet"] = parquet_bytes([("x = 1\n", "Github")])
+    tool.main(["github", "--dry-run", "--data-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert f"{GITHUB}train-00000-of-00001.parquet" in out and "SUBSTITUTE" in out
+    assert all(path.startswith("/api/") for path, _ in server.requests) and not any(tmp_path.iterdir())
+
+
+def test_the_command_preflight_names_writes_what_the_configs_read(tool):
+    """configs/local_setup.yml's paths, as preflight's MAKERS names the command that creates them."""
+    from megatron.preflight import _maker
+
+    setup = (tool.os.path.join(os.path.dirname(__file__), "..", "configs", "local_setup.yml"))
+    text = open(setup).read()
+    for path in ("data/github/github_text_document", "data/gpt2-vocab.json", "data/gpt2-merges.txt"):
+        assert f'"{path}"' in text
+        assert _maker(path) == "python tools/datasets/prepare_data.py github"
+    assert tool.output_prefix("data", "github") + "_text_document" == "data/github/github_text_document"
+    assert {pin.local for pin in tool.SOURCES["gpt2"].pinned.values()} == {"gpt2-vocab.json", "gpt2-merges.txt"}
+    for name in tool.SOURCES:
+        if name != "gpt2":
+            assert _maker(f"data/{name}/{name}_text_document") == f"python tools/datasets/prepare_data.py {name}"
+
+
+def test_a_source_that_is_not_there_is_one_error(tmp_path, tool, hub, tiny_gpt2):
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    server.files[GITHUB + "train-00000-of-00001.parquet"] = parquet_bytes([("x = 1\n", "Github")])
+    with pytest.raises(DataError, match="has no such repository, revision or folder"):
+        tool.main(["github", "--data-dir", str(tmp_path), "--source", "github=hf://datasets/nobody/nothing@main/x/*"])
+    with pytest.raises(DataError, match=r"no file at .* matches 'data/\*\.jsonl\.zst'"):
+        tool.main(["github", "--data-dir", str(tmp_path), "--source",
+                   "github=hf://datasets/haritzpuerto/the_pile_00_Github@main/data/*.jsonl.zst"])
