@@ -165,6 +165,9 @@ def test_github_is_downloaded_checked_and_tokenized_where_the_configs_read_it(tm
     server.requests.clear()
     out = run(tool, capsys, "github", "--data-dir", str(data))
     assert "nothing to do" in out and server.requests == []
+    # Another source for a prepared dataset is refused, naming both and what to do.
+    with pytest.raises(DataError, match=r"was prepared from hf://datasets/haritzpuerto/.*, not from file://.*Remove"):
+        tool.main(["github", "--data-dir", str(data), "--source", f"github={data / 'github/github.jsonl.zst'}"])
 
 
 def test_openwebtext2_is_read_from_its_jsonl_zst_tar(tmp_path, tool, hub, tiny_gpt2, capsys):

@@ -382,7 +382,8 @@ def prepared(data_dir: str, name: str, url: str) -> bool:
         return False
     if record.get("source") != url:
         raise DataError(f"{os.path.join(data_dir, name)} was prepared from {record.get('source')}, not from {url}. "
-                        f"Remove that folder to prepare {name} from the new source, or drop --source.")
+                        f"Remove that folder to prepare {name} from {url}, or keep it with "
+                        f"--source {name}={record.get('source')}.")
     return True
 
 
@@ -400,7 +401,7 @@ def prepare(name: str, url: str, args, tokenizer_records: list):
     record = read_record(record_file)
     if record.get("source") not in (None, url):
         raise DataError(f"{folder} holds downloads from {record.get('source')}, not from {url}. Remove that folder "
-                        f"to prepare {name} from the new source, or drop --source.")
+                        f"to prepare {name} from {url}, or go on with --source {name}={record.get('source')}.")
     recorded = {f["file"]: f for f in record.get("files", [])}
     record = {"dataset": name, "what": source.what if url == source.url else f"{name} from {url}", "label": tag,
               "note": source.note if url == source.url else "", "paper_source": source.paper_url, "source": url,
