@@ -8,9 +8,12 @@
 
 A save is written under a hidden temporary name, renamed into place once complete, and only then
 named by `latest` (itself replaced atomically), so a crash mid-save leaves the previous checkpoint
-in charge. The run's architecture is stored with the weights; loading compares it with the loading
-run's and names every difference instead of loading something else.
+in charge; a save that cannot write (a full disk) removes what it wrote and says why. The run's
+architecture is stored with the weights; loading compares it with the loading run's and names every
+difference instead of loading something else.
 """
+import contextlib
+import errno
 import os
 import pathlib
 import random
@@ -20,12 +23,14 @@ import shutil
 import numpy as np
 import torch
 from deepspeed.accelerator import get_accelerator
+from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from megatron.model.positional_embeddings import checkpoint_options
 from megatron.neox_arguments import NeoXArgsError
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
 
 TAG = re.compile(r"global_step(\d+)")
+PARTIAL = ".global_step*.partial"  # a save being written (or left by a crashed one): `.{tag}.partial`
 MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-3: 2nd
 
 # Keys that fix the parameters' shapes or meaning, whatever the method (padded_vocab_size: the model's
@@ -42,6 +47,10 @@ LENGTH_KEYS = ("seq_length", "max_position_embeddings", "seq_length_val", "atten
 
 class CheckpointError(NeoXArgsError):
     """A checkpoint that is missing, incomplete or made by a different model than the one loading it."""
+
+
+class SaveFailed(OSError):
+    """A checkpoint could not be written (disk full, quota, I/O error); what it wrote is removed."""
 
 
 def model_config(neox_args, model: torch.nn.Module) -> dict:
@@ -178,8 +187,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     rank = torch.distributed.get_rank()
     if rank == 0:
         save_dir.mkdir(parents=True, exist_ok=True)
-        for stale in save_dir.glob(".global_step*.partial"):  # left by a crashed save
-            shutil.rmtree(stale)
+        remove_partial_saves(save_dir)
     torch.distributed.barrier()
     client_state = {
         "iteration": iteration,
@@ -188,14 +196,102 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
         "neox_args": {k: v for k, v in neox_args.to_dict().items() if k != "config_files"},
         "rng_state": rng_state(),
     }
-    engine.save_checkpoint(str(save_dir), tag=partial, client_state=client_state, save_latest=False)
+    # Every write happens before anything is renamed; a failure on any rank is shared, so every rank
+    # finishes DeepSpeed's collective steps and then all stop together, with the partial files removed.
+    with _failures_kept(engine) as failures:
+        try:
+            engine.save_checkpoint(str(save_dir), tag=partial, client_state=client_state, save_latest=False)
+        except OSError as err:  # DeepSpeed's own folder creation
+            failures.append(err)
+    if rank == 0 and not failures:
+        try:
+            _write_config_files(save_dir / partial / "configs", neox_args.config_files)
+            (save_dir / partial / RESOLVED_NAME).write_text(resolved_yaml(neox_args))
+            _write_synced(save_dir / LATEST_NEXT, tag)
+        except OSError as err:
+            failures.append(err)
+    everyone = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(everyone, write_failure(failures[0]) if failures else None)
+    problem = next((p for p in everyone if p), None)
+    if problem:
+        if rank == 0:
+            shutil.rmtree(save_dir / partial, ignore_errors=True)
+            (save_dir / LATEST_NEXT).unlink(missing_ok=True)
+        torch.distributed.barrier()
+        latest = save_dir / "latest"
+        kept = f"`latest` still names {latest.read_text().strip()}" if latest.is_file() else "no checkpoint was saved"
+        cause, fix = problem
+        raise SaveFailed(f"checkpoint step {iteration} could not be saved in {save_dir}: {cause}. What it wrote "
+                         f"was removed and {kept}. {fix}, then resume from the last checkpoint.")
     if rank == 0:
-        _write_config_files(save_dir / partial / "configs", neox_args.config_files)
-        (save_dir / partial / RESOLVED_NAME).write_text(resolved_yaml(neox_args))
         _commit(save_dir, partial, tag)
         _prune(save_dir, neox_args.keep_last_n_checkpoints)
     torch.distributed.barrier()
     return save_dir / tag
+
+
+def remove_partial_saves(save_dir) -> None:
+    """Remove the hidden folders of saves that never completed (a crash or kill mid-save): nothing names
+    them, and on a full disk they may be what filled it. Only while holding the save folder (its lock,
+    or a save in progress), so never another run's save being written."""
+    for stale in pathlib.Path(save_dir).glob(PARTIAL):
+        shutil.rmtree(stale)
+
+
+LATEST_NEXT = "latest.tmp"  # written with the checkpoint, renamed to `latest` once the checkpoint is in place
+
+
+def write_failure(err: BaseException) -> tuple[str, str]:
+    """(the cause of a failed write in words, naming the file; the fix, as the start of a sentence)."""
+    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+    if full:
+        cause = "no space left on device" if err.errno == errno.ENOSPC else "disk quota exceeded"
+    else:
+        cause = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    if getattr(err, "filename", None):
+        cause += f" (writing {err.filename})"
+    fix = "Free space on that file system (or give `save` a folder on another one)" if full else \
+        "Fix the file system (or give `save` another folder)"
+    return cause, fix
+
+
+@contextlib.contextmanager
+def _failures_kept(engine):
+    """DeepSpeed's file writes during one save, each failure kept (not raised) in the list yielded, later
+    writes skipped. torch.save given a path reports a full disk as "unexpected pos N vs M" and nothing
+    else; given a Python file, the file's OSError (ENOSPC) is in the chain of what it raises, so
+    DeepSpeed's torch writer is replaced by one that opens the file here."""
+    writer = engine.checkpoint_engine
+    patched = "save" in vars(writer)  # a writer set on the instance (tests) is used as it is
+    write = writer.save
+    if isinstance(writer, TorchCheckpointEngine) and not patched:
+        def write(state_dict, path):
+            with open(path, "wb") as f:
+                torch.save(state_dict, f, _use_new_zipfile_serialization=writer.zipfile_serialization)
+    failures = []
+
+    def kept(state_dict, path):
+        if failures:
+            return
+        try:
+            write(state_dict, path)
+        except (OSError, RuntimeError) as raised:
+            err = raised
+            while err is not None and not isinstance(err, OSError):  # torch wraps the file's error
+                err = err.__cause__ or err.__context__
+            err = err or raised
+            if isinstance(err, OSError) and not err.filename:
+                err.filename = str(path)
+            failures.append(err)
+
+    writer.save = kept
+    try:
+        yield failures
+    finally:
+        if patched:
+            writer.save = write
+        else:
+            del writer.save
 
 
 def _write_config_files(folder: pathlib.Path, files: dict) -> None:
@@ -205,7 +301,8 @@ def _write_config_files(folder: pathlib.Path, files: dict) -> None:
 
 
 def _commit(save_dir: pathlib.Path, partial: str, tag: str) -> None:
-    """Move the finished checkpoint into place, then point `latest` at it (both atomic renames)."""
+    """Move the finished checkpoint into place, then point `latest` at it (both atomic renames, no writes:
+    `latest.tmp` was written with the checkpoint)."""
     final = save_dir / tag
     if final.exists():  # the same step saved again (e.g. after resuming): replace it
         old = save_dir / f".{tag}.old"
@@ -215,12 +312,14 @@ def _commit(save_dir: pathlib.Path, partial: str, tag: str) -> None:
         shutil.rmtree(old)
     else:
         os.replace(save_dir / partial, final)
-    pointer = save_dir / "latest.tmp"
-    with open(pointer, "w") as f:
-        f.write(tag)
+    os.replace(save_dir / LATEST_NEXT, save_dir / "latest")  # written with the checkpoint: renames only here
+
+
+def _write_synced(path: pathlib.Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(pointer, save_dir / "latest")
 
 
 def _prune(save_dir: pathlib.Path, keep: int | None) -> None:

@@ -83,9 +83,19 @@ class SaveFolderLock:
             if _same_file(fd, self.path):
                 break
             os.close(fd)  # the holder removed it between our open and flock: take the new one
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self.fd = fd
+        # Held now, so no other run is writing here: a crashed save's hidden folder is only ours to
+        # remove, and on a full disk it may be what filled it.
+        from megatron.checkpointing import remove_partial_saves, write_failure
+        remove_partial_saves(self.path.parent)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        except OSError as err:
+            self.release()
+            err.filename = err.filename or str(self.path)
+            cause, fix = write_failure(err)
+            return f"save folder {self.path.parent}: {cause}. {fix}, then start the run again."
         return None
 
     def release(self) -> None:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from deepspeed.accelerator import get_accelerator
 
-from megatron.checkpointing import load_checkpoint, save_checkpoint
+from megatron.checkpointing import SaveFailed, load_checkpoint, save_checkpoint
 from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
@@ -286,7 +286,10 @@ def checked_save(neox_args, engine, weights: WeightCheck, iteration, consumed, m
     """Save, unless the weights diverged: `latest` never names weights worse than the last checkpoint's."""
     weights.check(iteration, last_saved)
     start = time.time()
-    folder = save_checkpoint(neox_args, engine, iteration, consumed)
+    try:
+        folder = save_checkpoint(neox_args, engine, iteration, consumed)
+    except SaveFailed as err:  # the machine's fault, said in one paragraph; the run cannot go on without saving
+        raise TrainingError(str(err)) from None
     monitor.print(f"saved checkpoint {folder} in {time.time() - start:.1f}s")
 
 

@@ -1,12 +1,16 @@
-"""Hostile inputs, round 2 (issue 24): runs that cannot pass as finished, and faults of the machine
-while training. In-process trainings (tiny_args) for each rule, one launch through the entry point
+"""Hostile inputs, round 2 (issue 24): runs that cannot pass as finished (row 8), and a disk that fills
+up during a save (row 15). In-process trainings (tiny_args) for each rule, one launch through the entry point
 where the exit status is the point."""
+import errno
 import math
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
+from megatron.preflight import SaveFolderLock
 from megatron.training import TrainingError, pretrain
 from test_training_support import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, \
     tiny_overrides
@@ -84,3 +88,97 @@ def test_deepy_exits_non_zero_for_a_diverged_run(stdlib_data, tmp_path):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "training diverged: the weights after step 1" in errors[0], done.stderr[-3000:]
     assert saved(tmp_path) == []
+
+
+# --------------------------------------------------------------- row 15: the disk fills up during a save
+def test_disk_full_mid_save_says_so_and_removes_what_it_wrote(stdlib_data, tmp_path, monkeypatch):
+    real_save = torch.save
+
+    def filling_up(obj, f, *args, **kwargs):  # the step-4 write starts, then the disk is full
+        if ".global_step4.partial" in str(getattr(f, "name", f)):
+            f.write(b"PK\x03\x04 half a file")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", filling_up)
+    args = tiny_args(stdlib_data, tmp_path, train_iters=6, checkpoint_factor=2)
+    with pytest.raises(TrainingError) as caught:
+        pretrain(args)
+    ckpt = tmp_path / "ckpt"
+    assert str(caught.value) == (
+        f"checkpoint step 4 could not be saved in {ckpt}: no space left on device (writing "
+        f"{ckpt}/.global_step4.partial/mp_rank_00_model_states.pt). What it wrote was removed and `latest` still "
+        "names global_step2. Free space on that file system (or give `save` a folder on another one), then resume "
+        "from the last checkpoint.")
+    assert saved(tmp_path) == ["global_step2", "latest"]  # no partial folder, no latest.tmp
+    assert (ckpt / "latest").read_text() == "global_step2"
+
+
+def test_taking_the_save_folder_removes_a_crashed_saves_partial_folder(tmp_path):
+    partial = tmp_path / ".global_step4.partial"
+    partial.mkdir()
+    (partial / "mp_rank_00_model_states.pt").write_bytes(b"half a file")
+    (tmp_path / ".global_step4.partial.notes").write_text("not a save's folder: kept")
+    lock = SaveFolderLock(tmp_path)
+    try:
+        assert lock.acquire() is None
+        assert not partial.exists() and (tmp_path / ".global_step4.partial.notes").exists()
+    finally:
+        lock.release()
+
+
+def test_a_full_disk_at_start_up_is_one_paragraph(tmp_path, monkeypatch):
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
+    lock = SaveFolderLock(tmp_path)
+    assert lock.acquire() == (
+        f"save folder {tmp_path}: no space left on device (writing {tmp_path}/.lock). Free space on that file "
+        "system (or give `save` a folder on another one), then start the run again.")
+    assert lock.fd is None and not (tmp_path / ".lock").exists()  # released
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 3 MB tmpfs: one checkpoint of the tiny profile fits (1.8 MB), a second does not."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a real full disk needs a tmpfs mount, which needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if made.returncode:
+        pytest.skip(f"mounting a small tmpfs is not permitted here: {made.stderr.strip() or made.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.launches
+def test_a_real_full_disk_mid_save_and_the_resume(full_disk, stdlib_data, tmp_path):
+    def train(**overrides):
+        values = tiny_overrides(stdlib_data, full_disk, **{"train_iters": 4, "checkpoint_factor": 2, **overrides})
+        return subprocess.run([sys.executable, "train.py", str(TINY), *set_flags(values)], cwd=REPO_ROOT,
+                              env=child_environment(), capture_output=True, text=True, timeout=300)
+
+    done = train()
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "unexpected pos" not in done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    ckpt = full_disk / "ckpt"
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: checkpoint step 4 could not be saved in {ckpt}: no space left on device (writing "), errors
+    assert saved(full_disk) == ["global_step2", "latest"]
+
+    # A save killed mid-write (kill -9) leaves its hidden folder, here holding what space was left.
+    partial = ckpt / ".global_step4.partial"
+    partial.mkdir()
+    with open(partial / "mp_rank_00_model_states.pt", "wb") as f, pytest.raises(OSError):
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+    done = train(train_iters=2)  # resumes (at its last step): the start-up checks find the disk writable
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "no checkpoint" not in done.stdout and saved(full_disk) == ["global_step2", "latest"]
