@@ -22,7 +22,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.data import DataError
 from megatron.tokenizer import make_tokenizer
 
-GITHUB = "/datasets/haritzpuerto/the_pile_00_Github/resolve/main/data/"
+GITHUB = "/datasets/parameterlab/scaling_mia_the_pile_00_Github/resolve/1fd6041f61a68497843d22b41b9ac863666c9a5a/data/"
 OWT2 = "/datasets/segyges/OpenWebText2/resolve/0033d7329c92ba163afa4c510f83f3c186d00210/openwebtext2.jsonl.zst.tar"
 
 
@@ -166,7 +166,7 @@ def test_github_is_downloaded_checked_and_tokenized_where_the_configs_read_it(tm
     out = run(tool, capsys, "github", "--data-dir", str(data))
     assert "nothing to do" in out and server.requests == []
     # Another source for a prepared dataset is refused, naming both and what to do.
-    with pytest.raises(DataError, match=r"was prepared from hf://datasets/haritzpuerto/.*, not from file://.*Remove"):
+    with pytest.raises(DataError, match=r"was prepared from hf://datasets/parameterlab/.*, not from file://.*Remove"):
         tool.main(["github", "--data-dir", str(data), "--source", f"github={data / 'github/github.jsonl.zst'}"])
 
 
@@ -285,5 +285,5 @@ def test_a_source_that_is_not_there_is_one_error(tmp_path, tool, hub, tiny_gpt2)
     with pytest.raises(DataError, match="has no such repository, revision or folder"):
         tool.main(["github", "--data-dir", str(tmp_path), "--source", "github=hf://datasets/nobody/nothing@main/x/*"])
     with pytest.raises(DataError, match=r"no file at .* matches 'data/\*\.jsonl\.zst'"):
-        tool.main(["github", "--data-dir", str(tmp_path), "--source",
-                   "github=hf://datasets/haritzpuerto/the_pile_00_Github@main/data/*.jsonl.zst"])
+        other_files = tool.SOURCES["github"].url.replace("*.parquet", "*.jsonl.zst")
+        tool.main(["github", "--data-dir", str(tmp_path), "--source", f"github={other_files}"])

@@ -62,9 +62,12 @@ class Source:
     cost: str                       # what the dataset costs, as far as known without asking the host
     pile_set_name: str | None = None   # keep only these documents of a mixed Pile file
     pinned: dict = field(default_factory=dict)   # remote name -> Pinned (files fetched under a base URL)
+    others: tuple = ()                 # (URL, what it is): other sources known to work with --source NAME=URL
 
 
 GPT2_REVISION = "607a30d783dfa663caf39e06633721c8d4cfcd7e"
+# The Pile's training shard 00 less Books3, BookCorpus2, OpenSubtitles, YTSubtitles and OpenWebText2 (its README).
+PILE_00 = "hf://datasets/monology/pile-uncopyrighted@3be90335b66f24456a5d6659d9c8d208c0357119/train/00.jsonl.zst"
 # Where each dataset comes from: the one place these URLs, file names and checksums are written.
 # A sha256 appears only where it is known for certain; every other checksum is the host's own (Hugging
 # Face's listing gives the sha256 of each LFS file) or is recorded at download (see the module docstring).
@@ -82,33 +85,39 @@ SOURCES = {
                 "merges.txt": Pinned("gpt2-merges.txt", 456_318,
                                      "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5")}),
     "github": Source(
-        what="the Pile's GitHub subset: its 639k documents in the Pile's first training shard (00)",
-        url="hf://datasets/haritzpuerto/the_pile_00_Github@main/data/*.parquet",
+        what="the Pile's GitHub subset: its 638,663 documents in the Pile's first training shard (00)",
+        url="hf://datasets/parameterlab/scaling_mia_the_pile_00_Github@1fd6041f61a68497843d22b41b9ac863666c9a5a"
+            "/data/*.parquet",
         original=False,
         note="SUBSTITUTE: KERPLE trained on GPT-NeoX's `github` dataset (github_small.jsonl.zst), whose host "
              "no longer serves it; this is the Pile's own GitHub subset, as much of it as one of the Pile's 30 "
              "training shards holds",
         paper_url="http://eaidata.bmk.sh/data/github_small.jsonl.zst",
-        cost="about 3.2 GiB of text (1/30 of the Pile's 95 GiB GitHub); --dry-run lists the exact download",
-        pile_set_name="Github"),
+        cost="1.29 GB download (9 parquet files), 3.46 GB of text",
+        pile_set_name="Github",
+        others=((PILE_00, "the whole shard 00 without its copyrighted subsets; the GitHub documents are kept"),)),
     "arxiv": Source(
         what="the Pile's ArXiv subset: its 84k documents in the Pile's first training shard (00)",
-        url="hf://datasets/haritzpuerto/the_pile_00_arxiv@main/data/*.parquet",
+        url="hf://datasets/parameterlab/scaling_mia_the_pile_00_arxiv@fbc312ef26033fd5725809e737ee1b26fe58e6a6"
+            "/data/*.parquet",
         original=False,
         note="SUBSTITUTE: KERPLE trained on GPT-NeoX's `arxiv` dataset (the Pile's preliminary ArXiv component, "
              "all of it), whose host no longer serves it; this is the Pile's ArXiv subset as far as one of its "
              "30 training shards holds it",
         paper_url="https://the-eye.eu/public/AI/pile_preliminary_components/"
                   "2020-09-08-arxiv-extracts-nofallback-until-2007-068.tar.gz",
-        cost="about 1.9 GiB of text (1/30 of the Pile's 56 GiB ArXiv); --dry-run lists the exact download",
-        pile_set_name="ArXiv"),
+        cost="about 1.9 GiB of text (1/30 of the Pile's 56 GiB ArXiv); --dry-run lists the exact download size",
+        pile_set_name="ArXiv",
+        others=((PILE_00, "the whole shard 00 without its copyrighted subsets; the ArXiv documents are kept"),)),
     "openwebtext2": Source(
         what="OpenWebText2 as the Pile built it: 17.1M documents, 68.6 GB of text",
         url="hf://datasets/segyges/OpenWebText2@0033d7329c92ba163afa4c510f83f3c186d00210/openwebtext2.jsonl.zst.tar",
         original=True,
         note="the file GPT-NeoX's `openwebtext2` dataset downloads today, under the name the Pile published it",
         paper_url="https://the-eye.eu/public/AI/pile_preliminary_components/openwebtext2.jsonl.zst.tar",
-        cost="29.3 GB download; tokenizing 68.6 GB of text takes many CPU hours and writes ~30 GB"),
+        cost="29.3 GB download; tokenizing 68.6 GB of text takes many CPU hours and writes about 32 GB",
+        others=(("hf://datasets/parameterlab/scaling_mia_the_pile_00_OpenWebText2@main/data/*.parquet",
+                 "a SUBSTITUTE 1/30 the size: the OpenWebText2 documents of the Pile's training shard 00, 2.78 GB"),)),
 }
 TOKENIZER = "gpt2"
 HF_ENDPOINT = "https://huggingface.co"   # the HF_ENDPOINT environment variable replaces it
@@ -257,7 +266,8 @@ def read_record(path: str) -> dict:
 def label(source: Source, url: str, default_url: str) -> str:
     if url != default_url:
         return "given by --source (not checked against the paper's corpus)"
-    return "the paper's corpus" if source.original else "SUBSTITUTE for the paper's corpus"
+    what = "files" if source.pinned else "corpus"
+    return f"the paper's {what}" if source.original else f"SUBSTITUTE for the paper's {what}"
 
 
 # ------------------------------------------------------------------------------------ fetching
@@ -465,6 +475,8 @@ def show_catalogue():
             f"data/{name}/{name}_text_document.bin/.idx"
         print(f"  {name:13s}{source.what}\n{'':15s}{label(source, source.url, source.url)}; cost: {source.cost}\n"
               f"{'':15s}writes {where}\n{'':15s}from {source.url}")
+        for url, what in source.others:
+            print(f"{'':15s}or --source {name}={url}\n{'':18s}({what})")
     print("\n--dry-run lists the files, their sizes and checksums without downloading anything.")
 
 
