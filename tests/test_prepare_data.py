@@ -159,7 +159,7 @@ def test_github_is_downloaded_checked_and_tokenized_where_the_configs_read_it(tm
                                                       ("train-00000-of-00002.parquet", "train-00001-of-00002.parquet")]
     assert all(f["checksum"] == "sha256 published by the host (Hugging Face LFS)" for f in record["files"])
     assert "SUBSTITUTE" in out and "SUBSTITUTE" in (data / "github/SOURCE.md").read_text()
-    assert not list(data.rglob("*.partial"))
+    assert not list(data.rglob("*.partial")) and not (data / "github/github.jsonl.zst").exists()
 
     # Everything is there: a second run asks the server for nothing and says so.
     server.requests.clear()
@@ -167,7 +167,7 @@ def test_github_is_downloaded_checked_and_tokenized_where_the_configs_read_it(tm
     assert "nothing to do" in out and server.requests == []
     # Another source for a prepared dataset is refused, naming both and what to do.
     with pytest.raises(DataError, match=r"was prepared from hf://datasets/parameterlab/.*, not from file://.*Remove"):
-        tool.main(["github", "--data-dir", str(data), "--source", f"github={data / 'github/github.jsonl.zst'}"])
+        tool.main(["github", "--data-dir", str(data), "--source", f"github={data / 'gpt2-merges.txt'}"])
 
 
 def test_openwebtext2_is_read_from_its_jsonl_zst_tar(tmp_path, tool, hub, tiny_gpt2, capsys):
@@ -239,6 +239,9 @@ def test_the_pinned_gpt2_checksums_are_those_of_gpt2s_files(tmp_path, tool, hub,
         server.files[f"/openai-community/gpt2/resolve/{tool.GPT2_REVISION}/{remote}"] = body
     run(tool, capsys, "gpt2", "--data-dir", str(tmp_path))
     assert (tmp_path / "gpt2-merges.txt").read_bytes() == (shared_dir / "data/gpt2/gpt2-merges.txt").read_bytes()
+    # A local folder holding them under the configs' names (the team's ../shared/data/gpt2) is a source too.
+    run(tool, capsys, "gpt2", "--data-dir", str(tmp_path / "local"), "--source", f"gpt2={shared_dir / 'data/gpt2'}")
+    assert (tmp_path / "local/gpt2-vocab.json").read_bytes() == (shared_dir / "data/gpt2/gpt2-vocab.json").read_bytes()
 
 
 def test_an_unknown_name_is_one_error_listing_the_names(tool):
@@ -287,3 +290,8 @@ def test_a_source_that_is_not_there_is_one_error(tmp_path, tool, hub, tiny_gpt2)
     with pytest.raises(DataError, match=r"no file at .* matches 'data/\*\.jsonl\.zst'"):
         other_files = tool.SOURCES["github"].url.replace("*.parquet", "*.jsonl.zst")
         tool.main(["github", "--data-dir", str(tmp_path), "--source", f"github={other_files}"])
+
+
+def test_a_missing_local_file_is_one_error_at_once(tmp_path, tool):
+    with pytest.raises(DataError, match="no such file; check the path"):
+        tool.main(["gpt2", "--data-dir", str(tmp_path / "data"), "--source", f"gpt2={tmp_path}", "--no-progress"])

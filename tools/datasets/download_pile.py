@@ -65,6 +65,8 @@ def download(url: str, destination: str, sha256: str = None, retries: int = 5, s
             if err.code == 416:  # the range starts at the end: the partial file is complete
                 break
             raise DataError(f"downloading {url}: HTTP {err.code} {err.reason}.") from err
+        except FileNotFoundError as err:  # a file:// URL: waiting brings no file
+            raise DataError(f"{url}: no such file; check the path.") from err
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             if attempt == retries:
                 raise DataError(f"downloading {url}: {err} (after {retries} retries).") from err

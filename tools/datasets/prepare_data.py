@@ -189,13 +189,19 @@ def list_hub(url: str) -> list[Remote]:
 def remotes(name: str, source: Source, url: str) -> list[Remote]:
     """What `name` fetches from `url` (the table's or --source's)."""
     if source.pinned:  # fixed files under a base address: their checksums are the table's
-        if url.startswith("hf://"):
-            repo_type, repo, revision, base = parse_hf(url)
-            where = lambda remote: hf_file_url(repo_type, repo, revision, f"{base}/{remote}".lstrip("/"))  # noqa: E731
-        else:
-            where = lambda remote: url.rstrip("/") + "/" + remote  # noqa: E731
-        return [Remote(where(remote), pin.local, pin.size, pin.sha256, "sha256 pinned in prepare_data.py")
-                for remote, pin in source.pinned.items()]
+        found = []
+        for remote, pin in source.pinned.items():
+            if url.startswith("hf://"):
+                repo_type, repo, revision, base = parse_hf(url)
+                where = hf_file_url(repo_type, repo, revision, f"{base}/{remote}".lstrip("/"))
+            else:
+                where = url.rstrip("/") + "/" + remote
+                folder = urllib.request.url2pathname(urllib.parse.urlparse(url).path) if url.startswith("file:") else ""
+                # A local folder may hold them under the names the configs use (../shared/data/gpt2 does).
+                if folder and not os.path.exists(os.path.join(folder, remote)):
+                    where = url.rstrip("/") + "/" + pin.local
+            found.append(Remote(where, pin.local, pin.size, pin.sha256, "sha256 pinned in prepare_data.py"))
+        return found
     if url.startswith("hf://"):
         return list_hub(url)
     path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
@@ -425,13 +431,14 @@ def prepare(name: str, url: str, args, tokenizer_records: list):
     if args.no_preprocess:
         print(f"{name}: downloaded (--no-preprocess: not tokenized; run again without it to tokenize).")
         return
-    files = [entry["file"] for entry in record["files"]]
+    files, corpus = [entry["file"] for entry in record["files"]], None
     if needs_extraction(files, source.pile_set_name):
+        # The documents go to one .jsonl.zst for the tokenizer, removed once tokenized: the downloads stay, and
+        # keeping both would double the disk a corpus takes.
         corpus = os.path.join(folder, f"{name}.jsonl.zst")
         count = extract(files, source.pile_set_name, corpus, not args.no_progress)
-        record["documents_file"] = {"file": corpus, "documents": count,
-                                    "kept": f"documents of the Pile subset {source.pile_set_name}"
-                                    if source.pile_set_name else "every document"}
+        record["selected"] = f"{count:,} documents" + \
+            (f" of the Pile subset {source.pile_set_name}" if source.pile_set_name else "")
         files = [corpus]
     from megatron.data.preprocess import preprocess
     from megatron.tokenizer import make_tokenizer
@@ -440,6 +447,8 @@ def prepare(name: str, url: str, args, tokenizer_records: list):
     summary = preprocess(files, output_prefix(data_dir, name), make_tokenizer("GPT2BPETokenizer", vocab, merges),
                          append_eod=True, workers=args.workers, show_progress=not args.no_progress)
     print(summary)
+    if corpus:
+        os.remove(corpus)
     record.update(complete=True, data_prefix=prefix, documents=summary.documents, tokens=summary.tokens,
                   tokenizer={"type": "GPT2BPETokenizer", "files": tokenizer_records, "append_eod": True},
                   prepared_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
@@ -456,9 +465,8 @@ def write_record(path: str, record: dict):
     lines += [f"- source: {record['source']}", f"- the paper's (KERPLE, via GPT-NeoX): {record['paper_source']}"]
     lines += [f"- `{f['file']}` from {f['url']}: {f['size']:,} bytes, sha256 `{f['sha256']}` ({f['checksum']})"
               for f in record["files"]]
-    if record.get("documents_file"):
-        d = record["documents_file"]
-        lines.append(f"- `{d['file']}`: {d['documents']:,} documents ({d['kept']})")
+    if record.get("selected"):
+        lines.append(f"- read: {record['selected']}")
     if record["complete"]:
         lines.append(f"- `{record['data_prefix']}.bin/.idx`: {record['documents']:,} documents, {record['tokens']:,} "
                      f"GPT-2 BPE tokens with an end-of-document token after each; prepared {record['prepared_at']}")
