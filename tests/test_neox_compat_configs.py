@@ -108,13 +108,17 @@ def test_norm_epsilon_maps_only_for_rmsnorm():
     ("model_parallel_size", 2, "model-parallel-size: 2 is not supported yet"),
     ("sparse_attention", {"mode": "fixed"}, "DeepSpeed features"),
     ("deepspeed_extra_args", {"train_batch_size": 7}, "deepspeed-extra-args sets train_batch_size to 7"),
-    ("save_interval", 5, "disagrees with checkpoint-factor 10000"),
     ("pos_emb", "kerple_power__ap", "weight-only kernel"),
 ])
 def test_refused_with_a_clear_message(key, value, message):
     with pytest.raises(NeoXArgsError, match=None) as err:
         args_of("neox_125M", **{key: value}).deepspeed_config()
     assert message in str(err.value)
+
+
+def test_save_interval_on_the_command_line_replaces_the_files_checkpoint_factor():
+    # --set beats every file (tests/test_first_contact_small_items.py: two files that disagree are refused)
+    assert args_of("neox_125M", save_interval=5).checkpoint_factor == 5
 
 
 def test_refusal_names_file_and_line(tmp_path):

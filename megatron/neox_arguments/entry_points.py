@@ -6,10 +6,14 @@ are read from its field in groups.py (so the help never restates a default).
 not listed (a test's rank program, a tool) gets the common help only."""
 import argparse
 import dataclasses
+import importlib.util
 import json
+import os
 import shutil
 import textwrap
 from dataclasses import dataclass
+
+import torch
 
 from .groups import GROUPS
 
@@ -91,3 +95,23 @@ def flag_overrides(script: str, namespace: argparse.Namespace) -> dict:
     entry = ENTRY_POINTS.get(script)
     return {flag.key: getattr(namespace, flag.key) for flag in (entry.flags if entry else ())
             if getattr(namespace, flag.key) is not None}
+
+
+# The accelerators DeepSpeed 0.19's get_accelerator() looks for before CUDA, by the module that brings
+# each (deepspeed/accelerator/real_accelerator.py); XPU and MPS come with torch itself.
+_OTHER_ACCELERATOR_MODULES = ("torch_npu", "torch_sdaa", "habana_frameworks", "torch_mlu", "torch_supa", "torch_xmlir")
+
+
+def name_the_cpu_accelerator() -> None:
+    """Where DeepSpeed would fall back to its CPU accelerator, name it (DS_ACCELERATOR=cpu) before
+    DeepSpeed is imported: its automatic fallback prints "Setting accelerator to CPU..." in every
+    process (launcher, per-node launcher, each rank) of every command, although running on CPU is what
+    this project does without a GPU. The choice is the same; only the warning goes. A DS_ACCELERATOR the
+    user set is kept, and a machine with any accelerator DeepSpeed knows is left to DeepSpeed."""
+    if "DS_ACCELERATOR" in os.environ or torch.cuda.device_count() > 0:
+        return
+    if (hasattr(torch, "xpu") and torch.xpu.is_available()) or torch.backends.mps.is_available():
+        return
+    if any(importlib.util.find_spec(name) is not None for name in _OTHER_ACCELERATOR_MODULES):
+        return
+    os.environ["DS_ACCELERATOR"] = "cpu"

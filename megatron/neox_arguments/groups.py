@@ -178,7 +178,10 @@ class DataArgs:
 @dataclass
 class LoggingArgs:
     log_interval: int = arg(100, "Print and log metrics every this many steps.")
-    log_dir: Optional[str] = arg(None, "Directory for text logs.", path="dir")
+    log_dir: Optional[str] = arg(
+        None, "Each process also appends what it prints to <log-dir>/<host>_rank<R>_stdout.txt and _stderr.txt "
+        "(GPT-NeoX writes one pair per host); progress displays then print plain lines. W&B's run folder "
+        "goes there too.", path="dir")
     tensorboard_dir: Optional[str] = arg(None, "Write TensorBoard events here.", path="dir")
     use_wandb: bool = arg(False, "Log to Weights & Biases (honours WANDB_MODE=offline).")
     wandb_project: str = arg("neox", "W&B project.")

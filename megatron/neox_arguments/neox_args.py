@@ -15,7 +15,8 @@ from megatron.model.positional_embeddings import OptionError, declared_options, 
 
 from .errors import NeoXArgsError
 from .quoting import quote
-from .entry_points import argument_parser, flag_overrides
+from .entry_points import argument_parser, flag_overrides, name_the_cpu_accelerator
+from .log_files import start_log_files
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES, PROBE_TASKS
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .value_checks import check_values, non_finite
@@ -97,7 +98,9 @@ class NeoXArgs(*reversed(GROUPS)):
         ns = parser.parse_args(argv)
         if ns.megatron_config:
             payload = decode_config(ns.megatron_config)
-            return cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
+            args = cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
+            start_log_files(args)
+            return args
         if not ns.configs:
             parser.error("give at least one YAML config file (e.g. configs/tiny.yml)")
         overrides = parse_overrides(ns.set)
@@ -107,6 +110,7 @@ class NeoXArgs(*reversed(GROUPS)):
                                     f"--set; give it once.")
             overrides[key] = value
         args = cls.from_ymls(ns.configs, overrides)
+        start_log_files(args)
         if args.upstream_notice() and args.rank == 0:  # deepy.py printed it already when it launched us
             print(args.upstream_notice(), file=sys.stderr, flush=True)
         return args
@@ -401,9 +405,13 @@ def decode_config(text: str) -> dict:
 
 
 def run_cli(main):
-    """Run an entry point, printing a config mistake as one paragraph instead of a traceback."""
+    """Run an entry point, printing a config mistake as one paragraph instead of a traceback: on rank 0
+    only, since every rank reads the same config and raises the same error (a launch of N ranks would
+    print it N times); the other ranks exit with the same status."""
+    name_the_cpu_accelerator()  # before anything imports DeepSpeed
     try:
         return main()
     except NeoXArgsError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

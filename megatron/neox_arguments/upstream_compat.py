@@ -78,12 +78,23 @@ def _get(out: dict, key: str):
 
 
 # ------------------------------------------------------------------------------------ mapped keys
+COMMAND_LINE = "command line"  # the source of a --set value, which beats every file
+
+
 def _save_interval(raw, value, where, out, sources):
     own, current = _get(out, "checkpoint_factor")
+    own_where = sources.get("checkpoint_factor")
     if own is not None and current != value:
-        raise NeoXArgsError(f"{where}: '{raw}: {quote(value)}' (the KERPLE fork's checkpoint-factor) disagrees with "
-                            f"checkpoint-factor {quote(current)} ({sources.get('checkpoint_factor')}). Keep one of "
-                            "them.")
+        if where == COMMAND_LINE and own_where != COMMAND_LINE:  # --set save-interval beats the file's value
+            out[own] = value
+            sources["checkpoint_factor"] = f"{where} (as {raw})"
+            return [Note(raw, where, f"mapped to checkpoint-factor (replacing {quote(current)} of {own_where})")]
+        if own_where == COMMAND_LINE and where != COMMAND_LINE:
+            return [Note(raw, where, "checkpoint-factor given on the command line replaces it")]
+        raise NeoXArgsError(f"{where}: '{raw}: {quote(value)}' disagrees with checkpoint-factor {quote(current)} "
+                            f"({own_where}), and they are the same key: save-interval is the KERPLE fork's name for "
+                            "checkpoint-factor. Keep one of them, preferably checkpoint-factor (this project's and "
+                            "upstream GPT-NeoX's name).")
     out.setdefault(own or "checkpoint_factor", value)
     sources.setdefault("checkpoint_factor", f"{where} (as {raw})")
     return [Note(raw, where, "mapped to checkpoint-factor")]

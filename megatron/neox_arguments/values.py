@@ -10,10 +10,31 @@ from .quoting import quote
 from .yaml_loader import normalise_key, parse_value
 
 
+# Megatron-LM's names for keys that GPT-NeoX (and so this project) spells otherwise: a user who writes
+# one means that key, which spelling similarity alone does not find (`micro-batch-size` is closest to
+# `eval-micro-batch-size`). Upstream NeoX's own keys are upstream_treatments.py's, never errors.
+MEGATRON_SPELLINGS = {
+    "micro_batch_size": "train_micro_batch_size_per_gpu",
+    "global_batch_size": "train_batch_size",
+    "ffn_hidden_size": "intermediate_size",
+    "position_embedding_type": "pos_emb",
+    "normalization": "norm",
+    "lr_warmup_fraction": "warmup",
+    "untie_embeddings_and_output_weights": "no_weight_tying",
+    "tensor_model_parallel_size": "model_parallel_size",
+    "pipeline_model_parallel_size": "pipe_parallel_size",
+}
+
+
 def _unknown_key_message(raw_key, where, known) -> str:
     dashed = {k.replace("_", "-"): k for k in known}
-    close = difflib.get_close_matches(normalise_key(raw_key), known, n=1, cutoff=0.6)
-    hint = f" Did you mean '{close[0].replace('_', '-')}'?" if close else ""
+    key = normalise_key(raw_key)
+    if key in MEGATRON_SPELLINGS:
+        hint = (f" Did you mean '{MEGATRON_SPELLINGS[key].replace('_', '-')}'? (Megatron-LM's "
+                f"{key.replace('_', '-')} is GPT-NeoX's {MEGATRON_SPELLINGS[key].replace('_', '-')}, as here.)")
+    else:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f" Did you mean '{close[0].replace('_', '-')}'?" if close else ""
     return (f"{where}: {quote(str(raw_key))} is not a known config key.{hint} Fix or remove it; README.md's config "
             f"reference lists all {len(dashed)} keys.")
 

@@ -91,7 +91,8 @@ def _paper(table, dataset, method, length):
     paper_dataset, train = table.paper_map.get(dataset), table.train_length.get(dataset)
     if paper_dataset is None or train is None:
         return None
-    return paper_cell(paper_dataset, length / train, method)
+    cell = paper_cell(paper_dataset, length / train, method)
+    return None if cell is None else f"{fmt(cell[0])} ± {fmt(cell[1], cell[0])}"  # as our cells are written
 
 
 # ---------------------------------------------------------------- rendering

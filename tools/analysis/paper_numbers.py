@@ -21,9 +21,10 @@ _TABLE3_ROWS = {
     ("ArXiv", 16384): "5.07 0.16 | 5.07 0.19 | 5.78 0.15 | 6.25 0.61 | 85.4 7.4 | 6674 5696",
 }
 
-# (paper dataset, paper length, method) -> (mean ppl, std ppl) as printed (kept as text for digits).
+# (paper dataset, paper length, method) -> (mean ppl, std ppl). Typed as the paper printed them ("4 0.2"
+# beside "3.40 0.20"); tables show them at the precision of their own cells (make_tables.fmt: 4.00 ± 0.20).
 TABLE3 = {
-    (data, length, method): tuple(cell.split())
+    (data, length, method): tuple(float(number) for number in cell.split())
     for (data, length), row in _TABLE3_ROWS.items()
     for method, cell in zip(_METHODS, row.split(" | "))
 }
@@ -33,7 +34,6 @@ TABLE4 = {"kerple_log": 0.307, "kerple_power": 0.321, "alibi": 0.302, "t5": 0.34
           "sinusoidal": 0.298}
 
 
-def paper_cell(paper_dataset: str, ratio: float, method: str) -> str | None:
-    """The paper's `mean ± std` at the same extrapolation ratio (L / train length), if it printed one."""
-    cell = TABLE3.get((paper_dataset, round(ratio * PAPER_TRAIN_LENGTH), method))
-    return f"{cell[0]} ± {cell[1]}" if cell else None
+def paper_cell(paper_dataset: str, ratio: float, method: str) -> tuple[float, float] | None:
+    """The paper's (mean, std) at the same extrapolation ratio (L / train length), if it printed one."""
+    return TABLE3.get((paper_dataset, round(ratio * PAPER_TRAIN_LENGTH), method))

@@ -7,6 +7,7 @@ tables read it like any mode; its own fields hold the grid's row for this length
 sample in depth-major order (`probe_logprob[i]` of two runs are the same prompt: paired tests).
 Every rank scores the whole grid (it is small); only rank 0 prints."""
 import math
+import time
 
 import numpy as np
 
@@ -18,10 +19,12 @@ def probe_record(context, grid) -> dict:
     probe-depths) and the printed accuracy-by-depth line."""
     args = context.neox_args
     samples = [s for row in grid for s in row]
+    began = time.perf_counter()  # a probe scores without context.losses, which times the other modes' passes
     forced = teacher_forced(context.model, samples, context.vocab_size, args.eval_micro_batch_size)
     recompute = not all(getattr(pe, "cache_exact", True) for pe in context.network.positional_embeddings())
     exact = (greedy_exact(context.network, samples, context.vocab_size, args.eval_micro_batch_size, recompute)
              if args.probe_greedy else None)
+    context.seconds += time.perf_counter() - began  # the per-length line and the record's `seconds`
     per_token = np.array([-f["logprob"] / len(s.answer) for f, s in zip(forced, samples)])
     n = len(samples)
     loss = float(per_token.mean())
