@@ -1,5 +1,5 @@
-"""Hostile inputs, round 2 (issue 24): runs that cannot pass as finished (row 8), and a disk that fills
-up during a save (row 15). In-process trainings (tiny_args) for each rule, one launch through the entry point
+"""Hostile inputs, round 2 (issue 24): runs that cannot pass as finished (row 8), a disk that fills up
+during a save (row 15), evaluation lengths too short for a probe (row 4). In-process trainings (tiny_args) for each rule, one launch through the entry point
 where the exit status is the point."""
 import errno
 import math
@@ -7,10 +7,15 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
+from megatron.evaluation.probes import kv_retrieval, passkey
+from megatron.evaluation.probes.common import ProbeError
+from megatron.evaluation.run import evaluate_run
 from megatron.preflight import SaveFolderLock
+from megatron.tokenizer.tokenizer import ByteLevelTokenizer
 from megatron.training import TrainingError, pretrain
 from test_training_support import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, \
     tiny_overrides
@@ -182,3 +187,30 @@ def test_a_real_full_disk_mid_save_and_the_resume(full_disk, stdlib_data, tmp_pa
     done = train(train_iters=2)  # resumes (at its last step): the start-up checks find the disk writable
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "no checkpoint" not in done.stdout and saved(full_disk) == ["global_step2", "latest"]
+
+
+# ------------------------------------------------- row 4: every length's probe fit, before any is scored
+@pytest.mark.parametrize("mode", ["kv-retrieval", "passkey"])
+def test_a_length_too_short_for_the_probe_stops_before_any_length_is_scored(mode, stdlib_data, tmp_path, capsys):
+    pretrain(tiny_args(stdlib_data, tmp_path, train_iters=1))
+    shortest = {"kv-retrieval": 42, "passkey": 103}[mode]  # byte-level: needle(s), question, answer take 43, 104
+    args = tiny_args(stdlib_data, tmp_path, eval_modes=["nonoverlap", mode], eval_lengths=[shortest, shortest - 1],
+                     eval_chunks=2, eval_results_dir=str(tmp_path / "results"))
+    capsys.readouterr()
+    with pytest.raises(ProbeError, match=rf"^eval-lengths: length {shortest - 1} cannot hold the {mode} probe: .* "
+                                         rf"Use eval-lengths of at least {shortest} with the {mode} mode\.$"):
+        evaluate_run(args)
+    assert "L=" not in capsys.readouterr().out  # nothing scored, not even the length that fits
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+
+
+def test_every_short_length_is_named_at_once():
+    tokenizer = ByteLevelTokenizer()
+    stream = np.array(tokenizer.tokenize("filler text without the probe's words, " * 50))
+    with pytest.raises(ProbeError, match=r"^eval-lengths: lengths 30, 41 cannot hold the kv-retrieval probe: its 3 "
+                                         r"key-value pairs \(probe-kv-pairs\), question and answer take 43 tokens"):
+        kv_retrieval.check_lengths(stream, tokenizer, [64, 30, 41], [0.0, 1.0], 2, 0, pairs=3)
+    kv_retrieval.check_lengths(stream, tokenizer, [42, 64], [0.0, 1.0], 2, 0, pairs=3)  # these fit
+    with pytest.raises(ProbeError, match=r"the evaluation stream has 1950 tokens, fewer than the 3899 filler tokens "
+                                         r"of a length-4002 passkey sample"):
+        passkey.check_lengths(stream, tokenizer, [128, 4002], [0.5], 1, 0)

@@ -41,6 +41,9 @@ def evaluate_run(neox_args) -> pathlib.Path:
     check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
     stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     plan = {length: _starts(stream, length, neox_args) for length in lengths}
+    for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
+        if mode.check:
+            mode.check(neox_args, tokenizer, stream, lengths)
 
     model, iteration = load_model(neox_args, tokenizer)
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype

@@ -2,7 +2,10 @@
 
 A mode is a function `score(context) -> dict` decorated with `@register(name, help)`; it asks the
 context (megatron/evaluation/context.py) for a loss matrix [chunks, L] and returns the fields of its
-record in the result file (usually `context.summary(losses)` plus anything of its own). The config's
+record in the result file (usually `context.summary(losses)` plus anything of its own). A mode that
+cannot score some lengths also gives `check=`, a function `check(neox_args, tokenizer, stream,
+lengths)` that raises a NeoXArgsError naming them; evaluate.py calls it for every mode before
+anything is scored, so a bad length is found before the good ones' time is spent. The config's
 `eval-modes` accepts exactly the registered names, evaluate.py runs them, and the table and figure
 tools offer them as `--mode`.
 
@@ -31,20 +34,21 @@ class EvalMode:
     name: str
     help: str
     score: Callable  # (context) -> the record's fields
+    check: Callable | None = None  # (neox_args, tokenizer, stream, lengths): raises for a length it cannot score
 
 
 _REGISTRY: dict[str, EvalMode] = {}
 _discovered = False
 
 
-def register(name: str, help: str):
+def register(name: str, help: str, check: Callable | None = None):
     """Decorator: `@register("sliding", "what it measures")` above `def score(context) -> dict`."""
     def add(score):
         if name in _REGISTRY:
             raise EvalModeError(
                 f"evaluation mode {name!r} is registered twice ({_REGISTRY[name].score.__module__} and "
                 f"{score.__module__}); rename one of them")
-        _REGISTRY[name] = EvalMode(name, help, score)
+        _REGISTRY[name] = EvalMode(name, help, score, check)
         return score
     return add
 

@@ -2,13 +2,18 @@
 at each of `probe-depths`, in `probe-samples` prompts of the evaluated length
 (megatron/evaluation/probes/kv_retrieval.py); the record as every probe's
 (megatron/evaluation/probes/record.py), its `probe_keys` the queried values."""
-from ..probes.kv_retrieval import make_grid
+from ..probes.kv_retrieval import check_lengths, make_grid
 from ..probes.record import probe_record
 from . import register
 
 
+def check(args, tokenizer, stream, lengths) -> None:
+    check_lengths(stream, tokenizer, lengths, args.probe_depths, args.probe_samples, args.eval_seed,
+                  pairs=args.probe_kv_pairs)
+
+
 @register("kv-retrieval", "key-value retrieval at probe-depths among probe-kv-pairs pairs (answer log-prob, "
-                          "rank, greedy exact match); short enough for 64-token models")
+                          "rank, greedy exact match); short enough for 64-token models", check=check)
 def score(context) -> dict:
     args = context.neox_args
     return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,

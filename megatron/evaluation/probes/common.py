@@ -53,23 +53,52 @@ def shortest_length(fixed_tokens: int) -> int:
     return fixed_tokens - 1
 
 
+def _too_short(task: str, pieces: str, short: dict[int, int]) -> ProbeError:
+    """The eval-lengths error for the lengths in `short` (length -> the fixed tokens of its samples)."""
+    fixed = max(short.values())
+    lengths = f"length {next(iter(short))}" if len(short) == 1 else f"lengths {', '.join(map(str, short))}"
+    return ProbeError(
+        f"eval-lengths: {lengths} cannot hold the {task} probe: its {pieces} take {fixed} tokens (+1 for the "
+        f"length's extra target). Use eval-lengths of at least {shortest_length(fixed)} with the {task} mode.")
+
+
 def filler_count(task: str, pieces: str, fixed_tokens: int, length: int) -> int:
     """F, the filler tokens of a length-`length` sample; the eval-lengths error when it has no room."""
     if length < shortest_length(fixed_tokens):
-        raise ProbeError(
-            f"eval-lengths: length {length} cannot hold the {task} probe: its {pieces} take {fixed_tokens} "
-            f"tokens (+1 for the length's extra target). Use eval-lengths of at least "
-            f"{shortest_length(fixed_tokens)} with the {task} mode.")
+        raise _too_short(task, pieces, {length: fixed_tokens})
     return length + 1 - fixed_tokens
+
+
+def _check_stream(stream: np.ndarray, count: int, task: str, length: int) -> None:
+    if len(stream) < count:
+        raise ProbeError(f"the evaluation stream has {len(stream)} tokens, fewer than the {count} filler "
+                         f"tokens of a length-{length} {task} sample; use shorter eval-lengths.")
+
+
+def check_lengths(fixed_tokens_of, stream: np.ndarray, lengths, depths, samples: int, eval_seed: int, task: str,
+                  pieces: str) -> None:
+    """Every length of an evaluation, checked before the first is scored: each sample of its grid fits
+    (`fixed_tokens_of(seed)`: that sample's needle(s), question and answer, tokenized as make_sample
+    does, so a BPE's per-key splits count) and the stream holds its filler. One error names every length
+    that is too short."""
+    check_depths(depths)
+    short = {}
+    for length in lengths:
+        fixed = [fixed_tokens_of(sample_seed(eval_seed, length, i, j)) for i in range(len(depths))
+                 for j in range(samples)]
+        if length < shortest_length(max(fixed)):
+            short[length] = max(fixed)
+        else:
+            _check_stream(stream, filler_count(task, pieces, min(fixed), length), task, length)
+    if short:
+        raise _too_short(task, pieces, short)
 
 
 def draw_filler(rng, stream: np.ndarray, tokenizer, count: int, forbidden: list[str], task: str,
                 length: int) -> list[int]:
     """`count` consecutive ids of `stream` from a random offset whose text holds none of `forbidden`
     (so the needle's key is said once only, by the needle)."""
-    if len(stream) < count:
-        raise ProbeError(f"the evaluation stream has {len(stream)} tokens, fewer than the {count} filler "
-                         f"tokens of a length-{length} {task} sample; use shorter eval-lengths.")
+    _check_stream(stream, count, task, length)
     for _ in range(ATTEMPTS):
         offset = int(rng.integers(0, len(stream) - count + 1))
         filler = [int(t) for t in stream[offset:offset + count]]
@@ -81,10 +110,15 @@ def draw_filler(rng, stream: np.ndarray, tokenizer, count: int, forbidden: list[
                      f"from is too repetitive for the {task} probe.")
 
 
+def sample_seed(eval_seed: int, length: int, i: int, j: int) -> tuple:
+    """The seed of sample j at depth i of a length's grid: these only, so every method and training seed
+    gets byte-identical prompts (paired across runs)."""
+    return eval_seed, length, i, j
+
+
 def make_grid(make_sample, stream, tokenizer, length: int, depths, samples: int, eval_seed: int,
               **options) -> list[list[ProbeSample]]:
-    """[depth][sample] samples of one length, sample (i, j) seeded by (eval_seed, length, i, j) only, so
-    every method and training seed gets byte-identical prompts (paired across runs)."""
+    """[depth][sample] samples of one length, sample (i, j) seeded by sample_seed."""
     check_depths(depths)
-    return [[make_sample(stream, tokenizer, length, d, (eval_seed, length, i, j), **options) for j in range(samples)]
-            for i, d in enumerate(depths)]
+    return [[make_sample(stream, tokenizer, length, d, sample_seed(eval_seed, length, i, j), **options)
+             for j in range(samples)] for i, d in enumerate(depths)]

@@ -14,9 +14,10 @@ import string
 import numpy as np
 
 from .common import ProbeError, ProbeSample, check_depths, draw_filler, filler_count
+from .common import check_lengths as _check_lengths
 from .common import make_grid as _make_grid
 
-__all__ = ["ProbeError", "check_pairs", "pairs_problem", "fixed_tokens", "make_grid", "make_sample"]
+__all__ = ["ProbeError", "check_lengths", "check_pairs", "pairs_problem", "fixed_tokens", "make_grid", "make_sample"]
 
 PAIR = " [{key}={value}]"
 QUESTION = " [{key}="
@@ -53,14 +54,8 @@ def make_sample(stream: np.ndarray, tokenizer, length: int, depth: float, seed: 
     Its `key` is the queried value (what the answer says)."""
     check_depths([depth])
     check_pairs(pairs)
-    rng = np.random.default_rng(list(seed))
-    codes = rng.choice(26 ** LETTERS, size=pairs, replace=False)  # distinct keys; the first is queried
-    keys = ["".join(string.ascii_lowercase[c // 26 ** p % 26] for p in reversed(range(LETTERS))) for c in codes]
-    values = [int(v) + 10 ** (DIGITS - 1) for v in rng.choice(MOST_PAIRS, size=pairs, replace=False)]
-    needles = [tokenizer.tokenize(PAIR.format(key=k, value=v)) for k, v in zip(keys, values)]
-    question = tokenizer.tokenize(QUESTION.format(key=keys[0]))
-    answer = tokenizer.tokenize(ANSWER.format(value=values[0]))
-    filler_tokens = filler_count("kv-retrieval", f"{pairs} key-value pairs (probe-kv-pairs), question and answer",
+    rng, keys, values, needles, question, answer = _pieces(tokenizer, seed, pairs)
+    filler_tokens = filler_count("kv-retrieval", _pieces_named(pairs),
                                  sum(map(len, needles)) + len(question) + len(answer), length)
     at = round(depth * filler_tokens)
     slots = rng.integers(0, max(filler_tokens, 1), size=pairs - 1)
@@ -77,6 +72,34 @@ def make_sample(stream: np.ndarray, tokenizer, length: int, depth: float, seed: 
         tokens += needles[index]
     tokens += filler[done:] + question + answer
     return ProbeSample(tokens, answer, values[0], needle_start, filler_tokens, needle_start + len(needles[0]))
+
+
+def _pieces(tokenizer, seed: tuple, pairs: int):
+    """(the sample's generator, its keys and values, the pairs', question's and answer's ids): the first
+    draws of rng(seed); the first pair is the queried one."""
+    rng = np.random.default_rng(list(seed))
+    codes = rng.choice(26 ** LETTERS, size=pairs, replace=False)  # distinct keys; the first is queried
+    keys = ["".join(string.ascii_lowercase[c // 26 ** p % 26] for p in reversed(range(LETTERS))) for c in codes]
+    values = [int(v) + 10 ** (DIGITS - 1) for v in rng.choice(MOST_PAIRS, size=pairs, replace=False)]
+    needles = [tokenizer.tokenize(PAIR.format(key=k, value=v)) for k, v in zip(keys, values)]
+    question = tokenizer.tokenize(QUESTION.format(key=keys[0]))
+    answer = tokenizer.tokenize(ANSWER.format(value=values[0]))
+    return rng, keys, values, needles, question, answer
+
+
+def _pieces_named(pairs: int) -> str:
+    """What takes the fixed tokens, in the eval-lengths error."""
+    return f"{pairs} key-value pairs (probe-kv-pairs), question and answer"
+
+
+def check_lengths(stream, tokenizer, lengths, depths, samples: int, eval_seed: int, pairs: int) -> None:
+    """Every length's grid fits, before the first length is scored (common.check_lengths)."""
+    check_pairs(pairs)
+
+    def fixed(seed):
+        _, _, _, needles, question, answer = _pieces(tokenizer, seed, pairs)
+        return sum(map(len, needles)) + len(question) + len(answer)
+    _check_lengths(fixed, stream, lengths, depths, samples, eval_seed, "kv-retrieval", _pieces_named(pairs))
 
 
 def make_grid(stream, tokenizer, length: int, depths, samples: int, eval_seed: int,

@@ -7,14 +7,16 @@ lengths, depths and the paired grid), so every method and training seed gets byt
 import numpy as np
 
 from .common import ProbeError, ProbeSample, check_depths, draw_filler, filler_count
+from .common import check_lengths as _check_lengths
 from .common import make_grid as _make_grid
 
-__all__ = ["ProbeError", "PasskeySample", "check_depths", "fixed_tokens", "make_grid", "make_sample"]
+__all__ = ["ProbeError", "PasskeySample", "check_depths", "check_lengths", "fixed_tokens", "make_grid", "make_sample"]
 
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = " What is the pass key? The pass key is"
 ANSWER = " {key}"
 DIGITS = 5
+PIECES = "needle, question and answer"  # what takes the fixed tokens, in the eval-lengths error
 
 PasskeySample = ProbeSample
 
@@ -28,16 +30,26 @@ def fixed_tokens(tokenizer, key: int = 10 ** (DIGITS - 1)) -> int:
 def make_sample(stream: np.ndarray, tokenizer, length: int, depth: float, seed: tuple) -> ProbeSample:
     """One passkey sample of `length` (+1) tokens with the needle at `depth`, from rng(seed)."""
     check_depths([depth])
-    rng = np.random.default_rng(list(seed))
-    key = int(rng.integers(10 ** (DIGITS - 1), 10 ** DIGITS))
-    needle, question, answer = (tokenizer.tokenize(t.format(key=key)) for t in (NEEDLE, QUESTION, ANSWER))
-    filler_tokens = filler_count("passkey", "needle, question and answer",
-                                 len(needle) + len(question) + len(answer), length)
+    rng, key, (needle, question, answer) = _pieces(tokenizer, seed)
+    filler_tokens = filler_count("passkey", PIECES, len(needle) + len(question) + len(answer), length)
     at = round(depth * filler_tokens)
     # Filler that never says the key nor the needle's words: one needle only.
     filler = draw_filler(rng, stream, tokenizer, filler_tokens, [str(key), "pass key"], "passkey", length)
     tokens = filler[:at] + needle + filler[at:] + question + answer
     return ProbeSample(tokens, answer, key, at, filler_tokens, at + len(needle))
+
+
+def _pieces(tokenizer, seed: tuple):
+    """(the sample's generator, its key, its needle, question and answer ids): the first draws of rng(seed)."""
+    rng = np.random.default_rng(list(seed))
+    key = int(rng.integers(10 ** (DIGITS - 1), 10 ** DIGITS))
+    return rng, key, [tokenizer.tokenize(t.format(key=key)) for t in (NEEDLE, QUESTION, ANSWER)]
+
+
+def check_lengths(stream, tokenizer, lengths, depths, samples: int, eval_seed: int) -> None:
+    """Every length's grid fits, before the first length is scored (common.check_lengths)."""
+    _check_lengths(lambda seed: sum(map(len, _pieces(tokenizer, seed)[2])), stream, lengths, depths, samples,
+                   eval_seed, "passkey", PIECES)
 
 
 def make_grid(stream, tokenizer, length: int, depths, samples: int, eval_seed: int) -> list[list[ProbeSample]]:
