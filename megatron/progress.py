@@ -5,6 +5,7 @@ one rule for every display:
     anything else      a plain line every INTERVAL seconds (count, rate, ETA), and one when it ends:
                        a log file or a pipe keeps lines, where a bar's `\\r` redraws would pile up
     NEOX_PROGRESS=0    no progress display at all (results, reports and errors are printed as usual)
+    progress: false    the same for one run: the config key, which an entry point hands to `follow_config`
 """
 import os
 import sys
@@ -19,11 +20,21 @@ INTERVAL = 10.0  # seconds between two plain lines
 ON, OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
 
 
+_config_wants = True  # the run's `progress` key, once an entry point has read its config
+
+
+def follow_config(progress: bool) -> None:
+    """What the config's `progress` key says for this process's displays (NeoXArgs.consume_args)."""
+    global _config_wants
+    _config_wants = progress
+
+
 def switched_on() -> bool:
-    """Whether progress displays are wanted (NEOX_PROGRESS, default on); a value it does not know is an error."""
+    """Whether progress displays are wanted: NEOX_PROGRESS (default on) and the config's `progress` key
+    both allow them; either one turns them off. A NEOX_PROGRESS value it does not know is an error."""
     value = os.environ.get(SWITCH, "1").strip().lower()
     if value in ON or value in OFF:
-        return value in ON
+        return value in ON and _config_wants
     raise NeoXArgsError(f"environment variable {SWITCH}={os.environ[SWITCH]!r} is neither on nor off: set it to 0 "
                         f"to turn every progress display off, or 1 (the default) to keep them; or unset it.")
 

@@ -36,7 +36,7 @@ class EntryPoint:
 ENTRY_POINTS = {
     "train.py": EntryPoint(keys=(
         "pos-emb", "seq-length", "train-iters", "train-micro-batch-size-per-gpu", "data-path", "save", "load",
-        "checkpoint-factor", "eval-interval", "log-interval", "seed")),
+        "checkpoint-factor", "eval-interval", "log-interval", "seed", "progress")),
     "evaluate.py": EntryPoint(keys=(
         "load", "iteration", "eval-lengths", "eval-modes", "eval-chunks", "eval-split", "eval-stride",
         "eval-micro-batch-size", "eval-results-dir", "attention-window", "probe-depths", "probe-samples")),

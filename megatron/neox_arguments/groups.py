@@ -182,6 +182,8 @@ class LoggingArgs:
         None, "Each process also appends what it prints to <log-dir>/<host>_rank<R>_stdout.txt and _stderr.txt "
         "(GPT-NeoX writes one pair per host); progress displays then print plain lines. W&B's run folder "
         "goes there too.", path="dir")
+    progress: bool = arg(True, "Progress displays: a bar on a terminal, a plain line every 10 s otherwise; "
+                               "false: none (NEOX_PROGRESS=0 also turns them off).")
     tensorboard_dir: Optional[str] = arg(None, "Write TensorBoard events here.", path="dir")
     use_wandb: bool = arg(False, "Log to Weights & Biases (honours WANDB_MODE=offline).")
     wandb_project: str = arg("neox", "W&B project.")

@@ -12,6 +12,7 @@ from typing import Optional
 
 from megatron.model.attention_config import AttentionConfig, AttentionConfigError
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
+from megatron.progress import follow_config
 
 from .errors import NeoXArgsError
 from .quoting import quote
@@ -99,7 +100,7 @@ class NeoXArgs(*reversed(GROUPS)):
         if ns.megatron_config:
             payload = decode_config(ns.megatron_config)
             args = cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
-            start_log_files(args)
+            args.start_process()
             return args
         if not ns.configs:
             parser.error("give at least one YAML config file (e.g. configs/tiny.yml)")
@@ -110,10 +111,16 @@ class NeoXArgs(*reversed(GROUPS)):
                                     f"--set; give it once.")
             overrides[key] = value
         args = cls.from_ymls(ns.configs, overrides)
-        start_log_files(args)
+        args.start_process()
         if args.upstream_notice() and args.rank == 0:  # deepy.py printed it already when it launched us
             print(args.upstream_notice(), file=sys.stderr, flush=True)
         return args
+
+    def start_process(self) -> None:
+        """What an entry point's process takes from its config before anything else: its log files
+        (`log-dir`) and whether it shows progress displays (`progress`)."""
+        start_log_files(self)
+        follow_config(self.progress)
 
     # ---------------------------------------------------------------- derivation
     def where(self, path: str) -> str:
