@@ -60,6 +60,9 @@ class Hub(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body[start:])
 
     def listing(self, path):
+        if len(path.split("/")) < 7 or path.split("/")[5] != "tree":  # the client's other calls: none needed here
+            self.send_error(404)
+            return
         kind, owner, name, _, revision, *folder = path.split("/")[2:]
         root = f"{'/datasets' if kind == 'datasets' else ''}/{owner}/{name}/resolve/{revision}/"
         entries = [{"type": "file", "path": key[len(root):], "size": len(body), "oid": hashlib.sha1(body).hexdigest(),

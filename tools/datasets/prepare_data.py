@@ -30,7 +30,7 @@ import sys
 import tarfile
 import urllib.parse
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import zstandard
 
@@ -58,7 +58,7 @@ class Source:
     url: str                        # hf://[datasets/]<owner>/<name>@<revision>[/<path or glob>], or a file URL
     original: bool                  # the corpus the paper used (the same files), or a substitute
     note: str                       # why this source; for a substitute, how it differs from the paper's
-    paper_url: str                  # what KERPLE's README prepared (GPT-NeoX's prepare_data.py), for the record
+    paper_url: str                  # what KERPLE's README prepared (its tools/corpora.py), for the record
     cost: str                       # what the dataset costs, as far as known without asking the host
     pile_set_name: str | None = None   # keep only these documents of a mixed Pile file
     pinned: dict = field(default_factory=dict)   # remote name -> Pinned (files fetched under a base URL)
@@ -80,6 +80,9 @@ SOURCES = {
              "vocab.bpe (the sha256 pinned here is the one published for all of them)",
         paper_url="https://s3.amazonaws.com/models.huggingface.co/bert/gpt2-vocab.json, .../gpt2-merges.txt",
         cost="1.5 MB",
+        # tiktoken pins these sha256 for OpenAI's encoder.json / vocab.bpe; projects pin the same for GPT-NeoX's
+        # s3 gpt2-vocab.json and for this revision's vocab.json / merges.txt (git blobs 1f1d9aac, 226b0752), and
+        # tests/test_prepare_data.py checks them against the team's copy.
         pinned={"vocab.json": Pinned("gpt2-vocab.json", 1_042_301,
                                      "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"),
                 "merges.txt": Pinned("gpt2-merges.txt", 456_318,
@@ -89,7 +92,7 @@ SOURCES = {
         url="hf://datasets/parameterlab/scaling_mia_the_pile_00_Github@1fd6041f61a68497843d22b41b9ac863666c9a5a"
             "/data/*.parquet",
         original=False,
-        note="SUBSTITUTE: KERPLE trained on GPT-NeoX's `github` dataset (github_small.jsonl.zst), whose host "
+        note="KERPLE trained on GPT-NeoX's `github` dataset (github_small.jsonl.zst), whose host "
              "no longer serves it; this is the Pile's own GitHub subset, as much of it as one of the Pile's 30 "
              "training shards holds",
         paper_url="http://eaidata.bmk.sh/data/github_small.jsonl.zst",
@@ -101,10 +104,10 @@ SOURCES = {
         url="hf://datasets/parameterlab/scaling_mia_the_pile_00_arxiv@fbc312ef26033fd5725809e737ee1b26fe58e6a6"
             "/data/*.parquet",
         original=False,
-        note="SUBSTITUTE: KERPLE trained on GPT-NeoX's `arxiv` dataset (the Pile's preliminary ArXiv component, "
+        note="KERPLE trained on GPT-NeoX's `arxiv` dataset (the Pile's preliminary ArXiv component, "
              "all of it), whose host no longer serves it; this is the Pile's ArXiv subset as far as one of its "
              "30 training shards holds it",
-        paper_url="https://the-eye.eu/public/AI/pile_preliminary_components/"
+        paper_url="https://mystic.the-eye.eu/public/AI/pile_preliminary_components/"
                   "2020-09-08-arxiv-extracts-nofallback-until-2007-068.tar.gz",
         cost="about 1.9 GiB of text (1/30 of the Pile's 56 GiB ArXiv); --dry-run lists the exact download size",
         pile_set_name="ArXiv",
@@ -114,7 +117,7 @@ SOURCES = {
         url="hf://datasets/segyges/OpenWebText2@0033d7329c92ba163afa4c510f83f3c186d00210/openwebtext2.jsonl.zst.tar",
         original=True,
         note="the file GPT-NeoX's `openwebtext2` dataset downloads today, under the name the Pile published it",
-        paper_url="https://the-eye.eu/public/AI/pile_preliminary_components/openwebtext2.jsonl.zst.tar",
+        paper_url="https://mystic.the-eye.eu/public/AI/pile_preliminary_components/openwebtext2.jsonl.zst.tar",
         cost="29.3 GB download; tokenizing 68.6 GB of text takes many CPU hours and writes about 32 GB",
         others=(("hf://datasets/parameterlab/scaling_mia_the_pile_00_OpenWebText2@main/data/*.parquet",
                  "a SUBSTITUTE 1/30 the size: the OpenWebText2 documents of the Pile's training shard 00, 2.78 GB"),)),
@@ -159,6 +162,7 @@ def list_hub(url: str) -> list[Remote]:
     """The files an hf:// source names (a glob matches several), each with the sha256 the hub publishes."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.hf_api import RepoFile
 
     repo_type, repo, revision, pattern = parse_hf(url)
     folder = pattern.rsplit("/", 1)[0] if "/" in pattern else ""
@@ -175,7 +179,7 @@ def list_hub(url: str) -> list[Remote]:
         raise DataError(f"listing {url} at {endpoint()}: {type(err).__name__}: {str(err).splitlines()[0]}. Check "
                         f"the address (and HF_ENDPOINT, if set) and your connection, or give another source with "
                         f"--source NAME=URL.") from err
-    files = sorted((f for f in tree if hasattr(f, "size") and fnmatch.fnmatchcase(f.path, pattern)),
+    files = sorted((f for f in tree if isinstance(f, RepoFile) and fnmatch.fnmatchcase(f.path, pattern)),
                    key=lambda f: f.path)
     if not files:
         raise DataError(f"{url}: no file at {endpoint()} matches '{pattern}' (revision {revision}). Check the path, "
@@ -314,23 +318,30 @@ def needs_extraction(files, pile_set_name) -> bool:
 
 
 def documents(path: str, pile_set_name: str | None):
-    """The texts of `path` (parquet or JSON lines), leaving out documents of another Pile subset."""
+    """The texts of `path` (parquet, JSON lines, or a tar of them), leaving out documents that name another Pile
+    subset in `meta.pile_set_name`."""
     def wanted(meta):
         return not pile_set_name or not isinstance(meta, dict) or meta.get("pile_set_name") in (None, pile_set_name)
 
     if path.endswith(".parquet"):
+        import pyarrow
         import pyarrow.parquet as pq
 
-        parquet = pq.ParquetFile(path)
-        if "text" not in parquet.schema_arrow.names:
-            raise DataError(f"{path}: the parquet file has no 'text' column (its columns: "
-                            f"{', '.join(parquet.schema_arrow.names)}); give a source with the documents' text.")
-        columns = ["text"] + (["meta"] if "meta" in parquet.schema_arrow.names else [])
-        for batch in parquet.iter_batches(columns=columns, batch_size=1024):
-            rows = batch.to_pydict()
-            for text, meta in zip(rows["text"], rows.get("meta", [None] * batch.num_rows)):
-                if text is not None and wanted(meta):
-                    yield text
+        try:
+            parquet = pq.ParquetFile(path)
+            names = parquet.schema_arrow.names
+            if "text" not in names:
+                raise DataError(f"{path}: the parquet file has no 'text' column (its columns: {', '.join(names)}); "
+                                f"give a source with the documents' text.")
+            columns = ["text"] + (["meta"] if "meta" in names else [])
+            for batch in parquet.iter_batches(columns=columns, batch_size=1024):
+                rows = batch.to_pydict()
+                for text, meta in zip(rows["text"], rows.get("meta", [None] * batch.num_rows)):
+                    if text is not None and wanted(meta):
+                        yield text
+        except pyarrow.ArrowException as err:
+            raise DataError(f"{path} is not a readable parquet file ({type(err).__name__}: {err}); remove it and "
+                            f"run again to download it anew.") from err
         return
     if path.endswith(".tar"):  # the Pile's OpenWebText2: one .jsonl.zst per month, read in place
         try:
@@ -476,11 +487,11 @@ def write_record(path: str, record: dict):
 
 
 # ------------------------------------------------------------------------------------ listings
-def show_catalogue():
+def show_catalogue(data_dir: str):
     print("Datasets (python tools/datasets/prepare_data.py NAME ...; every corpus also fetches gpt2):\n")
     for name, source in SOURCES.items():
-        where = "data/gpt2-vocab.json, data/gpt2-merges.txt" if name == TOKENIZER else \
-            f"data/{name}/{name}_text_document.bin/.idx"
+        where = ", ".join(download_path(data_dir, name, pin) for pin in source.pinned.values()) if source.pinned \
+            else f"{output_prefix(data_dir, name)}_text_document.bin/.idx"
         print(f"  {name:13s}{source.what}\n{'':15s}{label(source, source.url, source.url)}; cost: {source.cost}\n"
               f"{'':15s}writes {where}\n{'':15s}from {source.url}")
         for url, what in source.others:
@@ -525,7 +536,7 @@ def main(argv=None):
     check_names(args.names)
     overrides = parse_sources(args.source)
     if not args.names:
-        show_catalogue()
+        show_catalogue(args.data_dir)
         return
     corpora = [n for n in dict.fromkeys(args.names) if n != TOKENIZER]
     names = [TOKENIZER] + corpora
