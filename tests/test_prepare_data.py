@@ -179,7 +179,8 @@ def test_openwebtext2_is_read_from_its_jsonl_zst_tar(tmp_path, tool, hub, tiny_g
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w") as tar:  # one .jsonl.zst per month, as in the Pile's file
         for month, chunk in (("2019-01", texts("web", 4)[:2]), ("2019-02", texts("web", 4)[2:])):
-            body = jsonl_zst([{"text": t, "meta": {"url": "https://example.org"}} for t in chunk])
+            # Each month's second line is a bare string, which lm_dataformat's rules take as the text.
+            body = jsonl_zst([{"text": t, "meta": {"url": "https://example.org"}} for t in chunk[:1]] + chunk[1:])
             info = tarfile.TarInfo(f"{month}.jsonl.zst")
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))

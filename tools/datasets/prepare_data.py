@@ -32,6 +32,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+import lm_dataformat
 import zstandard
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
@@ -368,11 +369,15 @@ def json_texts(fh, compressed: bool, where: str, wanted):
             continue
         try:
             record = json.loads(line)
-            text, meta = record["text"], record.get("meta")
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            # lm_dataformat's rules, as megatron.data.documents reads JSON lines: a bare string is the text, a
+            # list of paragraphs is joined by blank lines.
+            text = next(lm_dataformat.handle_jsonl([record], False, True, "\n\n", "text"))
+            if not isinstance(text, str):
+                raise TypeError(f"'text' holds a {type(text).__name__}")
+        except (ValueError, KeyError, TypeError) as err:
             raise DataError(f"{where}, line {lineno}: not a JSON object with a 'text' key "
                             f"({type(err).__name__}: {err}). Give a source of JSON lines with 'text'.") from err
-        if wanted(meta):
+        if wanted(record.get("meta") if isinstance(record, dict) else None):
             yield text
 
 
