@@ -117,7 +117,9 @@ SOURCES = {
         what="OpenWebText2 as the Pile built it: 17.1M documents, 68.6 GB of text",
         url="hf://datasets/segyges/OpenWebText2@0033d7329c92ba163afa4c510f83f3c186d00210/openwebtext2.jsonl.zst.tar",
         original=True,
-        note="the file GPT-NeoX's `openwebtext2` dataset downloads today, under the name the Pile published it",
+        note="a re-host of the file the paper used, under its name and of its size (29.3 GB; Hugging Face's "
+             "the_pile_openwebtext2 recorded 29,344,276,480 bytes for the original), which GPT-NeoX's `openwebtext2` "
+             "dataset downloads today",
         paper_url="https://mystic.the-eye.eu/public/AI/pile_preliminary_components/openwebtext2.jsonl.zst.tar",
         cost="29.3 GB download; tokenizing 68.6 GB of text takes many CPU hours and writes about 32 GB",
         others=(("hf://datasets/parameterlab/scaling_mia_the_pile_00_OpenWebText2@main/data/*.parquet",
