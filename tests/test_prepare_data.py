@@ -299,3 +299,18 @@ def test_a_source_that_is_not_there_is_one_error(tmp_path, tool, hub, tiny_gpt2)
 def test_a_missing_local_file_is_one_error_at_once(tmp_path, tool):
     with pytest.raises(DataError, match="no such file; check the path"):
         tool.main(["gpt2", "--data-dir", str(tmp_path / "data"), "--source", f"gpt2={tmp_path}", "--no-progress"])
+
+
+@pytest.mark.launches
+def test_the_command_line_lists_the_datasets_and_says_a_mistake_in_one_paragraph(repo_root, tmp_path):
+    """The command preflight names, run as a user runs it (from another folder too)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(repo_root / "tools/datasets/prepare_data.py")]
+    listing = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0 and "openwebtext2" in listing.stdout and "SUBSTITUTE" in listing.stdout
+    mistake = subprocess.run(command + ["gitlab"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert mistake.returncode == 2 and mistake.stdout == ""
+    assert mistake.stderr.startswith("error: unknown dataset 'gitlab'") and mistake.stderr.count("\n") == 1
+    assert not any(tmp_path.iterdir())
