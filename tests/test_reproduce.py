@@ -48,7 +48,9 @@ def sweep_file(tmp_path: pathlib.Path, methods=("kerple_log",)) -> pathlib.Path:
 
 
 def reproduce(*argv) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv)], cwd=REPO_ROOT,
+    """With --publish: these sweeps' report_dir is tmp_path/report (tests/test_reproduce_plan.py checks
+    that without it the report goes to <work_dir>/report)."""
+    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv), "--publish"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -56,7 +56,8 @@ def write_inputs(inputs: pathlib.Path) -> None:
 
 
 def reproduce(*argv):
-    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv)], cwd=REPO,
+    """With --publish: the report_dir of these sweeps is tmp_path/report (the published folder)."""
+    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv), "--publish"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -105,7 +106,8 @@ def test_published_reports_re_render_from_their_committed_inputs(tmp_path, sweep
     for figure in copy.glob("*.png"):
         if not figure.name.startswith("kernel_"):
             figure.unlink()  # must be drawn again
-    done = subprocess.run([sys.executable, "-m", "tools.reproduce", str(tmp_path / "sweep.yml"), *args, "--report-only"],
+    done = subprocess.run([sys.executable, "-m", "tools.reproduce", str(tmp_path / "sweep.yml"), *args, "--report-only",
+                           "--publish"],
                           cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (copy / "table3.csv").read_bytes() == (published / "table3.csv").read_bytes()

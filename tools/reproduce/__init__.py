@@ -3,7 +3,8 @@
     python -m tools.reproduce configs/reproduce/cpu-mini.yml                  # the CPU grid (make reproduce)
     python -m tools.reproduce configs/reproduce/cpu-mini.yml --datasets stdlib prose
     python -m tools.reproduce configs/reproduce/paper.yml                     # 162M / 512 / 50k, GPUs
-    python -m tools.reproduce SWEEP.yml --dry-run | --report-only
+    python -m tools.reproduce SWEEP.yml --dry-run                            # the plan, then every command
+    python -m tools.reproduce SWEEP.yml --publish [--report-only]            # into the published report_dir
 
 For every (dataset, method, seed) of the grid it prepares the data, trains through
 `deepy.py train.py`, evaluates at every length through `deepy.py evaluate.py` (the commands a GPU user
@@ -11,12 +12,14 @@ runs by hand), evaluates the windowed baseline, and then writes the report (Tabl
 perplexity versus length) with tools/analysis. It is resumable: a run with a checkpoint at its final
 step and a complete result file is skipped, an interrupted training resumes from its last checkpoint,
 and a failed run is reported while the others go on. Paths in the sweep YAML are relative to the
-repository root; everything a run writes goes under the sweep's `work_dir`, except the report's inputs
-(result files, training scalars), which are copied beside the report so `--report-only` re-renders it
-from a fresh clone.
+repository root; everything a sweep writes goes under its `work_dir`, the report included
+(<work_dir>/report/, with its inputs: result files and training scalars). The sweep's `report_dir` is the
+published report (docs/reproduction/ for cpu-mini: tracked files), written only with --publish, and its
+inputs beside it let `--report-only --publish` re-render it from a fresh clone. `--dry-run` prints the plan
+first (plan.py): corpora present or missing and what prepares them, runs done and to do, a time estimate.
 
 spec.py reads the sweep, runs.py plans the runs and knows what is finished, execute.py runs them,
-data.py prepares the corpora, claims.py judges the paper's claims, inputs.py and report.py (with
+data.py plans and prepares the corpora, plan.py prints the plan, claims.py judges the paper's claims, inputs.py and report.py (with
 sections.py) write the report.
 """
 import pathlib

@@ -1,5 +1,6 @@
-"""`python -m tools.reproduce SWEEP.yml [--datasets ...] [--jobs N] [--dry-run | --report-only]`."""
+"""`python -m tools.reproduce SWEEP.yml [--datasets ...] [--jobs N] [--publish] [--dry-run | --report-only]`."""
 import argparse
+import dataclasses
 import os
 import pathlib
 import shlex
@@ -11,8 +12,9 @@ if __package__ in (None, ""):  # `python tools/reproduce SWEEP.yml`: run as a fo
 
 from megatron.neox_arguments import run_cli  # noqa: E402
 from tools.reproduce import REPO_ROOT, __doc__ as DOC, inputs  # noqa: E402
-from tools.reproduce.data import prepare_data  # noqa: E402
+from tools.reproduce.data import plan_data, prepare_data  # noqa: E402
 from tools.reproduce.execute import launch_command, run_grid  # noqa: E402
+from tools.reproduce.plan import summary  # noqa: E402
 from tools.reproduce.report import write_report  # noqa: E402
 from tools.reproduce.runs import plan_runs  # noqa: E402
 from tools.reproduce.spec import SweepError, load_sweep  # noqa: E402
@@ -24,7 +26,15 @@ def main(argv=None):
     parser.add_argument("--datasets", nargs="+",
                         help="run these datasets of the sweep's `data` (default: its `datasets`)")
     parser.add_argument("--jobs", type=int, help="runs at a time (default: the sweep's `jobs`)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and the commands; run nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (corpora, runs done and to do, time estimate) and the commands; "
+                        "run nothing")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the report and its inputs into the sweep's `report_dir` (the published report, "
+                        "often tracked files); without it they go to <work_dir>/report")
+    parser.add_argument("--step-seconds", type=float, metavar="S",
+                        help="--dry-run: seconds per training step to estimate with where no earlier run of the "
+                        "sweep measured one")
     parser.add_argument("--report-only", action="store_true",
                         help="re-render the report from the inputs saved beside it; run nothing")
     args = parser.parse_args(argv)
@@ -40,14 +50,23 @@ def main(argv=None):
         raise SweepError(f"--datasets {unknown[0]!r} is not defined under `data` in {sweep.path} "
                          f"(defined: {', '.join(sweep.data)})")
 
+    published = sweep
+    if not args.publish:  # a sweep writes into its own folder; the published report only when asked
+        sweep = dataclasses.replace(sweep, report_dir=sweep.work_dir / "report")
+
     if args.dry_run:
-        for run in plan_runs(sweep, [sweep.data[n] for n in names]):
+        data_plans = plan_data(sweep, names)
+        runs = plan_runs(sweep, list({p.runs_as.name: p.runs_as for p in data_plans if p.runs_as}.values()))
+        print(summary(published, data_plans, runs, sweep.report_dir, args.publish, args.jobs or sweep.jobs,
+                      args.step_seconds))
+        print("# Commands")
+        for run in runs:
             for script, overrides in ([] if run.base else [("train.py", run.training_overrides())]) + \
                                      [("evaluate.py", run.evaluation_overrides())]:
                 print(shlex.join(launch_command(script, sweep.profile, overrides)))
         return 0
     if args.report_only:
-        saved = inputs.load(sweep)
+        saved = inputs.load(sweep, None if args.publish else published.report_dir)
         # In the sweep's `data` order, as the run that wrote the report planned them (sections list runs in it).
         reported = [name for name in sweep.data if name in {d["run"]["dataset"] for d in saved.documents}]
         report = write_report(sweep, plan_runs(sweep, [sweep.data[n] for n in reported]), saved, {}, command,

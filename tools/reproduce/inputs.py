@@ -69,12 +69,15 @@ def save(inputs: ReportInputs, sweep: Sweep) -> None:
                                       "trained_commits": inputs.trained_commits})
 
 
-def load(sweep: Sweep) -> ReportInputs:
-    """The inputs saved beside the report (what `--report-only` renders from)."""
+def load(sweep: Sweep, published=None) -> ReportInputs:
+    """The inputs saved beside the report (what `--report-only` renders from). `published`: the sweep's
+    published report folder, named in the error when this one (the sweep's own) has none."""
     out = folder(sweep)
     if not (out / "facts.json").is_file():
+        also = (f", or add --publish to re-render the published report in {published} from the inputs beside it"
+                if published and (pathlib.Path(published) / "inputs" / "facts.json").is_file() else "")
         raise SweepError(f"{out} holds no report inputs (facts.json, scalars.json, results/); run the sweep "
-                         "without --report-only once (finished runs are skipped) to collect them there")
+                         f"without --report-only once (finished runs are skipped) to collect them there{also}")
     try:
         documents = load_results(out / "results")
         scalars = json.loads((out / "scalars.json").read_text())
