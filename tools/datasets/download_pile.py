@@ -7,7 +7,8 @@ downloads to data/pile/00.jsonl.zst (an interrupted download resumes with an HTT
 a checksum mismatch is an error), then writes data/pile/<subset>.jsonl.zst with the documents whose
 `meta.pile_set_name` is that subset, and prints the preprocessing command for each.
 
-The Pile's original host no longer serves it: pass the URL of a mirror you can reach. This tool was
+The Pile's original host no longer serves it: pass the URL of a mirror you can reach. For the paper's three
+corpora, tools/datasets/prepare_data.py knows where they are published today and tokenizes them too. This tool was
 exercised only against file:// URLs and a local HTTP server in tests/test_data_download.py, since
 this project's development machines have no internet access.
 """
