@@ -18,6 +18,7 @@ from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
 from megatron.preflight import folder_problem
 from megatron.progress import Progress
+from megatron.tokenizer.tokenizer import describe_bytes
 
 from .documents import InputProblems, expand_inputs, read_documents
 from .errors import DataError
@@ -72,6 +73,16 @@ def preprocess(inputs, output_prefix: str, tokenizer, jsonl_keys=("text",), appe
     problem = folder_problem(os.path.dirname(os.path.abspath(output_prefix)), "--output-prefix's folder")
     if problem:  # found now, not after every document was tokenized
         raise DataError(problem)
+    lost = tokenizer.lost_bytes()
+    if lost:  # text would silently lose these characters: refused before any token is written
+        kept = [b for b in range(256) if b not in lost]
+        raise DataError(
+            f"the {tokenizer.name} of {tokenizer.vocab_file} cannot encode {len(lost)} of the 256 byte values: its "
+            f"vocabulary has no token for {describe_bytes(lost)}" + (f" (it has tokens for {describe_bytes(kept)} only)" if len(kept) <= 16
+                                             else "")
+            + ", and no unknown token, so every character made of them would be dropped from the data without a "
+            "trace. Give the tokenizer's complete vocabulary file (GPT-2's vocab.json has a token for each of the "
+            "256 bytes); nothing was written.")
     files = expand_inputs(inputs)
     dtype = token_dtype(tokenizer)
     prefixes = [output_prefix_for(output_prefix, key) for key in jsonl_keys]

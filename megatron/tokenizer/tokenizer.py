@@ -29,6 +29,12 @@ class Tokenizer:
     def detokenize(self, ids) -> str:
         raise NotImplementedError
 
+    def lost_bytes(self) -> list[int]:
+        """The byte values this tokenizer drops from text without a trace (no id, not even an unknown
+        token's). None for these files' own tokenizers: bytes and characters all have ids, and an unknown
+        character becomes the unknown id, which says so."""
+        return []
+
     @property
     def unique_identifiers(self) -> dict:
         # megatron-core hashes this into the names of its cached sample indices.
@@ -36,13 +42,24 @@ class Tokenizer:
 
 
 class _TokenizersBackend(Tokenizer):
-    """A tokenizer whose `backend` is a Hugging Face `tokenizers.Tokenizer`."""
+    """A tokenizer whose `backend` is a Hugging Face `tokenizers.Tokenizer` read from `vocab_file`."""
+    vocab_file: str
 
     def tokenize(self, text):
         return self.backend.encode(text).ids
 
     def detokenize(self, ids):
         return self.backend.decode(list(ids), skip_special_tokens=False)
+
+    def lost_bytes(self):
+        """A byte-level BPE (GPT-2's pre-tokenizer) turns each byte into its symbol; a byte whose symbol is
+        not in the vocabulary, with no unknown token to stand for it, vanishes from every text."""
+        from tokenizers import pre_tokenizers
+        if not isinstance(self.backend.pre_tokenizer, pre_tokenizers.ByteLevel) \
+                or getattr(self.backend.model, "unk_token", None):
+            return []
+        vocab = self.backend.get_vocab()
+        return [byte for byte, symbol in enumerate(BYTE_SYMBOLS) if symbol not in vocab]
 
 
 class GPT2BPETokenizer(_TokenizersBackend):
@@ -59,6 +76,7 @@ class GPT2BPETokenizer(_TokenizersBackend):
                                  f"vocab.json and merges.txt ({err}).") from err
         self.backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         self.backend.decoder = decoders.ByteLevel()
+        self.vocab_file = vocab_file
         self.vocab_size = self.backend.get_vocab_size()
         self.eod = _require_token(self.backend, ["<|endoftext|>"], vocab_file)
         self.pad = self.vocab_size
@@ -76,6 +94,7 @@ class HFTokenizer(_TokenizersBackend):
         except Exception as err:  # the library raises a bare Exception on malformed JSON
             raise TokenizerError(f"vocab-file {tokenizer_file} is not a Hugging Face tokenizer.json "
                                  f"({err}). Give the tokenizer.json of a `tokenizers` tokenizer.") from err
+        self.vocab_file = tokenizer_file
         self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
         self.eod = _require_token(self.backend, self.EOD_TOKENS, tokenizer_file)
         pads = [self.backend.token_to_id(t) for t in self.PAD_TOKENS if self.backend.token_to_id(t) is not None]
@@ -130,6 +149,31 @@ class CharLevelTokenizer(Tokenizer):
 
     def detokenize(self, ids):
         return "".join(chr(i) if i < self.num_chars else "\ufffd" for i in map(int, ids) if i != self.eod)
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's printable stand-in for each byte 0..255 (its `bytes_to_unicode`): the byte's own character
+    when printable Latin-1, else the next code point from 256 on."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    others = iter(range(256, 512))
+    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
+
+
+BYTE_SYMBOLS = _byte_symbols()
+
+
+def describe_bytes(values: list[int]) -> str:
+    """Byte values as ranges, each byte shown as hex and, when printable ASCII, as itself: `0x00-0x63,
+    0x66-0xff` or `0x41 'A'`."""
+    def one(byte):
+        return f"0x{byte:02x}" + (f" {chr(byte)!r}" if 0x21 <= byte <= 0x7e else "")
+    runs, start = [], None
+    for i, byte in enumerate(values):
+        start = byte if start is None else start
+        if i + 1 == len(values) or values[i + 1] != byte + 1:
+            runs.append(one(byte) if start == byte else f"{one(start)}-{one(byte)}")
+            start = None
+    return ", ".join(runs)
 
 
 def _require_token(backend, candidates, path) -> int:
