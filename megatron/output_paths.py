@@ -5,9 +5,11 @@ removed there (permission bits say nothing for root or a read-only file system).
 
 Each function returns why `path` cannot be used, as a sentence starting with the path, or None; the
 caller puts the key or flag that named it in front ("command line: sample-output-file: ...")."""
-import os
 import pathlib
 import tempfile
+
+from megatron.neox_arguments.quoting import quote
+from megatron.neox_arguments.value_checks import path_problem
 
 
 def under_a_file(path) -> str | None:
@@ -20,14 +22,11 @@ def under_a_file(path) -> str | None:
 
 
 def name_too_long(path) -> str | None:
-    """A part of `path` still to be created is longer than the file system takes."""
-    existing = nearest_existing(path)
-    limit = os.pathconf(existing, "PC_NAME_MAX")
-    for part in pathlib.Path(path).absolute().relative_to(existing).parts:
-        if len(os.fsencode(part)) > limit:
-            return (f"{path} has a name of {len(os.fsencode(part))} bytes ({part[:40]}...), but this file system "
-                    f"takes at most {limit}: give a shorter name.")
-    return None
+    """A name in `path` is longer than the file system takes (NAME_MAX), or the whole path is (PATH_MAX):
+    the config's own check of path keys (value_checks.path_problem), here for paths given otherwise.
+    Checked first, since any other look at such a path fails with "File name too long"."""
+    problem = path_problem(str(path))
+    return None if problem is None else f"{quote(str(path), 80)} cannot be created: {problem}"
 
 
 def not_writable(path) -> str | None:
@@ -48,17 +47,21 @@ def nearest_existing(path) -> pathlib.Path:
 
 def new_file_problem(path) -> str | None:
     """A new file is to be written at `path`: it must not exist (nothing is overwritten), nor be a folder."""
+    if problem := name_too_long(path):
+        return problem
     path = pathlib.Path(path)
     if path.is_dir():
         return f"{path} is a folder; give the path of a file to write (e.g. {path / 'samples.jsonl'})."
     if path.exists() or path.is_symlink():
         return (f"{path} exists already, and it is never overwritten: give a new file name, or move the file "
                 "away first if it is no longer wanted.")
-    return under_a_file(path) or name_too_long(path) or not_writable(path)
+    return under_a_file(path) or not_writable(path)
 
 
 def new_folder_problem(path) -> str | None:
     """A new folder is to be filled at `path`: it must be missing or empty (nothing is overwritten)."""
+    if problem := name_too_long(path):
+        return problem
     path = pathlib.Path(path)
     if path.exists() and not path.is_dir():
         return f"{path} is a file, not a folder: give a new folder."
@@ -68,4 +71,4 @@ def new_folder_problem(path) -> str | None:
             more = f" and {len(entries) - 8} more" if len(entries) > 8 else ""
             return (f"{path} exists and is not empty (it holds {entries[:8]}{more}); give a new folder (nothing is "
                     "overwritten).")
-    return under_a_file(path) or name_too_long(path) or not_writable(path)
+    return under_a_file(path) or not_writable(path)

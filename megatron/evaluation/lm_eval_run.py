@@ -10,7 +10,6 @@ run again replaced; otherwise eval.py stops before loading anything and says wha
 import datetime
 import difflib
 import json
-import math
 import pathlib
 
 import torch
@@ -55,17 +54,6 @@ def task_manager_for(neox_args):
     return manager, tasks
 
 
-def check_task_keys(neox_args) -> None:
-    """What the key types do not say: lm-eval's `limit` is a positive count of documents per task (or,
-    below 1, a fraction of them); 0, a negative or a non-finite value makes lm-eval find no documents."""
-    limit = neox_args.eval_task_limit
-    if limit is not None and not (math.isfinite(limit) and limit > 0):
-        where = neox_args.config_sources.get("eval_task_limit", "the config")
-        raise EvaluationError(f"{where}: eval-task-limit is {limit}, but it must be positive: the number of "
-                              "documents scored per task (a value below 1 is a fraction of them). Leave it unset "
-                              "(null) to score every document.")
-
-
 def earlier_task_results(path: pathlib.Path, evaluation: dict, run: dict) -> dict | None:
     """The lm-eval result file already at `path` when the new evaluation may merge into it, else None
     when there is none. Raises ResultFileError (before anything is loaded) when it cannot be merged."""
@@ -103,8 +91,7 @@ def merged_tasks(earlier: dict | None, document: dict) -> tuple[dict, list[str]]
 
 def evaluate_tasks(neox_args) -> pathlib.Path:
     # Everything that can be checked without lm-eval or the model: before either is loaded.
-    _checked_plan(neox_args)  # `load` is set and exists
-    check_task_keys(neox_args)
+    _checked_plan(neox_args)  # `load` is set and exists (eval-task-limit and the like: checked with the config)
     results_dir = pathlib.Path(neox_args.eval_results_dir) / "lm_eval"
     problem = folder_problem(results_dir, "eval-results-dir", neox_args.config_sources.get("eval_results_dir",
                                                                                           "the config"))

@@ -39,6 +39,10 @@ def _unknown_key_message(raw_key, where, known) -> str:
             f"reference lists all {len(dashed)} keys.")
 
 
+EXACT_FLOAT_INTEGERS = 2 ** 53  # every integer up to this has a float of its own; beyond, floats skip some
+LARGEST_INTEGER = 2 ** 63 - 1    # an integer key's value ends up in torch, numpy or DeepSpeed's JSON as int64
+
+
 def _coerce(key, value, hint, where):
     """Check (and gently convert) one value against its field's type annotation."""
     def wrong(expected):
@@ -64,10 +68,17 @@ def _coerce(key, value, hint, where):
             raise wrong("true or false")
         return value
     if hint is int:
+        if isinstance(value, float) and value.is_integer() and abs(value) <= EXACT_FLOAT_INTEGERS:
+            value = int(value)  # `train-iters: 1e5`
+        elif isinstance(value, float) and value.is_integer():
+            raise NeoXArgsError(f"{where}: {key.replace('_', '-')} must be an integer, got {quote(value)}, a float "
+                                f"too large to hold one exactly (floats do up to 2^53 = {EXACT_FLOAT_INTEGERS:,}). "
+                                "Write the integer you mean in digits.")
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
             raise wrong("an integer")
+        if not -LARGEST_INTEGER - 1 <= value <= LARGEST_INTEGER:
+            raise NeoXArgsError(f"{where}: {key.replace('_', '-')} must be an integer within +-{LARGEST_INTEGER:,} "
+                                f"(a 64-bit integer, what torch, numpy and DeepSpeed hold), got {quote(value)}.")
         return value
     if hint is float:
         if isinstance(value, bool):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from megatron.neox_arguments.errors import NeoXArgsError
+from megatron.neox_arguments.quoting import quote
 
 ATTEMPTS = 100  # filler offsets tried before giving up on one whose text holds none of the forbidden strings
 
@@ -44,7 +45,7 @@ def check_depths(depths) -> None:
     bad = [d for d in depths if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1]
     if bad or not depths:
         raise ProbeError(f"probe-depths: every depth must be a number in [0, 1] (0: the needle opens the "
-                         f"prompt, 1: it ends right before the question), got {list(depths)}; bad: {bad}.")
+                         f"prompt, 1: it ends right before the question), got {quote(list(depths))}; bad: {quote(bad)}.")
 
 
 def shortest_length(fixed_tokens: int) -> int:

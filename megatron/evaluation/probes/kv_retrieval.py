@@ -13,6 +13,8 @@ import string
 
 import numpy as np
 
+from megatron.neox_arguments.quoting import quote
+
 from .common import ProbeError, ProbeSample, check_depths, draw_filler, filler_count
 from .common import check_lengths as _check_lengths
 from .common import make_grid as _make_grid
@@ -40,7 +42,7 @@ def pairs_problem(pairs) -> str | None:
     """What is wrong with a probe-kv-pairs value (the config's check and make_sample's), or None."""
     if isinstance(pairs, bool) or not isinstance(pairs, int) or not 1 <= pairs <= MOST_PAIRS:
         return (f"must be an integer from 1 to {MOST_PAIRS} (the key-value pairs in each kv-retrieval prompt, "
-                f"one of them queried), got {pairs!r}.")
+                f"one of them queried), got {quote(pairs)}.")
     return None
 
 

@@ -35,17 +35,20 @@ class MEPKerple(PositionalEmbedding):
         mep_weights: Optional[list] = option(None, "`mep_kerple`: mixture weights; default uniform.")
 
         def __post_init__(self):
+            from megatron.neox_arguments.quoting import quote  # here: the config package imports this module
             kernels = list(self.mep_kernels)
             unknown = [k for k in kernels if k not in FIXED_KERNELS + LEARNED_KERNELS]
             if not kernels or unknown or len(set(kernels)) < len(kernels):
-                raise OptionError("mep_kernels", f"mep-kernels={kernels} must be distinct names from "
+                raise OptionError("mep_kernels", f"mep-kernels={quote(kernels)} must be distinct names from "
                                   f"{', '.join(FIXED_KERNELS + LEARNED_KERNELS)}.")
             if "t5" in kernels:
                 super().__post_init__()  # the t5 kernel's own check
             weights = self.mep_weights
-            if weights and (len(weights) != len(kernels) or not all(w > 0 for w in weights)):
-                raise OptionError("mep_weights", f"mep-weights={list(weights)} must be {len(kernels)} positive "
-                                  f"numbers, one per kernel in mep-kernels={kernels} (or unset for equal weights).")
+            numbers = all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights or ())
+            if weights and (len(weights) != len(kernels) or not numbers or not all(w > 0 for w in weights)):
+                raise OptionError("mep_weights", f"mep-weights={quote(list(weights))} must be {len(kernels)} "
+                                  f"positive numbers, one per kernel in mep-kernels={quote(kernels)} (or unset for "
+                                  "equal weights).")
 
     def __init__(self, shape: ModelShape, options=None):
         super().__init__(shape, options)

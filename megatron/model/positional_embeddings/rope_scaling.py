@@ -32,24 +32,26 @@ class RopeScaling:
 
 def problem(value) -> str | None:
     """What is wrong with a `rotary-scaling` value (None = plain rotary), or None."""
+    from megatron.neox_arguments.quoting import quote  # here: the config package imports this module
     if not isinstance(value, dict):
-        return f"must be a mapping such as {{{EXAMPLE.split('{', 1)[1]}, got {value!r}."
-    given = {k.replace("-", "_"): v for k, v in value.items()}
+        return f"must be a mapping such as {{{EXAMPLE.split('{', 1)[1]}, got {quote(value)}."
+    given = {str(k).replace("-", "_"): v for k, v in value.items()}
     unknown = sorted(set(given) - set(KEYS))
     if unknown:
-        return f"unknown key(s) {unknown}; it accepts {[k.replace('_', '-') for k in KEYS]} (e.g. {EXAMPLE})."
+        return f"unknown key(s) {quote(unknown)}; it accepts {[k.replace('_', '-') for k in KEYS]} (e.g. {EXAMPLE})."
     if given.get("type") not in TYPES:
-        return f"type is {given.get('type')!r}; choose one of {list(TYPES)} (e.g. {EXAMPLE})."
+        return f"type is {quote(given.get('type'))}; choose one of {list(TYPES)} (e.g. {EXAMPLE})."
     factor = given.get("factor")
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 1:
         return (f"factor must be a number >= 1 (how many times the training length to reach; 1 is plain "
-                f"rotary), got {factor!r}.")
+                f"rotary), got {quote(factor)}.")
     for key in ("original_max_position",):
         if given.get(key) is not None and (not isinstance(given[key], int) or given[key] < 1):
-            return f"{key.replace('_', '-')} must be a positive integer (the training length), got {given[key]!r}."
+            return (f"{key.replace('_', '-')} must be a positive integer (the training length), got "
+                    f"{quote(given[key])}.")
     for key in ("beta_fast", "beta_slow", "attention_factor"):
         if given.get(key) is not None and (not isinstance(given[key], (int, float)) or given[key] <= 0):
-            return f"{key.replace('_', '-')} must be a positive number, got {given[key]!r}."
+            return f"{key.replace('_', '-')} must be a positive number, got {quote(given[key])}."
     return None
 
 
