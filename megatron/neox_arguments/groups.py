@@ -179,7 +179,7 @@ class DataArgs:
 class LoggingArgs:
     log_interval: int = arg(100, "Print and log metrics every this many steps.")
     log_dir: Optional[str] = arg(
-        None, "Each process also appends what it prints to <log-dir>/<host>_rank<R>_stdout.txt and _stderr.txt "
+        None, "Each process also appends what it prints to `<log-dir>/<host>_rank<R>_stdout.txt` and `_stderr.txt` "
         "(GPT-NeoX writes one pair per host); progress displays then print plain lines. W&B's run folder "
         "goes there too.", path="dir")
     progress: bool = arg(True, "Progress displays: a bar on a terminal, a plain line every 10 s otherwise; "
