@@ -20,9 +20,11 @@ data: venv $(DEMO_DATA).bin
 $(DEMO_DATA).bin:
 	$(PY) tools/datasets/build_default_corpus.py
 
-# Train tiny KERPLE-log and sinusoidal models on CPU, evaluate both at 1x-32x their training length,
-# and print the table (sinusoidal degrades past the training length; KERPLE-log stays flat).
+# Train tiny KERPLE-log and sinusoidal models on CPU (configs/tiny.yml), each into checkpoints/tiny/<method>,
+# evaluate both at 1x-32x their training length (configs/eval/tiny.yml), print the table and draw perplexity
+# against length (sinusoidal blows up past the training length; KERPLE-log stays flat).
 DEMO_METHODS := kerple_log sinusoidal
+DEMO_FIGURE := eval_results/tiny/ppl_vs_length
 demo: data
 	for method in $(DEMO_METHODS); do \
 	  $(PY) deepy.py train.py configs/tiny.yml --set pos-emb=$$method \
@@ -31,6 +33,8 @@ demo: data
 	    --set load=checkpoints/tiny/$$method || exit 1; \
 	done
 	$(PY) -m tools.analysis.make_tables eval_results/tiny --reference kerple_log
+	$(PY) -m tools.analysis.plot_lengths eval_results/tiny --out $(DEMO_FIGURE) > /dev/null
+	@echo "perplexity against evaluation length: $(DEMO_FIGURE).png"
 
 # The KERPLE paper's experiment at CPU scale: 7 methods x 3 seeds on the stdlib corpus through deepy.py,
 # report in docs/reproduction/report.md. Resumable: re-run to continue. The published report used
@@ -49,7 +53,7 @@ test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m cpu_isa
 
-# The inner loop: the tests that start no process (not marked `launches`), about 3 minutes on 2 cores.
+# The inner loop: the tests that start no process (not marked `launches`), about a minute on 2 cores.
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow and not cuda and not launches"
 
