@@ -2,19 +2,24 @@
 """Launch a NeoX script on every rank: `python deepy.py train.py [-d DIR] CONFIG... [--set K=V]...`
 
 Merges and validates the YAML configs, checks that every file SCRIPT will read exists (data, tokenizer
-files, the `load` checkpoint: megatron/preflight.py), then hands SCRIPT and the merged config (base64
-JSON in `--megatron_config`) to DeepSpeed's launcher. Without GPUs it runs on DeepSpeed's CPU
-accelerator (gloo) and `num_gpus` counts processes. `--dry-run` prints the config, the DeepSpeed JSON,
-the launcher command and what the input check found, and launches nothing.
+files, the `load` checkpoint: megatron/preflight.py), then hands SCRIPT and the merged config to
+DeepSpeed's launcher: on this machine in a private temporary file (megatron/config_file_main.py reads
+it and runs SCRIPT), which no command-line length limit applies to; to ranks on other machines (a
+hostfile) as base64 JSON in `--megatron_config`. Without GPUs it runs on DeepSpeed's CPU accelerator
+(gloo) and `num_gpus` counts processes. `--dry-run` prints the config, the DeepSpeed JSON, the launcher
+command and what the input check found, and launches nothing.
 """
 import argparse
+import contextlib
 import json
 import os
 import pathlib
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import typing
 
@@ -24,6 +29,9 @@ from megatron.progress import switched_on
 
 # Upstream deepy.py's own overrides, kept for users' scripts.
 CLI_OVERRIDES = ("wandb_group", "wandb_run_name", "iteration", "hostfile", "eval_tasks")
+CONFIG_MAIN = str(pathlib.Path(__file__).resolve().parent / "megatron" / "config_file_main.py")
+CONFIG_FILE = "CONFIG_FILE"  # stands for the temporary file in --dry-run's command
+ARGUMENT_LIMIT = 128 * 1024  # Linux's MAX_ARG_STRLEN: the longest one command-line argument may be
 
 
 def parse_args(argv):
@@ -83,8 +91,14 @@ def launch_world_size(values, hostfile):
     return torch.cuda.device_count() or 1
 
 
-def runner_arguments(args: NeoXArgs, hostfile, script):
-    """The argv for `deepspeed.launcher.runner`, from the launcher keys."""
+def on_other_machines(neox_args, hostfile) -> bool:
+    """Whether ranks may run on other machines (a hostfile, force_multi): they may see other file systems."""
+    return bool(read_hostfile(hostfile) or neox_args.force_multi)
+
+
+def runner_arguments(args: NeoXArgs, hostfile, script, config_file=None):
+    """The argv for `deepspeed.launcher.runner`, from the launcher keys; the ranks read the config from
+    `config_file` when given, else from the command line."""
     argv = []
     if hostfile:
         argv += ["--hostfile", hostfile]
@@ -107,7 +121,36 @@ def runner_arguments(args: NeoXArgs, hostfile, script):
         argv.append("--force_multi")
     if args.no_ssh_check:
         argv.append("--no_ssh_check")
-    return argv + [script, "--megatron_config", encode_config(args)]
+    if config_file:
+        return argv + [CONFIG_MAIN, config_file, script]
+    return argv + [script, "--megatron_config", command_line_config(args)]
+
+
+def command_line_config(args: NeoXArgs) -> str:
+    """The config as one command-line argument, for ranks on other machines; a config longer than one
+    argument may be is refused here, naming its longest value, instead of failing to launch."""
+    encoded = encode_config(args)
+    if len(encoded) < ARGUMENT_LIMIT:
+        return encoded
+    key, value = max(args.user_values().items(), key=lambda item: len(json.dumps(item[1], default=str)))
+    raise NeoXArgsError(
+        f"the merged config takes {len(encoded):,} bytes on the command line (compressed, base64), more than the "
+        f"{ARGUMENT_LIMIT:,} one argument may hold, and ranks on other machines (hostfile or force_multi) get it "
+        f"only there. Its longest value is {key.replace('_', '-')} ({len(json.dumps(value, default=str)):,} bytes, "
+        f"{args.config_sources.get(key, 'the config')}): shorten it, or launch on one machine, where the config "
+        "travels in a file.")
+
+
+@contextlib.contextmanager
+def config_file(neox_args):
+    """The config's path for this launch's ranks: a file in a private folder (mode 700), removed after."""
+    folder = tempfile.mkdtemp(prefix="neox-config-")
+    try:
+        path = pathlib.Path(folder) / "megatron_config"
+        path.write_text(encode_config(neox_args))
+        yield str(path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv=None):
@@ -129,7 +172,8 @@ def main(argv=None):
     if not os.path.isfile(cli.script):
         raise NeoXArgsError(f"Script {cli.script} does not exist; give the program to launch first, "
                             "e.g. `python deepy.py train.py configs/tiny.yml`.")
-    runner_argv = runner_arguments(neox_args, hostfile, cli.script)
+    local = not on_other_machines(neox_args, hostfile)
+    runner_argv = runner_arguments(neox_args, hostfile, cli.script, CONFIG_FILE if local else None)
     if neox_args.upstream_notice():  # once, here: the ranks get the translated config
         print(neox_args.upstream_notice() + "\n", flush=True)
     inputs = input_report(neox_args, cli.script, hostfile)
@@ -141,13 +185,18 @@ def main(argv=None):
         print(json.dumps(neox_args.deepspeed_config(), indent=2))
         print("\n# Launcher command")
         print(shlex.join([sys.executable, "-m", "deepspeed.launcher.runner"] + runner_argv))
+        if local:
+            print(f"# {CONFIG_FILE}: the merged config, in a private temporary file written at launch, removed after")
         # Reported, not refused: a dry run also inspects a cluster's config on a machine without its data.
         print(f"\n# Inputs\n{inputs.problem or inputs.found}")
         return 0
 
     if inputs.problem:
         raise PreflightError(inputs.problem)
-    return launch(runner_argv)
+    if not local:
+        return launch(runner_argv)
+    with config_file(neox_args) as path:
+        return launch(runner_arguments(neox_args, hostfile, cli.script, path))
 
 
 class InputReport(typing.NamedTuple):
@@ -158,7 +207,7 @@ class InputReport(typing.NamedTuple):
 def input_report(neox_args, script, hostfile) -> InputReport:
     """Check, before any rank starts, every file `script` will read (megatron/preflight.py); ranks on other
     machines (a hostfile) may see other file systems, so there each rank checks for itself at start-up."""
-    if read_hostfile(hostfile) or neox_args.force_multi:
+    if on_other_machines(neox_args, hostfile):
         return InputReport(None, "not checked here: the ranks run on the hostfile's machines and check at start-up")
     if not reads(script, neox_args):
         return InputReport(None, f"not checked: deepy.py knows what {', '.join(READS)} read, not {script}")
