@@ -8,11 +8,12 @@ have put in `--megatron_config` to CONFIG_FILE, a file in a private temporary fo
 the launch. This reads it and runs SCRIPT exactly as `python SCRIPT [--local_rank=N] --megatron_config
 <config>` would (its own __main__, sys.argv and sys.path[0]), so the ranks decode the config as before.
 """
+import os
 import sys
 
-del sys.path[0]  # this file's folder (megatron/): its modules must not shadow the ones SCRIPT imports
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]  # this file's folder (megatron/): its modules must not shadow the ones SCRIPT imports
 
-import os  # noqa: E402
 import runpy  # noqa: E402
 
 
