@@ -14,7 +14,8 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
-from megatron.model.positional_embeddings import option_names
+from megatron.model.positional_embeddings import OPTIONS, option_names, per_run_options
+from megatron.neox_arguments.quoting import quote
 
 TEMPLATES = pathlib.Path(__file__).parent / "templates"
 CONFIG_FILE, MODELING_FILE = "configuration_neox_pe.py", "modeling_neox_pe.py"
@@ -44,6 +45,12 @@ def modeling_source(method: str) -> str:
                        for part in _parts(method, []))
     template = (TEMPLATES / MODELING_FILE).read_text()
     return template.replace("{positional_code}", code.rstrip() + "\n\n").replace("{pos_emb}", method)
+
+
+def per_run_choices(neox_args) -> list[str]:
+    """The method's per-run options (rotary-scaling) set away from their default: the templates apply none."""
+    return [f"{name.replace('_', '-')} is {quote(getattr(neox_args, name))}" for name in per_run_options(neox_args.pos_emb)
+            if getattr(neox_args, name) != OPTIONS[name].default]
 
 
 def custom_config(neox_args, vocab_size: int, tokenizer) -> dict:

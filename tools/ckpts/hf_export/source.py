@@ -5,9 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron.checkpointing import TAG, load_model_weights
+from megatron.checkpointing import TAG, CheckpointError, load_model_weights, resolve_tag
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
+from megatron.neox_arguments.resolved import RESOLVED_NAME
 from megatron.tokenizer import Tokenizer, build_tokenizer
 
 from .errors import ExportError
@@ -23,7 +24,8 @@ class Source:
 
 def load_source(input_dir, config_files=None) -> Source:
     """`input_dir` is `<save>/global_stepN` (upstream's shape) or a `save` folder (its `latest`);
-    `config_files` the run's YAML files, default the one copy in the checkpoint's configs/ folder."""
+    `config_files` the run's YAML files, default the checkpoint's own resolved config (every key its
+    run's files and `--set` flags gave, so a method chosen with `--set pos-emb=...` is the one built)."""
     folder = pathlib.Path(input_dir)
     if not folder.is_dir():
         raise ExportError(f"--input_dir {folder} does not exist. Give a checkpoint folder "
@@ -31,13 +33,16 @@ def load_source(input_dir, config_files=None) -> Source:
     match = TAG.fullmatch(folder.name)
     load, iteration = (folder.parent, int(match.group(1))) if match else (folder, None)
     if not config_files:
-        tag_folder = folder if match else None
-        stored = sorted((tag_folder / "configs").glob("*.y*ml")) if tag_folder else []
-        if len(stored) != 1:
-            raise ExportError(f"no --config_file given and {folder}/configs holds {len(stored)} config files "
-                              f"({[p.name for p in stored]}); give the run's config with --config_file "
+        try:
+            tag_folder = load / resolve_tag(load, iteration)
+        except CheckpointError as err:
+            raise ExportError(f"--input_dir: {err}") from None
+        resolved = tag_folder / RESOLVED_NAME
+        if not resolved.is_file():
+            raise ExportError(f"no --config_file given and {tag_folder} has no {RESOLVED_NAME} (a checkpoint "
+                              "written before this project kept one); give the run's config with --config_file "
                               "CONFIG.yml (several files merge in order).")
-        config_files = stored
+        config_files = [resolved]
     for path in config_files:
         if not pathlib.Path(path).is_file():
             raise ExportError(f"--config_file {path} does not exist; give the YAML config the run was trained with.")

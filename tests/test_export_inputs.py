@@ -1,0 +1,53 @@
+"""convert_to_hf.py reads what the checkpoint says (issue 24, rows 10 and 27): a `save` folder as
+--input_dir exports its latest step with the run's resolved config (a method chosen with `--set`
+included), and a per-run choice the exported code would not apply (rotary-scaling) is refused rather
+than written into config.json and silently dropped."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+
+pytestmark = pytest.mark.launches  # trains and exports in child processes
+
+
+def run(args):
+    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=child_environment(), capture_output=True,
+                          text=True, timeout=600)
+
+
+def train(stdlib_data, folder, **overrides):
+    save = folder / "ckpt"
+    values = tiny_overrides(stdlib_data, folder, train_iters=2, eval_iters=0, checkpoint_factor=2, save=str(save),
+                            load=str(save), **overrides)
+    done = run(["train.py", str(TINY), *set_flags(values)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return save
+
+
+def test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_command_line(stdlib_data, tmp_path):
+    save = train(stdlib_data, tmp_path, pos_emb="alibi")  # configs/tiny.yml says kerple_log
+    done = run(["tools/ckpts/convert_to_hf.py", "--input_dir", str(save), "--output_dir", str(tmp_path / "hf")])
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["pos_emb"] == "alibi" and config["num_hidden_layers"] == 2
+
+
+def test_rotary_scaling_is_refused_instead_of_exported_as_plain_rotary(stdlib_data, tmp_path):
+    save = train(stdlib_data, tmp_path, pos_emb="rotary", rotary_scaling="{type: linear, factor: 2.0}")
+    done = run(["tools/ckpts/convert_to_hf.py", "--input_dir", str(save / "global_step2"),
+                "--output_dir", str(tmp_path / "hf")])
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "rotary-scaling is {'type': 'linear', 'factor': 2.0}" in done.stderr
+    assert "rotary-scaling: null" in done.stderr and not (tmp_path / "hf").exists()
+    # Unset in a config file after the run's, the weights export (they do not depend on the scaling).
+    unset = tmp_path / "unset.yml"
+    unset.write_text("rotary-scaling: null\n")
+    done = run(["tools/ckpts/convert_to_hf.py", "--input_dir", str(save), "--config_file",
+                str(save / "global_step2" / "resolved_config.yml"), str(unset), "--output_dir", str(tmp_path / "hf")])
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert "rope_scaling" not in config or config["rope_scaling"] is None
