@@ -3,8 +3,8 @@
 
 Merges and validates the YAML configs, checks that every file SCRIPT will read exists (data, tokenizer
 files, the `load` checkpoint: megatron/preflight.py), then hands SCRIPT and the merged config to
-DeepSpeed's launcher: on this machine in a private temporary file (megatron/config_file_main.py reads
-it and runs SCRIPT), which no command-line length limit applies to; to ranks on other machines (a
+DeepSpeed's launcher: on this machine in a private temporary file (`SCRIPT --megatron_config_file
+FILE`), which no command-line length limit applies to; to ranks on other machines (a
 hostfile) as base64 JSON in `--megatron_config`. Without GPUs it runs on DeepSpeed's CPU accelerator
 (gloo) and `num_gpus` counts processes. `--dry-run` prints the config, the DeepSpeed JSON, the launcher
 command and what the input check found, and launches nothing.
@@ -29,7 +29,6 @@ from megatron.progress import switched_on
 
 # Upstream deepy.py's own overrides, kept for users' scripts.
 CLI_OVERRIDES = ("wandb_group", "wandb_run_name", "iteration", "hostfile", "eval_tasks")
-CONFIG_MAIN = str(pathlib.Path(__file__).resolve().parent / "megatron" / "config_file_main.py")
 CONFIG_FILE = "CONFIG_FILE"  # stands for the temporary file in --dry-run's command
 ARGUMENT_LIMIT = 128 * 1024  # Linux's MAX_ARG_STRLEN: the longest one command-line argument may be
 
@@ -122,7 +121,7 @@ def runner_arguments(args: NeoXArgs, hostfile, script, config_file=None):
     if args.no_ssh_check:
         argv.append("--no_ssh_check")
     if config_file:
-        return argv + [CONFIG_MAIN, config_file, script]
+        return argv + [script, "--megatron_config_file", config_file]
     return argv + [script, "--megatron_config", command_line_config(args)]
 
 

@@ -83,6 +83,8 @@ def argument_parser(script: str, doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config key, beating every file (repeatable), e.g. --set train-iters=10")
     parser.add_argument("--megatron_config", help="base64 JSON config sent by deepy.py (not typed by hand)")
+    parser.add_argument("--megatron_config_file",
+                        help="a file holding what deepy.py would send in --megatron_config (not typed by hand)")
     parser.add_argument("--local_rank", type=int, help="set by the DeepSpeed launcher; ignored")
     for flag in entry.flags if entry else ():
         parser.add_argument(flag.flag, nargs="+", metavar=flag.metavar, dest=flag.key,

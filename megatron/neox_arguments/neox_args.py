@@ -90,13 +90,17 @@ class NeoXArgs(*reversed(GROUPS)):
 
     @classmethod
     def consume_args(cls, argv=None) -> "NeoXArgs":
-        """What train.py / evaluate.py call: the config deepy.py sent (`--megatron_config`), or YAML
+        """What train.py / evaluate.py call: the config deepy.py sent (`--megatron_config` or, on one machine,
+        `--megatron_config_file`), or YAML
         files named directly (`python train.py configs/tiny.yml --set train-iters=10`). The help is
         that of the script running (entry_points.py)."""
         script = sys.modules.get("__main__")
         name = os.path.basename(getattr(script, "__file__", None) or "")
         parser = argument_parser(name, getattr(script, "__doc__", None))
         ns = parser.parse_args(argv)
+        if ns.megatron_config_file:  # deepy.py on one machine: the config may exceed a command-line argument
+            with open(ns.megatron_config_file) as f:
+                ns.megatron_config = f.read()
         if ns.megatron_config:
             payload = decode_config(ns.megatron_config)
             args = cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
