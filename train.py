@@ -29,8 +29,9 @@ def main():
         return 0
     try:
         pretrain(neox_args)
-    except TrainingError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except TrainingError as err:  # every rank stops on the same shared numbers: rank 0 says why
+        if neox_args.rank == 0:
+            print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
 

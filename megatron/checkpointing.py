@@ -354,6 +354,8 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
         return 0, 0
     if not neox_args.no_load_rng:
         set_rng_state(state["rng_state"])
+    if torch.distributed.get_rank() == 0:  # a fine-tune (above) starts at step 0 and resumes nothing
+        print(f"resumed from step {state['iteration']} ({where})", flush=True)
     return state["iteration"], state["consumed_train_samples"]
 
 
