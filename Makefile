@@ -23,14 +23,19 @@ $(DEMO_DATA).bin:
 # Train tiny KERPLE-log and sinusoidal models on CPU (configs/tiny.yml), each into checkpoints/tiny/<method>,
 # evaluate both at 1x-32x their training length (configs/eval/tiny.yml), print the table and draw perplexity
 # against length (sinusoidal blows up past the training length; KERPLE-log stays flat).
+# Training logs go to tensorboard/tiny/<method> (README's Table 4 command reads them). DEMO_TRAIN_ARGS and
+# DEMO_EVAL_ARGS append --set options (tests/test_readme_commands.py runs the demo at a few steps).
 DEMO_METHODS := kerple_log sinusoidal
 DEMO_FIGURE := eval_results/tiny/ppl_vs_length
+DEMO_TRAIN_ARGS :=
+DEMO_EVAL_ARGS :=
 demo: data
 	for method in $(DEMO_METHODS); do \
-	  $(PY) deepy.py train.py configs/tiny.yml --set pos-emb=$$method \
-	    --set save=checkpoints/tiny/$$method --set load=checkpoints/tiny/$$method || exit 1; \
+	  $(PY) deepy.py train.py configs/tiny.yml --set pos-emb=$$method --set save=checkpoints/tiny/$$method \
+	    --set load=checkpoints/tiny/$$method --set tensorboard-dir=tensorboard/tiny/$$method $(DEMO_TRAIN_ARGS) \
+	    || exit 1; \
 	  $(PY) evaluate.py configs/tiny.yml configs/eval/tiny.yml --set pos-emb=$$method \
-	    --set load=checkpoints/tiny/$$method || exit 1; \
+	    --set load=checkpoints/tiny/$$method $(DEMO_EVAL_ARGS) || exit 1; \
 	done
 	$(PY) -m tools.analysis.make_tables eval_results/tiny --reference kerple_log
 	$(PY) -m tools.analysis.plot_lengths eval_results/tiny --out $(DEMO_FIGURE) > /dev/null

@@ -37,5 +37,5 @@ def test_tiny_folder_is_the_demos_for_its_method(pos_emb):
     assert args.save == args.load == f"checkpoints/tiny/{args.pos_emb}" == "checkpoints/tiny/kerple_log"
     makefile = (CONFIGS.parent / "Makefile").read_text()
     demo = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
-    assert "--set save=checkpoints/tiny/$$method --set load=checkpoints/tiny/$$method" in demo
+    assert "--set save=checkpoints/tiny/$$method" in demo and "--set load=checkpoints/tiny/$$method" in demo
     assert pos_emb in makefile.split("DEMO_METHODS :=", 1)[1].splitlines()[0]
