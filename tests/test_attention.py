@@ -12,8 +12,8 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from megatron.model import flex_kernel
 from megatron.model.attention import attend, flex_block_mask, pad_to_whole_tiles, plan_attention
-from megatron.model.attention_choice import choose_path, memory_budget_bytes, sdpa_bytes
-from megatron.model.attention_config import ATTENTION_IMPLS
+from megatron.model.attention.sdpa import sdpa_bytes
+from megatron.model.attention_choice import memory_budget_bytes
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
 
@@ -273,50 +273,15 @@ def test_flex_refuses_what_it_cannot_do():
             plan_attention(make_pe(name), positions, impl="flex", window=None, block_size=BLOCK,
                            needs_grad=False, dropout_p=0.0)
     with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):
-        choose_path("fast", distance_only=True, has_score_terms=True, windowed=False, device_type="cpu",
-                    needs_grad=False, dropout_p=0.0, has_weight=False, sdpa_estimate=0, budget=1)
+        plan_attention(make_pe("alibi"), positions, impl="fast", window=None, block_size=BLOCK,
+                       needs_grad=False, dropout_p=0.0)
     with pytest.raises(NeoXArgsError, match="attention-window is 0"):
         plan_attention(make_pe("alibi"), positions, impl="sdpa", window=0, block_size=BLOCK,
                        needs_grad=False, dropout_p=0.0)
 
 
-def test_auto_never_picks_a_path_that_cannot_run():
-    for over_budget, distance_only, terms, weight, windowed, device, grad, dropout in itertools.product(
-            (False, True), (True, False), (True, False), (True, False), (True, False), ("cpu", "cuda"), (True, False),
-            (0.0, 0.1)):
-        if not distance_only and not terms or weight and not terms:
-            continue  # a method depending on i itself always has terms; a weight is a term
-        path = choose_path("auto", distance_only=distance_only, has_score_terms=terms, windowed=windowed,
-                           device_type=device, needs_grad=grad, dropout_p=dropout, has_weight=weight,
-                           sdpa_estimate=2 if over_budget else 1, budget=1)
-        assert path in ATTENTION_IMPLS[1:]
-        if path == "flex":
-            assert distance_only and dropout == 0.0 and device == "cuda"
-        if over_budget and (terms or windowed):
-            assert path != "sdpa", "an L x L estimate over the budget must not be materialised"
-
-
-def test_auto_choices():
-    def auto(**overrides):
-        settings = dict(distance_only=True, has_score_terms=True, windowed=False, device_type="cuda",
-                        needs_grad=False, dropout_p=0.0, has_weight=False, sdpa_estimate=2, budget=1) | overrides
-        return choose_path("auto", **settings)
-    assert auto(has_score_terms=False) == "sdpa"          # fused causal kernels: no L x L
-    assert auto(sdpa_estimate=1) == "sdpa"                 # fits: the fused kernels
-    assert auto() == "flex"                                # beyond: no L x L at all
-    assert auto(needs_grad=True) == "flex"
-    assert auto(needs_grad=True, dropout_p=0.1) == "blocked"
-    assert auto(distance_only=False) == "blocked"
-    # CPU: a distance-only method's blocks materialise nothing and are the fastest, at any length;
-    # never flex (it compiles per length).
-    for estimate in (1, 2):
-        assert auto(device_type="cpu", sdpa_estimate=estimate) == "blocked"
-        assert auto(device_type="cpu", has_score_terms=False, windowed=True, sdpa_estimate=estimate) == "blocked"
-    assert auto(device_type="cpu", has_weight=True) == "blocked"  # blocks beat the written-out softmax
-    assert auto(device_type="cpu", has_weight=True, needs_grad=True, sdpa_estimate=1) == "sdpa"
-    assert auto(device_type="cpu", has_weight=True, needs_grad=True) == "blocked"
-    assert auto(device_type="cpu", dropout_p=0.1, sdpa_estimate=1) == "sdpa"
-    assert auto(device_type="cpu", distance_only=False) == "blocked"
+# auto's decisions for every kind of method, device, gradient, dropout, window and budget:
+# tests/test_attention_choice.py.
 
 
 def test_auto_on_cpu_never_takes_flex_at_any_length():
@@ -328,7 +293,7 @@ def test_auto_on_cpu_never_takes_flex_at_any_length():
                                       needs_grad=False, dropout_p=0.0, memory_budget_mb=1)
             assert plan.path != "flex", (name, length)
             if pe.distance_only and name != "kerple_bias_weight":
-                assert plan.path == "blocked" and plan.row is not None, (name, length)  # attend_toeplitz
+                assert plan.name == "toeplitz", (name, length)  # one strided row per head
 
 
 def test_auto_follows_the_memory_estimate():
@@ -365,7 +330,7 @@ def test_sdpa_mask_is_built_once_in_the_compute_dtype():
         plan = plan_attention(make_pe("alibi"), torch.arange(LENGTH), impl="sdpa", window=7, block_size=BLOCK,
                               needs_grad=False, dropout_p=0.0, dtype=dtype)
         assert plan.mask.dtype == dtype and plan.mask.shape == (1, HEADS, LENGTH, LENGTH) and plan.mask.is_contiguous()
-        assert plan.bias is None and plan.weight is None
+        assert plan.name == "sdpa"  # not the written-out softmax
 
 
 @pytest.mark.slow
@@ -425,7 +390,7 @@ def test_sdpa_with_positions_that_are_not_consecutive(name):
 @pytest.mark.parametrize("window", [None, 100])
 @pytest.mark.parametrize("name", ["kerple_log", "alibi", "none"])
 def test_toeplitz_blocks_match_sdpa_across_blocks(name, window):
-    # 300 tokens: two whole 128-query blocks and a partial one (attend_toeplitz), with gradients:
+    # 300 tokens: two whole 128-query blocks and a partial one (toeplitz.py), with gradients:
     # the table gradient for kerple_log, autograd through the kernel for alibi, a window alone for none.
     from megatron.model.attention import TOEPLITZ_BLOCK
     length, positions = 300, torch.arange(300) + 7
@@ -439,7 +404,7 @@ def test_toeplitz_blocks_match_sdpa_across_blocks(name, window):
         pe.zero_grad()
         q, k, v = (t.clone().requires_grad_() for t in inputs)
         plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=True, dropout_p=0.0)
-        assert (plan.row is not None) == (impl == "blocked")
+        assert plan.name.startswith("toeplitz") == (impl == "blocked")
         out = attend(q, k, v, plan)
         (out * probe).sum().backward()
         results[impl] = [out, q.grad, k.grad, v.grad] + [p.grad for p in pe.parameters()]

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
-import megatron.model.attention as attention
 from megatron.model import cpu_flash
 from megatron.model.attention import attend, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
@@ -37,7 +36,7 @@ LEARNABLE = [name for name in available() if learnable_distance_only(name)]
 
 
 def recorded_backends(monkeypatch):
-    """Wrap SDPA as attention.py sees it, and the direct CPU flash calls; record the backend torch's
+    """Wrap SDPA as the attention strategies see it, and the direct CPU flash calls; record the backend torch's
     dispatcher picks for each call's q, k, v and mask."""
     chosen, original = [], F.scaled_dot_product_attention
 
@@ -55,7 +54,7 @@ def recorded_backends(monkeypatch):
         chosen.append((torch._fused_sdp_choice(q, k, v, mask, 0.0, causal), mask))
         return backward(grad_out, q, k, v, out, logsumexp, mask, causal)
 
-    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", sdpa)  # F is torch.nn.functional
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
     monkeypatch.setattr(cpu_flash, "attention", flash)
     monkeypatch.setattr(cpu_flash, "attention_backward", flash_backward)
     return chosen

@@ -12,12 +12,10 @@ for the methods that read absolute positions (learned, sinusoidal, rotary's angl
 position). Padding slots are never visible as keys; as queries they see themselves only, which
 keeps their (unused) values finite. Rows whose positions differ call the protocol once each.
 """
-from dataclasses import dataclass
-
 import torch
 
 from megatron.errors import NeoXArgsError
-from megatron.model.attention import attend_materialised
+from megatron.model.attention.masks import attend_materialised
 
 
 class LayerKV:
@@ -48,9 +46,9 @@ class KVCache:
 
     def append(self, padding: torch.Tensor | None, s: int) -> torch.Tensor:
         """Record s new slots (`padding` [b, s] True for left-padding) -> their positions [b, s]."""
-        if self.length + s > self.capacity:
-            raise NeoXArgsError(f"the KV cache holds {self.capacity} tokens per row and has {self.length}; "
-                                f"{s} more do not fit. Create it with a larger capacity.")
+        problem = CachedPlan.can_run(self, s)
+        if problem:
+            raise NeoXArgsError(f"{problem}. Create it with a larger capacity.")
         real = torch.ones(self.batch_size, s, dtype=torch.bool, device=self.real.device)
         if padding is not None:
             real = ~padding.to(self.real.device)
@@ -62,17 +60,6 @@ class KVCache:
         return positions
 
 
-@dataclass
-class CachedPlan:
-    """What every layer reads for one cached forward (per positional module), computed once."""
-    pe: torch.nn.Module
-    start: int                         # cache index of the first new token
-    q_positions: torch.Tensor          # [b, s]
-    bias: torch.Tensor | None          # [b or 1, H, s, start + s]
-    weight: torch.Tensor | None
-    allowed: torch.Tensor              # bool [b, 1, s, start + s]
-
-
 def per_row(fn, positions: torch.Tensor, *tensors):
     """fn(positions [s], *tensors) for rows [b, ...] with per-row positions [b, s]: one call with
     all rows when they share their positions, else one call per row, concatenated along dim 0."""
@@ -82,6 +69,47 @@ def per_row(fn, positions: torch.Tensor, *tensors):
     if isinstance(results[0], tuple):
         return tuple(torch.cat(parts) for parts in zip(*results))
     return torch.cat(results)
+
+
+class CachedPlan:
+    """The attention strategy of a cached forward: s new queries per row against every cached key,
+    terms from `pe.pairwise` with explicit positions and the softmax written out (attend_materialised).
+    One instance per cached forward (per positional module), read by every layer."""
+    name = "cached_step"
+
+    def __init__(self, pe, start: int, q_positions, bias, weight, allowed):
+        self.pe = pe
+        self.start = start                # cache index of the first new token
+        self.q_positions = q_positions    # [b, s]
+        self.bias, self.weight = bias, weight  # [b or 1, H, s, start + s] each, or None
+        self.allowed = allowed            # bool [b, 1, s, start + s]
+
+    @staticmethod
+    def can_run(cache: "KVCache", s: int) -> str | None:
+        """Every method runs (the positional protocol's explicit positions); only room can lack."""
+        if cache.length + s > cache.capacity:
+            return (f"the KV cache holds {cache.capacity} tokens per row and has {cache.length}; "
+                    f"{s} more do not fit")
+        return None
+
+    @staticmethod
+    def memory_bytes(*, batch: int, heads: int, head_dim: int, queries: int, keys: int, capacity: int,
+                     element_size: int, pairwise_bytes: int, has_weight: bool) -> int:
+        """One layer's cached keys and values (LayerKV: [b, H, capacity, D] twice), and for the forward
+        of `queries` new tokens against `keys` cached ones, per (query, key) pair of each row: what
+        pe.pairwise allocates (`pairwise_bytes`), the visibility (bool, about 3 with its temporaries)
+        and either the masked bias SDPA reads (e H) or, with a weight, the written-out scores in fp32
+        or wider (two at once). A decoding step (one query) is O(L)."""
+        cache = 2 * batch * heads * capacity * head_dim * element_size
+        per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if has_weight else element_size * heads)
+        return cache + batch * queries * keys * per_pair
+
+    def attend(self, q, k, v, kv: "LayerKV"):
+        """q, k, v [b, H, s, D] of the new tokens -> [b, H, s, D]; their keys and values join `kv`."""
+        q, k = per_row(lambda positions, q_, k_: self.pe.rotate_qk(q_, k_, positions, positions),
+                       self.q_positions, q, k)
+        keys, values = kv.store(k, v, self.start)
+        return attend_materialised(q, keys, values, self.bias, self.weight, self.allowed, 0.0)
 
 
 def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
@@ -110,6 +138,4 @@ def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
 
 def attend_cached(q, k, v, plan: CachedPlan, kv: LayerKV):
     """q, k, v [b, H, s, D] of the new tokens -> [b, H, s, D]; their keys and values join `kv`."""
-    q, k = per_row(lambda positions, q_, k_: plan.pe.rotate_qk(q_, k_, positions, positions), plan.q_positions, q, k)
-    keys, values = kv.store(k, v, plan.start)
-    return attend_materialised(q, keys, values, plan.bias, plan.weight, plan.allowed, 0.0)
+    return plan.attend(q, k, v, kv)

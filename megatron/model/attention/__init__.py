@@ -1,0 +1,64 @@
+"""Causal self-attention with a positional method's score terms: one answer, several strategies.
+
+Every strategy computes, per head h, query i and key j <= i (and i - j < W when `attention_window` is W):
+
+    softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] ) . v_j
+
+where bias/weight come from the positional method (either may be absent; `weight` exists only for
+methods that rescale the scores). The distance is d = positions[i] - positions[j].
+
+Each strategy is a small class, one file each (registry.py lists them by path):
+
+- `sdpa` path (sdpa.py; the reference, and the fastest where it fits): the [H, L, L] terms written
+  out once per forward as one additive mask and SDPA's fused kernels (`Sdpa`), or the softmax
+  written out for a method with a weight (`SdpaWrittenOut`). Memory grows with L^2.
+- `flex` path (flex.py): compiled FlexAttention reading the per-distance tables [H, L].
+- `blocked` path: queries in blocks, each gathering its slice of the terms (blocked.py, any method,
+  any device, O(H * block * L)); on CPU for a distance-only method at consecutive positions, one
+  strided row per head and nothing materialised (toeplitz.py, O(H * L)).
+- a learnable bias table's gradient on the side, for the `sdpa` mask, the Toeplitz row and the
+  gathered blocks (learnable_table.py, megatron/model/table_gradient.py).
+The KV cache's decoding step is one more (megatron/model/kv_cache.py). Which strategy a forward
+takes (`attention-impl`, `auto`'s rule) is megatron/model/attention_choice.py's job; attention never
+names a positional method.
+
+`plan_attention` runs once per model forward (per positional module): it picks the strategy and
+computes the tables, or the `sdpa` mask, once, so every layer shares them; `attend` runs it.
+"""
+import torch
+
+from megatron.model.attention.blocked import Blocked
+from megatron.model.attention.flex import FLEX_BLOCK, Flex, flex_block_mask, pad_to_whole_tiles
+from megatron.model.attention.inputs import AttentionInputs
+from megatron.model.attention.masks import (additive_mask, allowed_keys, attend_materialised, distance_mask,
+                                            gather_by_distance)
+from megatron.model.attention.strategy import AttentionPlan
+from megatron.model.attention.toeplitz import TOEPLITZ_BLOCK, Toeplitz
+from megatron.model.attention_choice import choose_strategy, memory_budget_bytes
+from megatron.model.attention_config import check_attention_sizes
+
+__all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Blocked", "Flex", "Toeplitz",
+           "FLEX_BLOCK", "TOEPLITZ_BLOCK", "flex_block_mask", "pad_to_whole_tiles", "additive_mask", "allowed_keys",
+           "attend_materialised", "distance_mask", "gather_by_distance"]
+
+
+def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,
+                   needs_grad: bool, dropout_p: float, dtype: torch.dtype = torch.float32, batch: int = 1,
+                   memory_budget_mb: int | None = None) -> AttentionPlan:
+    """Choose the strategy for this forward and compute what it reads from the positional method.
+
+    `dtype`: the dtype of q, k and v (the `sdpa` mask is built in it); `batch`: sequences per
+    forward; both only size the memory estimate and the mask, so the strategy is the same for every layer."""
+    check_attention_sizes(window, block_size, memory_budget_mb)
+    span = int(positions.max() - positions.min()) + 1  # s for the usual positions 0..s-1
+    bias_table, weight_table = pe.distance_tables(span) if pe.distance_only else (None, None)
+    inputs = AttentionInputs.describe(pe, positions, bias_table, weight_table, window=window, block_size=block_size,
+                                      needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=batch)
+    strategy = choose_strategy(impl, inputs, memory_budget_bytes(positions.device, memory_budget_mb))
+    return strategy(pe, positions, window=window, block_size=block_size, span=span, dtype=dtype,
+                    bias_table=bias_table, weight_table=weight_table)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, dropout_p: float = 0.0):
+    """q, k, v [b, H, s, D] -> [b, H, s, D] along the plan's strategy."""
+    return plan.attend(q, k, v, dropout_p)

@@ -1,0 +1,58 @@
+"""The `blocked` path's general strategy: queries in blocks of `attention-block-size`, each block
+gathering its slice of the terms (from the tables, or from `pe.pairwise` for methods that depend on
+i itself) and calling SDPA or the written-out softmax. With gradients each block is recomputed in
+the backward pass, so memory stays O(H * block * L) for every method, on every device."""
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from megatron.model.attention.masks import allowed_keys, attend_materialised, gather_by_distance
+from megatron.model.attention.sdpa import written_scores_bytes
+from megatron.model.attention.strategy import AttentionPlan
+
+
+class Blocked(AttentionPlan):
+    name = path = "blocked"
+
+    def __init__(self, pe, positions, *, bias_table, weight_table, **common):
+        super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
+        self.bias_table, self.weight_table = bias_table, weight_table
+
+    @classmethod
+    def memory_bytes(cls, inputs):
+        """One block's gathered terms at a time (attend_block), per (query, key) pair of the block: 17
+        for the visibility (bool, and a window's int64 position differences); with terms, what
+        gathering allocates (the method's `pairwise_bytes`: the int64 distance and the fp32 terms)
+        and the masked copy (e H); the written-out scores for a weight or a mask that needs a gradient."""
+        per_pair = 17
+        if inputs.has_terms:
+            per_pair += inputs.pairwise_bytes + inputs.element_size * inputs.heads
+        if inputs.has_weight or (inputs.needs_grad and inputs.learnable_bias):
+            per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads,
+                                             element_size=inputs.element_size, needs_grad=inputs.needs_grad)
+        return min(inputs.block_size, inputs.length) * inputs.length * per_pair
+
+    def attend(self, q, k, v, dropout_p):
+        length = q.shape[2]
+        outputs = []
+        for start in range(0, length, self.block_size):
+            end = min(start + self.block_size, length)
+            if torch.is_grad_enabled():
+                # Recompute the block in the backward pass instead of saving its [H, block, end]
+                # probabilities: otherwise the saved tensors of all blocks add up to O(H * L^2).
+                out = checkpoint(self.attend_block, q, k, v, start, end, dropout_p, use_reentrant=False)
+            else:
+                out = self.attend_block(q, k, v, start, end, dropout_p)
+            outputs.append(out)
+        return torch.cat(outputs, dim=2)
+
+    def attend_block(self, q, k, v, start, end, dropout_p):
+        """Queries start..end-1 against keys 0..end-1 (later keys are masked by causality anyway)."""
+        q_positions, k_positions = self.positions[start:end], self.positions[:end]
+        if self.pe.distance_only:
+            bias = gather_by_distance(self.bias_table, q_positions, k_positions)
+            weight = gather_by_distance(self.weight_table, q_positions, k_positions)
+        else:
+            bias, weight = self.pe.pairwise(q_positions, k_positions)
+        allowed = allowed_keys(q_positions, k_positions, torch.arange(start, end, device=q.device), self.window)
+        return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed,
+                                   dropout_p)

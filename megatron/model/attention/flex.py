@@ -1,0 +1,112 @@
+"""The `flex` path: compiled FlexAttention whose `score_mod` reads the per-distance tables [H, L],
+with a block mask for causality and the window; no L x L tensor. Only for methods whose terms
+depend on d alone. torch has no FlexAttention backward on CPU, so on CPU it runs only without
+gradients, and there the compiled kernel is checked against torch's eager math before its numbers
+are used (megatron/model/flex_kernel.py)."""
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask
+
+from megatron.model.attention.strategy import AttentionPlan
+from megatron.model.flex_kernel import run_flex
+
+FLEX_BLOCK = 128  # FlexAttention's tile: the block mask says, per tile, "skip", "full" or "apply mask_mod"
+
+
+def pad_to_whole_tiles(positions):
+    """positions [L] -> [L'] with L' the next multiple of FLEX_BLOCK, padded with the last position.
+
+    The flex path always runs on whole tiles: torch 2.13's compiled CPU FlexAttention returns wrong
+    numbers (or NaN) for some lengths that end in a partial tile, e.g. L = 8, 24, 40 with 8-float
+    AVX2 vectors (docs/known-issues.md). Padded queries are computed and dropped; padded keys sit
+    after every real query, so causality already hides them: the real rows are exact."""
+    length = positions.shape[0]
+    return F.pad(positions, (0, -length % FLEX_BLOCK), value=int(positions[-1]))
+
+
+def flex_block_mask(positions, window, span):
+    """FlexAttention's BlockMask over the whole tiles of `pad_to_whole_tiles(positions)`, for
+    causality (by index) and the window (by position distance).
+
+    torch's eager `create_block_mask` evaluates the mask on the whole L x L grid (2.5 GB of
+    temporaries at L = 16384) and compiling it costs seconds per length, so the tiles are classified
+    here from each tile's position range: O((L / 128)^2) memory, no compilation."""
+    padded = pad_to_whole_tiles(positions)
+    length = padded.shape[0]
+    tiles = length // FLEX_BLOCK
+    lowest, highest = padded.view(tiles, FLEX_BLOCK).aminmax(dim=1)
+    tile = torch.arange(tiles, device=positions.device)
+    causal_full, causal_any = tile[None, :] < tile[:, None], tile[None, :] <= tile[:, None]  # [q tile, kv tile]
+    limit = span if window is None else window
+    window_full = highest[:, None] - lowest[None, :] < limit  # farthest pair of the tile is visible
+    window_any = lowest[:, None] - highest[None, :] < limit   # nearest pair is
+    full = causal_full & window_full
+    partial = causal_any & window_any & ~full
+    limit = torch.tensor(limit, device=positions.device)  # a tensor, so the kernel is not specialised on it
+
+    def visible(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (padded[q_idx] - padded[kv_idx] < limit)
+
+    def ordered(tiles_mask):  # [q tile, kv tile] bool -> (counts [1, 1, q], kv tile indices [1, 1, q, kv])
+        counts = tiles_mask.sum(dim=-1, dtype=torch.int32)
+        indices = tiles_mask.to(torch.int32).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
+        return counts[None, None], indices[None, None]
+
+    return BlockMask.from_kv_blocks(*ordered(partial), *ordered(full), BLOCK_SIZE=FLEX_BLOCK, mask_mod=visible,
+                                    seq_lengths=(length, length))
+
+
+class Flex(AttentionPlan):
+    name = path = "flex"
+
+    def __init__(self, pe, positions, *, window, span, bias_table, weight_table, **common):
+        super().__init__(pe, positions, window=window, span=span, bias_table=bias_table,
+                         weight_table=weight_table, **common)
+        self.bias_table, self.weight_table = bias_table, weight_table
+        self.block_mask = flex_block_mask(positions, window, span)
+
+    @classmethod
+    def can_run(cls, inputs):
+        """The reasons complete the sentence "attention-impl is 'flex', but ..." (attention_choice.py)."""
+        if not inputs.distance_only:
+            return ("this positional method's bias depends on the query position itself, not only on the "
+                    "distance i - j, so it has no per-distance table for FlexAttention to read. Set "
+                    "attention-impl to 'blocked', 'sdpa' or 'auto'")
+        if inputs.device_type == "cpu" and inputs.needs_grad:
+            problem = "torch's FlexAttention has no backward pass on CPU"
+        elif inputs.dropout_p > 0:
+            problem = "FlexAttention does not apply attention dropout"
+        else:
+            return None
+        return (f"{problem} (device {inputs.device_type}, gradients "
+                f"{'needed' if inputs.needs_grad else 'not needed'}, attention-dropout {inputs.dropout_p}). Set "
+                "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device")
+
+    @classmethod
+    def memory_bytes(cls, inputs):
+        """The fp32 tables and the neutral one (3 x 4 H L), the block mask (four int32 arrays of
+        (L' / 128)^2 tiles) and the zero-padded q, k, v and output (L' = L in whole tiles)."""
+        padded = inputs.length + -inputs.length % FLEX_BLOCK
+        tiles = padded // FLEX_BLOCK
+        qkv_sized = inputs.batch * inputs.heads * padded * inputs.head_dim * inputs.element_size
+        return 3 * 4 * inputs.heads * inputs.length + 4 * 4 * tiles * tiles + 4 * qkv_sized
+
+    def attend(self, q, k, v, dropout_p):
+        length = q.shape[2]
+        positions = pad_to_whole_tiles(self.positions)
+        # Absent terms become neutral tables so every method runs the same compiled score_mod.
+        neutral = torch.zeros(q.shape[1], self.span, device=q.device)  # [H, span]
+        # fp32 and contiguous whatever the method returns, so the compiled kernel's guards match too.
+        bias_table = neutral if self.bias_table is None else self.bias_table.float().contiguous()
+        weight_table = neutral + 1 if self.weight_table is None else self.weight_table.float().contiguous()
+
+        def add_score_terms(score, b, h, q_idx, kv_idx):
+            # Tables are indexed, not captured scalars: gradients reach the kernel parameters robustly.
+            distance = (positions[q_idx] - positions[kv_idx]).clamp(min=0)
+            return score * weight_table[h, distance] + bias_table[h, distance]
+
+        # Zero-padded to whole tiles (see pad_to_whole_tiles); contiguous, so one memory layout and the
+        # compiled kernel is not rebuilt per caller.
+        q, k, v = (F.pad(t, (0, 0, 0, positions.shape[0] - length)).contiguous() for t in (q, k, v))
+        out = run_flex(q, k, v, add_score_terms, self.block_mask)  # on CPU: checked against torch's eager math
+        return out[:, :, :length]

@@ -1,0 +1,56 @@
+"""What decides how one forward attends: the method's kind, the device, the sizes; never a layer."""
+from dataclasses import dataclass
+
+import torch
+
+from megatron.model.attention.masks import consecutive
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """Everything a strategy's `can_run` and `memory_bytes` read, and all `auto` decides from."""
+    device_type: str        # "cpu" | "cuda" | ...
+    length: int             # tokens per sequence
+    heads: int              # the positional method's heads (the model's)
+    head_dim: int
+    batch: int              # sequences per forward
+    element_size: int       # bytes of one element of q, k and v (the compute dtype)
+    block_size: int         # attention-block-size
+    distance_only: bool     # terms depend on i - j alone (tables), not on i itself (pe.pairwise)
+    has_bias: bool          # a distance-only method's bias table (pe.pairwise's terms count by has_terms)
+    has_weight: bool        # a multiplicative score weight (kerple_bias_weight), which SDPA cannot apply
+    learnable_bias: bool    # the bias takes a gradient: a table that requires one, or pairwise parameters
+    pairwise_bytes: int     # pe.pairwise_bytes(): what pe.pairwise allocates per (query, key) pair
+    windowed: bool          # attention-window is set
+    consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
+    needs_grad: bool
+    dropout_p: float
+
+    @property
+    def has_terms(self) -> bool:
+        """Anything beyond causal attention: a bias or weight, or terms pe.pairwise builds."""
+        return not self.distance_only or self.has_bias or self.has_weight
+
+    @classmethod
+    def describe(cls, pe, positions: torch.Tensor, bias_table, weight_table, *, window: int | None,
+                 block_size: int, needs_grad: bool, dropout_p: float, dtype: torch.dtype,
+                 batch: int) -> "AttentionInputs":
+        """From the positional module and the tables it returned for this forward (None, None for a
+        method that is not distance-only)."""
+        learnable = (bias_table.requires_grad if pe.distance_only and bias_table is not None
+                     else not pe.distance_only and any(p.requires_grad for p in pe.parameters()))
+        return cls(device_type=positions.device.type, length=positions.shape[0], heads=pe.num_heads,
+                   head_dim=pe.head_dim, batch=batch, element_size=dtype.itemsize, block_size=block_size,
+                   distance_only=pe.distance_only, has_bias=bias_table is not None,
+                   has_weight=has_weight(pe, positions, weight_table), learnable_bias=learnable,
+                   pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
+                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p)
+
+
+def has_weight(pe, positions, weight_table) -> bool:
+    """A distance-only method has a weight when it returns a weight table; a method whose terms
+    pe.pairwise builds is asked for one pair (so no path ever drops a weight it did not expect)."""
+    if pe.distance_only:
+        return weight_table is not None
+    with torch.no_grad():
+        return pe.pairwise(positions[:1], positions[:1])[1] is not None

@@ -1,0 +1,104 @@
+"""The strategies for a learnable per-distance bias table that needs a gradient: the bias is a
+constant to the fused kernels and the table's gradient is computed on the side
+(megatron/model/table_gradient.py), instead of a mask that requires a gradient sending SDPA to its
+unfused math kernel. One variant of each layout the table can take: `sdpa`'s mask, the Toeplitz
+row, the `blocked` path's gathered blocks."""
+import torch
+
+from megatron.model.attention.blocked import Blocked
+from megatron.model.attention.masks import allowed_keys
+from megatron.model.attention.sdpa import Sdpa, in_dtype_of, sdpa_bytes
+from megatron.model.attention.toeplitz import Toeplitz, toeplitz_layout_problem
+from megatron.model.table_gradient import GRADIENT_BLOCK, attend_with_table
+
+
+def table_gradient_problem(inputs) -> str | None:
+    """Why this forward has no learnable bias table whose gradient the table gradient computes, or None."""
+    if not inputs.needs_grad:
+        return "no gradient is needed"
+    if not (inputs.distance_only and inputs.has_bias and inputs.learnable_bias):
+        return "the method has no learnable per-distance bias table"
+    if inputs.has_weight:
+        return "the method's weight multiplies the scores, which the table gradient does not differentiate"
+    if inputs.dropout_p > 0:
+        return "the table gradient is computed without attention dropout"
+    return None
+
+
+def gradient_blocks_bytes(inputs, keys: int) -> int:
+    """The backward's table gradient: two fp32 [b, H, GRADIENT_BLOCK, keys] tensors at a time."""
+    return 2 * inputs.batch * inputs.heads * min(GRADIENT_BLOCK, inputs.length) * keys * 4
+
+
+class SdpaTableGradient(Sdpa):
+    name = "sdpa_table_gradient"
+    table_grad = True
+
+    def __init__(self, pe, positions, *, bias_table, **common):
+        super().__init__(pe, positions, bias_table=bias_table, **common)
+        self.bias_table = bias_table
+
+    def mask_table(self, bias_table):
+        return bias_table.detach()  # a constant to the fused kernels
+
+    @classmethod
+    def can_run(cls, inputs):
+        return table_gradient_problem(inputs)
+
+    @classmethod
+    def memory_bytes(cls, inputs):
+        return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
+                          element_size=inputs.element_size, pairwise_bytes=0, writes_scores=False,
+                          needs_grad=inputs.needs_grad)
+
+    def attend(self, q, k, v, dropout_p):
+        return attend_with_table(q, k, v, self.bias_table, self.positions, self.positions, None,
+                                 in_dtype_of(self.mask, q), causal=True)
+
+
+class ToeplitzTableGradient(Toeplitz):
+    name = "toeplitz_table_gradient"
+    table_grad = True
+
+    @classmethod
+    def can_run(cls, inputs):
+        return toeplitz_layout_problem(inputs) or table_gradient_problem(inputs)
+
+    @classmethod
+    def memory_bytes(cls, inputs):
+        """Toeplitz's, the contiguous copies attend_with_table makes of a block's q, k and v (at most
+        three q-sized tensors), and the backward's gradient blocks."""
+        qkv_sized = inputs.batch * inputs.heads * inputs.length * inputs.head_dim * inputs.element_size
+        return super().memory_bytes(inputs) + 3 * qkv_sized + gradient_blocks_bytes(inputs, inputs.length)
+
+    def attend_block(self, q, k, v, mask, q_positions, k_positions):
+        return attend_with_table(q, k, v, self.bias_table, q_positions, k_positions, None, mask)
+
+
+class BlockedTableGradient(Blocked):
+    name = "blocked_table_gradient"
+    table_grad = True
+
+    @classmethod
+    def can_run(cls, inputs):
+        return table_gradient_problem(inputs)
+
+    @classmethod
+    def memory_bytes(cls, inputs):
+        """Per block, the visibility (17 a pair), the mask gathered from the table (int64 distance and
+        the masked terms, 8 + e H a pair), and the backward's gradient blocks."""
+        block = min(inputs.block_size, inputs.length)
+        per_pair = 17 + 8 + inputs.element_size * inputs.heads
+        return block * inputs.length * per_pair + gradient_blocks_bytes(inputs, inputs.length)
+
+    def attend(self, q, k, v, dropout_p):
+        # Saves only views of q, k, v and each block's output: no checkpoint needed.
+        length = q.shape[2]
+        outputs = []
+        for start in range(0, length, self.block_size):
+            end = min(start + self.block_size, length)
+            q_positions, k_positions = self.positions[start:end], self.positions[:end]
+            allowed = allowed_keys(q_positions, k_positions, torch.arange(start, end, device=q.device), self.window)
+            outputs.append(attend_with_table(q[:, :, start:end], k[:, :, :end], v[:, :, :end], self.bias_table,
+                                             q_positions, k_positions, allowed))
+        return torch.cat(outputs, dim=2)

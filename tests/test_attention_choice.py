@@ -1,0 +1,252 @@
+"""`auto`'s decisions, strategy by strategy, against a table written out as data.
+
+The table is the rule `auto` followed before attention strategies became classes (issue 25): the old
+`choose_path` and plan_attention's choice of mask, Toeplitz row or table gradient, evaluated for every
+combination below and written out here, so the classes' `can_run` / `memory_bytes` and
+attention_choice.py's preferences must reproduce it exactly. The methods are real ones, one per kind:
+none (no terms), alibi (a fixed distance bias), kerple_log (a learnable distance bias),
+kerple_bias_weight (a bias with a weight), fire (terms that depend on the query position itself)."""
+import dataclasses
+
+import pytest
+import torch
+
+from megatron.model.attention import AttentionInputs
+from megatron.model.attention.registry import PATH_STRATEGIES, STRATEGIES
+from megatron.model.attention_choice import choose_strategy
+from megatron.model.positional_embeddings import build_positional_embedding
+from megatron.neox_arguments import NeoXArgsError
+
+# kind               device grad dropout window fits strategy   ("fits": the `sdpa` estimate fits the budget)
+EXPECTED = """
+none                cpu   no   0.0     no     yes  sdpa
+none                cpu   no   0.0     no     no   sdpa
+none                cpu   no   0.0     yes    yes  toeplitz
+none                cpu   no   0.0     yes    no   toeplitz
+none                cpu   no   0.1     no     yes  sdpa
+none                cpu   no   0.1     no     no   sdpa
+none                cpu   no   0.1     yes    yes  sdpa
+none                cpu   no   0.1     yes    no   blocked
+none                cpu   yes  0.0     no     yes  sdpa
+none                cpu   yes  0.0     no     no   sdpa
+none                cpu   yes  0.0     yes    yes  toeplitz
+none                cpu   yes  0.0     yes    no   toeplitz
+none                cpu   yes  0.1     no     yes  sdpa
+none                cpu   yes  0.1     no     no   sdpa
+none                cpu   yes  0.1     yes    yes  sdpa
+none                cpu   yes  0.1     yes    no   blocked
+none                cuda  no   0.0     no     yes  sdpa
+none                cuda  no   0.0     no     no   sdpa
+none                cuda  no   0.0     yes    yes  sdpa
+none                cuda  no   0.0     yes    no   flex
+none                cuda  no   0.1     no     yes  sdpa
+none                cuda  no   0.1     no     no   sdpa
+none                cuda  no   0.1     yes    yes  sdpa
+none                cuda  no   0.1     yes    no   blocked
+none                cuda  yes  0.0     no     yes  sdpa
+none                cuda  yes  0.0     no     no   sdpa
+none                cuda  yes  0.0     yes    yes  sdpa
+none                cuda  yes  0.0     yes    no   flex
+none                cuda  yes  0.1     no     yes  sdpa
+none                cuda  yes  0.1     no     no   sdpa
+none                cuda  yes  0.1     yes    yes  sdpa
+none                cuda  yes  0.1     yes    no   blocked
+alibi               cpu   no   0.0     no     yes  toeplitz
+alibi               cpu   no   0.0     no     no   toeplitz
+alibi               cpu   no   0.0     yes    yes  toeplitz
+alibi               cpu   no   0.0     yes    no   toeplitz
+alibi               cpu   no   0.1     no     yes  sdpa
+alibi               cpu   no   0.1     no     no   blocked
+alibi               cpu   no   0.1     yes    yes  sdpa
+alibi               cpu   no   0.1     yes    no   blocked
+alibi               cpu   yes  0.0     no     yes  toeplitz
+alibi               cpu   yes  0.0     no     no   toeplitz
+alibi               cpu   yes  0.0     yes    yes  toeplitz
+alibi               cpu   yes  0.0     yes    no   toeplitz
+alibi               cpu   yes  0.1     no     yes  sdpa
+alibi               cpu   yes  0.1     no     no   blocked
+alibi               cpu   yes  0.1     yes    yes  sdpa
+alibi               cpu   yes  0.1     yes    no   blocked
+alibi               cuda  no   0.0     no     yes  sdpa
+alibi               cuda  no   0.0     no     no   flex
+alibi               cuda  no   0.0     yes    yes  sdpa
+alibi               cuda  no   0.0     yes    no   flex
+alibi               cuda  no   0.1     no     yes  sdpa
+alibi               cuda  no   0.1     no     no   blocked
+alibi               cuda  no   0.1     yes    yes  sdpa
+alibi               cuda  no   0.1     yes    no   blocked
+alibi               cuda  yes  0.0     no     yes  sdpa
+alibi               cuda  yes  0.0     no     no   flex
+alibi               cuda  yes  0.0     yes    yes  sdpa
+alibi               cuda  yes  0.0     yes    no   flex
+alibi               cuda  yes  0.1     no     yes  sdpa
+alibi               cuda  yes  0.1     no     no   blocked
+alibi               cuda  yes  0.1     yes    yes  sdpa
+alibi               cuda  yes  0.1     yes    no   blocked
+kerple_log          cpu   no   0.0     no     yes  toeplitz
+kerple_log          cpu   no   0.0     no     no   toeplitz
+kerple_log          cpu   no   0.0     yes    yes  toeplitz
+kerple_log          cpu   no   0.0     yes    no   toeplitz
+kerple_log          cpu   no   0.1     no     yes  sdpa
+kerple_log          cpu   no   0.1     no     no   blocked
+kerple_log          cpu   no   0.1     yes    yes  sdpa
+kerple_log          cpu   no   0.1     yes    no   blocked
+kerple_log          cpu   yes  0.0     no     yes  toeplitz_table_gradient
+kerple_log          cpu   yes  0.0     no     no   toeplitz_table_gradient
+kerple_log          cpu   yes  0.0     yes    yes  toeplitz_table_gradient
+kerple_log          cpu   yes  0.0     yes    no   toeplitz_table_gradient
+kerple_log          cpu   yes  0.1     no     yes  sdpa
+kerple_log          cpu   yes  0.1     no     no   blocked
+kerple_log          cpu   yes  0.1     yes    yes  sdpa
+kerple_log          cpu   yes  0.1     yes    no   blocked
+kerple_log          cuda  no   0.0     no     yes  sdpa
+kerple_log          cuda  no   0.0     no     no   flex
+kerple_log          cuda  no   0.0     yes    yes  sdpa
+kerple_log          cuda  no   0.0     yes    no   flex
+kerple_log          cuda  no   0.1     no     yes  sdpa
+kerple_log          cuda  no   0.1     no     no   blocked
+kerple_log          cuda  no   0.1     yes    yes  sdpa
+kerple_log          cuda  no   0.1     yes    no   blocked
+kerple_log          cuda  yes  0.0     no     yes  sdpa_table_gradient
+kerple_log          cuda  yes  0.0     no     no   flex
+kerple_log          cuda  yes  0.0     yes    yes  sdpa_table_gradient
+kerple_log          cuda  yes  0.0     yes    no   flex
+kerple_log          cuda  yes  0.1     no     yes  sdpa
+kerple_log          cuda  yes  0.1     no     no   blocked
+kerple_log          cuda  yes  0.1     yes    yes  sdpa
+kerple_log          cuda  yes  0.1     yes    no   blocked
+kerple_bias_weight  cpu   no   0.0     no     yes  blocked
+kerple_bias_weight  cpu   no   0.0     no     no   blocked
+kerple_bias_weight  cpu   no   0.0     yes    yes  blocked
+kerple_bias_weight  cpu   no   0.0     yes    no   blocked
+kerple_bias_weight  cpu   no   0.1     no     yes  sdpa_written_out
+kerple_bias_weight  cpu   no   0.1     no     no   blocked
+kerple_bias_weight  cpu   no   0.1     yes    yes  sdpa_written_out
+kerple_bias_weight  cpu   no   0.1     yes    no   blocked
+kerple_bias_weight  cpu   yes  0.0     no     yes  sdpa_written_out
+kerple_bias_weight  cpu   yes  0.0     no     no   blocked
+kerple_bias_weight  cpu   yes  0.0     yes    yes  sdpa_written_out
+kerple_bias_weight  cpu   yes  0.0     yes    no   blocked
+kerple_bias_weight  cpu   yes  0.1     no     yes  sdpa_written_out
+kerple_bias_weight  cpu   yes  0.1     no     no   blocked
+kerple_bias_weight  cpu   yes  0.1     yes    yes  sdpa_written_out
+kerple_bias_weight  cpu   yes  0.1     yes    no   blocked
+kerple_bias_weight  cuda  no   0.0     no     yes  sdpa_written_out
+kerple_bias_weight  cuda  no   0.0     no     no   flex
+kerple_bias_weight  cuda  no   0.0     yes    yes  sdpa_written_out
+kerple_bias_weight  cuda  no   0.0     yes    no   flex
+kerple_bias_weight  cuda  no   0.1     no     yes  sdpa_written_out
+kerple_bias_weight  cuda  no   0.1     no     no   blocked
+kerple_bias_weight  cuda  no   0.1     yes    yes  sdpa_written_out
+kerple_bias_weight  cuda  no   0.1     yes    no   blocked
+kerple_bias_weight  cuda  yes  0.0     no     yes  sdpa_written_out
+kerple_bias_weight  cuda  yes  0.0     no     no   flex
+kerple_bias_weight  cuda  yes  0.0     yes    yes  sdpa_written_out
+kerple_bias_weight  cuda  yes  0.0     yes    no   flex
+kerple_bias_weight  cuda  yes  0.1     no     yes  sdpa_written_out
+kerple_bias_weight  cuda  yes  0.1     no     no   blocked
+kerple_bias_weight  cuda  yes  0.1     yes    yes  sdpa_written_out
+kerple_bias_weight  cuda  yes  0.1     yes    no   blocked
+fire                cpu   no   0.0     no     yes  sdpa
+fire                cpu   no   0.0     no     no   blocked
+fire                cpu   no   0.0     yes    yes  sdpa
+fire                cpu   no   0.0     yes    no   blocked
+fire                cpu   no   0.1     no     yes  sdpa
+fire                cpu   no   0.1     no     no   blocked
+fire                cpu   no   0.1     yes    yes  sdpa
+fire                cpu   no   0.1     yes    no   blocked
+fire                cpu   yes  0.0     no     yes  sdpa
+fire                cpu   yes  0.0     no     no   blocked
+fire                cpu   yes  0.0     yes    yes  sdpa
+fire                cpu   yes  0.0     yes    no   blocked
+fire                cpu   yes  0.1     no     yes  sdpa
+fire                cpu   yes  0.1     no     no   blocked
+fire                cpu   yes  0.1     yes    yes  sdpa
+fire                cpu   yes  0.1     yes    no   blocked
+fire                cuda  no   0.0     no     yes  sdpa
+fire                cuda  no   0.0     no     no   blocked
+fire                cuda  no   0.0     yes    yes  sdpa
+fire                cuda  no   0.0     yes    no   blocked
+fire                cuda  no   0.1     no     yes  sdpa
+fire                cuda  no   0.1     no     no   blocked
+fire                cuda  no   0.1     yes    yes  sdpa
+fire                cuda  no   0.1     yes    no   blocked
+fire                cuda  yes  0.0     no     yes  sdpa
+fire                cuda  yes  0.0     no     no   blocked
+fire                cuda  yes  0.0     yes    yes  sdpa
+fire                cuda  yes  0.0     yes    no   blocked
+fire                cuda  yes  0.1     no     yes  sdpa
+fire                cuda  yes  0.1     no     no   blocked
+fire                cuda  yes  0.1     yes    yes  sdpa
+fire                cuda  yes  0.1     yes    no   blocked
+"""
+HEADS, HEAD_DIM, LENGTH = 4, 8, 256
+FITS, DOES_NOT_FIT = 2**62, 0  # budgets in bytes
+
+
+def rows():
+    for line in EXPECTED.strip().splitlines():
+        kind, device, grad, dropout, window, fits, strategy = line.split()
+        yield kind, device, grad == "yes", float(dropout), window == "yes", fits == "yes", strategy
+
+
+def inputs_for(kind, device, grad, dropout, window) -> AttentionInputs:
+    """What plan_attention sees for this method on CPU, with the device it would run on."""
+    torch.manual_seed(0)
+    pe = build_positional_embedding(kind, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM)
+    positions = torch.arange(LENGTH)
+    with torch.set_grad_enabled(grad):  # a learnable table requires a gradient only under autograd
+        tables = pe.distance_tables(LENGTH) if pe.distance_only else (None, None)
+    inputs = AttentionInputs.describe(pe, positions, *tables, window=100 if window else None, block_size=64,
+                                      needs_grad=grad, dropout_p=dropout, dtype=torch.float32, batch=2)
+    return dataclasses.replace(inputs, device_type=device)
+
+
+def test_the_table_covers_every_combination_once():
+    keys = [row[:6] for row in rows()]
+    assert len(keys) == len(set(keys)) == 5 * 2 * 2 * 2 * 2 * 2
+
+
+@pytest.mark.parametrize("kind", ["none", "alibi", "kerple_log", "kerple_bias_weight", "fire"])
+def test_auto_decides_as_the_table_says(kind):
+    wrong = []
+    for row_kind, device, grad, dropout, window, fits, expected in rows():
+        if row_kind != kind:
+            continue
+        inputs = inputs_for(kind, device, grad, dropout, window)
+        strategy = choose_strategy("auto", inputs, FITS if fits else DOES_NOT_FIT)
+        if strategy.name != expected:
+            wrong.append((device, grad, dropout, window, fits, strategy.name, expected))
+        assert strategy.can_run(inputs) is None  # auto never takes what cannot run
+        if not fits and (inputs.has_terms or inputs.windowed):
+            assert not strategy.quadratic_memory, "an L x L estimate over the budget must not be materialised"
+    assert not wrong, f"{kind}: (device, grad, dropout, window, fits, chosen, expected): {wrong}"
+
+
+def test_a_named_path_takes_its_first_strategy_that_can_run_or_says_why_not():
+    inputs = inputs_for("kerple_log", "cpu", True, 0.0, False)
+    assert choose_strategy("sdpa", inputs, DOES_NOT_FIT).name == "sdpa_table_gradient"  # no budget for named paths
+    assert choose_strategy("blocked", inputs, FITS).name == "toeplitz_table_gradient"
+    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'flex', but torch's FlexAttention has no backward "
+                       r"pass on CPU \(device cpu, gradients needed, attention-dropout 0.0\)\. Set attention-impl to "
+                       r"'blocked' or 'auto' for this run, or run on a CUDA device\.$"):
+        choose_strategy("flex", inputs, FITS)
+    fire = inputs_for("fire", "cuda", False, 0.0, False)
+    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'flex', but this positional method's bias depends "
+                       r"on the query position itself.*Set attention-impl to 'blocked', 'sdpa' or 'auto'\.$"):
+        choose_strategy("flex", fire, FITS)
+    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked\.$"):
+        choose_strategy("fast", fire, FITS)
+
+
+def test_every_strategy_says_why_it_cannot_run():
+    # A distance-only method on CUDA with dropout: the CPU row, the table gradient and flex refuse, each
+    # with its reason; the last strategy of sdpa and of blocked runs every method.
+    inputs = inputs_for("kerple_log", "cuda", True, 0.1, True)
+    reasons = {name: strategy.can_run(inputs) for name, strategy in STRATEGIES.items()}
+    assert "takes no gradient for the mask" in reasons["toeplitz"]
+    assert "CPU flash kernel" in reasons["toeplitz_table_gradient"]
+    assert "dropout" in reasons["sdpa_table_gradient"] and "dropout" in reasons["blocked_table_gradient"]
+    assert "dropout" in reasons["flex"]
+    for path in ("sdpa", "blocked"):
+        assert PATH_STRATEGIES[path][-1].can_run(inputs_for("kerple_bias_weight", "cpu", True, 0.1, True)) is None
