@@ -250,3 +250,30 @@ def test_every_strategy_says_why_it_cannot_run():
     assert "dropout" in reasons["flex"]
     for path in ("sdpa", "blocked"):
         assert PATH_STRATEGIES[path][-1].can_run(inputs_for("kerple_bias_weight", "cpu", True, 0.1, True)) is None
+
+
+@pytest.mark.parametrize("kind", ["none", "alibi", "kerple_log", "kerple_bias_weight", "fire"])
+def test_only_strategies_marked_quadratic_grow_with_the_square_of_the_length(kind):
+    # `auto` checks the budget only for strategies marked quadratic_memory: every other one must be
+    # O(L) at a fixed block size (doubling L at most doubles it, give or take the (L/128)^2 tile count).
+    for grad, window in ((False, False), (True, True)):
+        short = inputs_for(kind, "cpu", grad, 0.0, window)
+        long = dataclasses.replace(short, length=4 * short.length)
+        for name, strategy in STRATEGIES.items():
+            if strategy.can_run(short) is not None or strategy.memory_bytes(short) == 0:
+                continue
+            growth = strategy.memory_bytes(long) / strategy.memory_bytes(short)
+            if strategy.quadratic_memory:
+                assert growth == 16, (name, growth)
+            else:
+                assert 1 < growth <= 4.1, (name, growth)
+
+
+def test_the_cached_step_is_linear_in_the_keys():
+    from megatron.model.kv_cache import CachedPlan
+    sizes = dict(batch=3, heads=4, head_dim=16, queries=1, capacity=1024, element_size=4, pairwise_bytes=8 + 8 * 4,
+                 has_weight=False)
+    cache = 2 * 3 * 4 * 1024 * 16 * 4  # keys and values of one layer
+    assert CachedPlan.memory_bytes(keys=100, **sizes) == cache + 3 * 100 * (40 + 3 + 4 * 4)
+    per_step = CachedPlan.memory_bytes(keys=100, **sizes) - cache
+    assert CachedPlan.memory_bytes(keys=200, **sizes) - cache == 2 * per_step

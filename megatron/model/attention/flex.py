@@ -88,8 +88,8 @@ class Flex(AttentionPlan):
         (L' / 128)^2 tiles) and the zero-padded q, k, v and output (L' = L in whole tiles)."""
         padded = inputs.length + -inputs.length % FLEX_BLOCK
         tiles = padded // FLEX_BLOCK
-        qkv_sized = inputs.batch * inputs.heads * padded * inputs.head_dim * inputs.element_size
-        return 3 * 4 * inputs.heads * inputs.length + 4 * 4 * tiles * tiles + 4 * qkv_sized
+        tables = 3 * 4 * inputs.heads * inputs.length
+        return tables + 4 * 4 * tiles * tiles + 4 * inputs.qkv_bytes * padded // inputs.length
 
     def attend(self, q, k, v, dropout_p):
         length = q.shape[2]

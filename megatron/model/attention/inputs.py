@@ -31,6 +31,11 @@ class AttentionInputs:
         """Anything beyond causal attention: a bias or weight, or terms pe.pairwise builds."""
         return not self.distance_only or self.has_bias or self.has_weight
 
+    @property
+    def qkv_bytes(self) -> int:
+        """Bytes of one of q, k and v: what a strategy's copy of one of them costs."""
+        return self.batch * self.heads * self.length * self.head_dim * self.element_size
+
     @classmethod
     def describe(cls, pe, positions: torch.Tensor, bias_table, weight_table, *, window: int | None,
                  block_size: int, needs_grad: bool, dropout_p: float, dtype: torch.dtype,

@@ -68,8 +68,7 @@ class ToeplitzTableGradient(Toeplitz):
     def memory_bytes(cls, inputs):
         """Toeplitz's, the contiguous copies attend_with_table makes of a block's q, k and v (at most
         three q-sized tensors), and the backward's gradient blocks."""
-        qkv_sized = inputs.batch * inputs.heads * inputs.length * inputs.head_dim * inputs.element_size
-        return super().memory_bytes(inputs) + 3 * qkv_sized + gradient_blocks_bytes(inputs, inputs.length)
+        return super().memory_bytes(inputs) + 3 * inputs.qkv_bytes + gradient_blocks_bytes(inputs, inputs.length)
 
     def attend_block(self, q, k, v, mask, q_positions, k_positions):
         return attend_with_table(q, k, v, self.bias_table, q_positions, k_positions, None, mask)

@@ -48,8 +48,8 @@ class Toeplitz(AttentionPlan):
     def memory_bytes(cls, inputs):
         """The row [H | 1, 2L - 1], and per call nothing of the terms (a view): the reversed keys and
         values and the blocks' outputs before they are joined, each the size of q."""
-        qkv_sized = inputs.batch * inputs.heads * inputs.length * inputs.head_dim * inputs.element_size
-        return (inputs.heads if inputs.has_terms else 1) * (2 * inputs.length - 1) * inputs.element_size + 3 * qkv_sized
+        row = (inputs.heads if inputs.has_terms else 1) * (2 * inputs.length - 1) * inputs.element_size
+        return row + 3 * inputs.qkv_bytes
 
     def attend(self, q, k, v, dropout_p):
         length, row = q.shape[2], self.row.to(q.dtype)  # [H, 2L - 1]: a copy only if planned for another dtype
