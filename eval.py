@@ -6,6 +6,7 @@ writes `<eval-results-dir>/lm_eval/<run>.json`. Tasks of your own (no internet n
 task YAML files in a folder named by `eval-task-paths`.
 
 examples:
+  python eval.py --set load=checkpoints/tiny/kerple_log --eval_tasks lambada_openai   # model: the checkpoint's
   python eval.py configs/tiny.yml --set load=checkpoints/tiny/kerple_log --eval_tasks lambada_openai
   python eval.py configs/tiny.yml --set load=checkpoints/tiny/kerple_log --eval_tasks my_task \
     --set 'eval-task-paths=[my_tasks]' --set eval-task-length=256

@@ -5,6 +5,7 @@ relative methods (megatron/text_generation). Every sample is printed; `sample-ou
 one JSON line per sample.
 
 examples:
+  python generate.py configs/text_generation.yml --set load=checkpoints/tiny/kerple_log   # model: the checkpoint's
   python generate.py configs/tiny.yml configs/text_generation.yml --set load=checkpoints/tiny/kerple_log
   python generate.py configs/tiny.yml configs/text_generation.yml --set load=checkpoints/tiny/kerple_log \
     --set text-gen-type=input-file --set sample-input-file=prompts.txt --set sample-output-file=out.jsonl

@@ -17,7 +17,6 @@ import errno
 import os
 import pathlib
 import random
-import re
 import shutil
 
 import numpy as np
@@ -25,92 +24,19 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-from megatron.model.positional_embeddings import checkpoint_options
-from megatron.neox_arguments import NeoXArgsError
+from megatron.checkpoint_folder import TAG, CheckpointError, checkpoint_steps, resolve_tag  # noqa: F401 (re-exported)
+from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
 
-TAG = re.compile(r"global_step(\d+)")
 PARTIAL = ".global_step*.partial"  # a save being written (or left by a crashed one): `.{tag}.partial`
 MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-3: 2nd
-
-# Keys that fix the parameters' shapes or meaning, whatever the method (padded_vocab_size: the model's
-# embedding rows). The method's own options come from its declarations (`checkpoint_options`).
-ARCHITECTURE_KEYS = (
-    "num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "padded_vocab_size",
-    "tokenizer_type", "norm", "layernorm_epsilon", "activation", "no_weight_tying", "gpt_j_residual",
-    "pos_emb", "pos_emb_per_layer",
-)
-# Length keys: stored for the record; only a method with `uses_max_positions` (learned) has
-# parameters sized by one of them.
-LENGTH_KEYS = ("seq_length", "max_position_embeddings", "seq_length_val", "attention_window")
-
-
-class CheckpointError(NeoXArgsError):
-    """A checkpoint that is missing, incomplete or made by a different model than the one loading it."""
 
 
 class SaveFailed(OSError):
     """A checkpoint could not be written (disk full, quota, I/O error); what it wrote is removed."""
 
 
-def model_config(neox_args, model: torch.nn.Module) -> dict:
-    """What a checkpoint records about the model that wrote it."""
-    keys = ARCHITECTURE_KEYS + LENGTH_KEYS + tuple(sorted(checkpoint_options(neox_args.pos_emb)))
-    return {key: model.vocab_size if key == "padded_vocab_size" else getattr(neox_args, key) for key in keys}
-
-
-def config_differences(saved: dict, neox_args, model: torch.nn.Module) -> list[str]:
-    """'key: checkpoint X, this run Y' for every stored key that must agree but does not. Sequence
-    lengths may differ (length extrapolation is the point), except for `learned`, whose table has
-    max-position-embeddings rows."""
-    keys = list(ARCHITECTURE_KEYS)
-    if saved.get("pos_emb") == neox_args.pos_emb:
-        keys += sorted(checkpoint_options(neox_args.pos_emb))
-    current = model_config(neox_args, model)
-    return [f"{key.replace('_', '-')}: checkpoint {saved.get(key)!r}, this run {current.get(key)!r}"
-            for key in keys if saved.get(key) != current.get(key)]
-
-
-# ------------------------------------------------------------------------------------------- where
-def checkpoint_steps(directory) -> list[int]:
-    """The steps of the complete checkpoints in `directory`, ascending."""
-    directory = pathlib.Path(directory)
-    if not directory.is_dir():
-        return []
-    return sorted(int(m.group(1)) for p in directory.iterdir() if (m := TAG.fullmatch(p.name)) and p.is_dir())
-
-
-def resolve_tag(load_dir, iteration: int | None = None) -> str:
-    """The checkpoint folder to load: `global_step<iteration>` when asked for, else the one `latest`
-    names. Every way of not finding one is an error that says what is there instead."""
-    load_dir = pathlib.Path(load_dir)
-    if load_dir.exists() and not load_dir.is_dir():
-        raise CheckpointError(f"checkpoint directory {load_dir} (config key `load`) is a file, not a folder. "
-                              "Point `load` at the `save` directory of a training run.")
-    if not load_dir.is_dir():
-        raise CheckpointError(f"checkpoint directory {load_dir} (config key `load`) does not exist. Point "
-                              "`load` at the `save` directory of a training run.")
-    steps = checkpoint_steps(load_dir)
-    found = f"It holds checkpoints for steps {steps}." if steps else "It holds no checkpoints."
-    if iteration is not None:
-        tag = f"global_step{iteration}"
-        if iteration not in steps:
-            raise CheckpointError(f"{load_dir} has no checkpoint {tag} (config key `iteration`). {found}")
-        return tag
-    latest = load_dir / "latest"
-    if not latest.is_file():
-        raise CheckpointError(f"{load_dir} has no `latest` file naming its newest checkpoint. {found} "
-                              "Set `iteration` to load one of them.")
-    tag = latest.read_text().strip()
-    if not TAG.fullmatch(tag):  # empty, or a path: never a folder outside the checkpoint directory
-        raise CheckpointError(f"{latest} should name a checkpoint folder like global_step100 but holds {tag!r} "
-                              f"(damaged or edited). {found} Set `iteration` to load one of them.")
-    if not (load_dir / tag).is_dir():
-        raise CheckpointError(f"{latest} names {tag!r}, which is not in {load_dir}. {found} "
-                              "Set `iteration` to load one of them.")
-    return tag
-
-
+# ------------------------------------------------------------------------------------------- read
 def read_client_state(load_dir, tag: str) -> dict:
     """The checkpoint's model-states file (ours and DeepSpeed's keys), weights memory-mapped."""
     folder = pathlib.Path(load_dir) / tag
@@ -125,22 +51,19 @@ def read_client_state(load_dir, tag: str) -> dict:
                           f"or not a checkpoint of this project. Contents: {sorted(os.listdir(folder))}.")
 
 
-def checkpoint_config(load_dir, iteration: int | None = None) -> dict:
-    """The model config stored with a checkpoint (e.g. to build a matching model for evaluation)."""
-    state = read_client_state(load_dir, resolve_tag(load_dir, iteration))
-    if "model_config" not in state:
-        raise CheckpointError(f"{load_dir} was not written by this project's train.py (no model_config).")
-    return state["model_config"]
-
-
-def _check_compatible(state: dict, neox_args, model, where) -> None:
+def stored_model_config(state: dict, where) -> ModelConfig:
+    """The ModelConfig a checkpoint's model-states (`read_client_state`) record."""
     if "model_config" not in state:
         raise CheckpointError(f"{where} was not written by this project's train.py (it records no model "
                               "config to check against), so it cannot be loaded safely.")
-    differences = config_differences(state["model_config"], neox_args, model)
-    if differences:
+    return ModelConfig.from_record(state["model_config"])
+
+
+def _check_compatible(state: dict, neox_args, model, where) -> None:
+    mismatches = differences(stored_model_config(state, where), ModelConfig.from_args(neox_args, model.vocab_size))
+    if mismatches:
         raise CheckpointError(f"the checkpoint {where} was made by a different model: "
-                              + "; ".join(differences) + f". Load it with the config it was trained with: "
+                              + "; ".join(mismatches) + f". Load it with the config it was trained with: "
                               f"{pathlib.Path(where) / RESOLVED_NAME} (every key of that run, --set included).")
 
 
@@ -192,7 +115,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     client_state = {
         "iteration": iteration,
         "consumed_train_samples": consumed_samples,
-        "model_config": model_config(neox_args, engine.module),
+        "model_config": ModelConfig.from_args(neox_args, engine.module.vocab_size).record(),
         "neox_args": {k: v for k, v in neox_args.to_dict().items() if k != "config_files"},
         "rng_state": rng_state(),
     }

@@ -8,7 +8,7 @@ import pytest
 from megatron.checkpointing import CheckpointError
 from megatron.neox_arguments import NeoXArgsError
 from megatron.text_generation import GenerationError, generate_tokens
-from megatron.inference_model import load_model
+from megatron.inference_model import load
 from megatron.text_generation.run import generate_run
 from megatron.tokenizer import build_tokenizer
 from megatron.training import pretrain
@@ -65,7 +65,7 @@ def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
     assert all(set(r) == {"context", "text", "length", "finished", "message"} for r in records)
     # The same continuations straight from generate_tokens on the same checkpoint, each prompt alone.
     tokenizer = build_tokenizer(args)
-    model, _ = load_model(args, tokenizer)
+    model = load(args.load, args).model
     for record, prompt in zip(records, PROMPTS):
         tokens = generate_tokens(model, [tokenizer.tokenize(prompt)], max_new_tokens=40, eos=tokenizer.eod)[0]
         finished = tokens[-1:] == [tokenizer.eod]

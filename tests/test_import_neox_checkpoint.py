@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import neox_fork_reference as fork
-from megatron.inference_model import load_model
+from megatron.inference_model import load
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
@@ -38,10 +38,8 @@ def fork_checkpoint(root, method, seed=0):
 
 
 def imported_model(root):
-    args = NeoXArgs.from_ymls(sorted((root / "ours" / "global_step7" / "configs").glob("*.yml")),
-                              {"load": str(root / "ours")}, world_size=1)
-    model, step = load_model(args, build_tokenizer(args))
-    return args, model, step
+    loaded = load(root / "ours")  # the imported checkpoint alone describes the model
+    return loaded.neox_args, loaded.model, loaded.step
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -12,12 +12,9 @@ import difflib
 import json
 import pathlib
 
-import torch
-
-from megatron.checkpointing import load_model_weights, read_client_state, resolve_tag
-from megatron.model import GPTModel
+from megatron.checkpointing import read_client_state, resolve_tag
+from megatron.inference_model import inference_device_and_dtype, load
 from megatron.preflight import folder_problem
-from megatron.tokenizer import build_tokenizer
 from .lm_eval_adapter import NeoXLM
 from .merge import CHECKPOINT_FIELDS, differences
 from .results import ResultFileError, folder_locked, write_atomic
@@ -98,7 +95,7 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     if problem:
         raise EvaluationError(problem)
     state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device, _ = inference_device_and_dtype(neox_args)
     length = neox_args.eval_task_length or neox_args.seq_length
     run = run_record(neox_args, state["neox_args"], state["iteration"])
     path = results_dir / f"{run['name']}.json"
@@ -110,10 +107,8 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     from lm_eval.utils import make_table
 
     manager, tasks = task_manager_for(neox_args)
-    tokenizer = build_tokenizer(neox_args)
-    model = GPTModel(neox_args, tokenizer.padded_vocab_size)
-    iteration = load_model_weights(neox_args, model)
-    model.to(device=device, dtype=torch.float32).eval()
+    loaded = load(neox_args.load, neox_args, device)
+    model, tokenizer, iteration = loaded.model, loaded.tokenizer, loaded.step
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
     if limit is not None and length > limit:
         raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb {neox_args.pos_emb} "

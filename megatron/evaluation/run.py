@@ -10,7 +10,7 @@ import torch
 from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.data import build_evaluation_stream
 from megatron.initialize import initialize_megatron
-from megatron.inference_model import load_model
+from megatron.inference_model import load
 from megatron.launcher_watch import watch_launcher
 from megatron.neox_arguments import NeoXArgsError
 from megatron.preflight import check_evaluation, raise_together
@@ -45,7 +45,8 @@ def evaluate_run(neox_args) -> pathlib.Path:
         if mode.check:
             mode.check(neox_args, tokenizer, stream, lengths)
 
-    model, iteration = load_model(neox_args, tokenizer)
+    loaded = load(neox_args.load, neox_args)
+    model, iteration = loaded.model, loaded.step
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
 

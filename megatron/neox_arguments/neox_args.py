@@ -15,6 +15,7 @@ from megatron.model.positional_embeddings import OptionError, declared_options, 
 from megatron.progress import follow_config
 
 from .errors import NeoXArgsError
+from .from_checkpoint import checkpoint_source
 from .quoting import quote
 from .entry_points import argument_parser, flag_overrides, name_the_cpu_accelerator
 from .log_files import start_log_files
@@ -52,6 +53,7 @@ class NeoXArgs(*reversed(GROUPS)):
         """Validated args from a {key: value} dict (keys may use '-' or '_')."""
         values, sources, notes = translate(values, sources or {})  # upstream NeoX / KERPLE-fork keys
         known = cls.user_keys()
+        values, sources = checkpoint_source(values, sources, known["pos_emb"].default)  # the model of `load`
         hints = typing.get_type_hints(cls)
         kwargs = {}
         for raw_key, value in values.items():
@@ -106,9 +108,10 @@ class NeoXArgs(*reversed(GROUPS)):
             args = cls.from_dict(payload["values"], payload["sources"], payload["config_files"])
             args.start_process()
             return args
-        if not ns.configs:
-            parser.error("give at least one YAML config file (e.g. configs/tiny.yml)")
         overrides = parse_overrides(ns.set)
+        if not ns.configs and "load" not in {normalise_key(k) for k in overrides}:
+            parser.error("give at least one YAML config file (e.g. configs/tiny.yml), or a checkpoint with "
+                         "--set load=DIR (its model and data come from the checkpoint)")
         for key, value in flag_overrides(name, ns).items():
             if key in overrides:
                 raise NeoXArgsError(f"command line: {key.replace('_', '-')} is given both by its own flag and by "

@@ -18,7 +18,7 @@ import torch
 from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
-from megatron.inference_model import inference_device_and_dtype, load_model
+from megatron.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import new_file_problem
 from .memory import run_memory_problem
 from .samples import generate_samples
@@ -33,7 +33,8 @@ def generate_run(neox_args, stdin=None) -> list[dict]:
         initialize_megatron(neox_args)
     tokenizer = build_tokenizer(neox_args)
     check_generation_memory(neox_args, tokenizer, contexts)
-    model, iteration = load_model(neox_args, tokenizer)
+    loaded = load(neox_args.load, neox_args)
+    model, iteration = loaded.model, loaded.step
     say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
     say(f"generating with {neox_args.pos_emb} ({neox_args.load}, step {iteration}): {neox_args.text_gen_type}, "
         f"at most {neox_args.maximum_tokens} tokens per sample", file=sys.stderr, flush=True)

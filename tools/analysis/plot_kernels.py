@@ -3,7 +3,7 @@
     python -m tools.analysis.plot_kernels RUN_CONFIG.yml... [--set load=...] --max-distance 512 \
         --out docs/images/kernel_kerple_log
 
-Builds the model from the run's config, loads the checkpoint named by `load`, and plots
+Loads the checkpoint named by `load` (megatron.inference_model.load: the model it describes), and plots
 pe.bias(1, n): the bias of the query at position n - 1 over keys at distance d = 0..n-1 (for methods
 whose bias depends only on d that is b_h(d); fire's also depends on the query position). One line per
 head, labelled with the head's kernel_parameters(). kerple_bias_weight gets a second panel with its
@@ -65,20 +65,18 @@ def plot_kernel(pe, max_distance: int, title: str):
 
 def load_positional_embeddings(neox_args):
     """The trained model's distinct positional modules (one when shared) and the checkpoint step."""
-    from megatron.checkpointing import load_model_weights
-    from megatron.model import GPTModel
-    from megatron.tokenizer import build_tokenizer
+    from megatron.inference_model import load
 
-    model = GPTModel(neox_args, build_tokenizer(neox_args).padded_vocab_size)
-    iteration = load_model_weights(neox_args, model)
-    return model.positional_embeddings(), iteration
+    loaded = load(neox_args.load, neox_args, device="cpu")
+    return loaded.model.positional_embeddings(), loaded.step
 
 
 def main(argv=None):
     from megatron.neox_arguments import NeoXArgs, parse_overrides
 
     parser = argparse.ArgumentParser(description="Plot a checkpoint's kernel b_h(d) per head (PNG + PDF).")
-    parser.add_argument("configs", nargs="+", help="the run's YAML configs (with `load`)")
+    parser.add_argument("configs", nargs="*", help="YAML configs (default none: --set load=CHECKPOINT is enough, "
+                        "the model comes from the checkpoint)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     parser.add_argument("--max-distance", type=int, default=None, help="largest d; default 4 x seq-length")
     parser.add_argument("--layer", type=int, default=0, help="which layer's kernel when pos-emb-per-layer")

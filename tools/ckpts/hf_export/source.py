@@ -1,15 +1,15 @@
-"""The model to export: a checkpoint folder `<save>/global_stepN` and the config it was trained with,
-loaded the way evaluation loads it (megatron.checkpointing.load_model_weights)."""
+"""The model to export: a checkpoint folder `<save>/global_stepN` (or a `save` folder, for its latest),
+loaded by the one loader (megatron.inference_model.load) on the CPU in fp32."""
 import pathlib
 from dataclasses import dataclass
 
 import torch
 
-from megatron.checkpointing import TAG, CheckpointError, load_model_weights, resolve_tag
+from megatron.checkpoint_folder import CheckpointError, split_checkpoint_path
+from megatron.inference_model import load
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
-from megatron.neox_arguments.resolved import RESOLVED_NAME
-from megatron.tokenizer import Tokenizer, build_tokenizer
+from megatron.tokenizer import Tokenizer
 
 from .errors import ExportError
 
@@ -24,31 +24,20 @@ class Source:
 
 def load_source(input_dir, config_files=None) -> Source:
     """`input_dir` is `<save>/global_stepN` (upstream's shape) or a `save` folder (its `latest`);
-    `config_files` the run's YAML files, default the checkpoint's own resolved config (every key its
-    run's files and `--set` flags gave, so a method chosen with `--set pos-emb=...` is the one built)."""
+    `config_files` the run's YAML files, default none: the checkpoint describes its own model (its merged
+    config, so a method chosen with `--set pos-emb=...` is the one built). Files given must agree with it."""
     folder = pathlib.Path(input_dir)
     if not folder.is_dir():
         raise ExportError(f"--input_dir {folder} does not exist. Give a checkpoint folder "
                           "<save>/global_stepN written by train.py (or the `save` folder itself for its latest).")
-    match = TAG.fullmatch(folder.name)
-    load, iteration = (folder.parent, int(match.group(1))) if match else (folder, None)
-    if not config_files:
-        try:
-            tag_folder = load / resolve_tag(load, iteration)
-        except CheckpointError as err:
-            raise ExportError(f"--input_dir: {err}") from None
-        resolved = tag_folder / RESOLVED_NAME
-        if not resolved.is_file():
-            raise ExportError(f"no --config_file given and {tag_folder} has no {RESOLVED_NAME} (a checkpoint "
-                              "written before this project kept one); give the run's config with --config_file "
-                              "CONFIG.yml (several files merge in order).")
-        config_files = [resolved]
-    for path in config_files:
+    for path in config_files or ():
         if not pathlib.Path(path).is_file():
             raise ExportError(f"--config_file {path} does not exist; give the YAML config the run was trained with.")
-    # The checkpoint decides what to load; the config decides what model to build (checked against it).
-    neox_args = NeoXArgs.from_ymls([str(p) for p in config_files], {"load": str(load), "iteration": iteration})
-    tokenizer = build_tokenizer(neox_args)
-    model = GPTModel(neox_args, tokenizer.padded_vocab_size)
-    step = load_model_weights(neox_args, model)
-    return Source(neox_args, model.to(torch.float32).eval(), tokenizer, step)
+    load_dir, iteration = split_checkpoint_path(folder)
+    try:
+        neox_args = None if not config_files else NeoXArgs.from_ymls(
+            [str(p) for p in config_files], {"load": str(load_dir), "iteration": iteration})
+        loaded = load(folder, neox_args, device="cpu", dtype=torch.float32)
+    except CheckpointError as err:
+        raise ExportError(f"--input_dir: {err}") from None
+    return Source(loaded.neox_args, loaded.model, loaded.tokenizer, loaded.step)

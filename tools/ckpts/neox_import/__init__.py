@@ -5,7 +5,7 @@ the rest, write.py writes the checkpoint as this project's save does.
 """
 import pathlib
 
-from megatron.checkpointing import ARCHITECTURE_KEYS
+from megatron.model.model_config import ARCHITECTURE_KEYS
 from megatron.model import GPTModel
 from megatron.model.positional_embeddings import checkpoint_options
 from megatron.neox_arguments import POS_EMB_ALIASES, NeoXArgs, NeoXArgsError

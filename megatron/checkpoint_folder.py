@@ -1,0 +1,60 @@
+"""Where a checkpoint is: a `save` folder's steps, the one `latest` names, or a `global_stepN` folder
+itself. No torch or DeepSpeed here: the config loader reads a checkpoint's stored config before either
+is imported (megatron/neox_arguments/from_checkpoint.py)."""
+import pathlib
+import re
+
+from megatron.errors import NeoXArgsError
+
+TAG = re.compile(r"global_step(\d+)")
+
+
+class CheckpointError(NeoXArgsError):
+    """A checkpoint that is missing, incomplete or made by a different model than the one loading it."""
+
+
+def split_checkpoint_path(path, iteration: int | None = None) -> tuple[pathlib.Path, int | None]:
+    """(the `save` folder, the step) of `path`: a `global_stepN` folder is step N of its parent; any
+    other folder is a `save` folder, at `iteration` (None: the one `latest` names)."""
+    path = pathlib.Path(path)
+    match = TAG.fullmatch(path.name)
+    return (path.parent, int(match.group(1))) if match and path.is_dir() else (path, iteration)
+
+
+def checkpoint_steps(directory) -> list[int]:
+    """The steps of the complete checkpoints in `directory`, ascending."""
+    directory = pathlib.Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in directory.iterdir() if (m := TAG.fullmatch(p.name)) and p.is_dir())
+
+
+def resolve_tag(load_dir, iteration: int | None = None) -> str:
+    """The checkpoint folder to load: `global_step<iteration>` when asked for, else the one `latest`
+    names. Every way of not finding one is an error that says what is there instead."""
+    load_dir = pathlib.Path(load_dir)
+    if load_dir.exists() and not load_dir.is_dir():
+        raise CheckpointError(f"checkpoint directory {load_dir} (config key `load`) is a file, not a folder. "
+                              "Point `load` at the `save` directory of a training run.")
+    if not load_dir.is_dir():
+        raise CheckpointError(f"checkpoint directory {load_dir} (config key `load`) does not exist. Point "
+                              "`load` at the `save` directory of a training run.")
+    steps = checkpoint_steps(load_dir)
+    found = f"It holds checkpoints for steps {steps}." if steps else "It holds no checkpoints."
+    if iteration is not None:
+        tag = f"global_step{iteration}"
+        if iteration not in steps:
+            raise CheckpointError(f"{load_dir} has no checkpoint {tag} (config key `iteration`). {found}")
+        return tag
+    latest = load_dir / "latest"
+    if not latest.is_file():
+        raise CheckpointError(f"{load_dir} has no `latest` file naming its newest checkpoint. {found} "
+                              "Set `iteration` to load one of them.")
+    tag = latest.read_text().strip()
+    if not TAG.fullmatch(tag):  # empty, or a path: never a folder outside the checkpoint directory
+        raise CheckpointError(f"{latest} should name a checkpoint folder like global_step100 but holds {tag!r} "
+                              f"(damaged or edited). {found} Set `iteration` to load one of them.")
+    if not (load_dir / tag).is_dir():
+        raise CheckpointError(f"{latest} names {tag!r}, which is not in {load_dir}. {found} "
+                              "Set `iteration` to load one of them.")
+    return tag

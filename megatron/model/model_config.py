@@ -1,0 +1,94 @@
+"""`ModelConfig`: everything that decides a model's weights and its forward pass, built once from the run's
+config and saved in every checkpoint (client-state key `model_config`), so that a checkpoint describes its
+own model and loading it needs no YAML file that says the same again.
+
+The record in a checkpoint is flat, one entry per config key (`num_layers`, `pos_emb`, each of the method's
+options, ...), as checkpoints written before this class had it (schema 1, no `schema` entry); schema 2 adds
+`schema` and the tokenizer's files. Both read back with `ModelConfig.from_record`.
+"""
+from dataclasses import dataclass, field
+
+from megatron.model.positional_embeddings import checkpoint_options, option_names, per_run_options
+
+SCHEMA = 2
+
+# Config keys that fix the parameters' shapes or meaning, whatever the method, in the order a mismatch
+# names them (padded_vocab_size: the model's embedding rows, the tokenizer's vocabulary padded).
+ARCHITECTURE_KEYS = (
+    "num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "padded_vocab_size",
+    "tokenizer_type", "norm", "layernorm_epsilon", "activation", "no_weight_tying", "gpt_j_residual",
+    "pos_emb", "pos_emb_per_layer",
+)
+# Recorded to rebuild the tokenizer, never compared: the same vocabulary may live at another path.
+TOKENIZER_FILES = ("vocab_file", "merge_file")
+# Recorded for the run's record; only a method with `uses_max_positions` (learned) has parameters sized
+# by one of them, and then max_position_embeddings is among its checkpoint options.
+LENGTH_KEYS = ("seq_length", "max_position_embeddings", "seq_length_val", "attention_window")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int | None
+    padded_vocab_size: int
+    tokenizer_type: str
+    norm: str
+    layernorm_epsilon: float
+    activation: str
+    no_weight_tying: bool
+    gpt_j_residual: bool
+    pos_emb: str
+    pos_emb_per_layer: bool
+    options: dict = field(default_factory=dict)  # the method's checkpoint options: {config key: value}
+    tokenizer_files: dict = field(default_factory=dict)  # {vocab_file, merge_file}: as the run gave them
+    lengths: dict = field(default_factory=dict)  # LENGTH_KEYS of the run, for the record
+
+    @classmethod
+    def from_args(cls, neox_args, vocab_rows: int) -> "ModelConfig":
+        """The model a config builds with `vocab_rows` embedding rows (`tokenizer.padded_vocab_size`)."""
+        values = {key: vocab_rows if key == "padded_vocab_size" else getattr(neox_args, key)
+                  for key in ARCHITECTURE_KEYS}
+        return cls(**values, options={k: getattr(neox_args, k) for k in sorted(checkpoint_options(neox_args.pos_emb))},
+                   tokenizer_files={k: getattr(neox_args, k) for k in TOKENIZER_FILES},
+                   lengths={k: getattr(neox_args, k) for k in LENGTH_KEYS})
+
+    @classmethod
+    def from_record(cls, record: dict) -> "ModelConfig":
+        """From a checkpoint's `model_config` (schema 1 or 2). A key an older record lacks reads as None,
+        so comparing it with a run names it instead of passing unchecked."""
+        options = {k: record.get(k) for k in sorted(checkpoint_options(record["pos_emb"]))} \
+            if record.get("pos_emb") is not None else {}
+        return cls(**{key: record.get(key) for key in ARCHITECTURE_KEYS}, options=options,
+                   tokenizer_files={k: record[k] for k in TOKENIZER_FILES if k in record},
+                   lengths={k: record[k] for k in LENGTH_KEYS if k in record})
+
+    def record(self) -> dict:
+        """What a checkpoint stores under `model_config`: flat, readable by code that predates `schema`."""
+        values = {key: getattr(self, key) for key in ARCHITECTURE_KEYS}
+        return {"schema": SCHEMA, **values, **self.lengths, **self.options, **self.tokenizer_files}
+
+    def config_values(self) -> dict:
+        """{config key: value} that build this model (and its tokenizer) with the run's other keys."""
+        values = {key: getattr(self, key) for key in ARCHITECTURE_KEYS if key != "padded_vocab_size"}
+        return {**values, **self.options, **self.tokenizer_files}
+
+
+def differences(saved: ModelConfig, current: ModelConfig) -> list[str]:
+    """'key: checkpoint X, this run Y' for every key that must agree but does not. Sequence lengths may
+    differ (length extrapolation is the point), except for `learned`, whose table has
+    max-position-embeddings rows (one of its options)."""
+    pairs = [(key, getattr(saved, key), getattr(current, key)) for key in ARCHITECTURE_KEYS]
+    if saved.pos_emb == current.pos_emb:
+        pairs += [(key, saved.options.get(key), current.options.get(key)) for key in sorted(current.options)]
+    return [f"{key.replace('_', '-')}: checkpoint {theirs!r}, this run {ours!r}"
+            for key, theirs, ours in pairs if theirs != ours]
+
+
+def checkpoint_keys(pos_emb: str) -> tuple[str, ...]:
+    """The config keys a run may take from a checkpoint of method `pos_emb` (its model and tokenizer):
+    every option of the method except the per-run choices, which a run makes for itself."""
+    options = tuple(o for o in option_names(pos_emb) if o not in per_run_options(pos_emb))
+    return (tuple(k for k in ARCHITECTURE_KEYS if k != "padded_vocab_size") + TOKENIZER_FILES + options
+            + tuple(k for k in checkpoint_options(pos_emb) if k not in options))

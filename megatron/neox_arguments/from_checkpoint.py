@@ -1,0 +1,66 @@
+"""A config that names a checkpoint with `load` may leave the model out: the keys that build the model and
+its tokenizer, and those evaluation needs to read the run's data at its training length, come from the
+checkpoint's own merged config (`global_stepN/resolved_config.yml`), each with that file as its source.
+
+A key the user's config sets is kept (the checkpoint check then names any disagreement); per-run choices
+(attention-window, rotary-scaling, attention-impl, ...) are never taken. `load` naming a `global_stepN`
+folder means its parent at step N. Nothing here imports torch: the config is read before the model is.
+"""
+import pathlib
+
+from megatron.checkpoint_folder import CheckpointError, TAG, resolve_tag
+from megatron.model.model_config import checkpoint_keys
+
+from .resolved import RESOLVED_NAME
+from .yaml_loader import load_config_files, normalise_key
+
+# Beyond the model (ModelConfig): the padded vocabulary, the run's seed, lengths, data and batch sizes (a
+# config must have one), and the precision the inference dtype follows.
+RUN_KEYS = ("make_vocab_size_divisible_by", "seed", "seq_length", "seq_length_val", "max_position_embeddings",
+            "data_path", "train_data_paths", "valid_data_paths", "test_data_paths", "split",
+            "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "precision")
+
+
+def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tuple[dict, dict]:
+    """(values, sources) with `load` split into folder and step when it names a `global_stepN` folder, and
+    the checkpoint's model, tokenizer and run keys filled in where `values` leaves them out. A `load` that
+    holds no readable checkpoint (yet) changes nothing: training starts fresh, evaluation says what is
+    missing when it loads."""
+    spelling = {normalise_key(k): k for k in values}
+    if values.get(spelling.get("load")) in (None, ""):
+        return values, sources
+    values, sources = dict(values), dict(sources)
+    load = pathlib.Path(values[spelling["load"]])
+    iteration = values.get(spelling.get("iteration"))
+    if TAG.fullmatch(load.name) and load.is_dir() and not (load / "latest").exists():
+        step = int(TAG.fullmatch(load.name).group(1))
+        if iteration is not None and iteration != step:
+            raise CheckpointError(f"{sources.get('load', 'the config')}: load names the checkpoint folder {load} "
+                                  f"(step {step}) but iteration is {iteration} "
+                                  f"({sources.get('iteration', 'the config')}); give one of them.")
+        values[spelling["load"]] = str(load.parent)
+        values[spelling.get("iteration", "iteration")] = step
+        sources["iteration"] = sources.get("load", "the given config")
+        load = load.parent
+    try:
+        folder = load / resolve_tag(load, values.get(spelling.get("iteration", "iteration")))
+    except CheckpointError:
+        return values, sources
+    resolved = folder / RESOLVED_NAME
+    if not resolved.is_file():  # written before checkpoints kept one: the config must give the model
+        return values, sources
+    stored, lines, _ = load_config_files([resolved])
+    stored = {normalise_key(k): v for k, v in stored.items()}
+    given = {normalise_key(k) for k in values}
+    theirs = stored.get("pos_emb", default_pos_emb)
+    if values.get(spelling.get("pos_emb"), theirs) != theirs:
+        keys = RUN_KEYS  # another method than the checkpoint's: the checkpoint check names the difference
+    else:
+        keys = checkpoint_keys(theirs) + RUN_KEYS
+    for key in keys:
+        if key in stored and key not in given:
+            values[key] = stored[key]
+            sources[key] = f"checkpoint {lines.get(key, resolved)}"
+            sources.update({path: f"checkpoint {line}" for path, line in lines.items()
+                            if path.startswith((key + ".", key + "["))})
+    return values, sources
