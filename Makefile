@@ -25,17 +25,20 @@ $(DEMO_DATA).bin:
 # against length (sinusoidal blows up past the training length; KERPLE-log stays flat).
 # Training logs go to tensorboard/tiny/<method> (README's Table 4 command reads them). DEMO_TRAIN_ARGS and
 # DEMO_EVAL_ARGS append --set options (tests/test_readme_commands.py runs the demo at a few steps).
+# One torch thread per process: on a busy 2-core machine two threads made the same evaluation 4-5x slower
+# (L=2048, 128 chunks: 18-22 s with 2 threads, 3.4-5.3 s with 1, alternating runs at load ~4).
 DEMO_METHODS := kerple_log sinusoidal
 DEMO_FIGURE := eval_results/tiny/ppl_vs_length
 DEMO_TRAIN_ARGS :=
 DEMO_EVAL_ARGS :=
+DEMO_THREADS := 1
 demo: data
 	for method in $(DEMO_METHODS); do \
-	  $(PY) deepy.py train.py configs/tiny.yml --set pos-emb=$$method --set save=checkpoints/tiny/$$method \
-	    --set load=checkpoints/tiny/$$method --set tensorboard-dir=tensorboard/tiny/$$method $(DEMO_TRAIN_ARGS) \
-	    || exit 1; \
-	  $(PY) evaluate.py configs/tiny.yml configs/eval/tiny.yml --set pos-emb=$$method \
-	    --set load=checkpoints/tiny/$$method $(DEMO_EVAL_ARGS) || exit 1; \
+	  OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) deepy.py train.py configs/tiny.yml --set pos-emb=$$method \
+	    --set save=checkpoints/tiny/$$method --set load=checkpoints/tiny/$$method \
+	    --set tensorboard-dir=tensorboard/tiny/$$method $(DEMO_TRAIN_ARGS) || exit 1; \
+	  OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) evaluate.py configs/tiny.yml configs/eval/tiny.yml \
+	    --set pos-emb=$$method --set load=checkpoints/tiny/$$method $(DEMO_EVAL_ARGS) || exit 1; \
 	done
 	$(PY) -m tools.analysis.make_tables eval_results/tiny --reference kerple_log
 	$(PY) -m tools.analysis.plot_lengths eval_results/tiny --out $(DEMO_FIGURE) > /dev/null
