@@ -122,6 +122,16 @@ def test_checkpoints_written_before_model_config_still_load(alibi_run, stdlib_da
         load(ckpt, tiny_args(stdlib_data, tmp_path))
     old_layout(ckpt, keep_resolved=False)  # older still: the model record alone rebuilds it
     assert_same_model(load(ckpt).model, reference)
+    with pytest.raises(CheckpointError, match=r"global_step2 keeps no resolved_config.yml \(written before "
+                                              r"checkpoints kept their config\), and the config gives no model"):
+        NeoXArgs.from_ymls([EVAL_TINY], {"load": str(ckpt)})
+
+
+def test_a_config_without_a_model_names_the_missing_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match=r"^command line: the config gives no model \(num-layers, pos-emb, "
+                                              r"\.\.\.\), so it comes from the checkpoint `load` names, but "
+                                              r"checkpoint directory .*missing \(config key `load`\) does not exist"):
+        NeoXArgs.from_ymls([EVAL_TINY], {"load": str(tmp_path / "missing")})
 
 
 def test_differences_name_every_key_in_the_old_words(tmp_path):

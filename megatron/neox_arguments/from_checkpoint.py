@@ -9,7 +9,7 @@ folder means its parent at step N. Nothing here imports torch: the config is rea
 import pathlib
 
 from megatron.checkpoint_folder import CheckpointError, TAG, resolve_tag
-from megatron.model.model_config import checkpoint_keys
+from megatron.model.model_config import ARCHITECTURE_KEYS, checkpoint_keys
 
 from .resolved import RESOLVED_NAME
 from .yaml_loader import load_config_files, normalise_key
@@ -24,8 +24,8 @@ RUN_KEYS = ("make_vocab_size_divisible_by", "seed", "seq_length", "seq_length_va
 def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tuple[dict, dict]:
     """(values, sources) with `load` split into folder and step when it names a `global_stepN` folder, and
     the checkpoint's model, tokenizer and run keys filled in where `values` leaves them out. A `load` that
-    holds no readable checkpoint (yet) changes nothing: training starts fresh, evaluation says what is
-    missing when it loads."""
+    holds no readable checkpoint (yet) changes nothing where the config gives the model (training starts
+    fresh, evaluation says what is missing when it loads); where it gives none, that is the error."""
     spelling = {normalise_key(k): k for k in values}
     if values.get(spelling.get("load")) in (None, ""):
         return values, sources
@@ -42,16 +42,24 @@ def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tupl
         values[spelling.get("iteration", "iteration")] = step
         sources["iteration"] = sources.get("load", "the given config")
         load = load.parent
+    given = {normalise_key(k) for k in values}
+    no_model = not given & set(ARCHITECTURE_KEYS)  # then the checkpoint must say what the model is
     try:
         folder = load / resolve_tag(load, values.get(spelling.get("iteration", "iteration")))
-    except CheckpointError:
+    except CheckpointError as err:
+        if no_model:
+            raise CheckpointError(f"{sources.get('load', 'the config')}: the config gives no model (num-layers, "
+                                  f"pos-emb, ...), so it comes from the checkpoint `load` names, but {err}") from None
         return values, sources
     resolved = folder / RESOLVED_NAME
     if not resolved.is_file():  # written before checkpoints kept one: the config must give the model
+        if no_model:
+            raise CheckpointError(f"{folder} keeps no {RESOLVED_NAME} (written before checkpoints kept their "
+                                  "config), and the config gives no model: give the run's own config files too, "
+                                  f"e.g. {folder / 'configs'}/*.yml.")
         return values, sources
     stored, lines, _ = load_config_files([resolved])
     stored = {normalise_key(k): v for k, v in stored.items()}
-    given = {normalise_key(k) for k in values}
     theirs = stored.get("pos_emb", default_pos_emb)
     if values.get(spelling.get("pos_emb"), theirs) != theirs:
         keys = RUN_KEYS  # another method than the checkpoint's: the checkpoint check names the difference
