@@ -217,3 +217,24 @@ def test_plot_kernels_needs_only_the_checkpoint(alibi_run, tmp_path, capsys):
     main(["--set", f"load={alibi_run}", "--out", str(tmp_path / "kernel")])
     assert capsys.readouterr().out.split() == ["wrote", str(tmp_path / "kernel.png"), "wrote", str(tmp_path / "kernel.pdf")]
     assert (tmp_path / "kernel.png").stat().st_size > 0
+
+
+def test_one_device_and_dtype_rule(tmp_path):
+    from megatron.inference_model import inference_device_and_dtype
+    bf16 = tiny_args("unused-data", tmp_path, precision="bf16")
+    assert inference_device_and_dtype(bf16, "cuda:0") == (torch.device("cuda:0"), torch.bfloat16)
+    assert inference_device_and_dtype(bf16, "cpu") == (torch.device("cpu"), torch.float32)  # CPU runs fp32
+    fp32 = tiny_args("unused-data", tmp_path)
+    assert inference_device_and_dtype(fp32, "cuda:1") == (torch.device("cuda:1"), torch.float32)
+    if not torch.cuda.is_available():
+        assert inference_device_and_dtype(bf16) == (torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.launches
+def test_an_explicit_dtype_overrides_the_rule(alibi_run, stdlib_data):
+    loaded = load(alibi_run, device="cpu", dtype=torch.float64)
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float64}
+    reference = reference_model(stdlib_data, alibi_run)
+    tokens = torch.randint(0, 256, (1, 80))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(tokens).float(), reference(tokens), rtol=1e-5, atol=1e-5)
