@@ -45,8 +45,9 @@ demo: data
 	@echo "perplexity against evaluation length: $(DEMO_FIGURE).png"
 
 # The KERPLE paper's experiment at CPU scale: 7 methods x 3 seeds on the stdlib corpus through deepy.py,
-# report in docs/reproduction/report.md. Resumable: re-run to continue. The published report used
-# make reproduce REPRODUCE_ARGS="--datasets stdlib prose"
+# report in runs/reproduce/cpu-mini/report/ (REPRODUCE_ARGS=--publish: the published docs/reproduction/).
+# Resumable: re-run to continue. The published report used
+# make reproduce REPRODUCE_ARGS="--datasets stdlib prose --publish"
 reproduce: venv
 	$(PY) -m tools.reproduce configs/reproduce/cpu-mini.yml $(REPRODUCE_ARGS)
 
@@ -69,7 +70,7 @@ test-slow: venv
 	$(PY) -m pytest -q -m slow
 
 clean:
-	rm -rf data/stdlib checkpoints/tiny eval_results/tiny
+	rm -rf data/stdlib checkpoints/tiny eval_results/tiny tensorboard/tiny
 
 # GPU machines (docs/gpu/README.md). Here: the wheels the machine lacks, into .whl/ (never committed).
 # There: install them, run the CUDA tests and benchmarks in under 8 minutes, report in docs/gpu/.

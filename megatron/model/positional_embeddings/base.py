@@ -117,7 +117,7 @@ class PositionalEmbedding(nn.Module):
 
     def pairwise_bytes(self) -> int:
         """Bytes `pairwise` allocates per (query, key) pair at its peak, for attention's memory estimate
-        (attention.py's sdpa_bytes): the int64 distance and the fp32 bias and weight gathered from the tables."""
+        (megatron/model/attention/sdpa.py's sdpa_bytes): the int64 distance and the fp32 bias and weight gathered from the tables."""
         return 8 + 2 * 4 * self.num_heads
 
     def _last_positions(self, query_length: int, key_length: int):
