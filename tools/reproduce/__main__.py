@@ -13,7 +13,7 @@ if __package__ in (None, ""):  # `python tools/reproduce SWEEP.yml`: run as a fo
 from megatron.neox_arguments import run_cli  # noqa: E402
 from tools.reproduce import REPO_ROOT, __doc__ as DOC, inputs  # noqa: E402
 from tools.reproduce.data import plan_data, prepare_data  # noqa: E402
-from tools.reproduce.execute import launch_command, run_grid  # noqa: E402
+from tools.reproduce.execute import SweepInterrupted, launch_command, run_grid  # noqa: E402
 from tools.reproduce.plan import summary  # noqa: E402
 from tools.reproduce.report import write_report  # noqa: E402
 from tools.reproduce.runs import plan_runs  # noqa: E402
@@ -80,7 +80,11 @@ def main(argv=None):
     runs = plan_runs(sweep, datasets)
     for run in runs:
         run.args()  # every run's config is valid before anything is spent on the first one
-    failures = run_grid(runs, args.jobs or sweep.jobs, sweep.threads)
+    try:
+        failures = run_grid(runs, args.jobs or sweep.jobs, sweep.threads)
+    except SweepInterrupted as stopped:  # the user's stop: no report from a half-run grid, the shell's status
+        print(str(stopped), file=sys.stderr, flush=True)
+        return 128 + stopped.signum
     # The report covers every dataset of the sweep with runs under work_dir, from this or earlier invocations.
     reported = plan_runs(sweep, [d for d in sweep.data.values() if d.ready() and (sweep.work_dir / d.name).is_dir()])
     collected = inputs.collect(reported)

@@ -1,11 +1,17 @@
 """Running the grid: each run trains (`deepy.py train.py`) and evaluates (`deepy.py evaluate.py`) in its
-own subprocess, `jobs` at a time, with progress and an ETA; one failed run never stops the others."""
+own subprocess, `jobs` at a time, with progress and an ETA; one failed run never stops the others, but
+SIGINT/SIGTERM to the sweep stops it: the running deepy.py processes get SIGTERM (their ranks save and
+exit), no further run starts, and `SweepInterrupted` says which runs were cut short. A `kill -KILL` of the
+sweep reaches deepy.py through the kernel (PR_SET_PDEATHSIG), so nothing trains on as an orphan."""
 import concurrent.futures
+import ctypes
+import ctypes.util
 import datetime
 import json
 import os
 import pathlib
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -20,9 +26,64 @@ from . import REPO_ROOT
 from .runs import Run, RunFailed, check_training_config, finished_result, trained_step
 
 
+STOP_SECONDS = 120  # how long an interrupted run may take to save and exit before deepy.py is killed
+
+
+class SweepInterrupted(Exception):
+    """The user stopped the sweep (SIGINT/SIGTERM): `signum`, and the runs that were cut short."""
+
+    def __init__(self, signum: int, runs: list[str]):
+        self.signum, self.runs = signum, runs
+        name = signal.Signals(signum).name
+        cut = f"interrupted {', '.join(runs)}" if runs else "no run was in progress"
+        super().__init__(f"the sweep stopped on {name}: {cut}; no further run was started. Re-run the same command "
+                         f"to resume: finished runs are skipped, a run stopped in train.py continues from the "
+                         f"checkpoint it saved on the way out, one stopped in evaluate.py is evaluated again. "
+                         f"Exit status {128 + signum} = 128 + {name}.")
+
+
+class _Stop:
+    """The sweep's SIGINT/SIGTERM: remembered, and passed on as SIGTERM to every running deepy.py (started
+    in its own session, so the terminal's Ctrl-C reaches it only this way, once). Workers register their
+    child before checking `signum`, and the handler sets `signum` before looking at the children, so a
+    child started as the signal arrives is signalled by one or the other."""
+
+    def __init__(self):
+        self.signum, self.at, self.children, self.interrupted = None, None, {}, []
+
+    def handle(self, signum, _frame):
+        if self.signum is not None:  # a second Ctrl-C: the first one is already being carried out
+            return
+        self.signum, self.at = signum, time.time()
+        running = list(self.children.items())
+        print(f"\n{signal.Signals(signum).name}: stopping the sweep; SIGTERM passed on to "
+              f"{', '.join(str(run) for _, run in running) or 'no running run'} (waiting up to {STOP_SECONDS} s "
+              "for it to save and exit)", flush=True)
+        for child, _ in running:
+            _terminate(child)
+
+    def start(self, child: subprocess.Popen, run: Run) -> None:
+        self.children[child] = run
+        if self.signum is not None:
+            _terminate(child)
+
+
+def _terminate(child: subprocess.Popen) -> None:
+    try:
+        child.send_signal(signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+_STOP = _Stop()  # one sweep per process; run_grid resets it
+
+
 def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
-    """Every run through `execute`, `jobs` at a time; returns {run: error}. An evaluation-only run follows
-    its base run in the same worker, so no worker waits idle for another's checkpoint."""
+    """Every run through `execute`, `jobs` at a time; returns {run: error}, or raises SweepInterrupted
+    after SIGINT/SIGTERM once the running runs have stopped. An evaluation-only run follows its base run
+    in the same worker, so no worker waits idle for another's checkpoint."""
+    global _STOP
+    _STOP = stop = _Stop()
     progress, failures = Progress(len(runs), jobs), {}
     follows = {}
     for run in runs:
@@ -31,8 +92,13 @@ def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
     print(f"{len(runs)} runs, {jobs} at a time, {threads} thread(s) each", flush=True)
 
     def one(run):
+        if stop.signum is not None:  # stopped by the user: no new run starts
+            return
         try:
             progress.finish(run, execute(run, threads))
+        except _Stopped as stopped:
+            stop.interrupted.append(f"{run} (in {stopped})")
+            return
         except Exception as err:  # noqa: BLE001 - whatever stops one run, the others go on
             failures[str(run)] = str(err) if isinstance(err, (RunFailed, NeoXArgsError)) else repr(err)
             print(f"FAILED {run}: {failures[str(run)]}", flush=True)
@@ -44,11 +110,21 @@ def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
             else:
                 one(follow)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for run in runs:
-            if not run.base:
-                pool.submit(one, run)
+    previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(one, run) for run in runs if not run.base]:
+                future.result()  # waits in the main thread, where the handler runs
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if stop.signum is not None:
+        raise SweepInterrupted(stop.signum, stop.interrupted)
     return failures
+
+
+class _Stopped(Exception):
+    """A run's deepy.py ended after the sweep was told to stop: not a failure of the run."""
 
 
 def execute(run: Run, threads: int) -> float | None:
@@ -90,15 +166,69 @@ def train(run: Run, train_iters: int, digest: str, threads: int) -> None:
 
 def launch(script: str, run: Run, overrides: dict, log: pathlib.Path, threads: int) -> None:
     """`python deepy.py SCRIPT PROFILE... --set k=v ...` with its output in `log`."""
+    if _STOP.signum is not None:  # stopped between this run's training and its evaluation
+        raise _Stopped(script)
     command = launch_command(script, run.sweep.profile, {**overrides, "master_port": free_port()})
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as out:
         out.write(f"\n$ {shlex.join(command)}\n")
         out.flush()
-        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT).returncode
+        start = out.tell()  # this launch's part of the log: earlier attempts' errors are not its reason
+        # Its own session: the terminal's Ctrl-C goes to the sweep alone, which passes SIGTERM on (_Stop).
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                                 start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+        _STOP.start(child, run)
+        try:
+            code = _wait(child, run)
+        finally:
+            _STOP.children.pop(child, None)
+    if _STOP.signum is not None:
+        raise _Stopped(script)
     if code != 0:
-        raise RunFailed(f"{script} exited with code {code}; last lines of {log}:\n" + _tail(log))
+        raise RunFailed(f"{script} exited with code {code}; " + failure_summary(_read_from(log, start), log))
+
+
+def _wait(child: subprocess.Popen, run: Run) -> int:
+    """The child's status; after the sweep was stopped, at most STOP_SECONDS more, then deepy.py is killed
+    (its ranks notice their launcher is gone and save and exit: megatron/launcher_watch.py)."""
+    killed = False
+    while True:
+        try:
+            return child.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if not killed and _STOP.at is not None and time.time() - _STOP.at > STOP_SECONDS:
+                killed = True
+                print(f"{run}: deepy.py still running {STOP_SECONDS} s after SIGTERM; killing it (its ranks stop "
+                      "on their own when it is gone)", flush=True)
+                child.kill()
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True) if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int):
+    """For `preexec_fn`: the kernel sends the child SIGTERM when the sweep dies, even by SIGKILL, which no
+    handler sees; deepy.py turns it into a clean stop of every rank. Bound before the fork, so the child
+    only makes the system call. (PDEATHSIG follows the thread that forked: the worker thread waits for the
+    child, so it outlives it.) Linux only: elsewhere a killed sweep's deepy.py must be stopped by hand."""
+    if _LIBC is None:
+        return None
+    prctl, getppid = _LIBC.prctl, os.getppid
+
+    def arm():
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            os._exit(126)  # cannot promise the child stops with the sweep: do not start it
+        if getppid() != parent:  # the sweep died before the request took effect
+            os._exit(143)
+    return arm
+
+
+def _read_from(path: pathlib.Path, offset: int) -> str:
+    with open(path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")
 
 
 def launch_command(script: str, profile: list, overrides: dict) -> list[str]:
@@ -120,11 +250,28 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _tail(path: pathlib.Path, lines: int = 6) -> str:
-    """The log's last lines, without the launcher's and libraries' noise, each cut to a readable width."""
-    noise = ("[INFO]", "[WARNING]", "[ERROR] [launch.py", "warnings.warn", "UserWarning")
-    kept = [line for line in path.read_text(errors="replace").splitlines() if not any(n in line for n in noise)]
-    return "\n".join("    " + line[:300] for line in kept[-lines:])
+_NOISE = ("[INFO]", "[WARNING]", "[ERROR] [launch.py", "warnings.warn", "UserWarning")
+
+
+def failure_summary(text: str, log: pathlib.Path, lines: int = 6) -> str:
+    """Why a launch failed, from its part of the log: the paragraphs its ranks printed as `error: ...`
+    first (the reason; other processes, such as an orphaned run training into the same log, may have
+    written hundreds of lines after it), then the last lines, without the launcher's and libraries'
+    noise, each cut to a readable width."""
+    kept = [line for line in text.splitlines() if not any(n in line for n in _NOISE)]
+    errors, paragraph = [], None
+    for line in kept:
+        if line.startswith("error:"):
+            paragraph = [line]
+            errors.append(paragraph)
+        elif paragraph is not None and line.strip() and not line.startswith(("step ", "$ ", "deepy.py:")) \
+                and len(paragraph) < 10:
+            paragraph.append(line)  # the error's continuation lines
+        else:
+            paragraph = None
+    shown = "\n".join("    " + line[:1000] for p in errors for line in p)
+    tail = "\n".join("    " + line[:300] for line in kept[-lines:])
+    return (f"its error:\n{shown}\nlast lines of {log}:\n{tail}" if errors else f"last lines of {log}:\n{tail}")
 
 
 def git_commit(outside=None) -> tuple[str, bool]:
