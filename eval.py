@@ -12,23 +12,11 @@ examples:
     --set 'eval-task-paths=[my_tasks]' --set eval-task-length=256
   python deepy.py eval.py configs/kerple_log.yml --eval_tasks lambada_openai hellaswag
 """
-import sys
-
 from megatron.neox_arguments import NeoXArgs, run_cli
 
 
-def split_eval_tasks(argv: list[str]) -> list[str]:
-    """`--eval_tasks A B ...` (upstream's flag) -> `--set eval_tasks=[A, B]` for NeoXArgs."""
-    if "--eval_tasks" not in argv:
-        return argv
-    at = argv.index("--eval_tasks")
-    end = next((i for i in range(at + 1, len(argv)) if argv[i].startswith("-")), len(argv))
-    tasks = argv[at + 1:end]
-    return argv[:at] + argv[end:] + ["--set", "eval_tasks=[" + ", ".join(tasks) + "]"]
-
-
 def main():
-    neox_args = NeoXArgs.consume_args(split_eval_tasks(sys.argv[1:]))  # config errors before lm-eval loads
+    neox_args = NeoXArgs.consume_args()  # config errors before lm-eval loads
     from megatron.evaluation.lm_eval_run import evaluate_tasks
     evaluate_tasks(neox_args)
 

@@ -267,7 +267,7 @@ def check_inputs(neox_args, script: str) -> list[Input]:
 
 
 # ------------------------------------------------------------------------------------------ memory
-def _parameters(neox_args, vocab_size: int) -> int:
+def parameter_count(neox_args, vocab_size: int) -> int:
     """Parameter count of the decoder, from the config (biases and norms left out: a lower bound)."""
     h, layers = neox_args.hidden_size, neox_args.num_layers
     ffn = neox_args.intermediate_size or 4 * h
@@ -278,7 +278,7 @@ def _parameters(neox_args, vocab_size: int) -> int:
     return layers * per_layer + embeddings
 
 
-def _available_bytes() -> tuple[int, str]:
+def available_bytes() -> tuple[int, str]:
     from deepspeed.accelerator import get_accelerator  # here: the preprocessing tool imports this module too
     accelerator = get_accelerator()
     if accelerator.device_name() == "cuda" and torch.cuda.is_available():
@@ -293,7 +293,7 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     Training: fp32 weights, gradients and two Adam moments (16 bytes a parameter, ZeRO stages shard
     them, so they are divided by the ranks), one hidden state per layer and the logits of a micro-batch.
     Evaluation: fp32 weights and the logits of one forward at the longest length."""
-    params = _parameters(neox_args, vocab_size)
+    params = parameter_count(neox_args, vocab_size)
     if training:
         shards = neox_args.world_size if neox_args.zero_optimization.get("stage", 0) else 1
         state = 16 * params // shards
@@ -305,7 +305,7 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
         micro, length = neox_args.eval_micro_batch_size, max(neox_args.eval_lengths)
         activations = 4 * micro * length * (neox_args.hidden_size + vocab_size)
         what = f"{params:,} parameters x 4 bytes"
-    available, kind = _available_bytes()
+    available, kind = available_bytes()
     if state + activations <= available:
         return None
     gib = 2 ** 30

@@ -340,7 +340,7 @@ def test_a_short_document_is_one_window_of_its_own_length_at_any_eval_task_lengt
 
 def test_a_window_the_device_cannot_hold_is_refused_with_its_size_before_scoring(tmp_path, monkeypatch):
     import megatron.evaluation.lm_eval_adapter as module
-    monkeypatch.setattr(module, "_available_bytes", lambda: (2 ** 20, "of available memory"))  # 1 MiB
+    monkeypatch.setattr(module, "available_bytes", lambda: (2 ** 20, "of available memory"))  # 1 MiB
     lm = adapter(tmp_path, 1_000_000_000)
     scored = []
     monkeypatch.setattr(lm, "rolling_token_losses", lambda tokens: scored.append(tokens))

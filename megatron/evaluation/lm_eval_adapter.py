@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 
-from megatron.preflight import _available_bytes
+from megatron.preflight import available_bytes
 from megatron.text_generation import generate_tokens
 from megatron.text_generation.memory import generation_memory_problem
 from .run import EvaluationError
@@ -61,7 +61,7 @@ class NeoXLM(TemplateLM):
         hidden state and the fp32 logits (preflight.memory_problem's lower bound; the weights are loaded)."""
         embedding = self.model.word_embeddings
         per_token = 4 * (embedding.embedding_dim + embedding.num_embeddings)
-        available, kind = _available_bytes()
+        available, kind = available_bytes()
         if window * per_token <= available:
             return
         raise EvaluationError(

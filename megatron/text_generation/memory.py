@@ -5,7 +5,7 @@ memory than there is, and without this check torch fails deep inside the first f
 kernel kills the process with no message)."""
 import torch
 
-from megatron.preflight import _available_bytes, _parameters
+from megatron.preflight import available_bytes, parameter_count
 
 GIB = 2 ** 30
 
@@ -43,7 +43,7 @@ def generation_memory_problem(*, num_layers: int, hidden: int, vocab: int, dtype
         per_token = kv_cache_bytes(num_layers, batch, 1, hidden, size)
         what = (f"the KV cache (keys and values of {num_layers} layers x {batch} prompt(s) x {capacity:,} tokens "
                 f"x {hidden} hidden x {size} bytes)")
-    available, kind = _available_bytes()
+    available, kind = available_bytes()
     if weights_bytes + need <= available:
         return None
     fits = max(0, (available - weights_bytes) // per_token - longest_prompt)
@@ -61,5 +61,5 @@ def run_memory_problem(neox_args, vocab_size: int, batches: list[int], longest_p
     return generation_memory_problem(
         num_layers=neox_args.num_layers, hidden=neox_args.hidden_size, vocab=vocab_size, dtype=dtype,
         batch=max(batches), longest_prompt=longest_prompt, max_new_tokens=neox_args.maximum_tokens,
-        recompute=neox_args.recompute, weights_bytes=_parameters(neox_args, vocab_size) * element_bytes(dtype),
+        recompute=neox_args.recompute, weights_bytes=parameter_count(neox_args, vocab_size) * element_bytes(dtype),
         where=neox_args.config_sources.get("maximum_tokens", "the config"))
