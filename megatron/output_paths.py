@@ -8,7 +8,7 @@ caller puts the key or flag that named it in front ("command line: sample-output
 import pathlib
 import tempfile
 
-from megatron.neox_arguments.quoting import quote
+from megatron.quoting import quote
 from megatron.neox_arguments.value_checks import path_problem
 
 

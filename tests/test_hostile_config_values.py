@@ -12,7 +12,7 @@ import time
 import pytest
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
-from megatron.neox_arguments.quoting import QUOTE_LIMIT, quote
+from megatron.quoting import QUOTE_LIMIT, quote
 from megatron.neox_arguments.yaml_loader import load_config_files
 
 BASE = "train_micro_batch_size_per_gpu: 4\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n"

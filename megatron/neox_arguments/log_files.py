@@ -11,7 +11,7 @@ import socket
 import sys
 
 from .errors import NeoXArgsError
-from .quoting import quote
+from megatron.quoting import quote
 
 
 class Tee:

@@ -16,7 +16,7 @@ from megatron.progress import follow_config
 
 from .errors import NeoXArgsError
 from .from_checkpoint import checkpoint_source
-from .quoting import quote
+from megatron.quoting import quote
 from .entry_points import argument_parser, flag_overrides, name_the_cpu_accelerator
 from .log_files import start_log_files
 from .groups import GROUPS, POS_EMB_ALIASES, POS_EMB_CHOICES, PROBE_TASKS

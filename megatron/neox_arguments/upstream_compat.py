@@ -10,7 +10,7 @@ import pathlib
 from dataclasses import dataclass
 
 from .errors import NeoXArgsError
-from .quoting import quote
+from megatron.quoting import quote
 from .upstream_treatments import IGNORED, MAPPED, REFUSED, VALUE_MAPPED
 from .yaml_loader import normalise_key
 

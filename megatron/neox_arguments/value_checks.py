@@ -10,7 +10,7 @@ import math
 import os
 import re
 
-from .quoting import quote
+from megatron.quoting import quote
 
 # megatron-core reads `split` with re.findall("[.0-9]+"), so "abc" silently becomes 0,0,0 (and then
 # NaN); only accept what it would read as the user meant: up to three numbers separated by , or /.

@@ -6,7 +6,7 @@ import typing
 from typing import Literal, Union
 
 from .errors import NeoXArgsError
-from .quoting import quote
+from megatron.quoting import quote
 from .yaml_loader import normalise_key, parse_value
 
 

@@ -17,7 +17,7 @@ import re
 import yaml
 
 from .errors import NeoXArgsError
-from .quoting import quote
+from megatron.quoting import quote
 
 MAX_ALIAS_VALUES = 100_000  # values that aliases may add to a file beyond what it writes out
 

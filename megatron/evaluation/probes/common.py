@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from megatron.neox_arguments.errors import NeoXArgsError
-from megatron.neox_arguments.quoting import quote
+from megatron.quoting import quote
 
 ATTEMPTS = 100  # filler offsets tried before giving up on one whose text holds none of the forbidden strings
 

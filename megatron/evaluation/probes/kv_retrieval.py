@@ -13,7 +13,7 @@ import string
 
 import numpy as np
 
-from megatron.neox_arguments.quoting import quote
+from megatron.quoting import quote
 
 from .common import ProbeError, ProbeSample, check_depths, draw_filler, filler_count
 from .common import check_lengths as _check_lengths

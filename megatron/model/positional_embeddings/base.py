@@ -20,10 +20,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from megatron.errors import NeoXArgsError
+try:  # in this project: a user mistake, printed as one paragraph; values quoted short (megatron/quoting.py)
+    from megatron.errors import NeoXArgsError as UserMistake
+    from megatron.quoting import quote
+except ImportError:  # in an exported Hugging Face folder, which carries this package's files alone
+    UserMistake, quote = ValueError, repr  # (tools/ckpts/hf_export; transformers skips imports in `try`)
 
 
-class PositionalEmbeddingError(NeoXArgsError):
+class PositionalEmbeddingError(UserMistake):
     """A positional method was asked for something it cannot do (bad name, option or length); a user
     mistake, so entry points print it without a traceback."""
 

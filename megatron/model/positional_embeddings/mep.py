@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .alibi import alibi_slopes
-from .base import ModelShape, OptionError, PositionalEmbedding, option
+from .base import ModelShape, OptionError, PositionalEmbedding, option, quote
 from .kerple import KerpleEps, KerpleLog
 from .registry import register
 from .t5 import T5RelativeBias
@@ -35,7 +35,6 @@ class MEPKerple(PositionalEmbedding):
         mep_weights: Optional[list] = option(None, "`mep_kerple`: mixture weights; default uniform.")
 
         def __post_init__(self):
-            from megatron.neox_arguments.quoting import quote  # here: the config package imports this module
             kernels = list(self.mep_kernels)
             unknown = [k for k in kernels if k not in FIXED_KERNELS + LEARNED_KERNELS]
             if not kernels or unknown or len(set(kernels)) < len(kernels):

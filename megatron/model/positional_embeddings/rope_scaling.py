@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from .base import quote
+
 TYPES = ("linear", "ntk", "dynamic_ntk", "yarn")
 KEYS = ("type", "factor", "original_max_position", "beta_fast", "beta_slow", "attention_factor")
 EXAMPLE = "rotary-scaling: {type: yarn, factor: 4, original-max-position: 512}"
@@ -32,7 +34,6 @@ class RopeScaling:
 
 def problem(value) -> str | None:
     """What is wrong with a `rotary-scaling` value (None = plain rotary), or None."""
-    from megatron.neox_arguments.quoting import quote  # here: the config package imports this module
     if not isinstance(value, dict):
         return f"must be a mapping such as {{{EXAMPLE.split('{', 1)[1]}, got {quote(value)}."
     given = {str(k).replace("-", "_"): v for k, v in value.items()}

@@ -15,7 +15,7 @@ import transformers
 from safetensors.torch import save_file
 
 from megatron.model.positional_embeddings import OPTIONS, option_names, per_run_options
-from megatron.neox_arguments.quoting import quote
+from megatron.quoting import quote
 
 TEMPLATES = pathlib.Path(__file__).parent / "templates"
 CONFIG_FILE, MODELING_FILE = "configuration_neox_pe.py", "modeling_neox_pe.py"
