@@ -18,7 +18,7 @@ for _module in pkgutil.iter_modules(__path__):
 # The KERPLE paper's order, for listings (the `pos-emb` help, figure colours); a method not named
 # here follows, alphabetically. Naming a method here registers nothing.
 LISTING_ORDER = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight", "alibi", "t5", "rotary",
-                 "sinusoidal", "learned", "none", "mep", "mep_kerple", "fire")
+                 "sinusoidal", "learned", "none", "mep", "mep_kerple", "fire", "sandwich", "xpos")
 
 
 def available() -> tuple[str, ...]:
