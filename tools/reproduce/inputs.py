@@ -48,7 +48,7 @@ def collect(runs: list[Run]) -> ReportInputs:
             continue  # checkpoints of another config: their results are not this sweep's
         path = finished_result(run, run.args().train_iters)
         if path:
-            documents.append(load_result(path))
+            documents.append(labelled(load_result(path), run))
     trained = [r for r in runs if not r.base and trained_step(r) == r.args().train_iters]
     scalars = {str(r): {tag: scalar_points(r.directory / "tensorboard", tag) for tag in TAGS} for r in trained}
     stamps = [r.directory / "training_config.json" for r in trained]
@@ -57,13 +57,29 @@ def collect(runs: list[Run]) -> ReportInputs:
     return ReportInputs(documents, scalars, {n: _tokens(d) for n, d in datasets.items()}, commits)
 
 
+def labelled(document: dict, run: Run) -> dict:
+    """The result file as the report reads it: a training variant's run carries its label (evaluate.py
+    writes the pos-emb's, knowing nothing of the sweep) and the keys it was trained with."""
+    if run.trained:
+        keys = run.sweep.training_variants[run.method][run.trained]
+        old = document["run"]["name"]
+        document["run"] = {**document["run"], "method": str(run.label), "variant": run.label.variant,
+                           "training_variant": {"label": run.trained, "keys": keys},
+                           "name": old.replace(f"_{run.written_label}_", f"_{run.label}_", 1)}
+    return document
+
+
 def save(inputs: ReportInputs, sweep: Sweep) -> None:
     """Replace the inputs beside the report with these."""
     out = folder(sweep)
     shutil.rmtree(out / "results", ignore_errors=True)
     (out / "results").mkdir(parents=True)
     for document in inputs.documents:
-        shutil.copyfile(document["path"], out / "results" / pathlib.Path(document["path"]).name)
+        if document["run"].get("training_variant"):  # relabelled (`labelled`): written, not copied
+            write_atomic(out / "results" / f"{document['run']['name']}.json",
+                         {k: v for k, v in document.items() if k != "path"})
+        else:
+            shutil.copyfile(document["path"], out / "results" / pathlib.Path(document["path"]).name)
     write_atomic(out / "scalars.json", inputs.scalars)
     write_atomic(out / "facts.json", {"dataset_tokens": inputs.dataset_tokens,
                                       "trained_commits": inputs.trained_commits})

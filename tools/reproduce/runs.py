@@ -1,6 +1,6 @@
-"""The sweep's runs: one per (dataset, method, seed), plus evaluation-only runs that re-evaluate a base
-run's checkpoint (the windowed baseline, and each of `variants`); where each keeps its files, and which
-of them are already finished."""
+"""The sweep's runs: one per (dataset, method, seed) and per (dataset, training variant, seed), plus
+evaluation-only runs that re-evaluate a base run's checkpoint (the windowed baseline, and each of
+`variants`); where each keeps its files, and which of them are already finished."""
 import dataclasses
 import functools
 import json
@@ -25,6 +25,7 @@ class Run:
     base: "Run | None" = None     # set for evaluation-only runs (the windowed baseline, variants)
     window: int | None = None     # the windowed baseline's attention-window: the training length
     variant: dict | None = None   # a variant's per-run options (NeoX keys), set at evaluation only
+    trained: str | None = None    # the label of a training variant (sweep.training_variants), trained on its own
 
     @property
     def identity(self) -> RunIdentity:
@@ -33,9 +34,18 @@ class Run:
                            config_hash(self.args().to_dict()), self.label.variant)
 
     @functools.cached_property
-    def label(self) -> Method:  # cached: a variant's label reads its config (NeoXArgs), once
+    def written_label(self) -> Method:  # cached: a variant's label reads its config (NeoXArgs), once
+        """The label evaluate.py writes into the result file: it knows the per-run options, not the
+        training variant, which inputs.collect adds to the report's copy (`label`)."""
         variant = evaluation_variant(self.args({**self.training_overrides(), **self.variant})) if self.variant else None
         return Method(self.method, self.window, variant)
+
+    @property
+    def label(self) -> Method:
+        written = self.written_label
+        if not self.trained:
+            return written
+        return Method(self.method, self.window, "+".join(filter(None, (self.trained, written.variant))))
 
     @property
     def directory(self) -> pathlib.Path:
@@ -60,8 +70,9 @@ class Run:
     def training_overrides(self) -> dict:
         """NeoX keys of this run on top of the profile (the same for training and evaluation)."""
         owner = self.owner.directory
-        return {**self.sweep.overrides, **{k.replace("-", "_"): v for k, v in self.dataset.tokenizer.items()},
-                "pos_emb": self.method, "seed": self.seed, "data_path": self.dataset.prefix,
+        trained = self.sweep.training_variants[self.method][self.trained] if self.trained else {}
+        return {**self.sweep.overrides, **trained,
+                **{k.replace("-", "_"): v for k, v in self.dataset.tokenizer.items()}, "pos_emb": self.method, "seed": self.seed, "data_path": self.dataset.prefix,
                 "save": str(self.checkpoints), "load": str(self.checkpoints),
                 "tensorboard_dir": str(owner / "tensorboard"), "log_dir": str(owner / "logs"),
                 # Own sample-index cache: parallel runs of one seed would otherwise write the same files.
@@ -85,6 +96,7 @@ def plan_runs(sweep: Sweep, datasets) -> list[Run]:
             for method in sweep.methods:
                 run = Run(sweep, dataset, method, seed)
                 runs.append(run)
+                runs += [Run(sweep, dataset, method, seed, trained=label) for label in sweep.training_variants.get(method, {})]
                 if method == sweep.windowed_baseline:
                     runs.append(Run(sweep, dataset, method, seed, base=run, window=run.args().seq_length))
                 runs += [Run(sweep, dataset, method, seed, base=run, variant=v) for v in sweep.variants.get(method, [])]
@@ -104,7 +116,7 @@ def finished_result(run: Run, train_iters: int) -> pathlib.Path | None:
     lengths, modes = plan.get("eval_lengths") or [], plan.get("eval_modes") or ["nonoverlap"]
     settings = {"split": plan.get("eval_split"), "eval_seed": plan.get("eval_seed"),
                 "eval_chunks": plan.get("eval_chunks")}
-    identity = run.identity
+    identity, written = run.identity, str(run.written_label)
     for path in sorted(run.results_dir.glob("*.json")):
         try:
             document = load_result(path)
@@ -113,7 +125,7 @@ def finished_result(run: Run, train_iters: int) -> pathlib.Path | None:
         have = {(r["length"], r["mode"]) for r in document["results"]}
         complete = all((L, m) in have for L in lengths for m in modes)
         same = all(v is None or document["evaluation"].get(k) == v for k, v in settings.items())
-        ours = (document["run"].get("config_hash"), document["run"]["method"]) == (identity.config_hash, identity.method)
+        ours = (document["run"].get("config_hash"), document["run"]["method"]) == (identity.config_hash, written)
         if document["run"]["checkpoint_step"] == train_iters and complete and same and ours:
             return path
     return None

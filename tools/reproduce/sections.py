@@ -46,8 +46,8 @@ def training_section(sweep, trained, inputs, figures) -> str:
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
     rows = []
     for ax, dataset in zip(axes[0], datasets):
-        for method in sweep.methods:
-            runs = [r for r in trained if r.dataset.name == dataset and r.method == method]
+        for method in dict.fromkeys(r.label for r in trained):  # a training variant is a method of its own
+            runs = [r for r in trained if r.dataset.name == dataset and r.label == method]
             curves = [c for c in (inputs.curve(r, VALID_LOSS) for r in runs) if c]
             if not curves:
                 continue
@@ -86,11 +86,11 @@ def kernel_section(sweep, trained, figures) -> str:
     for run in trained:
         if run.method not in sweep.kernel_figures or run.seed != sweep.seeds[0]:
             continue
-        stem = f"kernel_{run.dataset.name}_{run.method}"
+        stem = f"kernel_{run.dataset.name}_{run.label}"
         args = run.args()
         if trained_step(run) != args.train_iters:
             if (sweep.report_dir / f"{stem}.png").is_file():
-                lines.append(f"![{run.method} kernel on {run.dataset.name}]({stem}.png)\n")
+                lines.append(f"![{run.label} kernel on {run.dataset.name}]({stem}.png)\n")
             continue
         try:
             modules, step = load_positional_embeddings(args)
@@ -98,9 +98,9 @@ def kernel_section(sweep, trained, figures) -> str:
             lines.append(f"- {run}: no kernel figure: {err}")
             continue
         max_distance = sweep.position_length or 4 * args.seq_length
-        title = f"{run.dataset.name}: {run.method} kernel (seed {run.seed}, step {step}, trained at {args.seq_length})"
+        title = f"{run.dataset.name}: {run.label} kernel (seed {run.seed}, step {step}, trained at {args.seq_length})"
         figures(plot_kernel(modules[0], max_distance, title), stem)
-        lines.append(f"![{run.method} kernel on {run.dataset.name}]({stem}.png)\n")
+        lines.append(f"![{run.label} kernel on {run.dataset.name}]({stem}.png)\n")
     return "\n".join(lines)
 
 

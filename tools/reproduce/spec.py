@@ -45,6 +45,8 @@ class Sweep:
     overrides: dict               # NeoX keys set on every run
     windowed_baseline: str | None
     variants: dict                # method -> [NeoX keys of one evaluation-only variant, ...]
+    training_variants: dict       # method -> {label: NeoX keys of one separately trained variant}
+    chunk_subsets: list           # chunk counts the ablation report re-reads the scored chunks at
     kernel_figures: list
     position_length: int | None
     position_methods: list
@@ -57,7 +59,7 @@ class Sweep:
 
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
               "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
-              "report_dir", "commentary", "jobs", "threads"}
+              "report_dir", "commentary", "jobs", "threads", "training_variants", "chunk_subsets"}
 REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
 DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
 
@@ -97,17 +99,25 @@ def load_sweep(path) -> Sweep:
     if windowed and windowed not in spec["methods"]:
         fail("windowed_baseline", f"{windowed!r} must be one of the grid's methods")
     variants = _variants(spec.get("variants") or {}, spec["methods"], fail)
+    training_variants = _training_variants(spec.get("training_variants") or {}, spec["methods"], fail)
     evaluation = {normalise_key(k): v for k, v in spec["evaluation"].items()}
     position_length = spec.get("position_length")
     if position_length and position_length not in (evaluation.get("eval_lengths") or []):
         fail("position_length", f"{position_length} must be one of evaluation.eval-lengths")
     if position_length and "position" not in (evaluation.get("eval_modes") or []):
         fail("position_length", "needs `position` in evaluation.eval-modes")
+    chunk_subsets = spec.get("chunk_subsets") or []
+    if chunk_subsets and not (all(isinstance(n, int) and n > 1 for n in chunk_subsets)
+                              and isinstance(evaluation.get("eval_chunks"), int)
+                              and max(chunk_subsets) < evaluation["eval_chunks"]):
+        fail("chunk_subsets", "must be whole numbers above 1 and below evaluation.eval-chunks (the subsets are "
+             "drawn from the chunks every run scored)")
     return Sweep(
         path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
-        windowed_baseline=windowed, variants=variants, kernel_figures=list(spec.get("kernel_figures") or []),
+        windowed_baseline=windowed, variants=variants, training_variants=training_variants,
+        chunk_subsets=sorted(chunk_subsets), kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
         report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
@@ -150,4 +160,33 @@ def _variants(given, methods, fail) -> dict:
                 fail(f"variants.{method}", f"{', '.join(sorted(set(entry) - set(allowed)))} cannot vary at "
                      f"evaluation; a variant sets only the method's per-run options "
                      f"({', '.join(o.replace('_', '-') for o in allowed) or f'{method} has none'})")
+    return variants
+
+
+def _training_variants(given, methods, fail) -> dict:
+    """`training_variants: {kerple_log: {per-layer: {pos-emb-per-layer: true}, bf16: {precision: bf16}}}`:
+    each entry is trained as a run of its own (its own folder, checkpoints and config hash) beside the
+    method's plain run, and reported as `<method>+<label>` (an ablation of training switches)."""
+    from megatron.neox_arguments import NeoXArgs
+    if not isinstance(given, dict):
+        fail("training_variants", "must map a method to {label: {NeoX key: value, ...}}, e.g. "
+             "{kerple_log: {per-layer: {pos-emb-per-layer: true}}}")
+    keys, variants = set(NeoXArgs.user_keys()), {}
+    for method, entries in given.items():
+        if method not in methods:
+            fail(f"training_variants.{method}", f"{method!r} must be one of the grid's methods ({', '.join(methods)})")
+        if not isinstance(entries, dict) or not entries or not all(isinstance(e, dict) and e for e in entries.values()):
+            fail(f"training_variants.{method}", "must map a label to a non-empty mapping of NeoX keys")
+        variants[method] = {}
+        for label, entry in entries.items():
+            if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
+                fail(f"training_variants.{method}", f"label {label!r}: letters, digits, '-' and '+' only "
+                     "(it names the run's folder and result file)")
+            entry = {normalise_key(k): v for k, v in entry.items()}
+            unknown = sorted(set(entry) - keys)
+            if unknown:
+                fail(f"training_variants.{method}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
+            if "pos_emb" in entry or "seed" in entry:
+                fail(f"training_variants.{method}.{label}", "pos-emb and seed are the grid's own axes")
+            variants[method][label] = entry
     return variants
