@@ -1,0 +1,207 @@
+"""Which switch makes KERPLE-log degrade (issue 28): its questions, judged by fixed rules written here
+before the runs (ABLATION_RULES), like the paper's claims in claims.py.
+
+An independent reproduction (DAPE-V2, ACL 2025: their GPT-NeoX fork, 125M model, trained at 512 tokens on
+ArXiv, KERPLE parameters per layer, fp16, 20 evaluation batches) reports KERPLE-log's perplexity rising
+with length (DAPE_V2 below), where the KERPLE paper's stays flat. The sweep trains KERPLE-log with each
+of the fork's switches this project can set (`training_variants`, reported as `kerple_log+<label>`)
+beside the plain run (shared parameters, fp32: the reference) and ALiBi (the anchor), and scores every
+run on the same chunks. Three questions, per dataset:
+
+1. Degradation: does a model's perplexity rise with length as DAPE-V2's KERPLE-log does?
+2. Switch: does a switch make KERPLE-log worse at long lengths than the reference, and does it
+   reproduce the degradation?
+3. Anchor: is each KERPLE-log variant at least as good as ALiBi at long lengths?
+and, over all of them, 4. Chunk count: does any verdict change when a run's perplexity is read from
+20 or 64 of its chunks (`chunk_subsets`) instead of all it scored (320, the paper's count)?
+
+Pure functions of the result files; tests/test_reproduce_ablation.py makes each verdict come out each way.
+"""
+import numpy as np
+
+from tools.analysis.results_index import index_results
+from tools.analysis.significance import compare
+from .claims import LONG_RATIO
+
+ALPHA = 0.05
+DEGRADE_RATIO = 1.25   # rule 1: mean ppl(L) / ppl(T) at a long length; DAPE-V2's KERPLE: 1.49 at 8x, 1.99 at 16x
+REFERENCE, ANCHOR = "kerple_log", "alibi"
+
+# DAPE-V2 (Zheng et al., ACL 2025), KERPLE row: their numbers, not this project's; a different scale.
+DAPE_V2 = {
+    "source": "DAPE-V2 (ACL 2025), KERPLE-log: 125M model, trained at 512 tokens on ArXiv, their GPT-NeoX fork "
+              "with per-layer KERPLE parameters, fp16 training, 20 evaluation batches",
+    "train_length": 512,
+    "ppl": {512: 4.57, 1024: 4.37, 2048: 5.09, 4096: 6.80, 8192: 9.08},
+}
+
+ABLATION_RULES = (
+    f"*Long lengths*: at least {LONG_RATIO}x the training length T. *Significantly* better or worse: a paired "
+    f"two-sided t-test on loss over seeds (α = {ALPHA}), the test of Table 3. "
+    f"**1. Degrades** (the DAPE-V2 pattern): at some long length L, the mean over seeds of ppl(L) / ppl(T) is at "
+    f"least {DEGRADE_RATIO:g} (DAPE-V2's KERPLE-log: 1.49 at 8x, 1.99 at 16x) and the loss at L is significantly "
+    "above the loss at T (pairs: each seed's two losses). **2. A switch** (a training variant of kerple_log, "
+    "against kerple_log with shared parameters in fp32): *reproduces the degradation* when the variant degrades, "
+    "the reference does not, and the reference is significantly better at every long length; *makes KERPLE-log "
+    "worse* when the reference is significantly better at some long length and the variant at none; *makes it "
+    "better* the other way round; *mixed* when each is significantly better somewhere; else *no significant "
+    "effect*. **3. Against ALiBi** at long lengths: *better* when significantly better at every long length, "
+    "*worse* when ALiBi is significantly better at some long length, else *not significantly different* (or "
+    "*better at some lengths*). **4. Chunk count**: rules 1-3 again with each run's loss at a length read from a "
+    "subset of the chunks it scored: the same seeded subset (numpy default_rng([eval-seed, L, N])) for every "
+    "run; a verdict *flips* when it differs from the verdict on all the scored chunks; the chunk count "
+    "*decides a verdict* when any verdict flips at 20 chunks (DAPE-V2's count)."
+)
+
+
+def subset(documents, chunks: int, mode: str = "nonoverlap") -> list:
+    """The result files with each `mode` record reduced to `chunks` of its chunks (the same ones for every
+    run at a length: chunk starts are the same in every file of a sweep), loss and stderr recomputed."""
+    out = []
+    for document in documents:
+        records = []
+        for record in document["results"]:
+            if record["mode"] != mode or "skipped" in record or record["chunks"] <= chunks:
+                records.append(record)
+                continue
+            seed = document.get("evaluation", {}).get("eval_seed") or 0
+            pick = np.sort(np.random.default_rng([seed, record["length"], chunks]).choice(
+                record["chunks"], size=chunks, replace=False))
+            losses = np.asarray(record["chunk_losses"], dtype=np.float64)[pick]
+            loss = float(losses.mean())
+            records.append({**record, "loss": loss, "ppl": float(np.exp(loss)), "chunks": chunks,
+                            "tokens": chunks * record["length"],
+                            "stderr": float(losses.std(ddof=1) / np.sqrt(chunks)),
+                            "chunk_losses": losses.tolist(),
+                            "chunk_starts": [record["chunk_starts"][i] for i in pick]})
+        out.append({**document, "results": records})
+    return out
+
+
+class _Data:
+    """One dataset's runs: {method: {length: {seed: record}}} with its training length."""
+
+    def __init__(self, runs: dict, train_length: int):
+        self.runs, self.T = runs, train_length
+        self.lengths = sorted({L for m in runs.values() for L in m})
+        self.long = [L for L in self.lengths if L >= LONG_RATIO * train_length]
+
+    def ratio(self, method, L) -> float:
+        at_T, at_L = self.runs[method][self.T], self.runs[method][L]
+        return float(np.mean([at_L[s]["ppl"] / at_T[s]["ppl"] for s in sorted(set(at_T) & set(at_L))]))
+
+    def ppl(self, method, L) -> float:
+        return float(np.mean([r["ppl"] for r in self.runs[method][L].values()]))
+
+    def better(self, a, b, L):
+        """The comparison of a (reference) with b at L: (a significantly better, b significantly better, p)."""
+        c = compare(self.runs[a][L], self.runs[b][L], ALPHA)
+        if c.p_value is None or c.over != "seeds" or np.isnan(c.p_value):
+            return False, False, None
+        significant = c.p_value < ALPHA
+        return significant and c.reference_loss < c.other_loss, significant and c.other_loss < c.reference_loss, c.p_value
+
+
+def _p(p) -> str:
+    return "no test" if p is None else f"p = {p:.2g}"
+
+
+def degrades(data: _Data, method) -> tuple[bool, str]:
+    """Rule 1: (verdict, numbers)."""
+    hits, parts = [], []
+    for L in data.long:
+        ratio = data.ratio(method, L)
+        c = compare(data.runs[method][data.T], data.runs[method][L], ALPHA)
+        rises = c.over == "seeds" and c.p_value is not None and c.p_value < ALPHA and c.other_loss > c.reference_loss
+        parts.append(f"L={L}: {ratio:.3f}x ({_p(c.p_value if c.over == 'seeds' else None)})")
+        if ratio >= DEGRADE_RATIO and rises:
+            hits.append(L)
+    return bool(hits), "ppl(L) / ppl(T): " + "; ".join(parts)
+
+
+def switch_verdict(data: _Data, variant) -> tuple[str, str]:
+    """Rule 2 for one training variant of the reference."""
+    ref_better, var_better, parts = [], [], []
+    for L in data.long:
+        a, b, p = data.better(REFERENCE, variant, L)
+        ref_better += [L] if a else []
+        var_better += [L] if b else []
+        parts.append(f"L={L}: {data.ppl(variant, L):.4g} vs {data.ppl(REFERENCE, L):.4g} ({_p(p)})")
+    evidence = f"{variant} vs {REFERENCE} ppl: " + "; ".join(parts)
+    variant_degrades, reference_degrades = degrades(data, variant)[0], degrades(data, REFERENCE)[0]
+    if variant_degrades and not reference_degrades and data.long and ref_better == data.long:
+        return "reproduces the degradation", evidence
+    if ref_better and var_better:
+        return "mixed", evidence
+    if ref_better:
+        return f"makes KERPLE-log worse at L = {ref_better} (not the DAPE-V2 degradation)", evidence
+    if var_better:
+        return f"makes KERPLE-log better at L = {var_better}", evidence
+    return "no significant effect", evidence
+
+
+def anchor_verdict(data: _Data, method) -> tuple[str, str]:
+    """Rule 3: one KERPLE-log model against ALiBi."""
+    better, worse, parts = [], [], []
+    for L in data.long:
+        a, b, p = data.better(method, ANCHOR, L)
+        better += [L] if a else []
+        worse += [L] if b else []
+        parts.append(f"L={L}: {data.ppl(method, L):.4g} vs {data.ppl(ANCHOR, L):.4g} ({_p(p)})")
+    verdict = (f"worse (ALiBi significantly better at L = {worse})" if worse else
+               "better" if data.long and better == data.long else
+               f"better at L = {better} only" if better else "not significantly different")
+    return verdict, f"{method} vs {ANCHOR} ppl: " + "; ".join(parts)
+
+
+def verdicts(documents, switches, mode: str = "nonoverlap") -> dict:
+    """{dataset: [(question, verdict, numbers)]} for rules 1-3; `switches` are the labels of the
+    reference's training variants (their methods are `kerple_log+<label>`)."""
+    index = index_results(documents, mode)
+    lengths = {}
+    for document in documents:
+        lengths.setdefault(document["run"]["dataset"], set()).add(document["run"]["train_length"])
+    out = {}
+    for dataset, runs in sorted(index.items()):
+        if REFERENCE not in runs or len(lengths[dataset]) != 1:
+            continue
+        data = _Data({str(m): v for m, v in runs.items()}, next(iter(lengths[dataset])))
+        if data.T not in data.lengths or not data.long:
+            continue
+        kerple = [REFERENCE] + [f"{REFERENCE}+{s}" for s in switches if f"{REFERENCE}+{s}" in data.runs]
+        rows = []
+        for method in kerple + ([ANCHOR] if ANCHOR in data.runs else []):
+            hit, evidence = degrades(data, method)
+            rows.append((f"1. {method} degrades", "degrades" if hit else "does not degrade", evidence))
+        for method in kerple[1:]:
+            rows.append((f"2. switch `{method.removeprefix(REFERENCE + '+')}`", *switch_verdict(data, method)))
+        if ANCHOR in data.runs:
+            rows += [(f"3. {method} against ALiBi", *anchor_verdict(data, method)) for method in kerple]
+        out[dataset] = rows
+    return out
+
+
+def chunk_verdicts(documents, switches, counts, full: int) -> dict:
+    """{N: {dataset: rows}} for every chunk count N in `counts` and the full count."""
+    return {n: verdicts(documents if n == full else subset(documents, n), switches) for n in [*counts, full]}
+
+
+def flips(by_count: dict, full: int) -> dict:
+    """{N: [(dataset, question, verdict at N, verdict at full)]} for each N below the full count."""
+    out = {}
+    for n, rows_by_dataset in by_count.items():
+        if n == full:
+            continue
+        out[n] = [(dataset, q, v, dict((q2, v2) for q2, v2, _ in by_count[full][dataset])[q])
+                  for dataset, rows in rows_by_dataset.items() for q, v, _ in rows
+                  if dataset in by_count[full] and v != dict((q2, v2) for q2, v2, _ in by_count[full][dataset]).get(q)]
+    return out
+
+
+def answer(by_dataset: dict) -> str:
+    """The one-sentence answer to "which switch makes KERPLE degrade" from rule 2's verdicts."""
+    found = [(d, q.split("`")[1]) for d, rows in by_dataset.items() for q, v, _ in rows
+             if q.startswith("2.") and v == "reproduces the degradation"]
+    if not found:
+        return "No switch reproduces the degradation at this scale."
+    return "Reproduces the DAPE-V2 degradation: " + "; ".join(f"`{s}` on {d}" for d, s in found) + "."
