@@ -76,9 +76,13 @@ def test_config_reference_lists_the_method_and_its_option(project):
 
 def test_registry_parametrised_tests_cover_the_method(project):
     out = run(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_positional_embeddings.py",
-              "tests/test_model.py", "-k", METHOD)
+              "tests/test_model.py", "tests/test_hf_export.py", "-k", METHOD)
     passed = int(re.search(r"(\d+) passed", out).group(1))
-    assert passed >= 10 and "failed" not in out
+    assert passed >= 11 and "failed" not in out
+    # The Hugging Face export (its logits at 1x and 4x the training length) is among them.
+    assert re.search(rf"test_hf_export.py::test_export_gives_the_same_logits\S*\[{METHOD}\] PASSED",
+                     run(project, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_hf_export.py",
+                         "-k", f"same_logits and {METHOD}"))
 
 
 def test_trains_and_resumes_with_another_initialisation_only_value(project, stdlib_data, tmp_path):
@@ -94,3 +98,18 @@ def test_trains_and_resumes_with_another_initialisation_only_value(project, stdl
     second = train(3, **{OPTION: 0.25})
     assert re.search(r"step +3/", second) and not re.search(r"step +1/", second), second
     assert os.path.isdir(tmp_path / "ckpt" / "global_step3")
+
+    # The checkpoint exports with the file itself and loads with trust_remote_code, giving the project's logits.
+    run(project, "tools/ckpts/convert_to_hf.py", "--input_dir", str(tmp_path / "ckpt"), "--output_dir",
+        str(tmp_path / "hf"))
+    assert (tmp_path / "hf" / f"{METHOD}.py").read_text() == EXAMPLE
+    compare = (
+        "import sys, torch, transformers\n"
+        "from megatron.inference_model import load\n"
+        "ours = load(sys.argv[1], device='cpu', dtype=torch.float32).model.eval()\n"
+        "theirs = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[2], trust_remote_code=True).eval()\n"
+        "ids = torch.randint(0, 256, (2, 4 * 64), generator=torch.Generator().manual_seed(0))\n"
+        "with torch.no_grad():\n"
+        "    print('max difference', float((theirs(ids).logits - ours(ids)).abs().max()))\n")
+    out = run(project, "-c", compare, str(tmp_path / "ckpt"), str(tmp_path / "hf"))
+    assert float(re.search(r"max difference (\S+)", out).group(1)) < 1e-5, out

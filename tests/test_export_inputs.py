@@ -1,12 +1,16 @@
 """convert_to_hf.py reads what the checkpoint says (issue 24, rows 10 and 27): a `save` folder as
 --input_dir exports its latest step with the run's resolved config (a method chosen with `--set`
-included), and a per-run choice the exported code would not apply (rotary-scaling) is refused rather
-than written into config.json and silently dropped."""
+included), and a per-run choice (rotary-scaling) is exported with the run rather than written into
+config.json and silently dropped."""
 import json
 import subprocess
 import sys
 
 import pytest
+import torch
+import transformers
+
+from megatron.inference_model import load
 
 from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
@@ -35,19 +39,18 @@ def test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_comman
     assert config["pos_emb"] == "alibi" and config["num_hidden_layers"] == 2
 
 
-def test_rotary_scaling_is_refused_instead_of_exported_as_plain_rotary(stdlib_data, tmp_path):
+def test_rotary_scaling_is_exported_with_the_run_not_dropped(stdlib_data, tmp_path):
+    """The run's rotary-scaling reaches the export: as transformers' rope_parameters where it has the type
+    (linear here), and the export's logits are those of the scaled model, not of plain rotary."""
     save = train(stdlib_data, tmp_path, pos_emb="rotary", rotary_scaling="{type: linear, factor: 2.0}")
     done = run(["tools/ckpts/convert_to_hf.py", "--input_dir", str(save / "global_step2"),
                 "--output_dir", str(tmp_path / "hf")])
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "rotary-scaling is {'type': 'linear', 'factor': 2.0}" in done.stderr
-    assert "rotary-scaling: null" in done.stderr and not (tmp_path / "hf").exists()
-    # Unset in a config file after the run's, the weights export (they do not depend on the scaling).
-    unset = tmp_path / "unset.yml"
-    unset.write_text("rotary-scaling: null\n")
-    done = run(["tools/ckpts/convert_to_hf.py", "--input_dir", str(save), "--config_file",
-                str(save / "global_step2" / "resolved_config.yml"), str(unset), "--output_dir", str(tmp_path / "hf")])
     assert done.returncode == 0, done.stderr[-3000:]
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert "rope_scaling" not in config or config["rope_scaling"] is None
+    assert config["architectures"] == ["GPTNeoXForCausalLM"]
+    assert config["rope_parameters"]["rope_type"] == "linear" and config["rope_parameters"]["factor"] == 2.0
+    ours = load(save, device="cpu", dtype=torch.float32).model.eval()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.randint(0, 256, (1, 256), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).logits, ours(ids), atol=1e-5, rtol=0)

@@ -39,12 +39,12 @@ def test_a_path_longer_than_path_max_is_reported_not_raised(tmp_path):
 
 # --------------------------------------------------------------------------- quoted values
 def test_rotary_scaling_values_are_quoted_and_bounded():
-    problem = rope_scaling.problem({"type": "yarn", "factor": "x" * 100_000})
+    problem = rope_scaling.scaling_problem({"type": "yarn", "factor": "x" * 100_000})
     assert problem.startswith("factor must be a number >= 1") and "...(cut)" in problem and len(problem) < 400
-    assert "...(cut)" in rope_scaling.problem({"type": "t" * 100_000, "factor": 2})
-    assert "...(cut)" in rope_scaling.problem({f"k{i}": 1 for i in range(10_000)})
-    assert "unknown key(s) ['1']" in rope_scaling.problem({1: 2})  # not an AttributeError on a number key
-    assert "...(cut)" in rope_scaling.problem(list(range(100_000)))
+    assert "...(cut)" in rope_scaling.scaling_problem({"type": "t" * 100_000, "factor": 2})
+    assert "...(cut)" in rope_scaling.scaling_problem({f"k{i}": 1 for i in range(10_000)})
+    assert "unknown key(s) ['1']" in rope_scaling.scaling_problem({1: 2})  # not an AttributeError on a number key
+    assert "...(cut)" in rope_scaling.scaling_problem(list(range(100_000)))
 
 
 def test_mep_values_are_quoted_and_bounded_and_a_weight_that_is_no_number_is_one_message():

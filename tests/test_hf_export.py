@@ -2,6 +2,8 @@
 logits at 1x and 4x the training length, generates greedily like it (with the export's own KV cache
 and tokenizer), loads from a real checkpoint, and refuses what it cannot export, by message.
 rotary's reference is transformers' own GPTNeoXForCausalLM."""
+import ast
+import pathlib
 import subprocess
 import sys
 
@@ -20,6 +22,7 @@ from megatron.tokenizer import (ByteLevelTokenizer, CharLevelTokenizer, build_to
 from megatron.tokenizer.train_bpe import train_bpe_tokenizer
 from megatron.training import setup_model_and_optimizer
 from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
+from tools.ckpts.hf_export.custom import files_needed
 from tools.ckpts.hf_export.native import from_gpt_neox_state
 from tools.ckpts.hf_export.tokenizer import export_tokenizer
 
@@ -176,5 +179,83 @@ def test_output_dir_is_never_overwritten(tmp_path):
 
 def test_learned_export_refuses_positions_past_its_table(tmp_path):
     _, folder = exported("learned", tmp_path / "hf")
-    with pytest.raises(ValueError, match=r"max_position_embeddings=64.*position 64"):
+    with pytest.raises(ValueError, match=r"max-position-embeddings=64; got position 64"):
         load(folder)(torch.zeros(1, 65, dtype=torch.long))
+
+
+# ------------------------------------------------------------------------------------ the project's own code
+@pytest.mark.parametrize("method", ["kerple_log", "mep_kerple", "rotary"])
+def test_the_export_carries_the_projects_positional_files_unchanged(method, tmp_path):
+    source, folder = exported(method, tmp_path / "hf", rotary_scaling={"type": "ntk", "factor": 2.0}
+                              if method == "rotary" else None)
+    package = REPO_ROOT / "megatron" / "model" / "positional_embeddings"
+    copied = sorted(p.name for p in folder.glob("*.py") if (package / p.name).exists())
+    module = sys.modules[type(source.model.pos_embs[0]).__module__].__file__
+    assert "base.py" in copied and pathlib.Path(module).name in copied
+    for name in copied:
+        assert (folder / name).read_bytes() == (package / name).read_bytes(), name
+    assert "__init__.py" not in copied  # the package's own registry loop is not needed by the export
+
+
+def test_no_template_implements_a_positional_method():
+    """The templates are the decoder, its config and the tokenizer: none defines a channel of the protocol."""
+    channels = {"add_to_embeddings", "rotate_qk", "distance_tables", "pairwise", "kernel"}
+    for path in (REPO_ROOT / "tools" / "ckpts" / "hf_export").rglob("*.py"):
+        defined = {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef)}
+        assert not defined & channels, (path, defined & channels)
+
+
+@pytest.mark.parametrize("scaling,target", [({"type": "linear", "factor": 2.0}, "GPTNeoXForCausalLM"),
+                                            ({"type": "yarn", "factor": 4.0, "original-max-position": 16},
+                                             "GPTNeoXForCausalLM"),
+                                            ({"type": "ntk", "factor": 8.0}, "NeoXPEForCausalLM"),
+                                            ({"type": "dynamic_ntk", "factor": 2.0, "original-max-position": 16},
+                                             "NeoXPEForCausalLM")])
+def test_rotary_scaling_exports_with_the_logits_of_the_scaled_model(scaling, target, tmp_path):
+    """linear and yarn as transformers' own rope_parameters; the others in the project's rotary.py."""
+    source, folder = exported("rotary", tmp_path / "hf", rotary_scaling=scaling)
+    plain = tiny_source("rotary").model
+    model = load(folder)
+    assert type(model).__name__ == target
+    ids = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(ids).logits
+        torch.testing.assert_close(logits, source.model(ids), atol=1e-5, rtol=0)
+        assert (logits - plain(ids)).abs().max() > 4e-5  # the scaling is applied, not dropped (4x atol)
+
+
+def test_a_method_file_the_export_cannot_carry_is_refused_by_line(tmp_path):
+    package = REPO_ROOT / "megatron" / "model" / "positional_embeddings"
+    method = tmp_path / "slopes.py"  # beside copies of its siblings, as if in the package
+    for name in ("base.py", "registry.py"):
+        (tmp_path / name).write_bytes((package / name).read_bytes())
+    method.write_text("import torch\n\nfrom megatron.model.positional_embeddings import PositionalEmbedding\n")
+    with pytest.raises(ExportError, match=r"pos-emb 'slopes' cannot be exported: slopes.py:3 says `from "
+                                          r"megatron.model.positional_embeddings import PositionalEmbedding`.*"
+                                          r"`from \.base import \.\.\.`"):
+        files_needed("slopes", method)
+    method.write_text("import torch\n\nfrom .base import PositionalEmbedding\nfrom .registry import register\n")
+    assert [p.name for p in files_needed("slopes", method)] == ["slopes.py", "base.py", "registry.py"]
+
+
+@pytest.mark.launches
+def test_the_export_loads_where_this_project_is_not_installed(tmp_path):
+    """An isolated interpreter (`-I`: no working directory, no PYTHONPATH on sys.path) in another folder
+    loads the export, never imports this project, and gives the logits saved beside it."""
+    source, folder = exported("kerple_log", tmp_path / "hf")
+    ids = torch.randint(0, 256, (1, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.save({"ids": ids, "logits": source.model(ids)}, tmp_path / "expected.pt")
+    script = ("import sys, torch, transformers\n"
+              "model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+              "expected = torch.load(sys.argv[2])\n"
+              "with torch.no_grad():\n"
+              "    difference = float((model(expected['ids']).logits - expected['logits']).abs().max())\n"
+              "project = sorted(m for m in sys.modules if m == 'megatron.errors' or m.startswith('megatron.model'))\n"
+              "print('difference', difference, 'project modules', project)\n")
+    done = subprocess.run([sys.executable, "-I", "-c", script, str(folder), str(tmp_path / "expected.pt")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in child_environment().items() if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    difference = float(done.stdout.split("difference ")[1].split()[0])
+    assert difference < 1e-5 and "project modules []" in done.stdout, done.stdout

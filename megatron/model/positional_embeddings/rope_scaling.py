@@ -32,7 +32,7 @@ class RopeScaling:
     attention_factor: float | None = None
 
 
-def problem(value) -> str | None:
+def scaling_problem(value) -> str | None:
     """What is wrong with a `rotary-scaling` value (None = plain rotary), or None."""
     if not isinstance(value, dict):
         return f"must be a mapping such as {{{EXAMPLE.split('{', 1)[1]}, got {quote(value)}."
@@ -56,8 +56,8 @@ def problem(value) -> str | None:
     return None
 
 
-def parse(value: dict, default_original: int | None) -> RopeScaling:
-    """The checked `rotary-scaling` mapping as a RopeScaling (`problem(value)` must be None)."""
+def parse_scaling(value: dict, default_original: int | None) -> RopeScaling:
+    """The checked `rotary-scaling` mapping as a RopeScaling (`scaling_problem(value)` must be None)."""
     given = {k.replace("-", "_"): v for k, v in value.items() if v is not None}
     given.setdefault("original_max_position", default_original)
     scaling = RopeScaling(**{f.name: given[f.name] for f in fields(RopeScaling) if f.name in given})

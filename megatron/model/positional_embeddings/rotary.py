@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from . import rope_scaling
+from .rope_scaling import inverse_frequencies, parse_scaling, scaling_problem
 from .base import PositionalEmbedding, PositionalEmbeddingError, fraction, option
 from .registry import register
 
@@ -28,7 +28,7 @@ class Rotary(PositionalEmbedding):
             None, "`rotary` RoPE scaling for lengths past training: {type: linear | ntk | dynamic_ntk | yarn, "
             "factor, original-max-position (default max-position-embeddings), beta-fast, beta-slow, "
             "attention-factor (yarn)}; null is plain rotary.",
-            check=rope_scaling.problem, per_run=True, exclusive=True)
+            check=scaling_problem, per_run=True, exclusive=True)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
@@ -46,7 +46,7 @@ class Rotary(PositionalEmbedding):
     def _scaling(value, max_positions):
         if value is None:
             return None
-        scaling = rope_scaling.parse(value, max_positions)
+        scaling = parse_scaling(value, max_positions)
         if scaling.original_max_position is None and scaling.type in ("dynamic_ntk", "yarn"):
             raise PositionalEmbeddingError(
                 f"pos-emb 'rotary': rotary-scaling type {scaling.type} needs original-max-position (the "
@@ -55,7 +55,7 @@ class Rotary(PositionalEmbedding):
 
     def frequencies(self, seq_len: int | None = None):
         """(inv_freq [rotary_dims/2] float32, attention factor) for a forward over seq_len positions."""
-        return rope_scaling.inverse_frequencies(self.scaling, self.rotary_dims, self.base, seq_len)
+        return inverse_frequencies(self.scaling, self.rotary_dims, self.base, seq_len)
 
     def _rotate(self, x, positions, inv_freq, attention_factor):
         half = self.rotary_dims // 2

@@ -2,8 +2,8 @@
 
 - `rotary` and `none` models whose layers GPT-NeoX can hold -> transformers' own GPTNeoXForCausalLM
   (native.py), loadable with no custom code;
-- every other model -> a self-contained folder with a configuration and modeling file written from
-  templates/ (only the exported method's positional code), loadable with trust_remote_code (custom.py).
+- every other model -> a folder that loads with trust_remote_code: a decoder (templates/) and the
+  method's own files from megatron/model/positional_embeddings, copied unchanged (custom.py).
 Both folders carry safetensors weights and tokenizer files that encode like this project's (tokenizer.py).
 """
 from .errors import ExportError

@@ -1,56 +1,88 @@
-"""Every method as a self-contained Hugging Face folder: configuration_neox_pe.py, a modeling file
-holding only the exported method's positional code (templates/positional/<method>.py and what it
-`# needs:`), config.json with the auto_map for trust_remote_code, and safetensors weights.
+"""Every method as a Hugging Face folder made of this project's own positional code: the method's file in
+megatron/model/positional_embeddings, and the files of that package it imports, copied verbatim beside
+a decoder (templates/modeling_neox_pe.py) that calls only the positional protocol (base.py). A method
+added as one file therefore exports with no other change, and nothing here restates a formula.
 
-Weights keep this project's names under `model.` (the output head, when untied, is `lm_head`).
-KERPLE parameters are exported raw, with the training code's parameterisation in the modeling file
-(multiplier = eps + softplus(raw), exponent = eps + (2 - eps) sigmoid(raw)), so a fine-tune of the
-export moves them exactly as training would."""
+The folder: configuration_neox_pe.py, modeling_neox_pe.py, the copied files, positional_method.py (one
+generated import naming the method's class), config.json with the auto_map for trust_remote_code, and
+safetensors weights. transformers' remote-code loader copies a modeling file's `from .x import` files
+and needs every absolute import installed, so a copied file may import torch, the standard library and
+its siblings (relatively), and nothing of this project outside the `try` block base.py has for that.
+
+Weights keep this project's names under `model.` (the output head, when untied, is `lm_head`), so the
+positional parameters load into the same classes that trained them."""
+import ast
+import inspect
 import json
 import pathlib
-import re
+import sys
 
 import torch
 import transformers
 from safetensors.torch import save_file
 
-from megatron.model.positional_embeddings import OPTIONS, option_names, per_run_options
-from megatron.quoting import quote
+from megatron.model.positional_embeddings import lookup, option_names
+
+from .errors import ExportError
 
 TEMPLATES = pathlib.Path(__file__).parent / "templates"
-CONFIG_FILE, MODELING_FILE = "configuration_neox_pe.py", "modeling_neox_pe.py"
+CONFIG_FILE, MODELING_FILE, METHOD_FILE = "configuration_neox_pe.py", "modeling_neox_pe.py", "positional_method.py"
 AUTO_MAP = {"AutoConfig": "configuration_neox_pe.NeoXPEConfig",
             "AutoModel": "modeling_neox_pe.NeoXPEModel",
             "AutoModelForCausalLM": "modeling_neox_pe.NeoXPEForCausalLM"}
+# What the decoder template itself imports from the package (base.py's protocol and ModelShape).
+DECODER_NEEDS = ("base",)
+# Installed wherever the export is used (transformers needs torch); anything else must not be imported.
+AVAILABLE_PACKAGES = {"torch", "transformers", "safetensors"}
 
 
-def exportable_methods() -> list[str]:
-    """The methods with a positional template (the other templates are parts they share)."""
-    return sorted(p.stem for p in (TEMPLATES / "positional").glob("*.py") if "class PositionalMethod(" in p.read_text())
+def _outside_try(tree: ast.AST):
+    """The import statements of a module that are not inside a `try` (as transformers' check reads them)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.Try):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _outside_try(node)
 
 
-def _parts(name: str, seen: list[str]) -> list[str]:
-    """`name` after every part it needs (`# needs: a b` on its first line), each once."""
-    text = (TEMPLATES / "positional" / f"{name}.py").read_text()
-    needs = re.match(r"# needs: (.*)\n", text)
-    for need in needs.group(1).split() if needs else ():
-        _parts(need, seen)
-    if name not in seen:
-        seen.append(name)
-    return seen
+def package_files(method: str) -> list[pathlib.Path]:
+    """The files of method `method`'s package that its exported code needs (see `files_needed`)."""
+    return files_needed(method, pathlib.Path(inspect.getfile(lookup(method))))
 
 
-def modeling_source(method: str) -> str:
-    code = "\n\n".join(re.sub(r"\A# needs: .*\n", "", (TEMPLATES / "positional" / f"{part}.py").read_text())
-                       for part in _parts(method, []))
-    template = (TEMPLATES / MODELING_FILE).read_text()
-    return template.replace("{positional_code}", code.rstrip() + "\n\n").replace("{pos_emb}", method)
+def files_needed(method: str, method_file: pathlib.Path) -> list[pathlib.Path]:
+    """The method's module, base.py, and every sibling they import relatively (`from .x import`), each once,
+    or ExportError naming the line that the export could not carry."""
+    folder, needed, queue = method_file.parent, [], [method_file] + [method_file.parent / f"{m}.py" for m in DECODER_NEEDS]
+    while queue:
+        path = queue.pop(0)
+        if path in needed:
+            continue
+        needed.append(path)
+        for node in _outside_try(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module and "." not in node.module:
+                queue.append(folder / f"{node.module}.py")
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            top = {name.split(".")[0] for name in names}
+            if (isinstance(node, ast.ImportFrom) and node.level) or not top <= AVAILABLE_PACKAGES | set(
+                    sys.stdlib_module_names):
+                raise ExportError(
+                    f"pos-emb {method!r} cannot be exported: {path.name}:{node.lineno} says "
+                    f"`{ast.unparse(node)}`. The export copies the method's files into a folder that loads with "
+                    f"trust_remote_code, where only torch, the standard library and the files of "
+                    f"{folder.name}/ (imported as `from .base import ...`, `from .registry import register`) "
+                    f"exist. Import them that way in {path.name} and export again.")
+    return needed
 
 
-def per_run_choices(neox_args) -> list[str]:
-    """The method's per-run options (rotary-scaling) set away from their default: the templates apply none."""
-    return [f"{name.replace('_', '-')} is {quote(getattr(neox_args, name))}" for name in per_run_options(neox_args.pos_emb)
-            if getattr(neox_args, name) != OPTIONS[name].default]
+def method_import(method: str) -> str:
+    cls = lookup(method)
+    module = pathlib.Path(inspect.getfile(cls)).stem
+    return (f'"""Generated by tools/ckpts/convert_to_hf.py: the `{cls.name}` positional method, the class in '
+            f'{module}.py\n(copied from this project unchanged) that the decoder builds."""\n'
+            f"from .{module} import {cls.__qualname__} as PositionalMethod  # noqa: F401\n")
 
 
 def custom_config(neox_args, vocab_size: int, tokenizer) -> dict:
@@ -62,7 +94,7 @@ def custom_config(neox_args, vocab_size: int, tokenizer) -> dict:
         "intermediate_size": neox_args.intermediate_size or 4 * neox_args.hidden_size,
         "norm": neox_args.norm, "layer_norm_eps": neox_args.layernorm_epsilon, "activation": neox_args.activation,
         "gpt_j_residual": neox_args.gpt_j_residual, "no_weight_tying": neox_args.no_weight_tying,
-        "attention_window": neox_args.attention_window, "pos_emb": neox_args.pos_emb,
+        "attention_window": neox_args.attention_window, "pos_emb": lookup(neox_args.pos_emb).name,
         "pos_emb_per_layer": neox_args.pos_emb_per_layer, "pos_emb_options": options,
         "max_position_embeddings": neox_args.max_position_embeddings, "train_length": neox_args.seq_length,
         "initializer_range": neox_args.init_method_std, "use_cache": True, "tie_word_embeddings": False,
@@ -81,8 +113,12 @@ def custom_state(model) -> dict:
 
 def write_custom(source, out_dir: pathlib.Path) -> None:
     args = source.neox_args
-    (out_dir / CONFIG_FILE).write_text((TEMPLATES / CONFIG_FILE).read_text().replace("{pos_emb}", args.pos_emb))
-    (out_dir / MODELING_FILE).write_text(modeling_source(args.pos_emb))
+    files = package_files(args.pos_emb)
+    for path in files:
+        (out_dir / path.name).write_bytes(path.read_bytes())
+    (out_dir / METHOD_FILE).write_text(method_import(args.pos_emb))
+    (out_dir / CONFIG_FILE).write_bytes((TEMPLATES / CONFIG_FILE).read_bytes())
+    (out_dir / MODELING_FILE).write_bytes((TEMPLATES / MODELING_FILE).read_bytes())
     config = custom_config(args, source.model.vocab_size, source.tokenizer)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out_dir / "generation_config.json").write_text(json.dumps(

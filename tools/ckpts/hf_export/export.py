@@ -6,7 +6,7 @@ import tempfile
 
 from megatron.output_paths import new_folder_problem
 
-from .custom import exportable_methods, per_run_choices, write_custom
+from .custom import package_files, write_custom
 from .errors import ExportError
 from .native import build_gpt_neox, native_problems
 from .source import Source, load_source
@@ -23,16 +23,8 @@ def resolve_target(neox_args, target: str) -> str:
     if target == "gpt_neox" and problems:
         raise ExportError("--target gpt_neox cannot hold this model: " + "; ".join(problems) + ". Export it with "
                           "--target custom (or auto), which writes a folder that loads with trust_remote_code=True.")
-    if target == "custom" and per_run_choices(neox_args):
-        raise ExportError(
-            f"{'; '.join(per_run_choices(neox_args))}: a choice of the run, not of the weights, which the exported "
-            "code does not apply, so the export's logits would not be this run's. Export the weights without it "
-            "(a --config_file after the run's that sets it to null, e.g. `rotary-scaling: null`) and choose it "
-            "again where the export is used.")
-    if target == "custom" and neox_args.pos_emb not in exportable_methods():
-        raise ExportError(f"pos-emb {neox_args.pos_emb!r} has no Hugging Face template (tools/ckpts/hf_export/"
-                          f"templates/positional/); methods with one: {', '.join(exportable_methods())}. Add "
-                          f"templates/positional/{neox_args.pos_emb}.py implementing its formula.")
+    if target == "custom":
+        package_files(neox_args.pos_emb)  # the method's files can be carried (ExportError otherwise)
     if target == "auto":
         return "gpt_neox" if not problems else resolve_target(neox_args, "custom")
     return target

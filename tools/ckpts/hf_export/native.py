@@ -5,7 +5,14 @@ then values), GPT-NeoX's is [H, 3, D] (per head). `none` is GPT-NeoX with no rot
 import torch
 import transformers
 
+from megatron.model.positional_embeddings.rope_scaling import parse_scaling
+
 NATIVE_METHODS = ("rotary", "none")
+# rotary-scaling types that transformers' rope_parameters computes as this project does (the export's
+# logits are compared in tests/test_hf_export.py). Not mapped: `ntk` (static NTK; transformers has no such
+# type) and `dynamic_ntk` (transformers keeps the frequencies of the longest input seen across calls, this
+# project uses each forward's own length); those export as the custom folder, which runs rotary.py itself.
+ROPE_TYPES = {"linear": "linear", "yarn": "yarn"}
 
 
 def native_problems(neox_args) -> list[str]:
@@ -18,17 +25,39 @@ def native_problems(neox_args) -> list[str]:
         problems.append(f"norm is {neox_args.norm!r} (GPT-NeoX has LayerNorm only)")
     if neox_args.activation != "gelu":
         problems.append(f"activation is {neox_args.activation!r} (GPT-NeoX here is exported with exact gelu only)")
-    if neox_args.pos_emb == "rotary" and neox_args.rotary_scaling is not None:
-        problems.append("rotary-scaling is set (not exported yet: the export writes plain rotary; unset it to "
-                        "export the weights, which it does not change)")
+    scaling = rotary_scaling(neox_args)
+    if scaling is not None and scaling.type not in ROPE_TYPES:
+        problems.append(f"rotary-scaling type is {scaling.type!r} (transformers' GPT-NeoX computes "
+                        f"{' and '.join(ROPE_TYPES)} as this project does)")
     if neox_args.attention_window is not None:
         problems.append(f"attention-window is {neox_args.attention_window} (GPT-NeoX attends to every earlier token)")
     return problems
 
 
+def rotary_scaling(neox_args):
+    """The run's rotary-scaling as a RopeScaling, or None (plain rotary, or not rotary)."""
+    if neox_args.pos_emb != "rotary" or neox_args.rotary_scaling is None:
+        return None
+    return parse_scaling(neox_args.rotary_scaling, neox_args.max_position_embeddings)
+
+
+def rope_parameters(neox_args) -> dict | None:
+    """transformers' rope_parameters for the run's rotary-scaling (None: plain rotary)."""
+    scaling = rotary_scaling(neox_args)
+    if scaling is None:
+        return None
+    params = {"rope_type": ROPE_TYPES[scaling.type], "factor": float(scaling.factor)}
+    if scaling.type == "yarn":
+        params.update(original_max_position_embeddings=scaling.original_max_position, beta_fast=scaling.beta_fast,
+                      beta_slow=scaling.beta_slow)
+        if scaling.attention_factor is not None:
+            params["attention_factor"] = scaling.attention_factor
+    return params
+
+
 def gpt_neox_config(neox_args, vocab_size: int, tokenizer) -> transformers.GPTNeoXConfig:
     rotary = neox_args.pos_emb == "rotary"
-    return transformers.GPTNeoXConfig(
+    return transformers.GPTNeoXConfig(rope_parameters=rope_parameters(neox_args),
         vocab_size=vocab_size, hidden_size=neox_args.hidden_size, num_hidden_layers=neox_args.num_layers,
         num_attention_heads=neox_args.num_attention_heads,
         intermediate_size=neox_args.intermediate_size or 4 * neox_args.hidden_size, hidden_act="gelu",

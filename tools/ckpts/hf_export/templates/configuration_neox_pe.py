@@ -1,10 +1,10 @@
-"""Configuration of a GPT-NeoX-style decoder exported with the `{pos_emb}` positional method.
-
-Written by tools/ckpts/convert_to_hf.py; needs only transformers. `pos_emb_options` holds the
-method's options under their config names (e.g. kerple_eps, rpe_num_buckets). Naming the method
-here keeps exports of different methods apart in transformers' module cache, which keys a folder's
-code by this file's hash."""
+"""Configuration of a GPT-NeoX-style decoder exported by tools/ckpts/convert_to_hf.py; needs only
+transformers. `pos_emb` names the positional method (the class positional_method.py imports) and
+`pos_emb_options` holds its options under their config names (e.g. kerple_eps, rotary_scaling), as the
+method's own `Options` dataclass takes them."""
 from transformers import PreTrainedConfig
+
+from .positional_method import PositionalMethod
 
 
 class NeoXPEConfig(PreTrainedConfig):
@@ -22,7 +22,10 @@ class NeoXPEConfig(PreTrainedConfig):
     gpt_j_residual: bool = False         # parallel attention + MLP residual
     no_weight_tying: bool = False        # False: the output head is the input embedding
     attention_window: int | None = None  # mask keys at distance >= window
-    pos_emb: str = "none"
+    # The method that positional_method.py holds. Importing it also puts the method's code into this file's
+    # identity: transformers maps a config class to one model class per process, so exports of different
+    # methods (or of one method's different code) must not share a config class.
+    pos_emb: str = PositionalMethod.name
     pos_emb_per_layer: bool = False      # one positional module per layer
     pos_emb_options: dict | None = None
     max_position_embeddings: int | None = None  # rows of a `learned` table; informational otherwise

@@ -1,12 +1,15 @@
-"""A GPT-NeoX-style decoder with the `{pos_emb}` positional method, exported by
-tools/ckpts/convert_to_hf.py. Self-contained (torch and transformers only): load it with
+"""A GPT-NeoX-style decoder exported by tools/ckpts/convert_to_hf.py, with the positional method of
+positional_method.py: that method's own file from the project that trained it, copied unchanged, with
+the files of its package it imports. Needs torch and transformers only: load it with
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
-Per head h, query i and visible key j (j <= i, i - j < attention_window when set):
+The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`
+and `pairwise`, which gives, per head h, query i and visible key j (j <= i, i - j < attention_window
+when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] ) . v_j
-where the positional method gives bias/weight (either may be absent), may add to the token
-embeddings, and may rotate q and k. Positions are counted over the tokens the attention mask keeps
-(0 for the first real token), so left-padded batches score exactly like unpadded sequences.
+Positions are counted over the tokens the attention mask keeps (0 for the first real token), so
+left-padded batches score exactly like unpadded sequences; rows whose positions differ (padding) call
+the method once per row, as the protocol takes one position vector for the batch.
 """
 import math
 
@@ -17,45 +20,26 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from .base import ModelShape
 from .configuration_neox_pe import NeoXPEConfig
+from .positional_method import PositionalMethod
 
 
-def gather_by_distance(table, distance):
-    """table [H, L] | None, distance LongTensor [b, q, k] -> [b, H, q, k] | None."""
-    return None if table is None else table[:, distance].permute(1, 0, 2, 3)
+def build_positional(config):
+    shape = ModelShape(config.num_attention_heads, config.hidden_size // config.num_attention_heads,
+                       config.hidden_size, config.max_position_embeddings, config.initializer_range)
+    return PositionalMethod(shape, PositionalMethod.Options(**(config.pos_emb_options or {})))
 
 
-class PositionalBase(nn.Module):
-    """The three channels a positional method may use; each defaults to doing nothing."""
-    max_length = None  # largest number of positions the method can embed (learned)
-
-    def __init__(self, config):
-        super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.hidden_size = config.hidden_size
-        self.options = dict(config.pos_emb_options or {})
-
-    def add_to_embeddings(self, x, positions):  # x [b, s, hidden], positions [b, s]
-        return x
-
-    def rotate(self, x, positions):  # x [b, H, s, D], positions [b, s]
-        return x
-
-    def distance_tables(self, length, device):
-        """(bias [H, length] | None, weight [H, length] | None) over d = 0..length-1, float32."""
-        return None, None
-
-    def score_terms(self, q_positions, k_positions):
-        """(bias, weight), each [b, H, q, k] or None; future keys read d = 0 (they are masked)."""
-        distance = (q_positions[:, :, None] - k_positions[:, None, :]).clamp(min=0)
-        bias, weight = self.distance_tables(int(distance.max()) + 1 if distance.numel() else 1, distance.device)
-        return gather_by_distance(bias, distance), gather_by_distance(weight, distance)
+def rows_of(positions, same):
+    """(row slice, its positions [s]) per distinct row: one for the whole batch when rows agree."""
+    return [(slice(None), positions[0])] if same else [(slice(r, r + 1), positions[r]) for r in range(len(positions))]
 
 
-# ---------------------------------------------------------------- the `{pos_emb}` method
-{positional_code}
-# ---------------------------------------------------------------- the decoder
+def score_terms(pe, positions, key_positions, same):
+    """(bias, weight) of `pe`, each [b or 1, H, q, k] or None."""
+    parts = [pe.pairwise(q, key_positions[rows][0]) for rows, q in rows_of(positions, same)]
+    return tuple(None if part[0] is None else torch.stack(part) for part in zip(*parts))
 
 
 def build_norm(config):
@@ -72,10 +56,11 @@ class SelfAttention(nn.Module):
         self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, x, pe, positions, allowed, terms, cache):
+    def forward(self, x, pe, positions, same, allowed, terms, cache):
         b, s, hidden = x.shape
         q, k, v = self.query_key_value(x).view(b, s, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = pe.rotate(q, positions), pe.rotate(k, positions)  # keys are cached rotated
+        rotated = [pe.rotate_qk(q[rows], k[rows], p, p) for rows, p in rows_of(positions, same)]
+        q, k = (torch.cat(part) for part in zip(*rotated))  # keys are cached rotated
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(self.head_dim)  # [b, H, q, k]
@@ -140,12 +125,12 @@ class NeoXPEPreTrainedModel(PreTrainedModel):
 class NeoXPEModel(NeoXPEPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
-        if config.pos_emb != "{pos_emb}":
-            raise ValueError(f"config.json names pos_emb {config.pos_emb!r}, but this modeling file implements "
-                             "'{pos_emb}'; export the checkpoint again rather than editing pos_emb.")
+        if config.pos_emb != PositionalMethod.name:
+            raise ValueError(f"config.json names pos_emb {config.pos_emb!r}, but positional_method.py holds "
+                             f"{PositionalMethod.name!r}; export the checkpoint again rather than editing pos_emb.")
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         copies = config.num_hidden_layers if config.pos_emb_per_layer else 1
-        self.pos_embs = nn.ModuleList(PositionalMethod(config) for _ in range(copies))
+        self.pos_embs = nn.ModuleList(build_positional(config) for _ in range(copies))
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.final_layernorm = build_norm(config)
         self.post_init()
@@ -170,11 +155,13 @@ class NeoXPEModel(NeoXPEPreTrainedModel):
         allowed = allowed & keep[:, None, :]
         if self.config.attention_window is not None:
             allowed = allowed & (positions[:, :, None] - key_positions[:, None, :] < self.config.attention_window)
-        x = self.pos_embs[0].add_to_embeddings(self.word_embeddings(input_ids), positions)
-        terms = [pe.score_terms(positions, key_positions) for pe in self.pos_embs]  # once per forward
+        same = bool((key_positions == key_positions[:1]).all())
+        x = self.word_embeddings(input_ids)
+        x = torch.cat([self.pos_embs[0].add_to_embeddings(x[rows], p) for rows, p in rows_of(positions, same)])
+        terms = [score_terms(pe, positions, key_positions, same) for pe in self.pos_embs]  # once per forward
         for i, layer in enumerate(self.layers):
             j = i if len(self.pos_embs) > 1 else 0
-            x = layer(x, self.pos_embs[j], positions, allowed, terms[j], past_key_values)
+            x = layer(x, self.pos_embs[j], positions, same, allowed, terms[j], past_key_values)
         return self.final_layernorm(x)
 
 

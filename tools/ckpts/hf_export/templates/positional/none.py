@@ -1,2 +1,0 @@
-class PositionalMethod(PositionalBase):
-    """`none` (NoPE): no positional information besides the causal mask."""

@@ -1,3 +1,0 @@
-# needs: t5_common
-class PositionalMethod(T5Bias):
-    """`t5`: learned bucketed relative bias."""
