@@ -15,7 +15,8 @@ from megatron.model.positional_embeddings import (LISTING_ORDER, PositionalEmbed
                                                   build_positional_embedding_from_args, checkpoint_options,
                                                   declared_options, option, option_names, register)
 from megatron.model.positional_embeddings.registry import OPTIONS, REGISTRY
-from megatron.neox_arguments import POS_EMB_ALIASES, POS_EMB_CHOICES, NeoXArgs
+from megatron.errors import NeoXArgsError
+from megatron.neox_arguments import POS_EMB_ALIASES, NeoXArgs
 
 H, D, HIDDEN = 4, 16, 64
 KERPLE = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight")
@@ -39,9 +40,18 @@ def hf_t5_bucket(d: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- registry
-def test_config_choices_are_the_registry_in_listing_order():
+def test_the_config_accepts_every_registered_method_and_lists_them_in_order_when_refusing():
     assert set(LISTING_ORDER) <= set(REGISTRY), "LISTING_ORDER names a method nobody registers"
-    assert POS_EMB_CHOICES == available() and available()[:len(LISTING_ORDER)] == LISTING_ORDER
+    base = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 16,
+            "train_micro_batch_size_per_gpu": 1, "tokenizer_type": "ByteLevelTokenizer", "max_position_embeddings": 64}
+    for name in REGISTRY:
+        assert NeoXArgs.from_dict(base | {"pos_emb": name}).pos_emb == name
+    with pytest.raises(NeoXArgsError, match=r"unknown positional method 'no_such_method'") as refused:
+        NeoXArgs.from_dict(base | {"pos_emb": "no_such_method"})
+    listed = [name for name in REGISTRY if name in str(refused.value)]
+    assert set(listed) == set(REGISTRY)
+    order = sorted(listed, key=lambda name: str(refused.value).index(f" {name}"))
+    assert order[:len(LISTING_ORDER)] == list(LISTING_ORDER)  # the paper's order first
 
 
 def test_an_option_declared_twice_differently_is_refused():
@@ -74,13 +84,6 @@ def test_a_shared_option_is_one_declaration():
     assert OPTIONS["kerple_eps"].owner == "kerple_log"
 
 
-@pytest.mark.parametrize("name", POS_EMB_CHOICES)
-def test_checkpoints_compare_every_option_but_the_initialisation_only_ones(name):
-    init_only = {o for o in option_names(name) if OPTIONS[o].spec.init_only or OPTIONS[o].spec.per_run}
-    compared = set(checkpoint_options(name)) - {"max_position_embeddings"}
-    assert compared | init_only == set(option_names(name)) and not compared & init_only
-
-
 def test_initialisation_only_options_are_declared_as_such():
     assert checkpoint_options("kerple_log") == ("kerple_eps",)  # not kerple_init
     assert checkpoint_options("fire") == ("fire_mlp_width", "fire_init_L")  # L = fire_init_L x a learned factor
@@ -102,7 +105,7 @@ def test_duplicate_registration_is_refused():
 
 def test_unknown_name_lists_the_valid_names():
     with pytest.raises(PositionalEmbeddingError, match="unknown positional embedding 'kerple'.*Valid names: "
-                       + ", ".join(POS_EMB_CHOICES)):
+                       + ", ".join(available())):
         build("kerple")
 
 
@@ -111,7 +114,7 @@ def test_unknown_option_lists_the_accepted_ones():
         build("kerple_log", kerple_epsilon=0.1)
 
 
-@pytest.mark.parametrize("name", POS_EMB_CHOICES)
+@pytest.mark.parametrize("name", available())
 def test_build_from_config(name):
     args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32,
                                "train_micro_batch_size_per_gpu": 1,
