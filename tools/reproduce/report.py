@@ -5,6 +5,7 @@ import os
 import platform
 
 from megatron.evaluation.results import ResultFileError
+from .ablation_report import ablation_section
 from .claims import claims_section
 from .execute import git_commit
 from .inputs import ReportInputs
@@ -37,7 +38,8 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
                      if d["run"]["pos_emb"] not in COMPLEX_KERNELS or d["run"]["pos_emb"] == reference]
         table3 = build_table3(base_docs, "nonoverlap", reference, 0.05, paper_map)
         (out / "table3.csv").write_text(render_csv(table3))
-        figures(plot_perplexity_vs_length(documents), "ppl_vs_length")
+        if not sweep.training_variants:  # plot_lengths colours by pos-emb: the ablation draws its own figure
+            figures(plot_perplexity_vs_length(documents), "ppl_vs_length")
         complex_docs = [d for d in documents if d["run"]["pos_emb"] in COMPLEX_KERNELS + (reference,)
                         and not d["run"].get("attention_window")]
         table5 = (build_table3(complex_docs, "nonoverlap", reference, 0.05, {})
@@ -46,10 +48,11 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
         raise SweepError(f"cannot write the report: {err}") from None
 
     trained = [r for r in runs if not r.base]
-    sections = [_header(sweep, runs, inputs, command, rerendered),
+    sections = [_header(sweep, runs, inputs, command, rerendered), ablation_section(sweep, documents, figures),
                 claims_section(sweep.scale, table3, documents, sweep.position_length, sweep.windowed_baseline),
-                "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n",
-                render_markdown(table3), "![perplexity versus length](ppl_vs_length.png)\n"]
+                "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n", render_markdown(table3),
+                "![perplexity versus length](ablation_ppl.png)\n" if sweep.training_variants else
+                "![perplexity versus length](ppl_vs_length.png)\n"]
     if table5:
         sections += ["## Table 5: the complex kernels\n", f"_Scale: {sweep.scale}_\n", render_markdown(table5)]
     sections += [speed_section(sweep, trained, inputs), training_section(sweep, trained, inputs, figures),
@@ -97,6 +100,8 @@ def _header(sweep, runs, inputs, command, rerendered) -> str:
         + (f"; windowed baseline: {sweep.windowed_baseline} evaluated with attention-window = {args.seq_length} "
            "(training at that length masks nothing, so its checkpoint is the unwindowed run's)"
            if sweep.windowed_baseline else "")
+        + (f"; trained variants: {', '.join(sorted({str(r.label) for r in runs if r.trained}))}"
+           if sweep.training_variants else "")
         + (f"; evaluation-only variants of the trained checkpoints: "
            f"{', '.join(sorted({str(r.label) for r in runs if r.variant}))}" if sweep.variants else ""),
         "",

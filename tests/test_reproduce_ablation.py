@@ -1,0 +1,209 @@
+"""The ablation of issue 28: a sweep's `training_variants` are runs of their own (folder, config hash, label),
+the report's copy of their result files carries the label, and ablation.py's pre-registered rules come out
+each way; `chunk_subsets` re-read the same chunks of every run. In-process; only the report test starts a process (git)."""
+import json
+import pathlib
+
+import numpy as np
+import pytest
+import yaml
+
+from megatron.evaluation.results import SCHEMA, load_result, summarize, write_atomic
+from tools.reproduce import ablation
+from tools.reproduce.ablation import DEGRADE_RATIO
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+T, LENGTHS, SEEDS = 64, (64, 128, 256, 512, 1024), (1, 2, 3)
+
+
+def documents(levels: dict, chunks: int = 40, seed_noise: float = 0.02, run_noise: float = 0.005,
+              chunk_noise: float = 0.01) -> list[dict]:
+    """Result files of hand-made runs: `levels[method](L)` is the mean loss at length L; every run scores the
+    same chunks (a per-chunk difficulty shared by all runs), with an offset per seed that every method shares
+    (paired over seeds, it cancels) and a little noise of each run's own."""
+    rng, out = np.random.default_rng(0), []
+    for method, level in levels.items():
+        pos_emb, _, variant = method.partition("+")
+        for seed in SEEDS:
+            offset = np.random.default_rng([seed]).normal(0, seed_noise) + rng.normal(0, run_noise)  # mostly shared
+            records = []
+            for L in LENGTHS:
+                difficulty = np.random.default_rng([L]).normal(0, 0.2, (chunks, 1))
+                losses = level(L) + offset + difficulty + rng.normal(0, chunk_noise, (chunks, 1)) + np.zeros((chunks, 2))
+                records.append({"length": L, "mode": "nonoverlap",
+                                **summarize(losses, L, "nonoverlap", np.arange(chunks) * L)})
+            name = f"code_{method}_seed{seed}_step10_0123abcd"
+            out.append({"schema": SCHEMA, "path": name, "results": records, "evaluation": {"eval_seed": 0},
+                        "run": {"name": name, "method": method, "pos_emb": pos_emb, "variant": variant or None,
+                                "attention_window": None, "seed": seed, "dataset": "code", "train_length": T,
+                                "checkpoint_step": 10}})
+    return out
+
+
+FLAT = lambda L: 2.0  # noqa: E731
+RISING = lambda L: 2.0 + 0.12 * np.log2(L / T)  # noqa: E731  ppl x1.62 at 16x: past DEGRADE_RATIO
+SLIGHTLY_WORSE = lambda L: 2.0 + (0.05 if L >= 8 * T else 0.0)  # noqa: E731  worse, ratio ~1.05
+
+
+def rows(levels, switches=("per-layer",)) -> dict:
+    return {q: v for q, v, _ in ablation.verdicts(documents(levels), list(switches))["code"]}
+
+
+def test_a_rising_variant_reproduces_the_degradation_and_loses_to_alibi():
+    assert np.exp(RISING(16 * T) - RISING(T)) > DEGRADE_RATIO
+    verdict = rows({"kerple_log": FLAT, "kerple_log+per-layer": RISING, "alibi": lambda L: 2.05})
+    assert verdict["1. kerple_log degrades"] == "does not degrade"
+    assert verdict["1. kerple_log+per-layer degrades"] == "degrades"
+    assert verdict["2. switch `per-layer`"] == "reproduces the degradation"
+    assert verdict["3. kerple_log against ALiBi"] == "better"
+    assert verdict["3. kerple_log+per-layer against ALiBi"].startswith("worse (ALiBi significantly better at L = [512")
+    assert ablation.answer({"code": ablation.verdicts(documents(
+        {"kerple_log": FLAT, "kerple_log+per-layer": RISING}), ["per-layer"])["code"]}) == \
+        "Reproduces the DAPE-V2 degradation: `per-layer` on code."
+
+
+def test_worse_better_none_and_the_plain_answer():
+    assert rows({"kerple_log": FLAT, "kerple_log+per-layer": SLIGHTLY_WORSE})["2. switch `per-layer`"] == \
+        "makes KERPLE-log worse at L = [512, 1024] (not the DAPE-V2 degradation)"
+    assert rows({"kerple_log": SLIGHTLY_WORSE, "kerple_log+per-layer": FLAT})["2. switch `per-layer`"] == \
+        "makes KERPLE-log better at L = [512, 1024]"
+    same = ablation.verdicts(documents({"kerple_log": FLAT, "kerple_log+bf16": FLAT, "alibi": FLAT}), ["bf16"])
+    verdict = {q: v for q, v, _ in same["code"]}
+    assert verdict["2. switch `bf16`"] == "no significant effect"
+    assert verdict["3. kerple_log+bf16 against ALiBi"] == "not significantly different"
+    assert ablation.answer(same) == "No switch reproduces the degradation at this scale."
+
+
+def test_a_reference_that_degrades_too_is_not_reproduced_by_the_switch():
+    verdict = rows({"kerple_log": RISING, "kerple_log+per-layer": lambda L: RISING(L) + 0.1})
+    assert verdict["1. kerple_log+per-layer degrades"] == "degrades"
+    assert verdict["2. switch `per-layer`"].startswith("makes KERPLE-log worse")
+
+
+def test_chunk_subsets_are_the_same_chunks_for_every_run_and_recomputed():
+    docs = documents({"kerple_log": FLAT, "alibi": FLAT})
+    small = ablation.subset(docs, 10)
+    starts = {tuple(d["results"][2]["chunk_starts"]) for d in small}
+    assert len(starts) == 1 and len(next(iter(starts))) == 10  # one subset, shared
+    record, full = small[0]["results"][2], docs[0]["results"][2]
+    assert record["chunks"] == 10 and set(record["chunk_starts"]) <= set(full["chunk_starts"])
+    assert record["loss"] == pytest.approx(np.mean(record["chunk_losses"]))
+    assert record["ppl"] == pytest.approx(np.exp(record["loss"]))
+    assert full["chunks"] == 40  # the input is left as it was
+
+
+def test_a_verdict_that_needs_many_chunks_flips_at_few():
+    # per-layer worse by 0.02 nats at long lengths, each chunk's loss noisy by 0.03 of its own: the mean of
+    # 40 chunks shows it (significant over the seeds), the mean of 5 does not.
+    docs = documents({"kerple_log": FLAT, "kerple_log+per-layer": lambda L: 2.0 + (0.02 if L >= 8 * T else 0)},
+                     run_noise=0.0, chunk_noise=0.03)
+    by_count = ablation.chunk_verdicts(docs, ["per-layer"], [5], 40)
+    assert {q: v for q, v, _ in by_count[40]["code"]}["2. switch `per-layer`"].startswith("makes KERPLE-log worse")
+    flips = ablation.flips(by_count, 40)
+    assert set(flips) == {5}
+    assert all(d == "code" and v != w for d, q, v, w in flips[5])
+
+
+# ---------------------------------------------------------------------------------------- the sweep
+SWEEP = """name: abl
+scale: test
+profile: [configs/reproduce/mini.yml]
+methods: [kerple_log, alibi]
+training_variants:
+  kerple_log:
+    per-layer: {pos-emb-per-layer: true}
+    per-layer+bf16: {pos-emb-per-layer: true, precision: bf16}
+seeds: [1, 2]
+datasets: [stdlib]
+data: {stdlib: {builder: stdlib, prefix: data/stdlib/stdlib_text_document}}
+evaluation: {eval-lengths: [64, 512], eval-chunks: 40}
+chunk_subsets: [5]
+"""
+
+
+def load(tmp_path, text=SWEEP, **paths):
+    from tools.reproduce.spec import load_sweep
+    path = tmp_path / "sweep.yml"
+    path.write_text(text + "".join(f"{k}: {v}\n" for k, v in paths.items()))
+    return load_sweep(path)
+
+
+def test_training_variants_are_runs_of_their_own(tmp_path):
+    from tools.reproduce.runs import plan_runs
+    sweep = load(tmp_path)
+    runs = plan_runs(sweep, [sweep.data["stdlib"]])
+    assert [str(r.label) for r in runs[:4]] == ["kerple_log", "kerple_log+per-layer", "kerple_log+per-layer+bf16",
+                                                "alibi"]
+    plain, layered, both = runs[:3]
+    assert layered.base is None and layered.directory.parts[-2] == "kerple_log+per-layer"
+    assert layered.training_overrides()["pos_emb_per_layer"] is True and "pos_emb_per_layer" not in plain.training_overrides()
+    assert both.args().precision == "bf16" and plain.args().precision == "fp32"
+    assert len({r.identity.config_hash for r in (plain, layered, both)}) == 3
+    assert str(layered.written_label) == "kerple_log"  # what evaluate.py writes; the report relabels
+    assert sweep.chunk_subsets == [5]
+
+
+@pytest.mark.parametrize("change,message", [
+    ("  t5:\n    x: {precision: bf16}\n", "training_variants.t5`: 't5' must be one of the grid's methods"),
+    ("  kerple_log:\n    bad: {no-such-key: 1}\n", "no-such-key is not a config key"),
+    ("  kerple_log:\n    bad: {pos-emb: alibi}\n", "pos-emb and seed are the grid's own axes"),
+    ("  kerple_log:\n    'a b': {precision: bf16}\n", "letters, digits"),
+])
+def test_a_bad_training_variant_is_one_clear_error(tmp_path, change, message):
+    from tools.reproduce.spec import SweepError
+    start = SWEEP.index("  kerple_log:\n    per-layer")
+    end = SWEEP.index("seeds:")
+    with pytest.raises(SweepError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load(tmp_path, SWEEP[:start] + change + SWEEP[end:])
+
+
+def test_chunk_subsets_must_be_below_the_scored_count(tmp_path):
+    from tools.reproduce.spec import SweepError
+    with pytest.raises(SweepError, match="chunk_subsets"):
+        load(tmp_path, SWEEP.replace("chunk_subsets: [5]", "chunk_subsets: [40]"))
+
+
+def test_the_reports_copy_of_a_variants_result_carries_its_label(tmp_path):
+    from tools.reproduce.inputs import ReportInputs, labelled, save
+    from tools.reproduce.runs import plan_runs
+    sweep = load(tmp_path, report_dir=str(tmp_path / "report"))
+    layered = plan_runs(sweep, [sweep.data["stdlib"]])[1]
+    written = documents({"kerple_log": FLAT})[0]
+    path = tmp_path / "eval" / "stdlib_kerple_log_seed1_step10_0123abcd.json"
+    write_atomic(path, {k: v for k, v in {**written, "run": {**written["run"], "name": path.stem,
+                                                              "dataset": "stdlib"}}.items() if k != "path"})
+    document = labelled(load_result(path), layered)
+    assert document["run"]["method"] == "kerple_log+per-layer" and document["run"]["variant"] == "per-layer"
+    assert document["run"]["training_variant"] == {"label": "per-layer", "keys": {"pos_emb_per_layer": True}}
+    save(ReportInputs([document], {}, {}, []), sweep)
+    copy = tmp_path / "report" / "inputs" / "results" / "stdlib_kerple_log+per-layer_seed1_step10_0123abcd.json"
+    assert load_result(copy)["run"]["method"] == "kerple_log+per-layer"
+    assert json.loads(path.read_text())["run"]["method"] == "kerple_log"  # evaluate.py's own file is untouched
+
+
+@pytest.mark.launches  # git (the header's commit) and ldconfig (execute.py's libc lookup)
+def test_report_only_renders_the_ablation_section(tmp_path, monkeypatch, capsys):
+    from tools.reproduce.__main__ import main
+    spec = yaml.safe_load(SWEEP)
+    spec.update(datasets=["code"], data={"code": {"prefix": str(tmp_path / "absent" / "code_text_document"),
+                                                   "paper": "ArXiv"}},
+                evaluation={"eval-lengths": list(LENGTHS), "eval-chunks": 40}, seeds=list(SEEDS),
+                work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"))
+    (tmp_path / "sweep.yml").write_text(yaml.safe_dump(spec))
+    inputs = tmp_path / "report" / "inputs"
+    for document in documents({"kerple_log": FLAT, "kerple_log+per-layer": RISING,
+                               "kerple_log+per-layer+bf16": FLAT, "alibi": lambda L: 2.05}):
+        write_atomic(inputs / "results" / f"{document['run']['name']}.json", {k: v for k, v in document.items() if k != "path"})
+    write_atomic(inputs / "scalars.json", {})
+    write_atomic(inputs / "facts.json", {"dataset_tokens": {"code": 1000}, "trained_commits": ["abc"]})
+    monkeypatch.chdir(REPO)
+    assert main([str(tmp_path / "sweep.yml"), "--report-only", "--publish"]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "**Answer (40 chunks per length): Reproduces the DAPE-V2 degradation: `per-layer` on code.**" in report
+    assert "| 2. switch `per-layer+bf16` | **no significant effect** |" in report
+    assert "DAPE-V2 KERPLE-log ppl (theirs)" in report and "| 16× | 9.08 (L = 8192) | 1.987 |" in report
+    assert "trained variants: kerple_log+per-layer, kerple_log+per-layer+bf16" in report
+    assert "| L | CI at 5 | seed spread at 5 | CI at 40 | seed spread at 40 |" in report
+    assert "**Does the chunk count decide a verdict?**" in report
+    assert "12 of 12 planned runs have results." in report
+    assert (tmp_path / "report" / "ablation_ppl.png").is_file() and not (tmp_path / "report" / "ppl_vs_length.png").exists()

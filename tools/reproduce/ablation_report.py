@@ -1,0 +1,156 @@
+"""The ablation's section of the report (issue 28): the answer, the verdicts of ablation.py's rules, DAPE-V2's
+numbers beside ours (labelled as theirs), and what the evaluation's chunk count changes."""
+import json
+
+import numpy as np
+
+from tools.analysis.results_index import index_results, method_sort_key
+from . import ablation
+from .ablation import DAPE_V2, REFERENCE
+
+Z95 = 1.959964  # two-sided 95% normal quantile
+
+
+def ablation_section(sweep, documents, figures) -> str:
+    if not sweep.training_variants:
+        return ""
+    switches = list(sweep.training_variants.get(REFERENCE, {}))
+    full = sweep.evaluation.get("eval_chunks")
+    by_count = ablation.chunk_verdicts(documents, switches, sweep.chunk_subsets, full)
+    main = by_count[full]
+    keys = "; ".join(f"`{REFERENCE}+{label}`: " + ", ".join(f"{k.replace('_', '-')}: {json.dumps(v)}" for k, v in keys.items())
+                     for label, keys in sweep.training_variants.get(REFERENCE, {}).items())
+    lines = ["## The ablation: which switch makes KERPLE-log degrade?\n", f"_Scale: {sweep.scale}_\n",
+             f"**Answer ({full} chunks per length): {ablation.answer(main)}**\n",
+             f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` as the "
+             "paper trains it (one set of kernel parameters shared by the layers, fp32), the anchor ALiBi. "
+             "The rules were written into tools/reproduce/ablation.py and committed before the runs: "
+             + ablation.ABLATION_RULES + "\n"]
+    for dataset, rows in main.items():
+        lines += [f"**{dataset}** ({full} chunks per length)\n", "| question | verdict | numbers |", "|---|---|---|"]
+        lines += [f"| {q} | **{v}** | {e} |" for q, v, e in rows]
+        lines.append("")
+    figures(_figure(documents, sweep), "ablation_ppl")
+    lines += [_dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n",
+              _chunk_section(documents, by_count, sweep.chunk_subsets, full)]
+    return "\n".join(lines)
+
+
+def _ratios(documents) -> dict:
+    """{dataset: {method: {L / T: mean over seeds of ppl(L) / ppl(T)}}} (nonoverlap)."""
+    out = {}
+    for dataset, runs in index_results(documents, "nonoverlap").items():
+        T = next(d["run"]["train_length"] for d in documents if d["run"]["dataset"] == dataset)
+        for method in sorted(runs, key=method_sort_key):
+            at_T = runs[method].get(T, {})
+            out.setdefault(dataset, {})[str(method)] = {
+                L // T: float(np.mean([runs[method][L][s]["ppl"] / at_T[s]["ppl"] for s in at_T if s in runs[method][L]]))
+                for L in sorted(runs[method]) if at_T}
+    return out
+
+
+def _dape_table(documents) -> str:
+    T = DAPE_V2["train_length"]
+    theirs = {L // T: ppl for L, ppl in DAPE_V2["ppl"].items()}
+    ratios = _ratios(documents)
+    factors = sorted(set(theirs) | {f for d in ratios.values() for m in d.values() for f in m})
+    columns = [(d, m) for d in ratios for m in ratios[d]]
+    head = ("| L / T | DAPE-V2 KERPLE-log ppl (theirs) | DAPE-V2 ppl / ppl(T) (theirs) | "
+            + " | ".join(f"{m} on {d}" for d, m in columns) + " |")
+    rows = [head, "|" + "---|" * (3 + len(columns))]
+    for f in factors:
+        dape = theirs.get(f)
+        rows.append(f"| {f}× | {f'{dape:.2f} (L = {f * T})' if dape else ''} | {f'{dape / theirs[1]:.3f}' if dape else ''} | "
+                    + " | ".join(f"{ratios[d][m][f]:.3f}" if f in ratios[d][m] else "" for d, m in columns) + " |")
+    return "\n".join([
+        "### DAPE-V2's KERPLE-log beside ours\n",
+        f"The two DAPE-V2 columns are **theirs**, not this project's: {DAPE_V2['source']}. A different scale "
+        "(125M parameters, GPT-2 BPE, 512 tokens) from ours; to compare the shape of the curves, each is divided "
+        "by its own perplexity at the training length T. Our columns: mean over seeds of ppl(L) / ppl(T), "
+        "non-overlapping chunks. DAPE-V2 evaluated up to 16×; we evaluate up to 32×.\n", *rows, ""])
+
+
+def _figure(documents, sweep):
+    from tools.analysis.plot_common import plt
+    index, ratios = index_results(documents, "nonoverlap"), _ratios(documents)
+    datasets = sorted(index)
+    methods = sorted({m for d in index.values() for m in d}, key=method_sort_key)
+    colours = dict(zip(methods, plt.get_cmap("tab10").colors))
+    fig, axes = plt.subplots(2, len(datasets), figsize=(5.5 * len(datasets), 8), squeeze=False)
+    for column, dataset in enumerate(datasets):
+        top, bottom = axes[0][column], axes[1][column]
+        for method in methods:
+            runs = index[dataset].get(method)
+            if not runs:
+                continue
+            lengths = sorted(runs)
+            ppl = np.array([[r["ppl"] for r in runs[L].values()] for L in lengths])
+            style = dict(color=colours[method], marker="o", linestyle="--" if "bf16" in str(method) else "-")
+            top.plot(lengths, ppl.mean(axis=1), label=f"{method} ({ppl.shape[1]} seeds)", **style)
+            top.fill_between(lengths, ppl.min(axis=1), ppl.max(axis=1), color=colours[method], alpha=0.12)
+            factors = sorted(ratios[dataset][str(method)])
+            bottom.plot(factors, [ratios[dataset][str(method)][f] for f in factors], label=str(method), **style)
+        T = DAPE_V2["train_length"]
+        bottom.plot([L // T for L in DAPE_V2["ppl"]], [p / DAPE_V2["ppl"][T] for p in DAPE_V2["ppl"].values()],
+                    color="black", linestyle=":", marker="s", label="DAPE-V2 KERPLE-log (theirs: 125M, ArXiv, T=512)")
+        top.set_title(f"{dataset} (ours; shaded: min-max over seeds)")
+        top.set_xlabel("evaluation length L (tokens)")
+        top.set_ylabel("perplexity (nonoverlap)")
+        bottom.set_title(f"{dataset}: ppl(L) / ppl(T), with DAPE-V2's (theirs)")
+        bottom.set_xlabel("L / training length T")
+        bottom.set_ylabel("ppl(L) / ppl(T)")
+        bottom.axhline(1.0, color="grey", linewidth=0.8)
+        bottom.axhline(ablation.DEGRADE_RATIO, color="grey", linewidth=0.8, linestyle="--",
+                       label=f"rule 1's threshold ({ablation.DEGRADE_RATIO:g}x)")
+        lengths = sorted({L for m in index[dataset].values() for L in m})
+        factors = sorted({L // T for L in DAPE_V2["ppl"]} | {f for m in ratios[dataset].values() for f in m})
+        for ax, ticks, text in ((top, lengths, str), (bottom, factors, lambda f: f"{f}x")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [text(t) for t in ticks])
+            ax.minorticks_off()
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{sweep.name}: CPU mini scale (ours) — DAPE-V2's curve is theirs, at 125M / 512 tokens", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _chunk_section(documents, by_count, counts, full) -> str:
+    counts = [*counts, full]
+    index = {n: index_results(documents if n == full else ablation.subset(documents, n), "nonoverlap") for n in counts}
+    lines = ["### The evaluation's chunk count\n",
+             f"Every run scored {full} chunks per length; the {', '.join(map(str, counts[:-1]))}-chunk columns re-read "
+             "each run from a seeded subset of those chunks (the same subset for every run and seed), not from "
+             "separate evaluations. *CI*: the median over runs of the half-width of a run's 95% confidence interval "
+             "of perplexity from its chunks, exp(1.96 × stderr of the chunk losses) − 1, in percent. *Seed spread*: "
+             "the median over models of the standard deviation over seeds of ppl, in percent of the mean.\n"]
+    for dataset in index[full]:
+        head = " | ".join(f"CI at {n} | seed spread at {n}" for n in counts)
+        lines += [f"**{dataset}**\n", f"| L | {head} |", "|---|" + "---|" * (2 * len(counts))]
+        for L in sorted({L for m in index[full][dataset].values() for L in m}):
+            cells = []
+            for n in counts:
+                runs = index[n][dataset]
+                ci = [np.expm1(Z95 * r["stderr"]) for m in runs.values() for r in m.get(L, {}).values() if r.get("stderr")]
+                spread = [np.std([r["ppl"] for r in m[L].values()], ddof=1) / np.mean([r["ppl"] for r in m[L].values()])
+                          for m in runs.values() if len(m.get(L, {})) > 1]
+                cells += [f"±{100 * np.median(ci):.1f}%" if ci else "", f"{100 * np.median(spread):.1f}%" if spread else ""]
+            lines.append(f"| {L} | " + " | ".join(cells) + " |")
+        lines.append("")
+    flipped = ablation.flips(by_count, full)
+    lines += [f"Verdicts of rules 1-3 at each chunk count (a flip is a verdict that differs from the one at {full}):\n",
+              "| dataset | question | " + " | ".join(f"{n} chunks" for n in counts) + " |",
+              "|---|---|" + "---|" * len(counts)]
+    for dataset, rows in by_count[full].items():
+        for question, _, _ in rows:
+            verdicts = [dict((q, v) for q, v, _ in by_count[n].get(dataset, [])).get(question, "") for n in counts]
+            lines.append(f"| {dataset} | {question} | " + " | ".join(
+                f"**{v}** (flips)" if v != verdicts[-1] else v for v in verdicts) + " |")
+    lines.append("")
+    for n, changed in flipped.items():
+        lines.append(f"- At {n} chunks: " + (f"{len(changed)} verdict(s) flip: " + "; ".join(
+            f"{d}, {q}: {v} (at {full}: {w})" for d, q, v, w in changed) if changed else "no verdict flips") + ".")
+    decides = bool(flipped.get(min(counts)))
+    lines.append(f"\n**Does the chunk count decide a verdict?** {'Yes' if decides else 'No'}: at {min(counts)} chunks "
+                 f"{'some verdicts differ' if decides else 'every verdict is the same'} as at {full}.\n")
+    return "\n".join(lines)
