@@ -19,11 +19,11 @@ from megatron.neox_arguments import NeoXArgs, run_cli
 
 def main():
     args = NeoXArgs.consume_args()  # config errors first, before the evaluation stack is imported
-    from megatron.evaluation.run import evaluate_run
+    from megatron.evaluating import evaluate_run
     path = evaluate_run(args)
     probes = [mode for mode in args.eval_modes if mode in PROBE_TASKS]
     if probes and args.rank == 0:  # each probe's accuracy grid as a figure beside the file
-        from tools.analysis.plot_probe import heatmap_of_file
+        from megatron.evaluation.probes.heatmap import heatmap_of_file
         for mode in probes:
             print("wrote " + ", ".join(str(p) for p in heatmap_of_file(path, mode)), flush=True)
 

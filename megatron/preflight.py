@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
+from megatron.model.positional_embeddings import lookup
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK_NAME = ".lock"  # in the save folder; flock'ed while a run trains into it (released when it exits)
@@ -273,7 +274,7 @@ def parameter_count(neox_args, vocab_size: int) -> int:
     ffn = neox_args.intermediate_size or 4 * h
     per_layer = 4 * h * h + 2 * h * ffn
     embeddings = vocab_size * h * (2 if neox_args.no_weight_tying else 1)
-    if neox_args.pos_emb == "learned":
+    if lookup(neox_args.pos_emb).uses_max_positions:  # a table of max-position-embeddings rows (learned)
         embeddings += neox_args.max_position_embeddings * h
     return layers * per_layer + embeddings
 

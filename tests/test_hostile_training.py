@@ -13,7 +13,7 @@ import torch
 
 from megatron.evaluation.probes import kv_retrieval, passkey
 from megatron.evaluation.probes.common import ProbeError
-from megatron.evaluation.run import evaluate_run
+from megatron.evaluating import evaluate_run
 from megatron.preflight import SaveFolderLock
 from megatron.tokenizer.tokenizer import ByteLevelTokenizer
 from megatron.training import TrainingError, pretrain

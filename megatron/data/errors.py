@@ -1,4 +1,4 @@
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 
 
 class DataError(NeoXArgsError):

@@ -15,7 +15,7 @@ import torch
 
 from megatron.evaluation.probes import generator
 from megatron.evaluation.probes.common import ProbeError, shortest_length
-from megatron.neox_arguments.groups import EvaluationArgs
+from megatron.evaluation.probes.kv_retrieval import DEFAULT_PAIRS
 
 KEY_DRAWS = 10  # keys/values drawn for one training sample before its text is called unusable
 
@@ -26,7 +26,7 @@ def probe_options(neox_args) -> dict:
     asks whether retrieval among the trained number of pairs carries to 5."""
     if neox_args.probe_train_task == "kv-retrieval":
         pairs = neox_args.probe_train_kv_pairs
-        return {"pairs": EvaluationArgs.__dataclass_fields__["probe_kv_pairs"].default if pairs is None else pairs}
+        return {"pairs": DEFAULT_PAIRS if pairs is None else pairs}
     return {}
 
 

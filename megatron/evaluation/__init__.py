@@ -2,5 +2,5 @@
 
 chunks.py picks what is scored, scoring.py scores it with any logits callable, results.py is the result
 file's schema (all light: the analysis tools import them), run.py ties them to a checkpoint and the
-model (what evaluate.py calls: `from megatron.evaluation.run import evaluate_run`).
+model (megatron/evaluating.py, what evaluate.py calls, uses them with the data).
 """

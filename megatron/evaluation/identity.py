@@ -75,28 +75,22 @@ class RunIdentity:
         return f"{self.dataset}_{self.method}_seed{self.seed}_step{step}_{self.config_hash[:8]}"
 
 
-# Settings that do not change what was trained stay out of the hash: evaluation, logging and launcher
-# keys (groups below), the seed (the seeds of one configuration share a hash) and where things are.
-_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path"}
+# key -> default of every config key that decides what is trained. The config package fills it when it
+# is imported (megatron/neox_arguments/neox_args.py): it reads this package's mode and probe registries,
+# so this package cannot import it.
+TRAINED_KEYS: dict = {}
 
 
 def config_hash(config: dict) -> str:
-    """sha256 of a training config's values that differ from their defaults, leaving out the keys above.
+    """sha256 of a training config's values of TRAINED_KEYS that differ from their defaults.
 
     `config` is NeoXArgs.to_dict() (the sweep) or the copy train.py stores in the checkpoint
     (evaluation): both give the same hash. Defaults stay out so that a key added to the config system
     later does not change the hash of runs trained before it."""
-    from megatron.neox_arguments import NeoXArgs, groups
-
-    unhashed = _UNHASHED_KEYS | {f.name for g in (groups.EvaluationArgs, groups.LoggingArgs, groups.LauncherArgs)
-                                 for f in dataclasses.fields(g)}
-    kept = {}
-    for name, field in NeoXArgs.user_keys().items():
-        if name in unhashed or name not in config:
-            continue
-        default = field.default_factory() if callable(field.default_factory) else field.default
-        if config[name] != default:
-            kept[name] = config[name]
+    if not TRAINED_KEYS:
+        raise RuntimeError("config_hash needs the config package imported first (megatron.neox_arguments "
+                           "declares the keys it hashes)")
+    kept = {name: config[name] for name, default in TRAINED_KEYS.items() if name in config and config[name] != default}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -29,7 +29,7 @@ import tempfile
 
 import numpy as np
 
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 
 SCHEMA = "neox-eval/1"
 

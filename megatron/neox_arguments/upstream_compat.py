@@ -1,7 +1,7 @@
 """Read upstream GPT-NeoX and KERPLE-fork configs as they are: apply each upstream key's treatment
 (upstream_treatments.py) before validation, and say once what had no effect.
 
-`translate(values, sources)` is called once by NeoXArgs.from_dict. It returns the values in this
+`translate(values, sources, known)` is called once by NeoXArgs.from_dict. It returns the values in this
 project's keys and the notes for the start-up notice; a refused key is a NeoXArgsError naming the
 file and line. Keys upstream never had pass through untouched, so a typo still gets its did-you-mean.
 """
@@ -33,10 +33,9 @@ def dashed(key: str) -> str:
     return key.replace("_", "-")
 
 
-def translate(values: dict, sources: dict):
-    """(values, sources, notes): upstream keys turned into this project's, ignored ones dropped."""
-    from .neox_args import NeoXArgs  # the implemented keys
-    known = NeoXArgs.user_keys()
+def translate(values: dict, sources: dict, known):
+    """(values, sources, notes): upstream keys turned into this project's, ignored ones dropped.
+    `known`: this project's keys (normalised), which pass through as they are."""
     out, sources, notes = {}, dict(sources), []
     norm = {normalise_key(raw): raw for raw in values}
     mapped = []

@@ -9,7 +9,7 @@ BPE and SentencePiece come from the Hugging Face `tokenizers` and `sentencepiece
 """
 import os
 
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 
 
 class TokenizerError(NeoXArgsError):

@@ -1,14 +1,10 @@
-"""What every figure shares: a fixed colour per method, and saving as PNG + PDF."""
-import pathlib
+"""What every figure shares: a fixed colour per method, and saving as PNG + PDF
+(megatron/evaluation/figures.py, which evaluate.py draws with too)."""
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display needed on a cluster
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
-
-from megatron.evaluation.identity import Method  # noqa: E402
-from megatron.neox_arguments.groups import POS_EMB_CHOICES  # noqa: E402
+from megatron.evaluation.figures import plt, save_figure  # noqa: F401 (every figure tool saves with it)
+from megatron.evaluation.identity import Method
+from megatron.neox_arguments.groups import POS_EMB_CHOICES
 
 _PALETTE = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
 
@@ -21,16 +17,6 @@ def method_color(method: Method):
 
 def method_linestyle(method: Method) -> str:
     return "--" if method.window else "-"
-
-
-def save_figure(fig, stem) -> list[pathlib.Path]:
-    """Write `stem`.png and `stem`.pdf; return both paths."""
-    stem = pathlib.Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    for path in paths:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-    return paths
 
 
 def plain_numbers(axis) -> None:

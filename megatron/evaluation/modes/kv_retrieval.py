@@ -2,7 +2,7 @@
 at each of `probe-depths`, in `probe-samples` prompts of the evaluated length
 (megatron/evaluation/probes/kv_retrieval.py); the record as every probe's
 (megatron/evaluation/probes/record.py), its `probe_keys` the queried values."""
-from ..probes.kv_retrieval import check_lengths, make_grid
+from ..probes.kv_retrieval import Options, check_lengths, make_grid
 from ..probes.record import probe_record
 from . import register
 
@@ -13,7 +13,8 @@ def check(args, tokenizer, stream, lengths) -> None:
 
 
 @register("kv-retrieval", "key-value retrieval at probe-depths among probe-kv-pairs pairs (answer log-prob, "
-                          "rank, greedy exact match); short enough for 64-token models", check=check)
+                          "rank, greedy exact match); short enough for 64-token models", check=check,
+          options=Options)
 def score(context) -> dict:
     args = context.neox_args
     return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,

@@ -1,7 +1,7 @@
 """`passkey`: retrieval of a 5-digit key hidden at each of `probe-depths` in `probe-samples` prompts of
 the evaluated length (megatron/evaluation/probes/passkey.py); the record as every probe's
 (megatron/evaluation/probes/record.py)."""
-from ..probes.passkey import check_lengths, make_grid
+from ..probes.passkey import Options, check_lengths, make_grid
 from ..probes.record import probe_record
 from . import register
 
@@ -10,7 +10,8 @@ def check(args, tokenizer, stream, lengths) -> None:
     check_lengths(stream, tokenizer, lengths, args.probe_depths, args.probe_samples, args.eval_seed)
 
 
-@register("passkey", "passkey retrieval at probe-depths (answer log-prob, rank, greedy exact match)", check=check)
+@register("passkey", "passkey retrieval at probe-depths (answer log-prob, rank, greedy exact match)", check=check,
+          options=Options)
 def score(context) -> dict:
     args = context.neox_args
     return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,

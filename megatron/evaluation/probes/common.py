@@ -6,12 +6,15 @@ its first L scores the answer as its last targets, and greedy decoding from the 
 answer) never feeds more than L tokens. Depth d puts the needle after round(d * F) of the F filler
 tokens: 0 at the start, 1 right before the question. Pieces are tokenized separately and joined as
 ids, so a needle is whole whatever the tokenizer does at the seams.
+
+`GridOptions` are the config keys every probe's grid reads (each probe's `Options` extends them).
 """
 from dataclasses import dataclass
 
 import numpy as np
 
-from megatron.neox_arguments.errors import NeoXArgsError
+from megatron.errors import NeoXArgsError
+from megatron.model.positional_embeddings.base import option
 from megatron.quoting import quote
 
 ATTEMPTS = 100  # filler offsets tried before giving up on one whose text holds none of the forbidden strings
@@ -39,6 +42,29 @@ class ProbeSample:
         """Tokens from the needle's last id to the last prompt token: a model that attends to at most
         W tokens back (attention-window W) sees none of the needle when answering iff distance >= W."""
         return len(self.prompt) - self.needle_end
+
+
+def depths_problem(depths) -> str | None:
+    """What is wrong with a probe-depths value (the config's check), or None."""
+    if not depths or not all(isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1 for d in depths):
+        return (f"must be a non-empty list of numbers in [0, 1] (0: the needle opens the prompt, 1: it ends right "
+                f"before the question), got {quote(depths)}.")
+    return None
+
+
+def samples_problem(samples) -> str | None:
+    return None if samples >= 1 else f"must be a positive integer, got {quote(samples)}."
+
+
+@dataclass
+class GridOptions:
+    probe_depths: list = option([0.0, 0.25, 0.5, 0.75, 1.0], "`passkey`, `kv-retrieval`: where the needle (the "
+                                "queried pair) sits, as fractions of the filler (0: the prompt opens with it, 1: "
+                                "right before the question).", check=depths_problem)
+    probe_samples: int = option(4, "`passkey`, `kv-retrieval`: prompts per (length, depth); the same ones for "
+                                   "every run.", check=samples_problem)
+    probe_greedy: bool = option(True, "`passkey`, `kv-retrieval`: also score greedy exact match (decoding), not "
+                                      "only the teacher-forced answer log-probability and rank.")
 
 
 def check_depths(depths) -> None:

@@ -10,16 +10,19 @@ Keys (3 lowercase letters) are distinct within a sample, and so are values (4 di
 pair's value is also a right answer. Seeding and pairing as every probe (common.py).
 """
 import string
+from dataclasses import dataclass
 
 import numpy as np
 
+from megatron.model.positional_embeddings.base import option
 from megatron.quoting import quote
 
-from .common import ProbeError, ProbeSample, check_depths, draw_filler, filler_count
+from .common import GridOptions, ProbeError, ProbeSample, check_depths, draw_filler, filler_count
 from .common import check_lengths as _check_lengths
 from .common import make_grid as _make_grid
 
-__all__ = ["ProbeError", "check_lengths", "check_pairs", "pairs_problem", "fixed_tokens", "make_grid", "make_sample"]
+__all__ = ["DEFAULT_PAIRS", "Options", "ProbeError", "check_lengths", "check_pairs", "pairs_problem", "fixed_tokens",
+           "make_grid", "make_sample"]
 
 PAIR = " [{key}={value}]"
 QUESTION = " [{key}="
@@ -28,6 +31,7 @@ QUESTION = " [{key}="
 ANSWER = "{value}"
 LETTERS, DIGITS = 3, 4
 MOST_PAIRS = 9 * 10 ** (DIGITS - 1)  # distinct values of DIGITS digits (fewer than distinct keys)
+DEFAULT_PAIRS = 3  # probe-kv-pairs' default, also the training mix's (megatron/data/probe_mix.py)
 
 
 def fixed_tokens(tokenizer, pairs: int) -> int:
@@ -44,6 +48,13 @@ def pairs_problem(pairs) -> str | None:
         return (f"must be an integer from 1 to {MOST_PAIRS} (the key-value pairs in each kv-retrieval prompt, "
                 f"one of them queried), got {quote(pairs)}.")
     return None
+
+
+@dataclass
+class Options(GridOptions):
+    probe_kv_pairs: int = option(DEFAULT_PAIRS, "`kv-retrieval`: key-value pairs ` [abc=1234]` per prompt, one of "
+                                 "them queried (11 byte-level tokens each). A training mix uses probe-train-kv-pairs.",
+                                 check=pairs_problem)
 
 
 def check_pairs(pairs) -> None:

@@ -6,11 +6,14 @@ lengths, depths and the paired grid), so every method and training seed gets byt
 """
 import numpy as np
 
-from .common import ProbeError, ProbeSample, check_depths, draw_filler, filler_count
+from .common import GridOptions, ProbeError, ProbeSample, check_depths, draw_filler, filler_count
 from .common import check_lengths as _check_lengths
 from .common import make_grid as _make_grid
 
-__all__ = ["ProbeError", "PasskeySample", "check_depths", "check_lengths", "fixed_tokens", "make_grid", "make_sample"]
+__all__ = ["Options", "ProbeError", "PasskeySample", "check_depths", "check_lengths", "fixed_tokens", "make_grid",
+           "make_sample"]
+
+Options = GridOptions  # the config keys of the passkey mode: the grid's alone
 
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = " What is the pass key? The pass key is"

@@ -1,0 +1,89 @@
+"""Evaluate one trained run at several lengths and write its result file (what evaluate.py calls, and
+train.py with `train-iters: 0`).
+
+It sits above megatron/evaluation, beside training.py, because it reads the evaluation stream from
+megatron/data, whose training mix uses the probes of megatron/evaluation: the folders import each other
+in one direction only (tests/test_architecture_rules.py)."""
+import datetime
+import hashlib
+import pathlib
+
+import numpy as np
+import torch
+
+from megatron.data import build_evaluation_stream
+from megatron.evaluation.context import ModeContext
+from megatron.evaluation.merge import earlier_records, merged
+from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
+from megatron.evaluation.run import _checked_plan, _scored, _skipped, _starts, run_record, trained_config
+from megatron.inference_model import load
+from megatron.initialize import initialize_megatron
+from megatron.launcher_watch import watch_launcher
+from megatron.preflight import check_evaluation, raise_together
+from megatron.tokenizer import build_tokenizer
+
+
+def evaluate_run(neox_args) -> pathlib.Path:
+    """Load the checkpoint named by `load`, score every (length, mode), write the JSON; return its path.
+
+    Launched on several ranks (deepy.py), each rank scores every world_size-th chunk and rank 0
+    gathers the losses and writes the file."""
+    lengths, modes = _checked_plan(neox_args)
+    if neox_args.world_size > 1:
+        initialize_megatron(neox_args)
+    say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
+    watch_launcher(say)
+    tokenizer = build_tokenizer(neox_args)
+    check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
+    stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
+    plan = {length: _starts(stream, length, neox_args) for length in lengths}
+    for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
+        if mode.check:
+            mode.check(neox_args, tokenizer, stream, lengths)
+
+    loaded = load(neox_args.load, neox_args)
+    model, iteration = loaded.model, loaded.step
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
+
+    run = run_record(neox_args, trained_config(neox_args), iteration)
+    path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
+    evaluation = {
+        "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
+        "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
+        "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
+        "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
+        "device": str(device), "dtype": str(dtype).removeprefix("torch."), "ranks": neox_args.world_size,
+        "torch": torch.__version__,
+        "peak_memory": "cuda max allocated per length" if device.type == "cuda" else "process peak RSS so far",
+    }
+    earlier, problem = [], None
+    if neox_args.rank == 0:  # an existing file this one cannot merge with: refuse before scoring
+        try:
+            earlier = earlier_records(path, evaluation, run)
+        except ResultFileError as err:
+            problem = str(err)
+    raise_together([problem])
+    say(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "
+        f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
+    records = []
+    with torch.inference_mode():  # no autograd: the model's `auto` attention takes its memory-light path
+        for length in lengths:
+            if limit is not None and length > limit:
+                records += _skipped(neox_args, length, modes, limit, say)
+                continue
+            context = ModeContext(lambda x: model(x.to(device)), stream, plan[length], length, neox_args,
+                                  tokenizer.vocab_size, network=model, tokenizer=tokenizer)
+            records += [_scored(mode, context, device, say) for mode in modes]
+
+    if neox_args.rank == 0:
+        with folder_locked(path.parent):
+            earlier = earlier_records(path, evaluation, run)  # again: another evaluation may have written it since
+            records, kept = merged(earlier, records)
+            evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
+        say(f"wrote {path}" + (f" (kept the earlier results there for (length, mode) {kept}: same checkpoint, "
+                               "scored the same way)" if kept else ""), flush=True)
+    if neox_args.world_size > 1:
+        torch.distributed.barrier()  # no rank returns before the file exists
+    return path

@@ -1,0 +1,236 @@
+"""The checks of each config group, one function per group, in the order NeoXArgs runs them
+(CHECKS): each fills in its group's derived values and refuses its mistakes with `fail(key or key
+path, message)`, which raises the NeoXArgsError naming the file and line. Keys an owner declares
+(positional methods, evaluation modes, the probe training mix) are checked by the owner's
+declarations; what no declaration says is written here."""
+import difflib
+
+from megatron.evaluation.modes import mode_names, mode_options
+from megatron.evaluation.probes import TrainOptions as ProbeTrainOptions
+from megatron.model.attention_config import AttentionConfig, AttentionConfigError
+from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
+from megatron.quoting import quote
+
+from .errors import NeoXArgsError
+from .groups import POS_EMB_ALIASES, POS_EMB_CHOICES
+from .owned_options import check_owned
+from .value_checks import check_values, non_finite
+from .values import _coerce
+
+OPTIMIZERS = ("Adam", "AdamW")
+OPTIMIZER_PARAMS = ("lr", "betas", "eps", "weight_decay")  # what megatron/optimizer.py passes on
+
+
+def check_finite(args, fail):
+    for key in args.config_sources:
+        if (path := non_finite(getattr(args, key), key)) is not None:
+            fail(path, "must be a finite number, not NaN or infinite (.nan, .inf): no setting means "
+                       "\"not a number\" or \"unbounded\" here. Give a number.")
+
+
+def check_model(args, fail):
+    for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "make_vocab_size_divisible_by"):
+        if getattr(args, key) <= 0:
+            fail(key, f"must be a positive integer, got {quote(getattr(args, key))}.")
+    if args.hidden_size % args.num_attention_heads:
+        fail("num_attention_heads", f"{quote(args.num_attention_heads)} heads do not divide hidden-size "
+             f"{quote(args.hidden_size)}; choose a head count that divides it.")
+    for key in ("hidden_dropout", "attention_dropout"):
+        if not 0.0 <= getattr(args, key) <= 1.0:
+            fail(key, f"must lie in [0, 1], got {quote(getattr(args, key))}.")
+
+
+def check_training(args, fail):
+    for key in ("log_interval", "eval_interval"):
+        if getattr(args, key) <= 0:
+            fail(key, f"must be a positive integer, got {quote(getattr(args, key))}.")
+    if args.train_iters < 0:
+        fail("train_iters", f"must be >= 0 (0: evaluate the `load` checkpoint only), got "
+             f"{quote(args.train_iters)}.")
+    if args.eval_iters < 0:
+        fail("eval_iters", f"must be >= 0, got {quote(args.eval_iters)}.")
+    for key in ("model_parallel_size", "pipe_parallel_size"):
+        if getattr(args, key) != 1:
+            fail(key, f"{quote(getattr(args, key))} is not supported yet: this project trains with data "
+                 "parallelism (and ZeRO) only. Set it to 1.")
+
+
+def check_positional(args, fail):
+    """`pos-emb` (an alias becomes its name), every method's option values by their declared checks,
+    then the chosen method's options together (e.g. one mep-weight per mep-kernel), then the positions
+    a position table can hold."""
+    canonical = POS_EMB_ALIASES.get(args.pos_emb, args.pos_emb)
+    if canonical not in POS_EMB_CHOICES:
+        close = difflib.get_close_matches(args.pos_emb, POS_EMB_CHOICES + tuple(POS_EMB_ALIASES), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        fail("pos_emb", f"unknown positional method {quote(args.pos_emb)}.{hint} Choose one of: "
+             + ", ".join(POS_EMB_CHOICES) + ".")
+    args.pos_emb = canonical
+    for option in declared_options():
+        value = getattr(args, option.name)
+        if option.spec.check and value is not None and (problem := option.spec.check(value)):
+            fail(option.name, problem)
+        if (option.spec.exclusive and value != option.default
+                and option.name not in option_names(args.pos_emb)):
+            owners = [m for m in POS_EMB_CHOICES if option.name in option_names(m)]
+            fail(option.name, f"is set, but pos-emb is '{args.pos_emb}', which has no such option (only "
+                 f"{', '.join(owners)} does). Remove it, or set pos-emb to {owners[0]}.")
+    try:
+        make_options(args.pos_emb, {o: getattr(args, o) for o in option_names(args.pos_emb)})
+    except OptionError as err:
+        fail(err.key, err.message)
+
+    if args.max_position_embeddings is None:
+        args.max_position_embeddings = args.seq_length
+    if lookup(args.pos_emb).uses_max_positions and args.max_position_embeddings < args.seq_length:
+        fail("max_position_embeddings", f"{quote(args.max_position_embeddings)} is smaller than seq-length "
+             f"{quote(args.seq_length)}, and pos-emb '{args.pos_emb}' cannot embed positions past it. Raise "
+             "max-position-embeddings or use a relative method.")
+
+
+def check_attention(args, fail):
+    try:
+        AttentionConfig.from_args(args)
+    except AttentionConfigError as err:
+        where = args.config_sources.get(err.key, "the config")
+        raise NeoXArgsError(f"{where}: {err}") from None
+
+
+def check_optimizer(args, fail):
+    opt = args.optimizer
+    kind = opt.get("type")
+    match = {o.lower(): o for o in OPTIMIZERS}.get(str(kind).lower())
+    if match is None:
+        fail("optimizer", f"type {quote(kind)} is not supported; use one of {list(OPTIMIZERS)}.")
+    params = opt.get("params") or {}
+    if not isinstance(params, dict):
+        fail("optimizer.params", f"must be a mapping of parameter names to values, e.g. {{lr: 6.0e-4, betas: "
+             f"[0.9, 0.95]}}, got {quote(params)}.")
+    params = dict(params)
+    if "lr" not in params:
+        fail("optimizer", "params.lr is missing: give the peak learning rate, e.g. "
+             "optimizer: {type: Adam, params: {lr: 6.0e-4}}.")
+    unknown = sorted(set(params) - set(OPTIMIZER_PARAMS), key=str)
+    if unknown:
+        fail(f"optimizer.params.{unknown[0]}", f"is not an optimizer parameter here; {match} takes "
+             f"{', '.join(OPTIMIZER_PARAMS)}. Remove it.")
+    for name in ("lr", "eps", "weight_decay"):
+        if name in params:
+            params[name] = _coerce(f"optimizer.params.{name}", params[name], float,
+                                   args.where(f"optimizer.params.{name}"))
+    _check_optimizer_params(args, params, fail)
+    args.optimizer = {**opt, "type": match, "params": params}
+    args.lr = params["lr"]
+    if not 0.0 <= args.warmup <= 1.0:
+        fail("warmup", f"must lie in [0, 1], got {quote(args.warmup)}.")
+    if args.lr_decay_iters is None:
+        args.lr_decay_iters = args.train_iters
+
+
+def _check_optimizer_params(args, params, fail):
+    """The values torch's Adam refuses when it is built (betas in [0, 1), eps >= 0), refused here
+    first; lr > 0 and weight-decay >= 0 are value_checks'."""
+    betas = params.get("betas")
+    if betas is not None:
+        if not (isinstance(betas, list) and len(betas) == 2
+                and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)):
+            fail("optimizer.params.betas", f"must be two numbers [beta1, beta2], e.g. [0.9, 0.95], got "
+                 f"{quote(betas)}.")
+        for i, beta in enumerate(betas):
+            if not 0 <= beta < 1:
+                fail(f"optimizer.params.betas[{i}]", f"must lie in [0, 1) (the decay of Adam's moving "
+                     f"averages; torch's Adam refuses anything else), got {quote(beta)}.")
+    if params.get("eps", 0.0) < 0:
+        fail("optimizer.params.eps", f"must be >= 0 (torch's Adam refuses a negative eps), got "
+             f"{quote(params['eps'])}.")
+    if "weight_decay" in params and params["weight_decay"] != args.weight_decay:
+        fail("optimizer.params.weight_decay", f"is {quote(params['weight_decay'])}, but the optimizer takes "
+             f"its decay from weight-decay ({quote(args.weight_decay)}), so that norms, biases and kernel "
+             "parameters get none; this one would be ignored. Set weight-decay and remove it here.")
+
+
+def check_precision(args, fail):
+    fp16_on = bool((args.fp16 or {}).get("enabled", False))
+    bf16_on = bool((args.bf16 or {}).get("enabled", False))
+    if fp16_on and bf16_on:
+        fail("fp16", "fp16 and bf16 are both enabled; enable one of them.")
+    derived = "fp16" if fp16_on else "bf16" if bf16_on else "fp32"
+    if args.precision is None:
+        args.precision = derived
+    elif args.precision != derived and (fp16_on or bf16_on):
+        fail("precision", f"is '{args.precision}' but the {derived} dict is enabled; make them agree.")
+    elif args.precision == "fp16" and args.fp16 is None:
+        args.fp16 = {"enabled": True}
+    elif args.precision == "bf16" and args.bf16 is None:
+        args.bf16 = {"enabled": True}
+
+
+def check_batch_sizes(args, fail):
+    """train_batch_size = micro x grad_accum x data-parallel size, given any two (or micro alone)."""
+    dp = args.world_size
+    glob, micro, gas = (args.train_batch_size, args.train_micro_batch_size_per_gpu,
+                        args.gradient_accumulation_steps)
+    for key, value in (("train_batch_size", glob), ("train_micro_batch_size_per_gpu", micro),
+                       ("gradient_accumulation_steps", gas)):
+        if value is not None and value <= 0:
+            fail(key, f"must be a positive integer, got {quote(value)}.")
+    if glob is None and micro is None:
+        fail("train_micro_batch_size_per_gpu", "no batch size is set: give two of train-batch-size, "
+             "train-micro-batch-size-per-gpu and gradient-accumulation-steps (or the micro size alone).")
+    if micro is None:
+        gas = gas or 1
+        if glob % (gas * dp):
+            fail("train_batch_size", f"{quote(glob)} is not divisible by gradient-accumulation-steps {quote(gas)} "
+                 f"x data-parallel size {dp}.")
+        micro = glob // (gas * dp)
+    elif glob is None:
+        gas = gas or 1
+        glob = micro * gas * dp
+    elif gas is None:
+        if glob % (micro * dp):
+            fail("train_batch_size", f"{quote(glob)} is not divisible by micro batch {quote(micro)} x "
+                 f"data-parallel size {dp}.")
+        gas = glob // (micro * dp)
+    elif glob != micro * gas * dp:
+        fail("train_batch_size", f"{quote(glob)} != micro batch {quote(micro)} x gradient-accumulation-steps "
+             f"{quote(gas)} x data-parallel size {dp} = {micro * gas * dp}. Give only two of the three.")
+    args.train_batch_size, args.train_micro_batch_size_per_gpu = glob, micro
+    args.gradient_accumulation_steps = gas
+
+
+def check_evaluation(args, fail):
+    """The evaluation keys of every run, then each mode's own options by its declarations."""
+    if args.eval_lengths is None:
+        args.eval_lengths = [args.seq_length]
+    if not all(isinstance(n, int) and n > 0 for n in args.eval_lengths):
+        fail("eval_lengths", f"must be a list of positive integers, got {quote(args.eval_lengths)}.")
+    for key in ("eval_chunks", "eval_stride"):
+        if getattr(args, key) is not None and getattr(args, key) < 1:
+            fail(key, f"must be a positive integer (or null for the default), got {quote(getattr(args, key))}.")
+    for _, options in mode_options():
+        if options is not None:
+            check_owned(args, options, fail)
+    if not args.eval_modes:
+        fail("eval_modes", f"is empty; list at least one of {list(mode_names())}.")
+    bad_modes = [m for m in args.eval_modes if m not in mode_names()]
+    if bad_modes:
+        fail("eval_modes", f"unknown mode(s) {quote(bad_modes)}; choose from {list(mode_names())} (each a file "
+             "in megatron/evaluation/modes/).")
+
+
+def check_data(args, fail):
+    if args.seq_length_val is None:
+        args.seq_length_val = args.seq_length
+    for paths, weights in (("train_data_paths", "train_data_weights"),
+                           ("valid_data_paths", "valid_data_weights"),
+                           ("test_data_paths", "test_data_weights")):
+        p, w = getattr(args, paths), getattr(args, weights)
+        if w is not None and (p is None or len(p) != len(w)):
+            fail(weights, f"needs one weight per entry of {paths.replace('_', '-')}.")
+    check_owned(args, ProbeTrainOptions, fail)
+
+
+# In this order: every number finite first, so the range checks see real numbers; the model's keys
+# before attention's (which reads max-position-embeddings); value_checks last, once lr is derived.
+CHECKS = (check_finite, check_model, check_training, check_positional, check_data, check_attention,
+          check_optimizer, check_precision, check_batch_sizes, check_evaluation, check_values)
