@@ -1,0 +1,177 @@
+"""The architecture's rules, read from the source with `ast` (every import, those inside functions
+too), so that a change breaking one fails here naming the file and line:
+
+- model code imports nothing from the config, evaluation or data packages;
+- no module outside megatron/model/positional_embeddings compares a value against a method's name
+  (the names come from the registry): what differs between methods is a property of the method class;
+- entry points import nothing from tools/;
+- megatron's top-level folders import each other without cycles;
+- the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
+  copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export).
+"""
+import ast
+import pathlib
+
+import pytest
+
+from megatron.model.positional_embeddings import ALIASES, available
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MEGATRON = ROOT / "megatron"
+POSITIONAL = MEGATRON / "model" / "positional_embeddings"
+ENTRY_POINTS = ("deepy.py", "train.py", "evaluate.py", "generate.py", "eval.py")
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: pathlib.Path):
+    """(absolute module name, line, node) of every import in the file, at any depth; `from a import b`
+    yields both `a` and `a.b` (b may be a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno, node
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            yield module, node.lineno, node
+            for alias in node.names:
+                yield f"{module}.{alias.name}", node.lineno, node
+
+
+def where(path, line) -> str:
+    return f"{path.relative_to(ROOT)}:{line}"
+
+
+def python_files(folder: pathlib.Path):
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_model_code_imports_nothing_from_config_evaluation_or_data():
+    forbidden = ("megatron.neox_arguments", "megatron.evaluation", "megatron.data")
+    found = sorted({f"{where(path, line)} imports {module}" for path in python_files(MEGATRON / "model")
+                    for module, line, _ in imports(path) if any(under(module, f) for f in forbidden)})
+    assert not found, ("megatron/model must not import the config, evaluation or data packages (take what it "
+                       "needs from megatron/errors.py, megatron/quoting.py or the model config):\n" + "\n".join(found))
+
+
+def method_name_comparisons(path: pathlib.Path, names) -> list[str]:
+    """`x == "learned"`, `x != "rotary"`, `x in ("alibi", ...)`: a comparison with a method's name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in [node.left, *node.comparators]:
+            constants = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            hits = [c.value for c in constants if isinstance(c, ast.Constant) and c.value in names]
+            if hits:
+                found.append(f"{where(path, node.lineno)} compares against {hits[0]!r}")
+    return found
+
+
+def code_outside_positional():
+    """megatron/ and the entry points. Not tools/: the NeoX importer and the sweep's paper claims name
+    methods as data (upstream's method names, the paper's rows)."""
+    return [p for p in python_files(MEGATRON) if POSITIONAL not in p.parents] + [ROOT / n for n in ENTRY_POINTS]
+
+
+def test_no_module_outside_the_positional_package_compares_against_a_method_name():
+    names = set(available()) | set(ALIASES)
+    found = [hit for path in code_outside_positional() for hit in method_name_comparisons(path, names)]
+    assert not found, ("only megatron/model/positional_embeddings may name a method; elsewhere ask the method "
+                       "class (lookup(name).uses_max_positions, .max_length, ...):\n" + "\n".join(found))
+
+
+def test_entry_points_import_nothing_from_tools():
+    found = sorted({f"{where(ROOT / name, line)} imports {module}" for name in ENTRY_POINTS
+                    for module, line, _ in imports(ROOT / name) if under(module, "tools")})
+    assert not found, "entry points must not import tools/ (move what they need into megatron/):\n" + "\n".join(found)
+
+
+def folder_graph() -> dict[str, dict[str, set[str]]]:
+    """folder -> {folder it imports: [file:line, ...]} between megatron's top-level folders."""
+    folders = {p.name for p in MEGATRON.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    graph = {folder: {} for folder in folders}
+    for folder in folders:
+        for path in python_files(MEGATRON / folder):
+            for module, line, _ in imports(path):
+                parts = module.split(".")
+                if parts[0] == "megatron" and len(parts) > 1 and parts[1] in folders and parts[1] != folder:
+                    graph[folder].setdefault(parts[1], set()).add(where(path, line))
+    return graph
+
+
+def cycle_in(graph) -> list[str] | None:
+    """One cycle of `graph` as [a, b, ..., a], or None."""
+    state = {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return trail[trail.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, trail + [nxt])):
+                return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_megatron_folders_import_each_other_without_cycles():
+    graph = folder_graph()
+    cycle = cycle_in(graph)
+    assert cycle is None, ("megatron's folders import in a cycle " + " -> ".join(cycle) + ":\n" + "\n".join(
+        f"{a} -> {b}: {', '.join(sorted(graph[a][b])[:3])}" for a, b in zip(cycle, cycle[1:])))
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycle_in({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b": []}, "b": {}, "c": {"a": []}}) is None
+
+
+def inside_a_try_block(line: int, tree) -> bool:
+    return any(isinstance(t, ast.Try) and t.body[0].lineno <= line <= t.body[-1].end_lineno for t in ast.walk(tree))
+
+
+def test_positional_files_import_megatron_only_inside_base_pys_try_block():
+    found = []
+    for path in python_files(POSITIONAL):
+        tree = ast.parse(path.read_text())
+        for module, line, _ in imports(path):
+            if under(module, "megatron") and not under(module, "megatron.model.positional_embeddings"):
+                if not (path.name == "base.py" and inside_a_try_block(line, tree)):
+                    found.append(f"{where(path, line)} imports {module}")
+    assert not found, ("the positional files are copied verbatim into exported Hugging Face folders, which hold "
+                       "no `megatron`: import it only inside base.py's try block:\n" + "\n".join(found))
+    tries = [t for t in ast.walk(ast.parse((POSITIONAL / "base.py").read_text())) if isinstance(t, ast.Try)]
+    assert len(tries) == 1, "base.py has one try block, the one whose imports an export can do without"
+
+
+@pytest.mark.parametrize("source, hit", [
+    ('if args.pos_emb == "learned":\n    pass\n', "compares against 'learned'"),
+    ('ok = name not in ("rotary", "xyz")\n', "compares against 'rotary'"),
+    ('ok = "t5" != x\n', "compares against 't5'"),
+])
+def test_a_method_name_comparison_is_found(tmp_path, source, hit):
+    path = ROOT / "tests" / "_planted_comparison.py"  # under ROOT, so `where` can name it
+    try:
+        path.write_text(source)
+        assert hit in method_name_comparisons(path, set(available()))[0]
+    finally:
+        path.unlink()
