@@ -95,3 +95,40 @@ def test_a_broken_mode_file_is_one_clear_error(tmp_path):
     assert result.returncode != 0
     assert "evaluation mode file broken.py" in result.stderr and "could not be loaded: SyntaxError" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+MODE_WITH_AN_OPTION = """
+from dataclasses import dataclass
+
+from megatron.evaluation.modes import register
+from megatron.model.positional_embeddings import option
+
+
+@dataclass
+class Options:
+    tail_tokens: int = option(8, "`tail`: the last tokens of each chunk it scores.",
+                              check=lambda n: None if n > 0 else f"must be a positive integer, got {n}.")
+
+
+@register("tail", "the loss of the last tail-tokens targets", options=Options)
+def score(context) -> dict:
+    return {}
+"""
+
+
+@pytest.mark.launches
+def test_a_mode_declares_its_options_in_its_own_file(tmp_path):
+    (tmp_path / "tail.py").write_text(MODE_WITH_AN_OPTION)
+    env = {"NEOX_EVAL_MODES_PATH": str(tmp_path)}
+    bad = tmp_path / "bad.yml"
+    bad.write_text("eval-modes: [tail]\ntail-tokens: 0\n")
+    refused = run(["deepy.py", "evaluate.py", "configs/tiny.yml", str(bad), "--dry-run"], env)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"error: {bad}:2: tail-tokens: must be a positive integer, got 0." in refused.stderr
+    good = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--set", "tail-tokens=3", "--dry-run"], env)
+    assert good.returncode == 0, good.stderr
+    assert re.search(r"^tail_tokens +3 +# command line$", good.stdout, re.M), good.stdout[-2000:]
+    reference = run(["tools/docs/config_reference.py"], env).stdout
+    assert "| `tail-tokens` | `8` | `tail`: the last tokens of each chunk it scores. |" in reference
+    unknown = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--set", "tail-tokens=3", "--dry-run"], {})
+    assert "'tail_tokens' is not a known config key" in unknown.stderr  # the mode's file is not found: no such key
