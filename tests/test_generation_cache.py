@@ -59,7 +59,6 @@ def assert_cache_matches_full_forward(model, prompts, new_tokens):
 
 @pytest.mark.parametrize("method", available())
 def test_cached_logits_equal_a_full_forward_at_every_step_to_4x_the_training_length(method):
-    assert len(available()) == 13
     assert_cache_matches_full_forward(tiny_model(method), PROMPTS, NEW_TOKENS)
 
 
