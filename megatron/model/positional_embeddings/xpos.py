@@ -1,5 +1,5 @@
 """`xpos` (Sun et al., 2023, "A Length-Extrapolatable Transformer"): rotary with a per-dimension decay.
-After `rotary`'s rotation (same layout, frequencies, `rotary-pct` and `rotary-scaling`), the pair of
+After `rotary`'s rotation (same layout, frequencies and `rotary-pct`; no `rotary-scaling`), the pair of
 rotated dims with frequency index k (dims k and k + r/2 in the rotate-half layout, r rotated dims) of a
 query at position n is multiplied by zeta_k^(n/B) and of a key at position m by zeta_k^(-m/B), with
     zeta_k = (2k/r + gamma) / (1 + gamma),  k = 0..r/2-1,  gamma = 0.4,  B = `xpos-scale-base`,
@@ -9,14 +9,14 @@ rotary-embedding-torch's `use_xpos`, which tests/test_xpos.py checks against).
 Offset: only zeta^((n-m)/B) reaches the scores, so the references centre positions on each forward's
 middle (n - L//2). Here positions are used as they are (offset 0): a key cached at step t keeps the
 scale it was given then, so any offset that depends on the forward would make the KV cache disagree
-with a full forward. The price is range: zeta_0 = 0.4/1.4, so the factor zeta_0^(-m/B) = e^(1.2528 m/B) passes a dtype's
-largest value at m = B * ln(max) / 1.2528: 36,260 positions at B = 512 in float32 and bfloat16, 4,533 in
-float16. Scales are computed in float64 and applied in float32 (one rounding to the model's dtype); a
-forward whose positions leave less than 2^8 of headroom (at B = 512: past 33,994 in float32/bfloat16,
-2,266 in float16) is refused with the numbers rather than silently producing inf.
+with a full forward. The price is range: zeta_0 = 0.4/1.4, so the factor zeta_0^(-m/B) = e^(1.2528 m/B)
+passes a dtype's largest value at m = B * ln(max) / 1.2528: 36,260 positions at B = 512 in float32 and
+bfloat16, 4,533 in float16. Scales are computed in float64 and applied in float32 (one rounding to the
+model's dtype); a forward whose positions leave less than 2^8 of headroom (at B = 512: past 33,994 in
+float32/bfloat16, 2,266 in float16) is refused with the numbers rather than silently producing inf.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,12 +28,21 @@ GAMMA = 0.4
 HEADROOM = math.log(2.0 ** 8)  # room left for the values of q and k themselves
 
 
+def rotary_option(name: str):
+    """`rotary`'s declaration of option `name`, reused (same default, help and check)."""
+    declared = Rotary.Options.__dataclass_fields__[name]
+    return field(default=declared.default, metadata=declared.metadata)
+
+
 @register("xpos")
 class XPos(Rotary):
     @dataclass
-    class Options(Rotary.Options):  # rotary's keys, one declaration each (registry.py)
+    class Options:
+        rotary_pct: float = rotary_option("rotary_pct")  # one key, one declaration (registry.py)
+        rotary_emb_base: int = rotary_option("rotary_emb_base")
         xpos_scale_base: int = option(512, "`xpos`: scale base B; a query-key pair at distance n - m gets the "
                                            "factor zeta_k^((n-m)/B) on rotated dim pair k.", check=positive)
+        rotary_scaling = None  # a class attribute, not an option: Rotary reads it, plain frequencies
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
