@@ -2,8 +2,10 @@
 """Print the config reference (Markdown) from the typed config groups, for README.md.
 
 `python tools/docs/config_reference.py` prints it; `--write README.md` replaces README's copy (between
-the CONFIG-REFERENCE markers); `--check README.md` fails when that copy is out of date. The positional
-group lists every option the registered methods declare (megatron/model/positional_embeddings).
+the CONFIG-REFERENCE markers); `--check README.md` fails when that copy is out of date. Keys an owner
+declares are listed where the groups put them: the positional methods' options in the positional group
+(megatron/model/positional_embeddings), the evaluation modes' in the evaluation group
+(megatron/evaluation/modes), the probe training mix's in the data group (megatron/evaluation/probes).
 """
 import argparse
 import dataclasses
