@@ -1,11 +1,12 @@
 """Options an owner declares (an evaluation mode, the probe training mix) become config keys and are
-checked by their declarations (megatron/neox_arguments/owned_options.py)."""
+checked by their declarations (megatron/neox_arguments/owned_options.py). The probes' own messages
+through the config: tests/test_probes.py, test_kv_retrieval.py, test_probe_mix.py."""
 from dataclasses import dataclass
 
 import pytest
 
 from megatron.model.positional_embeddings import OptionError, option
-from megatron.neox_arguments import NeoXArgs, NeoXArgsError
+from megatron.neox_arguments import NeoXArgsError
 from megatron.neox_arguments.owned_options import check_owned, owned_options
 
 
@@ -68,15 +69,3 @@ def test_check_owned_runs_each_check_then_the_dataclass(values, failure):
         with pytest.raises(NeoXArgsError):
             check_owned(args, Extended, fail)
     assert failures == ([failure] if failure else [])
-
-
-@pytest.mark.parametrize("values, message", [
-    ({"probe-kv-pairs": 0}, r"probe-kv-pairs: must be an integer from 1 to 9000 \(the key-value pairs"),
-    ({"probe-depths": [0.5, 2]}, r"probe-depths: must be a non-empty list of numbers in \[0, 1\]"),
-    ({"probe-train-fraction": 0.5}, r"probe-train-fraction: is 0.5, but probe-train-task is not set"),
-    ({"probe-train-task": "passkey", "probe-train-fraction": 0.5, "probe-train-kv-pairs": 2},
-     r"probe-train-kv-pairs: is 2, but probe-train-task is 'passkey', not 'kv-retrieval'"),
-])
-def test_the_probes_options_are_checked_by_their_declarations(values, message):
-    with pytest.raises(NeoXArgsError, match=r"^the given config: " + message):
-        NeoXArgs.from_dict({"train_micro_batch_size_per_gpu": 1, **values})
