@@ -4,14 +4,31 @@ with the keys in reverse order a query block's terms have strides (1, 1), so eac
 strided view of that row, handed to torch's CPU flash kernel (cpu_flash.py) with the keys up to the
 block's last query. Memory O(H * L); one thread, 8 heads of 32 dims, one sequence: 3.5 / 12 / 45 ms
 at L = 512 / 1024 / 2048, against 4.6 / 14 / 46 for causal attention without terms and 5.4 / 18 / 58
-for the `sdpa` path's call."""
+for the `sdpa` path's call.
+
+How many queries a call takes (query_block) decides the kernel's own tiles: it splits a call's
+queries into tiles of 32 below 192 queries, 64 below 768 and 256 from 768 on, and reads every key
+and value once per tile. At 8k-16k tokens 128-query calls (32-query tiles) read the keys 8x as often
+as causal attention's 256-query tiles and cost 1.6-1.9x `none` in evaluation (issue 27); calls of
+768 queries use 256-query tiles, and the keys they compute past the diagonal (on average 384 per
+query, about what causal attention's 512-key tiles compute past it) are few next to the L / 2 the
+query sees. One thread, model of 4 layers, 8 heads of 32 dims, L = 8192: 1.16x `none` with 128,
+1.03x with 768, 1.06x with 1024."""
 import torch
 
 from megatron.model import cpu_flash
 from megatron.model.attention.masks import distance_row
 from megatron.model.attention.strategy import AttentionPlan
 
-TOEPLITZ_BLOCK = 128  # queries per kernel call (it holds no [block, L] tensor)
+TOEPLITZ_BLOCK = 128  # queries per kernel call (it holds no [block, L] tensor): with gradients, or short
+LONG_BLOCK = 768      # ... without gradients from LONG_FROM tokens on: the kernel's 256-query tiles
+LONG_FROM = 4096
+
+
+def query_block(length: int, needs_grad: bool) -> int:
+    """Queries per kernel call (module docstring). Training keeps 128: its backward and the table
+    gradient were measured with them (megatron/model/table_gradient.py)."""
+    return LONG_BLOCK if length >= LONG_FROM and not needs_grad else TOEPLITZ_BLOCK
 
 
 def toeplitz_layout_problem(inputs) -> str | None:
@@ -55,9 +72,10 @@ class Toeplitz(AttentionPlan):
         length, row = q.shape[2], self.row.to(q.dtype)  # [H, 2L - 1]: a copy only if planned for another dtype
         k_reversed, v_reversed = k.flip(2), v.flip(2)
         k_positions = self.positions.flip(0)
+        block = query_block(length, torch.is_grad_enabled())
         outputs = []
-        for start in range(0, length, TOEPLITZ_BLOCK):
-            end = min(start + TOEPLITZ_BLOCK, length)
+        for start in range(0, length, block):
+            end = min(start + block, length)
             # [1, H, query start + a, key end - 1 - c] = row[h, start + a - (end - 1 - c) + L - 1]
             mask = row.as_strided((1, row.shape[0], end - start, end), (0, row.stride(0), 1, 1),
                                   row.storage_offset() + start - end + length)
