@@ -21,10 +21,9 @@ from megatron.progress import Progress
 def kernel_scalars(model: torch.nn.Module) -> dict[str, float]:
     """Per-head effective kernel parameters of every positional module, and their mean/min/max.
     Collective under ZeRO-3 (the parameters are gathered), so every rank calls it."""
-    modules = model.positional_embeddings()
     scalars = {}
-    for i, pe in enumerate(modules):
-        prefix = "pos_emb/" if len(modules) == 1 else f"pos_emb/layer{i}/"
+    for label, pe in zip(model.positional_labels(), model.positional_embeddings()):
+        prefix = f"pos_emb/{label}/" if label else "pos_emb/"
         with deepspeed.zero.GatheredParameters(list(pe.parameters())), torch.no_grad():
             parameters = {name: values.detach().float().cpu() for name, values in pe.kernel_parameters().items()}
         for name, values in parameters.items():

@@ -8,8 +8,9 @@ from megatron.model.attention import plan_attention
 from megatron.model.attention_config import AttentionConfig
 from megatron.model.init_functions import init_normal_
 from megatron.model.kv_cache import KVCache, per_row, plan_cached
+from megatron.model.layer_pattern import build_kind, layer_kinds
 from megatron.model.norms import build_norm
-from megatron.model.positional_embeddings import PositionalEmbedding, build_positional_embedding_from_args
+from megatron.model.positional_embeddings import PositionalEmbedding
 from megatron.model.transformer import TransformerLayer
 from megatron.errors import NeoXArgsError
 
@@ -30,10 +31,17 @@ class GPTModel(nn.Module):
         self.word_embeddings = nn.Embedding(vocab_size, neox_args.hidden_size)
         init_normal_(self.word_embeddings.weight, neox_args.init_method, neox_args)
         self.embedding_dropout = nn.Dropout(neox_args.hidden_dropout)
-        # One positional module shared by all layers (the paper's setting), or one per layer.
-        copies = neox_args.num_layers if neox_args.pos_emb_per_layer else 1
-        self.pos_embs = nn.ModuleList(build_positional_embedding_from_args(neox_args) for _ in range(copies))
-        if copies > 1 and adds_to_embeddings(self.pos_embs[0]):
+        # One positional module per kind of layer (layer_pattern.py; one kind without a pattern), shared by
+        # the layers of that kind (the paper's setting), or one per layer.
+        self.layer_kinds = layer_kinds(neox_args)
+        kinds = self.layer_kinds if neox_args.pos_emb_per_layer else list(dict.fromkeys(self.layer_kinds))
+        self.module_kinds = kinds
+        self.pos_embs = nn.ModuleList(build_kind(kind, neox_args) for kind in kinds)
+        self.windows = [kind.window for kind in kinds]  # each module's attention window
+        # Layer i reads module layer_module[i] and its plan.
+        self.layer_module = list(range(len(kinds))) if neox_args.pos_emb_per_layer else \
+            [kinds.index(kind) for kind in self.layer_kinds]
+        if neox_args.pos_emb_per_layer and adds_to_embeddings(self.pos_embs[0]):
             raise NeoXArgsError(
                 f"pos-emb-per-layer is set, but pos-emb {neox_args.pos_emb!r} adds positions to the "
                 "token embeddings once, before the first layer, so it has nothing to give each layer. "
@@ -49,6 +57,15 @@ class GPTModel(nn.Module):
     def positional_embeddings(self) -> list[nn.Module]:
         return list(self.pos_embs)
 
+    def positional_labels(self) -> list[str]:
+        """A name per positional module, for logs: '' (one module), 'layer{i}' (one per layer), or
+        'kind{k}_{method}' (one per kind of layer of a layer-pattern)."""
+        if len(self.pos_embs) == 1:
+            return [""]
+        if len(self.pos_embs) == len(self.layers) and self.layer_module == list(range(len(self.layers))):
+            return [f"layer{i}" for i in range(len(self.layers))]
+        return [f"kind{k}_{pe.name}" for k, pe in enumerate(self.pos_embs)]
+
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
                 cache: KVCache | None = None, padding: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [b, s] -> logits [b, s, padded_vocab]; position_ids [s] default 0..s-1.
@@ -61,7 +78,7 @@ class GPTModel(nn.Module):
             positions = cache.append(padding, s)  # [b, s]
             add_positions = self.pos_embs[0].add_to_embeddings
             x = per_row(lambda p, x_: add_positions(x_, p), positions, self.word_embeddings(tokens))
-            plans = [plan_cached(pe, cache, s, self.attention_config.window) for pe in self.pos_embs]
+            plans = [plan_cached(pe, cache, s, window) for pe, window in zip(self.pos_embs, self.windows)]
             return self._layers_and_head(x, plans, cache.layers)
         if position_ids is None:
             position_ids = torch.arange(s, device=tokens.device)
@@ -72,11 +89,11 @@ class GPTModel(nn.Module):
         x = self.embedding_dropout(self.pos_embs[0].add_to_embeddings(x, position_ids))
         # Path and positional tables once per forward (per positional module), shared by the layers.
         attention = self.attention_config
-        plans = [plan_attention(pe, position_ids, impl=attention.impl, window=attention.window,
+        plans = [plan_attention(pe, position_ids, impl=attention.impl, window=window,
                                 block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
                                 dropout_p=attention.dropout if self.training else 0.0, dtype=self.compute_dtype(),
                                 batch=b, memory_budget_mb=attention.memory_budget_mb)
-                 for pe in self.pos_embs]
+                 for pe, window in zip(self.pos_embs, self.windows)]
         return self._layers_and_head(x, plans, [None] * len(self.layers))
 
     def compute_dtype(self) -> torch.dtype:
@@ -88,7 +105,7 @@ class GPTModel(nn.Module):
 
     def _layers_and_head(self, x, plans, kvs):
         for i, layer in enumerate(self.layers):
-            plan = plans[i if len(plans) > 1 else 0]
+            plan = plans[self.layer_module[i]]
             if self.checkpoint_activations and torch.is_grad_enabled() and kvs[i] is None:
                 x = checkpoint(layer, x, plan, use_reentrant=False)
             else:

@@ -8,6 +8,7 @@ options, ...), as checkpoints written before this class had it (schema 1, no `sc
 """
 from dataclasses import dataclass, field
 
+from megatron.model.layer_pattern import pattern_methods
 from megatron.model.positional_embeddings import checkpoint_options, option_names, per_run_options
 
 SCHEMA = 2
@@ -17,7 +18,7 @@ SCHEMA = 2
 ARCHITECTURE_KEYS = (
     "num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "padded_vocab_size",
     "tokenizer_type", "norm", "layernorm_epsilon", "activation", "no_weight_tying", "gpt_j_residual",
-    "pos_emb", "pos_emb_per_layer",
+    "pos_emb", "pos_emb_per_layer", "layer_pattern",
 )
 # Recorded to rebuild the tokenizer, never compared: the same vocabulary may live at another path.
 TOKENIZER_FILES = ("vocab_file", "merge_file")
@@ -41,6 +42,7 @@ class ModelConfig:
     gpt_j_residual: bool
     pos_emb: str
     pos_emb_per_layer: bool
+    layer_pattern: list | None  # hybrid layers (layer_pattern.py), None: every layer is pos_emb
     options: dict = field(default_factory=dict)  # the method's checkpoint options: {config key: value}
     tokenizer_files: dict = field(default_factory=dict)  # {vocab_file, merge_file}: as the run gave them
     lengths: dict = field(default_factory=dict)  # LENGTH_KEYS of the run, for the record
@@ -50,7 +52,8 @@ class ModelConfig:
         """The model a config builds with `vocab_rows` embedding rows (`tokenizer.padded_vocab_size`)."""
         values = {key: vocab_rows if key == "padded_vocab_size" else getattr(neox_args, key)
                   for key in ARCHITECTURE_KEYS}
-        return cls(**values, options={k: getattr(neox_args, k) for k in sorted(checkpoint_options(neox_args.pos_emb))},
+        keys = model_options(neox_args.pos_emb, neox_args.layer_pattern)
+        return cls(**values, options={k: getattr(neox_args, k) for k in keys},
                    tokenizer_files={k: getattr(neox_args, k) for k in TOKENIZER_FILES},
                    lengths={k: getattr(neox_args, k) for k in LENGTH_KEYS})
 
@@ -58,7 +61,7 @@ class ModelConfig:
     def from_record(cls, record: dict) -> "ModelConfig":
         """From a checkpoint's `model_config` (schema 1 or 2). A key an older record lacks reads as None,
         so comparing it with a run names it instead of passing unchecked."""
-        options = {k: record.get(k) for k in sorted(checkpoint_options(record["pos_emb"]))} \
+        options = {k: record.get(k) for k in model_options(record["pos_emb"], record.get("layer_pattern"))} \
             if record.get("pos_emb") is not None else {}
         return cls(**{key: record.get(key) for key in ARCHITECTURE_KEYS}, options=options,
                    tokenizer_files={k: record[k] for k in TOKENIZER_FILES if k in record},
@@ -80,15 +83,21 @@ def differences(saved: ModelConfig, current: ModelConfig) -> list[str]:
     differ (length extrapolation is the point), except for `learned`, whose table has
     max-position-embeddings rows (one of its options)."""
     pairs = [(key, getattr(saved, key), getattr(current, key)) for key in ARCHITECTURE_KEYS]
-    if saved.pos_emb == current.pos_emb:
+    if (saved.pos_emb, saved.layer_pattern) == (current.pos_emb, current.layer_pattern):
         pairs += [(key, saved.options.get(key), current.options.get(key)) for key in sorted(current.options)]
     return [f"{key.replace('_', '-')}: checkpoint {theirs!r}, this run {ours!r}"
             for key, theirs, ours in pairs if theirs != ours]
 
 
-def checkpoint_keys(pos_emb: str) -> tuple[str, ...]:
+def model_options(pos_emb: str, layer_pattern=None) -> list[str]:
+    """The config keys a checkpoint must agree on for its methods: each method's checkpoint options."""
+    return sorted({k for method in pattern_methods(pos_emb, layer_pattern) for k in checkpoint_options(method)})
+
+
+def checkpoint_keys(pos_emb: str, layer_pattern=None) -> tuple[str, ...]:
     """The config keys a run may take from a checkpoint of method `pos_emb` (its model and tokenizer):
-    every option of the method except the per-run choices, which a run makes for itself."""
-    options = tuple(o for o in option_names(pos_emb) if o not in per_run_options(pos_emb))
+    every option of its methods except the per-run choices, which a run makes for itself."""
+    methods = pattern_methods(pos_emb, layer_pattern)
+    options = tuple(dict.fromkeys(o for m in methods for o in option_names(m) if o not in per_run_options(m)))
     return (tuple(k for k in ARCHITECTURE_KEYS if k != "padded_vocab_size") + TOKENIZER_FILES + options
-            + tuple(k for k in checkpoint_options(pos_emb) if k not in options))
+            + tuple(k for k in model_options(pos_emb, layer_pattern) if k not in options))

@@ -64,7 +64,7 @@ def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tupl
     if values.get(spelling.get("pos_emb"), theirs) != theirs:
         keys = RUN_KEYS  # another method than the checkpoint's: the checkpoint check names the difference
     else:
-        keys = checkpoint_keys(theirs) + RUN_KEYS
+        keys = checkpoint_keys(theirs, stored.get("layer_pattern")) + RUN_KEYS
     for key in keys:
         if key in stored and key not in given:
             values[key] = stored[key]

@@ -8,6 +8,7 @@ import difflib
 from megatron.evaluation.modes import mode_names, mode_options
 from megatron.evaluation.probes import TrainOptions as ProbeTrainOptions
 from megatron.model.attention_config import AttentionConfig, AttentionConfigError
+from megatron.model.layer_pattern import LayerPatternError, layer_kinds
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
 from megatron.quoting import quote
 
@@ -86,6 +87,14 @@ def check_positional(args, fail):
         fail("max_position_embeddings", f"{quote(args.max_position_embeddings)} is smaller than seq-length "
              f"{quote(args.seq_length)}, and pos-emb '{args.pos_emb}' cannot embed positions past it. Raise "
              "max-position-embeddings or use a relative method.")
+    if args.layer_pattern is not None:
+        if not isinstance(args.layer_pattern, list) or not args.layer_pattern:
+            fail("layer_pattern", f"is {quote(args.layer_pattern)}; give a non-empty list of entries such as "
+                 "[{pos-emb: rotary}, {pos-emb: none}], or null for every layer the same.")
+        try:
+            layer_kinds(args)
+        except LayerPatternError as err:
+            fail(err.key, str(err))
 
 
 def check_attention(args, fail):

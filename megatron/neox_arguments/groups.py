@@ -96,7 +96,12 @@ def _positional_group():
     keys = [("pos_emb", str, arg("learned", "Positional method: " + ", ".join(POS_EMB_CHOICES)
                                  + f" (aliases: {aliases}).")),
             ("pos_emb_per_layer", bool, arg(
-                False, "Give every layer its own kernel parameters (the paper shares one set)."))]
+                False, "Give every layer its own kernel parameters (the paper shares one set).")),
+            ("layer_pattern", Optional[list], arg(
+                None, "Hybrid layers: a list of entries repeated over the layers (layer i takes entry i mod its "
+                "length), each {pos-emb, attention-window, options of its method}; what an entry leaves out is "
+                "the run's value. E.g. [{pos-emb: rotary}, {pos-emb: rotary}, {pos-emb: rotary}, {pos-emb: none}]. "
+                "Layers of one kind share a positional module (see pos-emb-per-layer)."))]
     keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")
                                   + (PER_RUN_NOTE if o.spec.per_run else ""))) for o in declared_options()]
     return make_dataclass("PositionalArgs", keys)

@@ -36,7 +36,7 @@ class Rotary(PositionalEmbedding):
         self.rotary_dims = int(shape.head_dim * rotary_pct)
         if self.rotary_dims < 2 or self.rotary_dims % 2:
             raise PositionalEmbeddingError(
-                f"pos-emb 'rotary': rotary-pct={rotary_pct} of head dim {shape.head_dim} gives {self.rotary_dims} "
+                f"pos-emb '{self.name}': rotary-pct={rotary_pct} of head dim {shape.head_dim} gives {self.rotary_dims} "
                 f"rotated dims; it must be a positive even number. Choose rotary-pct so that it is.")
         self.base = self.options.rotary_emb_base
         self.scaling = self._scaling(self.options.rotary_scaling, shape.max_positions)

@@ -4,6 +4,7 @@ import pathlib
 import shutil
 import tempfile
 
+from megatron.model.layer_pattern import pattern_methods
 from megatron.output_paths import new_folder_problem
 
 from .custom import package_files, write_custom
@@ -23,8 +24,8 @@ def resolve_target(neox_args, target: str) -> str:
     if target == "gpt_neox" and problems:
         raise ExportError("--target gpt_neox cannot hold this model: " + "; ".join(problems) + ". Export it with "
                           "--target custom (or auto), which writes a folder that loads with trust_remote_code=True.")
-    if target == "custom":
-        package_files(neox_args.pos_emb)  # the method's files can be carried (ExportError otherwise)
+    if target == "custom":  # the methods' files can be carried (ExportError otherwise)
+        package_files(pattern_methods(neox_args.pos_emb, neox_args.layer_pattern))
     if target == "auto":
         return "gpt_neox" if not problems else resolve_target(neox_args, "custom")
     return target

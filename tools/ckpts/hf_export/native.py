@@ -21,6 +21,8 @@ def native_problems(neox_args) -> list[str]:
     if neox_args.pos_emb not in NATIVE_METHODS:
         problems.append(f"pos-emb is {neox_args.pos_emb!r}, and GPT-NeoX in transformers has only rotary "
                         "positions (rotary, or none as rotary of no dimensions)")
+    if neox_args.layer_pattern is not None:
+        problems.append("layer-pattern is set (GPT-NeoX's layers are all alike)")
     if neox_args.norm != "layernorm":
         problems.append(f"norm is {neox_args.norm!r} (GPT-NeoX has LayerNorm only)")
     if neox_args.activation != "gelu":

@@ -4,7 +4,7 @@ transformers. `pos_emb` names the positional method (the class positional_method
 method's own `Options` dataclass takes them."""
 from transformers import PreTrainedConfig
 
-from .positional_method import PositionalMethod
+from .positional_method import METHODS
 
 
 class NeoXPEConfig(PreTrainedConfig):
@@ -21,13 +21,16 @@ class NeoXPEConfig(PreTrainedConfig):
     activation: str = "gelu"             # gelu (exact) | swiglu
     gpt_j_residual: bool = False         # parallel attention + MLP residual
     no_weight_tying: bool = False        # False: the output head is the input embedding
-    attention_window: int | None = None  # mask keys at distance >= window
-    # The method that positional_method.py holds. Importing it also puts the method's code into this file's
-    # identity: transformers maps a config class to one model class per process, so exports of different
-    # methods (or of one method's different code) must not share a config class.
-    pos_emb: str = PositionalMethod.name
+    attention_window: int | None = None  # the run's window (each module's is in positional_modules)
+    # The run's method, the first that positional_method.py holds. Importing it also puts the methods' code
+    # into this file's identity: transformers maps a config class to one model class per process, so
+    # exports of different methods (or of one method's different code) must not share a config class.
+    pos_emb: str = next(iter(METHODS))
     pos_emb_per_layer: bool = False      # one positional module per layer
-    pos_emb_options: dict | None = None
+    pos_emb_options: dict | None = None   # the run's method's options (positional_modules has each module's)
+    layer_pattern: list | None = None     # hybrid layers as the run gave them, for the record
+    positional_modules: list | None = None  # [{pos_emb, window, options}] as the decoder builds them
+    layer_module: list | None = None      # the positional module of each layer
     max_position_embeddings: int | None = None  # rows of a `learned` table; informational otherwise
     train_length: int | None = None      # seq-length the model was trained at (for the record)
     initializer_range: float = 0.02

@@ -4,7 +4,7 @@ the files of its package it imports. Needs torch and transformers only: load it 
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
 The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`
-and `pairwise`, which gives, per head h, query i and visible key j (j <= i, i - j < attention_window
+and `pairwise`, which gives, per head h, query i and visible key j (j <= i, i - j < the layer's window
 when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] ) . v_j
 Positions are counted over the tokens the attention mask keeps (0 for the first real token), so
@@ -22,13 +22,18 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .base import ModelShape
 from .configuration_neox_pe import NeoXPEConfig
-from .positional_method import PositionalMethod
+from .positional_method import METHODS
 
 
-def build_positional(config):
+def build_positional(config, module):
+    """One positional module: {pos_emb, window, options} of config.positional_modules."""
+    if module["pos_emb"] not in METHODS:
+        raise ValueError(f"config.json names pos_emb {module['pos_emb']!r}, but positional_method.py holds "
+                         f"{sorted(METHODS)}; export the checkpoint again rather than editing config.json.")
+    method = METHODS[module["pos_emb"]]
     shape = ModelShape(config.num_attention_heads, config.hidden_size // config.num_attention_heads,
                        config.hidden_size, config.max_position_embeddings, config.initializer_range)
-    return PositionalMethod(shape, PositionalMethod.Options(**(config.pos_emb_options or {})))
+    return method(shape, method.Options(**module["options"]))
 
 
 def rows_of(positions, same):
@@ -125,12 +130,11 @@ class NeoXPEPreTrainedModel(PreTrainedModel):
 class NeoXPEModel(NeoXPEPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
-        if config.pos_emb != PositionalMethod.name:
-            raise ValueError(f"config.json names pos_emb {config.pos_emb!r}, but positional_method.py holds "
-                             f"{PositionalMethod.name!r}; export the checkpoint again rather than editing pos_emb.")
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        copies = config.num_hidden_layers if config.pos_emb_per_layer else 1
-        self.pos_embs = nn.ModuleList(build_positional(config) for _ in range(copies))
+        # One module per kind of layer (one for a plain model), or one per layer; layer i reads layer_module[i].
+        self.pos_embs = nn.ModuleList(build_positional(config, module) for module in config.positional_modules)
+        self.windows = [module["window"] for module in config.positional_modules]
+        self.layer_module = list(config.layer_module)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.final_layernorm = build_norm(config)
         self.post_init()
@@ -153,15 +157,15 @@ class NeoXPEModel(NeoXPEPreTrainedModel):
         key_index = torch.arange(total, device=input_ids.device)
         allowed = (key_index[None, None, :] <= (past + torch.arange(s, device=input_ids.device))[None, :, None])
         allowed = allowed & keep[:, None, :]
-        if self.config.attention_window is not None:
-            allowed = allowed & (positions[:, :, None] - key_positions[:, None, :] < self.config.attention_window)
+        distance = positions[:, :, None] - key_positions[:, None, :]
+        allowed = [allowed if window is None else allowed & (distance < window) for window in self.windows]
         same = bool((key_positions == key_positions[:1]).all())
         x = self.word_embeddings(input_ids)
         x = torch.cat([self.pos_embs[0].add_to_embeddings(x[rows], p) for rows, p in rows_of(positions, same)])
         terms = [score_terms(pe, positions, key_positions, same) for pe in self.pos_embs]  # once per forward
         for i, layer in enumerate(self.layers):
-            j = i if len(self.pos_embs) > 1 else 0
-            x = layer(x, self.pos_embs[j], positions, same, allowed, terms[j], past_key_values)
+            j = self.layer_module[i]
+            x = layer(x, self.pos_embs[j], positions, same, allowed[j], terms[j], past_key_values)
         return self.final_layernorm(x)
 
 

@@ -1,0 +1,117 @@
+"""`layer-pattern`: each layer's positional method, its options and its attention window (hybrid layers).
+
+The pattern is a list of entries repeated over the layers (layer i takes entry i mod its length, so
+26 layers of a 6-entry pattern end part-way through it). An entry may set `pos-emb`, `attention-window`
+and any option of its method; what it leaves out is the run's value of that key:
+
+    layer-pattern:                        # Llama 4 / SmolLM3: no positions on every 4th layer
+      - {pos-emb: rotary}
+      - {pos-emb: rotary}
+      - {pos-emb: rotary}
+      - {pos-emb: none}
+
+Layers of the same kind (equal entries once filled in) share one positional module, as the paper's
+layers share one set of KERPLE parameters; `pos-emb-per-layer` gives every layer its own. Unset, every
+layer is the run's `pos-emb` with the run's `attention-window`: the model of a plain config, unchanged.
+"""
+import json
+from dataclasses import dataclass
+
+from megatron.errors import NeoXArgsError
+from megatron.model.positional_embeddings import (ModelShape, OptionError, PositionalEmbedding, lookup, make_options,
+                                                  option_names)
+from megatron.model.positional_embeddings.registry import OPTIONS
+from megatron.quoting import quote
+
+WINDOW_KEY = "attention_window"
+
+
+class LayerPatternError(NeoXArgsError):
+    """A bad `layer-pattern`; `key` names the config key, so the config can point at the file and line."""
+    key = "layer_pattern"
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one layer's attention is: a method with all its options, and a window (None: every key)."""
+    pos_emb: str
+    window: int | None
+    options_json: str  # the method's options, {config key: value} as sorted JSON: hashable and comparable
+
+    @property
+    def options(self) -> dict:
+        return json.loads(self.options_json)
+
+    def describe(self) -> str:
+        """`rotary (rotary-emb-base 1000000), window 512`: the options away from their defaults."""
+        given = ", ".join(f"{k.replace('_', '-')} {quote(v)}" for k, v in self.options.items()
+                          if v != OPTIONS[k].default)
+        return (f"{self.pos_emb}" + (f" ({given})" if given else "")
+                + (f", window {self.window}" if self.window is not None else ""))
+
+
+def normalise(entry) -> dict:
+    """An entry as {config key with underscores: value}."""
+    return {str(key).replace("-", "_"): value for key, value in entry.items()}
+
+
+def layer_kinds(neox_args) -> list[LayerKind]:
+    """Every layer's kind, in order: from `layer-pattern`, or the run's method and window for each."""
+    pattern = getattr(neox_args, "layer_pattern", None)
+    entries = [normalise(entry) for entry in pattern] if pattern else [{}]
+    kinds = [_kind(neox_args, entry, index, len(entries)) for index, entry in enumerate(entries)]
+    if pattern:
+        _check_mix(kinds)
+    return [kinds[i % len(kinds)] for i in range(neox_args.num_layers)]
+
+
+def _kind(neox_args, entry: dict, index: int, count: int) -> LayerKind:
+    where = f"entry {index + 1} of {count}"
+    if not isinstance(entry, dict):
+        raise LayerPatternError(f"{where} is {quote(entry)}; each entry is a mapping such as "
+                                "{pos-emb: rotary, attention-window: 512, rotary-emb-base: 10000}.")
+    try:
+        name = lookup(entry.get("pos_emb", neox_args.pos_emb)).name
+    except NeoXArgsError as err:
+        raise LayerPatternError(f"{where}: {err}") from None
+    accepted = set(option_names(name))
+    unknown = sorted(set(entry) - accepted - {"pos_emb", WINDOW_KEY})
+    if unknown:
+        raise LayerPatternError(
+            f"{where} sets {', '.join(k.replace('_', '-') for k in unknown)}, which pos-emb {name!r} does not take; "
+            f"an entry takes pos-emb, attention-window and the options of its method "
+            f"({', '.join(o.replace('_', '-') for o in sorted(accepted)) or 'none for this method'}).")
+    window = entry.get(WINDOW_KEY, neox_args.attention_window)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise LayerPatternError(f"{where}: attention-window is {quote(window)}; it must be a positive number of "
+                                "tokens, or null for every earlier token.")
+    options = {key: entry.get(key, getattr(neox_args, key)) for key in option_names(name)}
+    try:
+        make_options(name, options)
+    except OptionError as err:
+        raise LayerPatternError(f"{where}: {err}") from None
+    return LayerKind(name, window, json.dumps(options, sort_keys=True))
+
+
+def _check_mix(kinds: list[LayerKind]) -> None:
+    """Every method of a pattern acts inside attention: one that adds positions to the token embeddings
+    does so once, before the first layer, so it cannot be one layer's choice."""
+    for index, kind in enumerate(kinds):
+        if lookup(kind.pos_emb).add_to_embeddings is not PositionalEmbedding.add_to_embeddings:
+            raise LayerPatternError(
+                f"entry {index + 1}: pos-emb {kind.pos_emb!r} adds positions to the token embeddings "
+                "once, before the first layer, so it cannot be the choice of some layers. Use methods that act "
+                "inside attention in a pattern (rotary, none, alibi, kerple_*, t5, fire, ...).")
+
+
+def pattern_methods(pos_emb: str, layer_pattern) -> tuple[str, ...]:
+    """The methods a model of `pos-emb` and `layer-pattern` uses (the run's first), each once."""
+    named = [lookup(normalise(entry).get("pos_emb", pos_emb)).name for entry in layer_pattern or ()]
+    return tuple(dict.fromkeys([lookup(pos_emb).name] + named))
+
+
+def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
+    """The positional module of one layer kind."""
+    shape = ModelShape(neox_args.num_attention_heads, neox_args.hidden_size // neox_args.num_attention_heads,
+                       neox_args.hidden_size, neox_args.max_position_embeddings, neox_args.init_method_std)
+    return lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options))
