@@ -23,6 +23,7 @@ import tempfile
 import time
 import typing
 
+from megatron.model.layer_pattern import describe_layers
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.preflight import READS, PreflightError, check_inputs, reads
 from megatron.progress import switched_on
@@ -180,6 +181,9 @@ def main(argv=None):
     if cli.dry_run:
         print("# NeoX config (key, value, where it was set)")
         print(neox_args.describe())
+        if neox_args.layer_pattern:
+            print("\n# Layers (layer-pattern: each layer's method, options away from their defaults, window)")
+            print(describe_layers(neox_args))
         print("\n# DeepSpeed config")
         print(json.dumps(neox_args.deepspeed_config(), indent=2))
         print("\n# Launcher command")

@@ -36,8 +36,9 @@ class Method(str):
 
 
 def evaluation_variant(neox_args) -> str | None:
-    """The method's per-run options that are set (e.g. rotary-scaling), as a short label (`yarn8`), so
-    a run scored with them never shares a result file or a table row with the plain run."""
+    """The method's per-run options that are set (e.g. rotary-scaling), as a short label (`yarn8`), and a
+    layer-pattern's hash (`layers-1a2b3c`), so a run scored with them never shares a result file or a table
+    row with the plain run."""
     from megatron.model.positional_embeddings import per_run_options
 
     parts = []
@@ -54,6 +55,10 @@ def evaluation_variant(neox_args) -> str | None:
         else:
             text = f"{name.replace('_', '-')}={value}"
         parts.append(text)
+    pattern = getattr(neox_args, "layer_pattern", None)
+    if pattern:  # hybrid layers: never the same row as the plain method, one label per pattern
+        parts.insert(0, "layers-" + hashlib.sha256(json.dumps(pattern, sort_keys=True, default=str).encode())
+                     .hexdigest()[:6])
     return "+".join(parts) or None
 
 

@@ -115,3 +115,11 @@ def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
     shape = ModelShape(neox_args.num_attention_heads, neox_args.hidden_size // neox_args.num_attention_heads,
                        neox_args.hidden_size, neox_args.max_position_embeddings, neox_args.init_method_std)
     return lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options))
+
+
+def describe_layers(neox_args) -> str:
+    """Each layer's kind and positional module, one line each (`deepy.py --dry-run`)."""
+    kinds = layer_kinds(neox_args)
+    modules = kinds if neox_args.pos_emb_per_layer else list(dict.fromkeys(kinds))
+    return "\n".join(f"layer {i:<4}{kind.describe():<60}# positional module "
+                     f"{i if neox_args.pos_emb_per_layer else modules.index(kind)}" for i, kind in enumerate(kinds))
