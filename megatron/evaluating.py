@@ -15,7 +15,8 @@ from megatron.data import build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
-from megatron.evaluation.run import _checked_plan, _scored, _skipped, _starts, run_record, trained_config
+from megatron.evaluation.run import (checked_plan, planned_starts, run_record, scored_record, skipped_records,
+                                     trained_config)
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
@@ -28,7 +29,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
 
     Launched on several ranks (deepy.py), each rank scores every world_size-th chunk and rank 0
     gathers the losses and writes the file."""
-    lengths, modes = _checked_plan(neox_args)
+    lengths, modes = checked_plan(neox_args)
     if neox_args.world_size > 1:
         initialize_megatron(neox_args)
     say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
@@ -36,7 +37,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     tokenizer = build_tokenizer(neox_args)
     check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
     stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
-    plan = {length: _starts(stream, length, neox_args) for length in lengths}
+    plan = {length: planned_starts(stream, length, neox_args) for length in lengths}
     for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
         if mode.check:
             mode.check(neox_args, tokenizer, stream, lengths)
@@ -70,11 +71,11 @@ def evaluate_run(neox_args) -> pathlib.Path:
     with torch.inference_mode():  # no autograd: the model's `auto` attention takes its memory-light path
         for length in lengths:
             if limit is not None and length > limit:
-                records += _skipped(neox_args, length, modes, limit, say)
+                records += skipped_records(neox_args, length, modes, limit, say)
                 continue
             context = ModeContext(lambda x: model(x.to(device)), stream, plan[length], length, neox_args,
                                   tokenizer.vocab_size, network=model, tokenizer=tokenizer)
-            records += [_scored(mode, context, device, say) for mode in modes]
+            records += [scored_record(mode, context, device, say) for mode in modes]
 
     if neox_args.rank == 0:
         with folder_locked(path.parent):

@@ -13,7 +13,7 @@ import torch
 
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.modes import get_mode
-from megatron.evaluation.run import _scored
+from megatron.evaluation.run import scored_record
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, run_cli
 from megatron.neox_arguments import entry_points
 from megatron.neox_arguments.log_files import log_file_names
@@ -96,7 +96,7 @@ def test_a_probe_length_reports_the_time_it_took(capsys):
     stream = np.array(tokenizer.tokenize("def f(x):\n    return x + 1\n" * 200))
     context = ModeContext(slow, stream, None, 64, args, VOCAB, network=model, tokenizer=tokenizer)
     with torch.inference_mode():
-        record = _scored(get_mode("kv-retrieval"), context, torch.device("cpu"), print)
+        record = scored_record(get_mode("kv-retrieval"), context, torch.device("cpu"), print)
     assert record["seconds"] >= 4 * 0.05  # four prompts, one forward each (batch size 1)
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("L=64 kv-retrieval"))
     assert not line.endswith(" 0.0 s") and line.endswith(f"{record['seconds']:.1f} s")

@@ -18,7 +18,7 @@ from megatron.preflight import folder_problem
 from .lm_eval_adapter import NeoXLM
 from .merge import CHECKPOINT_FIELDS, differences
 from .results import ResultFileError, folder_locked, write_atomic
-from .run import EvaluationError, _checked_plan, run_record
+from .run import EvaluationError, checked_plan, run_record
 
 SCHEMA = "neox-lm-eval/1"
 # `evaluation` fields that decide what a task's numbers mean; results scored under different values do not mix.
@@ -88,7 +88,7 @@ def merged_tasks(earlier: dict | None, document: dict) -> tuple[dict, list[str]]
 
 def evaluate_tasks(neox_args) -> pathlib.Path:
     # Everything that can be checked without lm-eval or the model: before either is loaded.
-    _checked_plan(neox_args)  # `load` is set and exists (eval-task-limit and the like: checked with the config)
+    checked_plan(neox_args)  # `load` is set and exists (eval-task-limit and the like: checked with the config)
     results_dir = pathlib.Path(neox_args.eval_results_dir) / "lm_eval"
     problem = folder_problem(results_dir, "eval-results-dir", neox_args.config_sources.get("eval_results_dir",
                                                                                           "the config"))

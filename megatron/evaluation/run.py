@@ -16,7 +16,7 @@ class EvaluationError(NeoXArgsError):
     """Evaluation cannot run as configured (missing checkpoint, bad eval keys, data too short)."""
 
 
-def _checked_plan(neox_args):
+def checked_plan(neox_args):
     """What NeoXArgs does not check already (it checks eval-lengths, eval-modes, eval-stride and
     eval-chunks): that there is a checkpoint to evaluate."""
     lengths = list(neox_args.eval_lengths or [neox_args.seq_length])
@@ -31,7 +31,7 @@ def _checked_plan(neox_args):
     return lengths, modes
 
 
-def _starts(stream, length, neox_args):
+def planned_starts(stream, length, neox_args):
     try:
         return chunk_starts(len(stream), length, neox_args.eval_chunks, neox_args.eval_seed)
     except ValueError as e:
@@ -39,14 +39,14 @@ def _starts(stream, length, neox_args):
                               f"{neox_args.eval_split!r})") from None
 
 
-def _skipped(neox_args, length, modes, limit, say):
+def skipped_records(neox_args, length, modes, limit, say):
     message = (f"pos-emb {neox_args.pos_emb} embeds at most {limit} positions (max-position-embeddings), "
                f"so it cannot score length {length}; only relative methods evaluate beyond it")
     say(f"L={length}: skipped: {message}", flush=True)
     return [{"length": length, "mode": mode.name, "skipped": message} for mode in modes]
 
 
-def _scored(mode, context, device, say) -> dict:
+def scored_record(mode, context, device, say) -> dict:
     """One (length, mode) record: the mode's fields, then when and how much it cost."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
