@@ -21,9 +21,11 @@ from megatron.errors import NeoXArgsError
 from megatron.model.positional_embeddings import (ModelShape, OptionError, PositionalEmbedding, lookup, make_options,
                                                   option_names)
 from megatron.model.positional_embeddings.registry import OPTIONS
+from megatron.model.positional_embeddings.temperature import temperature_problem, tempered
 from megatron.quoting import quote
 
 WINDOW_KEY = "attention_window"
+TEMPERATURE_KEY = "attention_temperature"
 
 
 class LayerPatternError(NeoXArgsError):
@@ -37,17 +39,23 @@ class LayerKind:
     pos_emb: str
     window: int | None
     options_json: str  # the method's options, {config key: value} as sorted JSON: hashable and comparable
+    temperature_json: str = "null"  # attention-temperature (positional_embeddings/temperature.py), as JSON
 
     @property
     def options(self) -> dict:
         return json.loads(self.options_json)
+
+    @property
+    def temperature(self) -> dict | None:
+        return json.loads(self.temperature_json)
 
     def describe(self) -> str:
         """`rotary (rotary-emb-base 1000000), window 512`: the options away from their defaults."""
         given = ", ".join(f"{k.replace('_', '-')} {quote(v)}" for k, v in self.options.items()
                           if v != OPTIONS[k].default)
         return (f"{self.pos_emb}" + (f" ({given})" if given else "")
-                + (f", window {self.window}" if self.window is not None else ""))
+                + (f", window {self.window}" if self.window is not None else "")
+                + (f", temperature {quote(self.temperature)}" if self.temperature is not None else ""))
 
 
 def normalise(entry) -> dict:
@@ -75,22 +83,25 @@ def _kind(neox_args, entry: dict, index: int, count: int) -> LayerKind:
     except NeoXArgsError as err:
         raise LayerPatternError(f"{where}: {err}") from None
     accepted = set(option_names(name))
-    unknown = sorted(set(entry) - accepted - {"pos_emb", WINDOW_KEY})
+    unknown = sorted(set(entry) - accepted - {"pos_emb", WINDOW_KEY, TEMPERATURE_KEY})
     if unknown:
         raise LayerPatternError(
             f"{where} sets {', '.join(k.replace('_', '-') for k in unknown)}, which pos-emb {name!r} does not take; "
-            f"an entry takes pos-emb, attention-window and the options of its method "
+            f"an entry takes pos-emb, attention-window, attention-temperature and the options of its method "
             f"({', '.join(o.replace('_', '-') for o in sorted(accepted)) or 'none for this method'}).")
     window = entry.get(WINDOW_KEY, neox_args.attention_window)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise LayerPatternError(f"{where}: attention-window is {quote(window)}; it must be a positive number of "
                                 "tokens, or null for every earlier token.")
+    temperature = entry.get(TEMPERATURE_KEY, getattr(neox_args, TEMPERATURE_KEY, None))
+    if (problem := temperature_problem(temperature)) is not None:
+        raise LayerPatternError(f"{where}: attention-temperature {problem}")
     options = {key: entry.get(key, getattr(neox_args, key)) for key in option_names(name)}
     try:
         make_options(name, options)
     except OptionError as err:
         raise LayerPatternError(f"{where}: {err}") from None
-    return LayerKind(name, window, json.dumps(options, sort_keys=True))
+    return LayerKind(name, window, json.dumps(options, sort_keys=True), json.dumps(temperature, sort_keys=True))
 
 
 def _check_mix(kinds: list[LayerKind]) -> None:
@@ -114,7 +125,8 @@ def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
     """The positional module of one layer kind."""
     shape = ModelShape(neox_args.num_attention_heads, neox_args.hidden_size // neox_args.num_attention_heads,
                        neox_args.hidden_size, neox_args.max_position_embeddings, neox_args.init_method_std)
-    return lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options))
+    return tempered(lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options)), kind.temperature,
+                    kind.window)
 
 
 def describe_layers(neox_args) -> str:

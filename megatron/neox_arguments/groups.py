@@ -101,7 +101,11 @@ def _positional_group():
                 None, "Hybrid layers: a list of entries repeated over the layers (layer i takes entry i mod its "
                 "length), each {pos-emb, attention-window, options of its method}; what an entry leaves out is "
                 "the run's value. E.g. [{pos-emb: rotary}, {pos-emb: rotary}, {pos-emb: rotary}, {pos-emb: none}]. "
-                "Layers of one kind share a positional module (see pos-emb-per-layer)."))]
+                "Layers of one kind share a positional module (see pos-emb-per-layer).")),
+            ("attention_temperature", Optional[dict], arg(
+                None, "A learned temperature on the attention logits, for any method: {type: ssmax} multiplies "
+                "them by s_h ln(n), n the keys a query sees (init 1/ln max-position-embeddings); {type: "
+                "head_scale} by s_h (init 1); `init` sets s_h. A layer-pattern entry may set its own."))]
     keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")
                                   + (PER_RUN_NOTE if o.spec.per_run else ""))) for o in declared_options()]
     return make_dataclass("PositionalArgs", keys)

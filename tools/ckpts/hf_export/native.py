@@ -23,6 +23,8 @@ def native_problems(neox_args) -> list[str]:
                         "positions (rotary, or none as rotary of no dimensions)")
     if neox_args.layer_pattern is not None:
         problems.append("layer-pattern is set (GPT-NeoX's layers are all alike)")
+    if neox_args.attention_temperature is not None:
+        problems.append("attention-temperature is set (GPT-NeoX has no learned attention temperature)")
     if neox_args.norm != "layernorm":
         problems.append(f"norm is {neox_args.norm!r} (GPT-NeoX has LayerNorm only)")
     if neox_args.activation != "gelu":

@@ -23,17 +23,18 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .base import ModelShape
 from .configuration_neox_pe import NeoXPEConfig
 from .positional_method import METHODS
+from .temperature import tempered
 
 
 def build_positional(config, module):
-    """One positional module: {pos_emb, window, options} of config.positional_modules."""
+    """One positional module: {pos_emb, window, options, temperature} of config.positional_modules."""
     if module["pos_emb"] not in METHODS:
         raise ValueError(f"config.json names pos_emb {module['pos_emb']!r}, but positional_method.py holds "
                          f"{sorted(METHODS)}; export the checkpoint again rather than editing config.json.")
     method = METHODS[module["pos_emb"]]
     shape = ModelShape(config.num_attention_heads, config.hidden_size // config.num_attention_heads,
                        config.hidden_size, config.max_position_embeddings, config.initializer_range)
-    return method(shape, method.Options(**module["options"]))
+    return tempered(method(shape, method.Options(**module["options"])), module.get("temperature"), module["window"])
 
 
 def rows_of(positions, same):

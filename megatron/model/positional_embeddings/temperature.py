@@ -1,0 +1,101 @@
+"""`attention-temperature`: a learned temperature on the attention logits, for any method (a wrapper).
+
+    logits_h(i, j) = t_h(i) * ((q_i . k_j / sqrt(D)) * weight + bias)
+
+- `ssmax` (Scalable-Softmax, Nakanishi 2025; the log-n scaling of length extrapolation):
+  t_h(i) = s_h * ln(n_i), n_i = the keys query i sees (i + 1, at most the attention window), s_h learned.
+  `init` null starts s_h at 1 / ln(max-position-embeddings): the plain softmax at the training length.
+- `head_scale` (the per-head learned scale of NoPE length generalisation, Wang et al. 2024): t_h = s_h.
+
+The score term is scaled through q (q_i * t_h(i)), so a method without a bias keeps every attention path
+and its O(L) memory; a bias is scaled with it: per head for `head_scale` (still a per-distance table),
+per query for `ssmax` (then the terms depend on i, and attention builds them pairwise).
+"""
+import math
+
+import torch
+from torch import nn
+
+from .base import PositionalEmbedding, quote
+
+TYPES = ("ssmax", "head_scale")
+EXAMPLE = "attention-temperature: {type: ssmax}"
+
+
+def temperature_problem(value) -> str | None:
+    """What is wrong with an `attention-temperature` value (None: off), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"must be a mapping such as {{type: ssmax}} or {{type: head_scale, init: 1.0}}, got {quote(value)}."
+    given = {str(k).replace("-", "_"): v for k, v in value.items()}
+    unknown = sorted(set(given) - {"type", "init"})
+    if unknown:
+        return f"unknown key(s) {quote(unknown)}; it takes type and init (e.g. {EXAMPLE})."
+    if given.get("type") not in TYPES:
+        return f"type is {quote(given.get('type'))}; choose one of {list(TYPES)} (e.g. {EXAMPLE})."
+    init = given.get("init")
+    if init is not None and (isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0):
+        return f"init must be a positive number (the initial s_h), got {quote(init)}."
+    return None
+
+
+class Tempered(PositionalEmbedding):
+    """`base` with its attention logits multiplied by a learned temperature (see the module's text)."""
+
+    def __init__(self, base: PositionalEmbedding, temperature: dict, window: int | None = None):
+        super().__init__(base.shape, base.options)
+        given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
+        self.base, self.type, self.window = base, given["type"], window
+        self.name, self.max_length = base.name, base.max_length
+        self.uses_max_positions, self.cache_exact = base.uses_max_positions, getattr(base, "cache_exact", True)
+        init = given.get("init")
+        if init is None:
+            init = 1.0 / math.log(base.shape.max_positions) if self.type == "ssmax" and base.shape.max_positions \
+                and base.shape.max_positions > 1 else 1.0
+        self.temperature_scale = nn.Parameter(torch.full((base.num_heads,), float(init)))
+        with torch.no_grad():
+            tables = base.distance_tables(1) if base.distance_only else (True, None)
+        self.has_bias = tables[0] is not None
+        # A per-query temperature times a bias depends on i, not on i - j alone.
+        self.distance_only = base.distance_only and not (self.type == "ssmax" and self.has_bias)
+
+    def temperature(self, q_positions: torch.Tensor) -> torch.Tensor:
+        """t [H, q], float32."""
+        s = self.temperature_scale.float()[:, None]
+        if self.type == "head_scale":
+            return s.expand(-1, q_positions.shape[0])
+        seen = q_positions.float() + 1
+        if self.window is not None:
+            seen = seen.clamp(max=self.window)
+        return s * seen.log()[None, :]
+
+    def add_to_embeddings(self, x, positions):
+        return self.base.add_to_embeddings(x, positions)
+
+    def rotate_qk(self, q, k, q_positions, k_positions):
+        q, k = self.base.rotate_qk(q, k, q_positions, k_positions)
+        return (q.float() * self.temperature(q_positions)[None, :, :, None]).to(q.dtype), k
+
+    def distance_tables(self, length):
+        bias, weight = self.base.distance_tables(length)
+        if bias is not None:  # head_scale here (ssmax with a bias is pairwise)
+            bias = bias * self.temperature_scale.float()[:, None]
+        return bias, weight
+
+    def pairwise(self, q_positions, k_positions):
+        bias, weight = self.base.pairwise(q_positions, k_positions)
+        if bias is not None:
+            bias = bias * self.temperature(q_positions)[:, :, None]
+        return bias, weight
+
+    def pairwise_bytes(self):
+        return self.base.pairwise_bytes() + 4 * self.num_heads
+
+    def kernel_parameters(self):
+        return {**self.base.kernel_parameters(), "temperature_s": self.temperature_scale.float()}
+
+
+def tempered(base: PositionalEmbedding, temperature: dict | None, window: int | None = None) -> PositionalEmbedding:
+    """`base`, or `base` under `temperature` when one is given."""
+    return base if temperature is None else Tempered(base, temperature, window)
