@@ -24,6 +24,7 @@ from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
 from megatron.preflight import check_training
 from megatron.tokenizer import build_tokenizer
+from megatron.random_positions import draw_positions
 
 
 class TrainingError(RuntimeError):
@@ -215,7 +216,10 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
     total = torch.zeros((), dtype=torch.float64, device=device)
     for micro in range(accumulation):
         batch = {k: v.to(device) for k, v in next(train_batches).items()}
-        loss = lm_loss(engine(batch["tokens"]), batch["labels"], batch["loss_mask"], vocab_size)
+        positions = None if neox_args.random_positions is None else draw_positions(
+            batch["tokens"].shape[1], neox_args.random_positions, device)
+        loss = lm_loss(engine(batch["tokens"], position_ids=positions), batch["labels"], batch["loss_mask"],
+                       vocab_size)
         engine.backward(loss)
         total += loss.detach().double()
         if micro < accumulation - 1:

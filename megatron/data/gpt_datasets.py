@@ -117,7 +117,7 @@ def _config(neox_args, tokenizer, seq_length, **blend) -> GPTDatasetConfig:
     return GPTDatasetConfig(
         random_seed=neox_args.seed, sequence_length=seq_length, tokenizer=tokenizer,
         path_to_cache=neox_args.data_cache_path, reset_position_ids=False, reset_attention_mask=False,
-        eod_mask_loss=False, create_attention_mask=False, **blend)
+        eod_mask_loss=neox_args.eod_mask_loss, create_attention_mask=False, **blend)
 
 
 def _open(prefix, tokenizer):

@@ -88,6 +88,15 @@ def check_positional(args, fail):
         fail("max_position_embeddings", f"{quote(args.max_position_embeddings)} is smaller than seq-length "
              f"{quote(args.seq_length)}, and pos-emb '{args.pos_emb}' cannot embed positions past it. Raise "
              "max-position-embeddings or use a relative method.")
+    if args.random_positions is not None:
+        if isinstance(args.random_positions, bool) or args.random_positions < args.seq_length:
+            fail("random_positions", f"is {quote(args.random_positions)}; it must be a number of positions N >= "
+                 f"seq-length {quote(args.seq_length)} to draw each micro-batch's positions from (e.g. 4 x "
+                 "seq-length), or null for 0..L-1.")
+        if lookup(args.pos_emb).uses_max_positions and args.random_positions > args.max_position_embeddings:
+            fail("random_positions", f"is {quote(args.random_positions)}, past max-position-embeddings "
+                 f"{quote(args.max_position_embeddings)}: pos-emb '{args.pos_emb}' has no row for the positions "
+                 "it would draw. Lower it or raise max-position-embeddings.")
     if (problem := temperature_problem(args.attention_temperature)) is not None:
         fail("attention_temperature", problem)
     if args.layer_pattern is not None:

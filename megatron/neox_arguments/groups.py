@@ -164,6 +164,10 @@ class TrainingArgs:
         20, "Stop after this many consecutive steps with a NaN/inf loss or overflow.")
     model_parallel_size: int = arg(1, "Tensor parallelism (only 1 is supported).")
     pipe_parallel_size: int = arg(1, "Pipeline parallelism (only 1 is supported).")
+    random_positions: Optional[int] = arg(
+        None, "Randomized positions (Ruoss et al. 2023): each training micro-batch's positions are sorted draws "
+        "without replacement from [0, N), N >= seq-length (one draw per micro-batch, shared by its sequences); "
+        "validation, evaluation and generation use 0..L-1. Null: off.")
 
 
 @dataclass
@@ -186,6 +190,9 @@ class _DataKeys:
                             "CharLevelTokenizer"] = arg("GPT2BPETokenizer", "Tokenizer.")
     vocab_file: Optional[str] = arg(None, "Vocabulary (GPT-2 vocab.json, tokenizer.json, .model).", path="file")
     merge_file: Optional[str] = arg(None, "GPT-2 merges.txt.", path="file")
+    eod_mask_loss: bool = arg(
+        False, "No loss where the input token is the end-of-document token, i.e. on predicting the next "
+        "document's first token across a packing boundary (NeoX's key; megatron-core's loss mask).")
 
 
 DataArgs = _with_owned("DataArgs", _DataKeys, owned_options([("the probe training mix", ProbeTrainOptions)]))

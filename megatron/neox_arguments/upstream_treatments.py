@@ -88,8 +88,7 @@ REFUSED = {
         "num_kv_heads": (None,), "use_qk_layernorm": (False,), "use_bias_in_attn_linear": (True,),
         "use_bias_in_mlp": (True,), "use_bias_in_norms": (True,), "mlp_multiple_of": (1,), "gpt_j_tied": (False,),
         "num_unique_layers": (None,), "param_sharing_style": ("grouped",), "opt_pos_emb_offset": (0,),
-        "soft_prompt_tuning": (None,), "sliding_window_width": (None,), "z_loss": (0.0,),
-        "eod_mask_loss": (False,)},
+        "soft_prompt_tuning": (None,), "sliding_window_width": (None,), "z_loss": (0.0,)},
     "data pipeline variants (the model would see different data)": {
         "dataset_impl": ("gpt2",), "pack_impl": ("packed",), "allow_chopped": (True,), "train_epochs": (None,),
         "weight_by_num_documents": (False,), "weighted_sampler_alpha": (1.0,)},
