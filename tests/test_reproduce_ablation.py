@@ -207,3 +207,12 @@ def test_report_only_renders_the_ablation_section(tmp_path, monkeypatch, capsys)
     assert "**Does the chunk count decide a verdict?**" in report
     assert "12 of 12 planned runs have results." in report
     assert (tmp_path / "report" / "ablation_ppl.png").is_file() and not (tmp_path / "report" / "ppl_vs_length.png").exists()
+    assert "(ablation_chunks.png)" in report and (tmp_path / "report" / "ablation_chunks.png").is_file()
+
+
+def test_one_seed_gives_no_test_rather_than_an_error():
+    docs = [d for d in documents({"kerple_log": FLAT, "kerple_log+per-layer": FLAT}) if d["run"]["seed"] == 1]
+    verdict = {q: (v, e) for q, v, e in ablation.verdicts(docs, ["per-layer"])["code"]}
+    assert verdict["1. kerple_log degrades"][0] == "does not degrade"
+    assert "(no test: one seed)" in verdict["1. kerple_log degrades"][1]
+    assert verdict["2. switch `per-layer`"][0] == "no significant effect"

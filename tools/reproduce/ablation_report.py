@@ -32,7 +32,7 @@ def ablation_section(sweep, documents, figures) -> str:
         lines.append("")
     figures(_figure(documents, sweep), "ablation_ppl")
     lines += [_dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n",
-              _chunk_section(documents, by_count, sweep.chunk_subsets, full)]
+              _chunk_section(documents, by_count, sweep.chunk_subsets, full, figures)]
     return "\n".join(lines)
 
 
@@ -115,7 +115,44 @@ def _figure(documents, sweep):
     return fig
 
 
-def _chunk_section(documents, by_count, counts, full) -> str:
+def _chunk_figure(documents, counts, full):
+    """ppl(L) / ppl(T) of every KERPLE-log model and ALiBi read from N chunks: one panel per chunk count."""
+    from tools.analysis.plot_common import plt
+    ratios = {n: _ratios(documents if n == full else ablation.subset(documents, n)) for n in counts}
+    datasets = sorted(ratios[full])
+    methods = list(dict.fromkeys(m for d in datasets for m in ratios[full][d]))  # Table 3's order, as _figure
+    colours = dict(zip(methods, plt.get_cmap("tab10").colors))
+    T = DAPE_V2["train_length"]
+    fig, axes = plt.subplots(len(datasets), len(counts), figsize=(4.2 * len(counts), 3.4 * len(datasets)),
+                             squeeze=False, sharey=True)
+    for row, dataset in enumerate(datasets):
+        for column, n in enumerate(counts):
+            ax = axes[row][column]
+            for method in methods:
+                curve = ratios[n][dataset].get(method, {})
+                ax.plot(sorted(curve), [curve[f] for f in sorted(curve)], marker="o", markersize=3,
+                        color=colours[method], linestyle="--" if "bf16" in method else "-", label=method)
+            ax.plot([L // T for L in DAPE_V2["ppl"]], [p / DAPE_V2["ppl"][T] for p in DAPE_V2["ppl"].values()],
+                    color="black", linestyle=":", marker="s", markersize=3, label="DAPE-V2 (theirs)")
+            ax.axhline(ablation.DEGRADE_RATIO, color="grey", linewidth=0.8, linestyle="--")
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            factors = sorted(ratios[full][dataset][REFERENCE])
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(factors, [f"{f}x" for f in factors])
+            ax.minorticks_off()
+            ax.grid(True, alpha=0.3)
+            ax.set_title(f"{dataset}: {n} chunks per length" + (" (all scored)" if n == full else ""), fontsize=9)
+            if column == 0:
+                ax.set_ylabel("ppl(L) / ppl(T), mean over seeds")
+            if row == len(datasets) - 1:
+                ax.set_xlabel("L / training length T")
+    axes[0][-1].legend(fontsize=6)
+    fig.suptitle("The same runs read from fewer chunks (ours, CPU mini scale; DAPE-V2's curve is theirs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _chunk_section(documents, by_count, counts, full, figures) -> str:
     counts = [*counts, full]
     index = {n: index_results(documents if n == full else ablation.subset(documents, n), "nonoverlap") for n in counts}
     lines = ["### The evaluation's chunk count\n",
@@ -150,6 +187,8 @@ def _chunk_section(documents, by_count, counts, full) -> str:
     for n, changed in flipped.items():
         lines.append(f"- At {n} chunks: " + (f"{len(changed)} verdict(s) flip: " + "; ".join(
             f"{d}, {q}: {v} (at {full}: {w})" for d, q, v, w in changed) if changed else "no verdict flips") + ".")
+    figures(_chunk_figure(documents, counts, full), "ablation_chunks")
+    lines.append("\n![ppl(L) / ppl(T) read from 20, 64 and 320 chunks](ablation_chunks.png)\n")
     decides = bool(flipped.get(min(counts)))
     lines.append(f"\n**Does the chunk count decide a verdict?** {'Yes' if decides else 'No'}: at {min(counts)} chunks "
                  f"{'some verdicts differ' if decides else 'every verdict is the same'} as at {full}.\n")
