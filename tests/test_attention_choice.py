@@ -5,7 +5,9 @@ The table is the rule `auto` followed before attention strategies became classes
 combination below and written out here, so the classes' `can_run` / `memory_bytes` and
 attention_choice.py's preferences must reproduce it exactly. The methods are real ones, one per kind:
 none (no terms), alibi (a fixed distance bias), kerple_log (a learnable distance bias),
-kerple_bias_weight (a bias with a weight), fire (terms that depend on the query position itself)."""
+kerple_bias_weight (a bias with a weight), fire (terms that depend on the query position itself).
+Since issue 27 kerple_bias_weight without gradients on CPU reads strided rows (toeplitz_written_out)
+where it gathered blocks."""
 import dataclasses
 
 import pytest
@@ -115,10 +117,10 @@ kerple_log          cuda  yes  0.1     no     yes  sdpa
 kerple_log          cuda  yes  0.1     no     no   blocked
 kerple_log          cuda  yes  0.1     yes    yes  sdpa
 kerple_log          cuda  yes  0.1     yes    no   blocked
-kerple_bias_weight  cpu   no   0.0     no     yes  blocked
-kerple_bias_weight  cpu   no   0.0     no     no   blocked
-kerple_bias_weight  cpu   no   0.0     yes    yes  blocked
-kerple_bias_weight  cpu   no   0.0     yes    no   blocked
+kerple_bias_weight  cpu   no   0.0     no     yes  toeplitz_written_out
+kerple_bias_weight  cpu   no   0.0     no     no   toeplitz_written_out
+kerple_bias_weight  cpu   no   0.0     yes    yes  toeplitz_written_out
+kerple_bias_weight  cpu   no   0.0     yes    no   toeplitz_written_out
 kerple_bias_weight  cpu   no   0.1     no     yes  sdpa_written_out
 kerple_bias_weight  cpu   no   0.1     no     no   blocked
 kerple_bias_weight  cpu   no   0.1     yes    yes  sdpa_written_out

@@ -1,5 +1,6 @@
-"""Long-context evaluation: the calls the `blocked` path makes past a few thousand tokens without
-gradients (megatron/model/attention/toeplitz.py) give the float64 reference's answer."""
+"""Long-context evaluation: what the `blocked` path does without gradients on CPU
+(megatron/model/attention/toeplitz.py) gives the float64 reference's answer: the flash kernel's
+long calls past a few thousand tokens, and the written-out softmax of a method with a weight."""
 import math
 
 import pytest
@@ -13,13 +14,15 @@ HEADS, HEAD_DIM = 4, 8
 
 def float64_reference(pe, q, k, v, window, block=512):
     """softmax(q.k / sqrt(D) + bias) . v in float64 over keys j <= i (i - j < window), a query block
-    at a time (never an L x L tensor), from the method's own pe.bias."""
+    at a time (never an L x L scores tensor), from the method's own pe.bias and pe.weight."""
     length = q.shape[2]
-    bias = pe.bias(length, length)  # [H, L, L] at these test sizes
+    bias, weight = pe.bias(length, length), pe.weight(length, length)  # [H, L, L] at these test sizes
     outputs = []
     for start in range(0, length, block):
         end = min(start + block, length)
         scores = q[:, :, start:end].double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if weight is not None:
+            scores = scores * weight[:, start:end].double()
         if bias is not None:
             scores = scores + bias[:, start:end].double()
         i, j = torch.arange(start, end)[:, None], torch.arange(length)[None, :]
@@ -28,11 +31,11 @@ def float64_reference(pe, q, k, v, window, block=512):
     return torch.cat(outputs, dim=2)
 
 
-def run_blocked(pe, q, k, v, window, positions):
+def run_blocked(pe, q, k, v, window, positions, strategy="toeplitz"):
     with torch.no_grad():
         plan = plan_attention(pe, positions, impl="blocked", window=window, block_size=64, needs_grad=False,
-                              dropout_p=0.0)
-        assert plan.name == "toeplitz"
+                              dropout_p=0.0, dtype=q.dtype)
+        assert plan.name == strategy
         return attend(q, k, v, plan)
 
 
@@ -75,3 +78,37 @@ def test_long_calls_at_their_real_size_match_the_float64_reference(name, window)
     out = run_blocked(pe, q[:1], k[:1], v[:1], window, torch.arange(length))
     expected = float64_reference(pe, q[:1], k[:1], v[:1], window)
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)  # fp32 against float64 (the `sdpa` path: 3e-6)
+
+
+def make_weighted(heads=HEADS, head_dim=HEAD_DIM):
+    torch.manual_seed(0)
+    pe = build_positional_embedding("kerple_bias_weight", num_heads=heads, head_dim=head_dim,
+                                    hidden_size=heads * head_dim)
+    with torch.no_grad():  # off the initial values, so that the weight is not ~1 everywhere
+        for p in pe.parameters():
+            p.add_(0.3 * torch.rand_like(p))
+    return pe
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("window", [None, 1, 30, 500])
+def test_a_weight_written_out_from_strided_rows_matches_the_float64_reference(window, dtype):
+    # 150 tokens: two whole blocks of WRITTEN_OUT_BLOCK queries and a partial one, positions not from 0.
+    length = 150
+    assert length > 2 * toeplitz.WRITTEN_OUT_BLOCK and length % toeplitz.WRITTEN_OUT_BLOCK
+    pe = make_weighted()
+    q, k, v = (t.to(dtype) for t in inputs(length))
+    out = run_blocked(pe, q, k, v, window, torch.arange(length) + 3, strategy="toeplitz_written_out")
+    assert out.dtype == dtype
+    tolerance = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 1e-10}
+    torch.testing.assert_close(out.double(), float64_reference(pe, q, k, v, window), **tolerance)
+
+
+def test_a_weight_with_gradients_or_gaps_still_gathers_its_blocks():
+    pe, positions = make_weighted(), torch.arange(100)
+    plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=64, needs_grad=True, dropout_p=0.0)
+    assert plan.name == "blocked"
+    with torch.no_grad():
+        plan = plan_attention(pe, positions * 2, impl="blocked", window=None, block_size=64, needs_grad=False,
+                              dropout_p=0.0)
+    assert plan.name == "blocked"

@@ -15,7 +15,9 @@ Each strategy is a small class, one file each (registry.py lists them by path):
 - `flex` path (flex.py): compiled FlexAttention reading the per-distance tables [H, L].
 - `blocked` path: queries in blocks, each gathering its slice of the terms (blocked.py, any method,
   any device, O(H * block * L)); on CPU for a distance-only method at consecutive positions, one
-  strided row per head and nothing materialised (toeplitz.py, O(H * L)).
+  strided row per head and nothing materialised (toeplitz.py, O(H * L)); for one with a weight,
+  without gradients, the written-out softmax reading its weight and bias from such rows
+  (`ToeplitzWrittenOut`, toeplitz.py, O(H * 64 * L)).
 - a learnable bias table's gradient on the side, for the `sdpa` mask, the Toeplitz row and the
   gathered blocks (learnable_table.py, megatron/model/table_gradient.py).
 The KV cache's decoding step is one more (megatron/model/kv_cache.py). Which strategy a forward
