@@ -17,6 +17,7 @@ from megatron.inference_model import load
 from megatron.model import GPTModel
 from megatron.model.attention import plan_attention
 from megatron.model.flex_kernel import reference_math
+from megatron.model.kv_cache import KVCache
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import generate_tokens
@@ -189,3 +190,20 @@ def test_a_pattern_trains_evaluates_generates_and_exports_through_the_entry_poin
     tokens = torch.randint(0, 256, (1, 256), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         torch.testing.assert_close(theirs(tokens).logits, ours(tokens), atol=1e-5, rtol=0)
+
+
+def test_windowed_layers_keep_only_their_window_in_the_kv_cache():
+    """Gemma's pattern, two left-padded prompts: each row continues as it would alone, and after every
+    step a windowed layer holds W - 1 keys while a global layer keeps its buffer for every slot."""
+    _, model = hybrid("gemma_5_to_1")
+    prompts = [list(range(30, 37)), list(range(50, 62))]
+    new = 3 * TRAIN_LENGTH
+    together = generate_tokens(model, prompts, max_new_tokens=new)
+    assert together == [greedy_reference(model, p, new) for p in prompts]
+    cache = KVCache(len(model.layers), 1, 64, windows=model.layer_windows())
+    with torch.no_grad():
+        model(torch.tensor([prompts[1]]), cache=cache)
+        for step in range(40):
+            model(torch.tensor([[7]]), cache=cache)
+            held = [layer.keys.shape[2] for layer in cache.layers]
+            assert held == [W - 1] * 5 + [cache.capacity], held

@@ -57,6 +57,10 @@ class GPTModel(nn.Module):
     def positional_embeddings(self) -> list[nn.Module]:
         return list(self.pos_embs)
 
+    def layer_windows(self) -> list[int | None]:
+        """Each layer's attention window (None: every earlier token)."""
+        return [self.windows[module] for module in self.layer_module]
+
     def positional_labels(self) -> list[str]:
         """A name per positional module, for logs: '' (one module), 'layer{i}' (one per layer), or
         'kind{k}_{method}' (one per kind of layer of a layer-pattern)."""

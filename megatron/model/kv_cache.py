@@ -20,13 +20,22 @@ from megatron.model.attention.masks import attend_materialised
 
 class LayerKV:
     """One layer's cached keys and values, [b, H, capacity, D] each, allocated on first use (then
-    they take the dtype and device of the model's keys)."""
+    they take the dtype and device of the model's keys). A windowed layer (attention-window W) keeps
+    only the last W - 1 slots between forwards: no query of a later forward can see an older key (past
+    its first real token a row's positions rise by one per slot), so its memory is O(W), not O(L)."""
 
-    def __init__(self, capacity: int):
-        self.capacity, self.keys, self.values = capacity, None, None
+    def __init__(self, capacity: int, window: int | None = None):
+        self.capacity, self.window, self.keys, self.values = capacity, window, None, None
 
     def store(self, k, v, start: int):
-        """Write k, v [b, H, s, D] at slots start.. and return all keys and values up to them."""
+        """Write k, v [b, H, s, D] at slots start.. and return the keys and values a query of them can see:
+        all slots up to them, or for a windowed layer slots max(0, start - (W - 1)) .. start + s."""
+        if self.window is not None:
+            keys, values = (k, v) if self.keys is None else (torch.cat([self.keys, k], 2), torch.cat([self.values, v], 2))
+            kept = self.window - 1
+            self.keys, self.values = keys[:, :, keys.shape[2] - min(kept, keys.shape[2]):], \
+                values[:, :, values.shape[2] - min(kept, values.shape[2]):]
+            return keys, values
         if self.keys is None:
             b, heads, _, head_dim = k.shape
             self.keys = k.new_empty(b, heads, self.capacity, head_dim)
@@ -36,11 +45,17 @@ class LayerKV:
         return self.keys[:, :, :end], self.values[:, :, :end]
 
 
+def first_visible_slot(start: int, window: int | None) -> int:
+    """The first cache slot a forward starting at slot `start` reads (LayerKV.store keeps the rest)."""
+    return 0 if window is None else max(0, start - (window - 1))
+
+
 class KVCache:
-    def __init__(self, num_layers: int, batch_size: int, capacity: int, device=None):
-        """Room for `capacity` tokens (padding included) in each of `batch_size` rows."""
+    def __init__(self, num_layers: int, batch_size: int, capacity: int, device=None, windows=None):
+        """Room for `capacity` tokens (padding included) in each of `batch_size` rows; `windows`: each
+        layer's attention window (None: every earlier token), default none windowed."""
         self.batch_size, self.capacity, self.length = batch_size, capacity, 0
-        self.layers = [LayerKV(capacity) for _ in range(num_layers)]
+        self.layers = [LayerKV(capacity, window) for window in (windows or [None] * num_layers)]
         self.positions = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)  # per row
         self.real = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)  # False: padding
 
@@ -79,10 +94,10 @@ class CachedPlan:
 
     def __init__(self, pe, start: int, q_positions, bias, weight, allowed):
         self.pe = pe
-        self.start = start                # cache index of the first new token
+        self.start = start                # cache index of the first new token (keys from first_visible_slot)
         self.q_positions = q_positions    # [b, s]
-        self.bias, self.weight = bias, weight  # [b or 1, H, s, start + s] each, or None
-        self.allowed = allowed            # bool [b, 1, s, start + s]
+        self.bias, self.weight = bias, weight  # [b or 1, H, s, visible keys] each, or None
+        self.allowed = allowed            # bool [b, 1, s, visible keys]
 
     @staticmethod
     def can_run(cache: "KVCache", s: int) -> str | None:
@@ -116,19 +131,20 @@ def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
     """The plan for the s tokens just appended to `cache` (the last s slots)."""
     end = cache.length
     start = end - s
-    q_positions, k_positions, real = cache.positions[:, start:end], cache.positions[:, :end], cache.real[:, :end]
+    first = first_visible_slot(start, window)  # the keys the layers of this plan keep (LayerKV.store)
+    q_positions, k_positions, real = cache.positions[:, start:end], cache.positions[:, first:end], cache.real[:, first:end]
 
-    def terms(q_pos, k_pos):  # -> [H, s, end] each, or None
+    def terms(q_pos, k_pos):  # -> [1, H, s, visible keys] each, or None
         bias, weight = pe.pairwise(q_pos, k_pos)
         return tuple(t if t is None else t[None] for t in (bias, weight))
 
-    if bool((cache.positions[:, :end] == cache.positions[:1, :end]).all()):
+    if bool((cache.positions[:, first:end] == cache.positions[:1, first:end]).all()):
         bias, weight = terms(q_positions[0], k_positions[0])  # [1, H, s, end]: broadcast over rows
     else:
         pairs = [terms(q, k) for q, k in zip(q_positions, k_positions)]
         bias, weight = (None if parts[0] is None else torch.cat(parts) for parts in zip(*pairs))
     q_index = torch.arange(start, end, device=real.device)[:, None]  # [s, 1]
-    k_index = torch.arange(end, device=real.device)[None, :]         # [1, end]
+    k_index = torch.arange(first, end, device=real.device)[None, :]  # [1, visible keys]
     allowed = (k_index <= q_index) & real[:, None, :]                # [b, s, end]
     if window is not None:
         allowed &= q_positions[:, :, None] - k_positions[:, None, :] < window

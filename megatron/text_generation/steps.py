@@ -43,7 +43,7 @@ class CachedSteps:
         # Left-padded, so every row's newest token is in the last column (the pad id is never seen).
         self.tokens = torch.tensor([[0] * (longest - len(p)) + list(p) for p in prompts], device=device)
         self.padding = torch.tensor([[True] * (longest - len(p)) + [False] * len(p) for p in prompts], device=device)
-        self.cache = KVCache(len(model.layers), len(prompts), longest + max_new_tokens, device)
+        self.cache = KVCache(len(model.layers), len(prompts), longest + max_new_tokens, device, model.layer_windows())
         self.block = model.attention_config.block_size  # prompt queries per forward: O(H * block * L) terms
 
     def first(self) -> torch.Tensor:
