@@ -131,3 +131,14 @@ def test_the_checkpoint_records_the_temperature():
 def test_a_bad_temperature_is_one_paragraph(value, message):
     with pytest.raises(NeoXArgsError, match=message):
         NeoXArgs.from_dict(tiny_config("alibi") | {"attention_temperature": value})
+
+
+def test_results_of_each_switch_never_share_the_plain_methods_row():
+    from megatron.evaluation.identity import evaluation_variant
+    plain = tiny_config("rotary")
+    variants = [evaluation_variant(NeoXArgs.from_dict(plain | extra)) for extra in (
+        {}, {"attention_temperature": {"type": "ssmax"}}, {"attention_temperature": {"type": "ssmax", "init": 0.5}},
+        {"attention_temperature": {"type": "head_scale"}}, {"random_positions": 64},
+        {"layer_pattern": [{}, {"pos-emb": "none"}]})]
+    assert variants[0] is None and len(set(variants)) == len(variants)
+    assert variants[1] == "ssmax" and variants[4] == "randpos64" and variants[5].startswith("layers-")

@@ -36,9 +36,9 @@ class Method(str):
 
 
 def evaluation_variant(neox_args) -> str | None:
-    """The method's per-run options that are set (e.g. rotary-scaling), as a short label (`yarn8`), and a
-    layer-pattern's hash (`layers-1a2b3c`), so a run scored with them never shares a result file or a table
-    row with the plain run."""
+    """The switches that change the model a method's name stands for (`switch_labels`) and the method's
+    per-run options that are set (e.g. rotary-scaling, `yarn8`), as a short label, so a run scored with them
+    never shares a result file or a table row with the plain run."""
     from megatron.model.positional_embeddings import per_run_options
 
     parts = []
@@ -55,11 +55,26 @@ def evaluation_variant(neox_args) -> str | None:
         else:
             text = f"{name.replace('_', '-')}={value}"
         parts.append(text)
-    pattern = getattr(neox_args, "layer_pattern", None)
-    if pattern:  # hybrid layers: never the same row as the plain method, one label per pattern
-        parts.insert(0, "layers-" + hashlib.sha256(json.dumps(pattern, sort_keys=True, default=str).encode())
-                     .hexdigest()[:6])
-    return "+".join(parts) or None
+    return "+".join(switch_labels(neox_args) + parts) or None
+
+
+def _short_hash(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:6]
+
+
+def switch_labels(neox_args) -> list[str]:
+    """Labels of the switches that change what a method's name stands for: hybrid layers (`layers-1a2b3c`),
+    an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set) and randomized
+    training positions (`randpos256`)."""
+    labels = []
+    if pattern := getattr(neox_args, "layer_pattern", None):
+        labels.append("layers-" + _short_hash(pattern))
+    if temperature := getattr(neox_args, "attention_temperature", None):
+        given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
+        labels.append(str(given.get("type")) + ("" if set(given) <= {"type"} else "-" + _short_hash(given)))
+    if limit := getattr(neox_args, "random_positions", None):
+        labels.append(f"randpos{limit}")
+    return labels
 
 
 @dataclasses.dataclass(frozen=True)
