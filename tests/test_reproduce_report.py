@@ -85,7 +85,8 @@ def test_report_only_without_inputs_says_how_to_get_them(tmp_path):
 
 PUBLISHED = [("configs/reproduce/cpu-mini.yml", "docs/reproduction", ["--datasets", "stdlib", "prose"]),
              ("configs/reproduce/cpu-mini-long.yml", "docs/reproduction/long-training", []),
-             ("configs/reproduce/cpu-mini-retrieval.yml", "docs/reproduction/retrieval", [])]
+             ("configs/reproduce/cpu-mini-retrieval.yml", "docs/reproduction/retrieval", []),
+             ("configs/reproduce/cpu-mini-ablation.yml", "docs/reproduction/ablation", [])]
 
 
 def _body(text: str) -> list[str]:
@@ -93,13 +94,13 @@ def _body(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.startswith(("- Command:", "- Commit:", "- Generated:", "- Sweep:"))]
 
 
-@pytest.mark.parametrize("sweep,report_dir,args", PUBLISHED, ids=["cpu-mini", "cpu-mini-long", "cpu-mini-retrieval"])
+@pytest.mark.parametrize("sweep,report_dir,args", PUBLISHED, ids=["cpu-mini", "cpu-mini-long", "cpu-mini-retrieval", "cpu-mini-ablation"])
 def test_published_reports_re_render_from_their_committed_inputs(tmp_path, sweep, report_dir, args):
     """The published reports, rendered again from the inputs committed beside them: the same tables,
     verdicts and text, and byte-identical figures (kernel figures need checkpoints: kept as they are)."""
     published = REPO / report_dir
     copy = tmp_path / "report"
-    shutil.copytree(published, copy, ignore=shutil.ignore_patterns("long-training", "retrieval"))
+    shutil.copytree(published, copy, ignore=shutil.ignore_patterns("long-training", "retrieval", "ablation"))
     spec = (REPO / sweep).read_text().replace(f"report_dir: {report_dir}\n", f"report_dir: {copy}\n")
     assert str(copy) in spec
     (tmp_path / "sweep.yml").write_text(spec)

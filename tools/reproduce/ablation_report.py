@@ -39,7 +39,7 @@ def ablation_section(sweep, documents, figures) -> str:
 def _ratios(documents) -> dict:
     """{dataset: {method: {L / T: mean over seeds of ppl(L) / ppl(T)}}} (nonoverlap)."""
     out = {}
-    for dataset, runs in index_results(documents, "nonoverlap").items():
+    for dataset, runs in sorted(index_results(documents, "nonoverlap").items()):  # not the files' order
         T = next(d["run"]["train_length"] for d in documents if d["run"]["dataset"] == dataset)
         for method in sorted(runs, key=method_sort_key):
             at_T = runs[method].get(T, {})
@@ -161,7 +161,7 @@ def _chunk_section(documents, by_count, counts, full, figures) -> str:
              "separate evaluations. *CI*: the median over runs of the half-width of a run's 95% confidence interval "
              "of perplexity from its chunks, exp(1.96 × stderr of the chunk losses) − 1, in percent. *Seed spread*: "
              "the median over models of the standard deviation over seeds of ppl, in percent of the mean.\n"]
-    for dataset in index[full]:
+    for dataset in sorted(index[full]):
         head = " | ".join(f"CI at {n} | seed spread at {n}" for n in counts)
         lines += [f"**{dataset}**\n", f"| L | {head} |", "|---|" + "---|" * (2 * len(counts))]
         for L in sorted({L for m in index[full][dataset].values() for L in m}):
@@ -185,11 +185,11 @@ def _chunk_section(documents, by_count, counts, full, figures) -> str:
                 f"**{v}** (flips)" if v != verdicts[-1] else v for v in verdicts) + " |")
     lines.append("")
     for n, changed in flipped.items():
-        lines.append(f"- At {n} chunks: " + (f"{len(changed)} verdict(s) flip: " + "; ".join(
+        lines.append(f"- At {n} chunks: " + (f"{len(changed)} verdict{'s flip' if len(changed) > 1 else ' flips'}: " + "; ".join(
             f"{d}, {q}: {v} (at {full}: {w})" for d, q, v, w in changed) if changed else "no verdict flips") + ".")
     figures(_chunk_figure(documents, counts, full), "ablation_chunks")
     lines.append("\n![ppl(L) / ppl(T) read from 20, 64 and 320 chunks](ablation_chunks.png)\n")
     decides = bool(flipped.get(min(counts)))
     lines.append(f"\n**Does the chunk count decide a verdict?** {'Yes' if decides else 'No'}: at {min(counts)} chunks "
-                 f"{'some verdicts differ' if decides else 'every verdict is the same'} as at {full}.\n")
+                 f"{'some verdicts differ from those' if decides else 'every verdict is the same as'} at {full}.\n")
     return "\n".join(lines)

@@ -39,6 +39,9 @@ def _seconds_per_step(run, inputs) -> float | None:
     return None
 
 
+VARIANT_STYLES = (("-", "."), ("--", "s"), (":", "^"), ("-.", "x"))  # (line, marker): the plain run first
+
+
 def training_section(sweep, trained, inputs, figures) -> str:
     """Validation loss against step: the evidence that the models were trained well enough to compare."""
     from tools.analysis.plot_common import method_color, plt
@@ -46,14 +49,18 @@ def training_section(sweep, trained, inputs, figures) -> str:
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
     rows = []
     for ax, dataset in zip(axes[0], datasets):
-        for method in dict.fromkeys(r.label for r in trained):  # a training variant is a method of its own
+        labels = list(dict.fromkeys(r.label for r in trained))  # a training variant is a method of its own
+        for method in labels:
             runs = [r for r in trained if r.dataset.name == dataset and r.label == method]
             curves = [c for c in (inputs.curve(r, VALID_LOSS) for r in runs) if c]
             if not curves:
                 continue
             steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
             mean = np.array([np.mean([dict(c)[s] for c in curves]) for s in steps])
-            ax.plot(steps, mean, color=method_color(runs[0].label), marker=".", label=method)
+            # Training variants share their method's colour: told apart by line and marker.
+            nth = [m for m in labels if m.pos_emb == method.pos_emb].index(method) % len(VARIANT_STYLES)
+            ax.plot(steps, mean, color=method_color(runs[0].label), linestyle=VARIANT_STYLES[nth][0],
+                    marker=VARIANT_STYLES[nth][1], label=method)
             quarter = next((i for i, s in enumerate(steps) if s >= 0.75 * steps[-1]), len(steps) - 1)
             rows.append(f"| {dataset} | {method} | {len(curves)} | {mean[-1]:.4f} | {mean[quarter]:.4f} "
                         f"(step {steps[quarter]}) | {100 * (mean[quarter] - mean[-1]) / mean[quarter]:.2f}% |")
@@ -98,7 +105,8 @@ def kernel_section(sweep, trained, figures) -> str:
             lines.append(f"- {run}: no kernel figure: {err}")
             continue
         max_distance = sweep.position_length or 4 * args.seq_length
-        title = f"{run.dataset.name}: {run.label} kernel (seed {run.seed}, step {step}, trained at {args.seq_length})"
+        title = (f"{run.dataset.name}: {run.label} kernel" + (f" of layer 1 of {len(modules)}" if len(modules) > 1 else "")
+                 + f" (seed {run.seed}, step {step}, trained at {args.seq_length})")
         figures(plot_kernel(modules[0], max_distance, title), stem)
         lines.append(f"![{run.label} kernel on {run.dataset.name}]({stem}.png)\n")
     return "\n".join(lines)
