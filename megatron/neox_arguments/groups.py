@@ -77,7 +77,8 @@ class AttentionArgs:
         "`flex` on CUDA (where it can run) or `blocked`; never `flex` on CPU.")
     attention_block_size: int = arg(
         512, "Query block size of the `blocked` path where it gathers each block's terms (on CPU a "
-        "distance-only method's blocks read one row per head instead, 128 queries at a time).")
+        "distance-only method's blocks read one row per head instead, 128 queries at a time, 768 from "
+        "4,096 tokens without gradients).")
     attention_memory_budget: Optional[int] = arg(
         None, "MB that `auto` lets the `sdpa` path's L x L tensors take; default a quarter of a CUDA "
         "device's memory, 1024 on CPU.")
