@@ -216,3 +216,16 @@ def test_one_seed_gives_no_test_rather_than_an_error():
     assert verdict["1. kerple_log degrades"][0] == "does not degrade"
     assert "(no test: one seed)" in verdict["1. kerple_log degrades"][1]
     assert verdict["2. switch `per-layer`"][0] == "no significant effect"
+
+
+def test_a_training_variant_with_a_switch_is_found_by_the_label_evaluate_py_writes(tmp_path):
+    """A layer-pattern variant: evaluate.py labels its result `rotary+layers-<hash>` (identity.py), and the
+    sweep looks for exactly that, while its folder and report label stay `rotary+nope-alternate`."""
+    from megatron.evaluation.identity import evaluation_variant
+    from tools.reproduce.runs import plan_runs
+    from tools.reproduce.spec import load_sweep
+    sweep = load_sweep(pathlib.Path(__file__).parents[1] / "configs/reproduce/cpu-mini-2026.yml")
+    (hybrid,) = [r for r in plan_runs(sweep, [sweep.data["stdlib"]]) if r.trained == "nope-alternate" and r.seed == 1235]
+    assert str(hybrid.label) == "rotary+nope-alternate" and hybrid.directory.parts[-2] == "rotary+nope-alternate"
+    written = evaluation_variant(hybrid.args())  # as evaluate.py computes it from the run's config
+    assert written.startswith("layers-") and str(hybrid.written_label) == f"rotary+{written}"

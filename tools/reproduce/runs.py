@@ -34,18 +34,20 @@ class Run:
                            config_hash(self.args().to_dict()), self.label.variant)
 
     @functools.cached_property
-    def written_label(self) -> Method:  # cached: a variant's label reads its config (NeoXArgs), once
-        """The label evaluate.py writes into the result file: it knows the per-run options, not the
-        training variant, which inputs.collect adds to the report's copy (`label`)."""
-        variant = evaluation_variant(self.args({**self.training_overrides(), **self.variant})) if self.variant else None
-        return Method(self.method, self.window, variant)
+    def written_label(self) -> Method:  # cached: the label reads the run's config (NeoXArgs), once
+        """The label evaluate.py writes into the result file (identity.evaluation_variant): the per-run
+        options and the switches a training variant may set (layer-pattern, attention-temperature,
+        random-positions), not the training variant's name, which inputs.collect adds (`label`)."""
+        return Method(self.method, self.window,
+                      evaluation_variant(self.args({**self.model_overrides(), **(self.variant or {})})))
 
     @property
     def label(self) -> Method:
         written = self.written_label
         if not self.trained:
             return written
-        return Method(self.method, self.window, "+".join(filter(None, (self.trained, written.variant))))
+        # The training variant's name stands for its switches; an evaluation variant adds its own label.
+        return Method(self.method, self.window, "+".join(filter(None, (self.trained, self.variant and written.variant))))
 
     @property
     def directory(self) -> pathlib.Path:
@@ -67,12 +69,18 @@ class Run:
     def __str__(self):
         return f"{self.dataset.name}/{self.label}/seed{self.seed}"
 
+    def model_overrides(self) -> dict:
+        """NeoX keys of this run's model, data and seed on top of the profile (no folders: they follow
+        from the label, which follows from these)."""
+        trained = self.sweep.training_variants[self.method][self.trained] if self.trained else {}
+        return {**self.sweep.overrides, **trained,
+                **{k.replace("-", "_"): v for k, v in self.dataset.tokenizer.items()}, "pos_emb": self.method,
+                "seed": self.seed, "data_path": self.dataset.prefix}
+
     def training_overrides(self) -> dict:
         """NeoX keys of this run on top of the profile (the same for training and evaluation)."""
         owner = self.owner.directory
-        trained = self.sweep.training_variants[self.method][self.trained] if self.trained else {}
-        return {**self.sweep.overrides, **trained,
-                **{k.replace("-", "_"): v for k, v in self.dataset.tokenizer.items()}, "pos_emb": self.method, "seed": self.seed, "data_path": self.dataset.prefix,
+        return {**self.model_overrides(),
                 "save": str(self.checkpoints), "load": str(self.checkpoints),
                 "tensorboard_dir": str(owner / "tensorboard"), "log_dir": str(owner / "logs"),
                 # Own sample-index cache: parallel runs of one seed would otherwise write the same files.
