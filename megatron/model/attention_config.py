@@ -2,6 +2,7 @@
 from dataclasses import dataclass
 
 from megatron.errors import NeoXArgsError
+from megatron.model.flex_kernel import kernel_options_problem
 
 ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked")
 
@@ -35,11 +36,15 @@ class AttentionConfig:
     window: int | None      # attention-window
     dropout: float          # attention-dropout
     memory_budget_mb: int | None  # attention-memory-budget
+    flex_kernel_options: dict | None = None  # attention-flex-kernel-options (CUDA's flex kernel)
 
     def __post_init__(self):
         check_attention_sizes(self.window, self.block_size, self.memory_budget_mb)
+        if (problem := kernel_options_problem(self.flex_kernel_options)) is not None:
+            raise AttentionConfigError("attention_flex_kernel_options", f"attention-flex-kernel-options: {problem}")
 
     @classmethod
     def from_args(cls, neox_args) -> "AttentionConfig":
         return cls(neox_args.attention_impl, neox_args.attention_block_size, neox_args.attention_window,
-                   neox_args.attention_dropout, neox_args.attention_memory_budget)
+                   neox_args.attention_dropout, neox_args.attention_memory_budget,
+                   neox_args.attention_flex_kernel_options)

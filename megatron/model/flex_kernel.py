@@ -13,10 +13,11 @@ of returning the kernel's numbers.
 """
 import contextlib
 import os
+import typing
 import warnings
 
 import torch
-from torch.nn.attention.flex_attention import flex_attention
+from torch.nn.attention.flex_attention import FlexKernelOptions, flex_attention
 
 from megatron.compiled_code import keep_compiled_code_apart
 from megatron.errors import NeoXArgsError
@@ -71,14 +72,44 @@ def eager_flex_attention(q, k, v, score_mod, block_mask):
     return torch.cat(outputs, dim=2)
 
 
-def run_flex(q, k, v, score_mod, block_mask, kernel=None):
-    """q, k, v [b, H, s, D] (s whole tiles) -> [b, H, s, D] through `kernel` (default: the compiled one)."""
+def kernel_options_problem(value) -> str | None:
+    """What is wrong with an `attention-flex-kernel-options` value, or None. The keys and their types are
+    torch's own (FlexKernelOptions: block sizes, warps, stages, BACKEND, ...), each optionally prefixed
+    with fwd_ or bwd_; block sizes are powers of two."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"must be a mapping such as {{BLOCK_M: 64, BLOCK_N: 64}}, got {value!r}."
+    known = typing.get_type_hints(FlexKernelOptions)
+    for key, given in value.items():
+        name = str(key).removeprefix("fwd_").removeprefix("bwd_")
+        if name not in known:
+            return (f"{key!r} is not one of torch's FlexAttention kernel options ({', '.join(sorted(known))}, "
+                    "each optionally prefixed fwd_ or bwd_).")
+        kind = known[name]  # int, bool or a Literal (get_type_hints drops NotRequired)
+        if typing.get_origin(kind) is typing.Literal:
+            if given not in typing.get_args(kind):
+                return f"{key} is {given!r}; torch accepts {list(typing.get_args(kind))}."
+        elif kind is bool:
+            if not isinstance(given, bool):
+                return f"{key} is {given!r}; it must be true or false."
+        elif isinstance(given, bool) or not isinstance(given, int) or given < 1 or (
+                name.startswith("BLOCK_") and given & (given - 1)):
+            return f"{key} is {given!r}; it must be a positive integer" + (
+                ", a power of two." if name.startswith("BLOCK_") else ".")
+    return None
+
+
+def run_flex(q, k, v, score_mod, block_mask, kernel=None, kernel_options=None):
+    """q, k, v [b, H, s, D] (s whole tiles) -> [b, H, s, D] through `kernel` (default: the compiled one).
+    `kernel_options` (attention-flex-kernel-options) go to the CUDA kernel; the compiled CPU kernel has
+    none of those knobs (warps, Triton block sizes, backends), so on CPU they are not passed."""
     if _use_reference:
         return eager_flex_attention(q, k, v, score_mod, block_mask)
     kernel = kernel or compiled_flex_attention()
-    out = kernel(q, k, v, score_mod=score_mod, block_mask=block_mask)
     if q.device.type != "cpu":
-        return out
+        return kernel(q, k, v, score_mod=score_mod, block_mask=block_mask, kernel_options=kernel_options or None)
+    out = kernel(q, k, v, score_mod=score_mod, block_mask=block_mask)
     shape = (q.dtype, tuple(q.shape), tuple(k.shape), tuple(v.shape), kernel)
     if shape not in _proven_shapes:
         check_against_reference(out, eager_flex_attention(q, k, v, score_mod, block_mask), q)

@@ -96,7 +96,8 @@ class GPTModel(nn.Module):
         plans = [plan_attention(pe, position_ids, impl=attention.impl, window=window,
                                 block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
                                 dropout_p=attention.dropout if self.training else 0.0, dtype=self.compute_dtype(),
-                                batch=b, memory_budget_mb=attention.memory_budget_mb)
+                                batch=b, memory_budget_mb=attention.memory_budget_mb,
+                                flex_kernel_options=attention.flex_kernel_options)
                  for pe, window in zip(self.pos_embs, self.windows)]
         return self._layers_and_head(x, plans, [None] * len(self.layers))
 

@@ -85,6 +85,10 @@ class AttentionArgs:
     attention_window: Optional[int] = arg(
         None, "Mask keys at distance >= W (any method): the paper's windowed baseline.")
     attention_dropout: float = arg(0.0, "Dropout on the attention probabilities.")
+    attention_flex_kernel_options: Optional[dict] = arg(
+        None, "torch's FlexAttention kernel_options for the `flex` path on CUDA (block sizes BLOCK_M/BLOCK_N, "
+        "num_warps, num_stages, BACKEND: AUTO | TRITON | FLASH | TRITON_DECODE, ...; fwd_/bwd_ prefixes), "
+        "checked against torch's own list. Not passed on CPU, whose compiled kernel has none of these knobs.")
 
 
 INIT_ONLY_NOTE = " Initialisation only: a checkpoint loads whatever this was when it was trained."

@@ -46,7 +46,7 @@ __all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Bloc
 
 def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,
                    needs_grad: bool, dropout_p: float, dtype: torch.dtype = torch.float32, batch: int = 1,
-                   memory_budget_mb: int | None = None) -> AttentionPlan:
+                   memory_budget_mb: int | None = None, flex_kernel_options: dict | None = None) -> AttentionPlan:
     """Choose the strategy for this forward and compute what it reads from the positional method.
 
     `dtype`: the dtype of q, k and v (the `sdpa` mask is built in it); `batch`: sequences per
@@ -57,8 +57,11 @@ def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None
     inputs = AttentionInputs.describe(pe, positions, bias_table, weight_table, window=window, block_size=block_size,
                                       needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=batch)
     strategy = choose_strategy(impl, inputs, memory_budget_bytes(positions.device, memory_budget_mb))
-    return strategy(pe, positions, window=window, block_size=block_size, span=span, dtype=dtype,
+    plan = strategy(pe, positions, window=window, block_size=block_size, span=span, dtype=dtype,
                     bias_table=bias_table, weight_table=weight_table)
+    if flex_kernel_options:
+        plan.kernel_options = dict(flex_kernel_options)  # read by the flex strategy only
+    return plan
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, dropout_p: float = 0.0):

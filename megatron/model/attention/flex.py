@@ -58,6 +58,7 @@ def flex_block_mask(positions, window, span):
 
 class Flex(AttentionPlan):
     name = path = "flex"
+    kernel_options = None  # attention-flex-kernel-options, set by plan_attention (CUDA only: flex_kernel.run_flex)
 
     def __init__(self, pe, positions, *, window, span, bias_table, weight_table, **common):
         super().__init__(pe, positions, window=window, span=span, bias_table=bias_table,
@@ -108,5 +109,6 @@ class Flex(AttentionPlan):
         # Zero-padded to whole tiles (see pad_to_whole_tiles); contiguous, so one memory layout and the
         # compiled kernel is not rebuilt per caller.
         q, k, v = (F.pad(t, (0, 0, 0, positions.shape[0] - length)).contiguous() for t in (q, k, v))
-        out = run_flex(q, k, v, add_score_terms, self.block_mask)  # on CPU: checked against torch's eager math
+        out = run_flex(q, k, v, add_score_terms, self.block_mask,  # on CPU: checked against torch's eager math
+                       kernel_options=self.kernel_options)
         return out[:, :, :length]
