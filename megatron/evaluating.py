@@ -37,7 +37,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     tokenizer = build_tokenizer(neox_args)
     check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
     stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
-    plan = {length: planned_starts(stream, length, neox_args) for length in lengths}
+    plan = {length: planned_starts(stream, length, neox_args, tokenizer.eod) for length in lengths}
     for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
         if mode.check:
             mode.check(neox_args, tokenizer, stream, lengths)
@@ -52,6 +52,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     evaluation = {
         "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
         "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
+        "eval_documents": neox_args.eval_documents,
         "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
         "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
         "device": str(device), "dtype": str(dtype).removeprefix("torch."), "ranks": neox_args.world_size,

@@ -31,9 +31,12 @@ def checked_plan(neox_args):
     return lengths, modes
 
 
-def planned_starts(stream, length, neox_args):
+def planned_starts(stream, length, neox_args, eod: int | None = None):
+    """The chunks scored at `length`; with eval-documents: within, only those inside one document (`eod`:
+    the tokenizer's end-of-document id)."""
+    within = (stream == eod) if neox_args.eval_documents == "within" else None
     try:
-        return chunk_starts(len(stream), length, neox_args.eval_chunks, neox_args.eval_seed)
+        return chunk_starts(len(stream), length, neox_args.eval_chunks, neox_args.eval_seed, within)
     except ValueError as e:
         raise EvaluationError(f"eval-lengths: at length {length}, {e} (eval-split "
                               f"{neox_args.eval_split!r})") from None

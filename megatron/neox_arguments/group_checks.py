@@ -237,6 +237,10 @@ def check_evaluation(args, fail):
     if bad_modes:
         fail("eval_modes", f"unknown mode(s) {quote(bad_modes)}; choose from {list(mode_names())} (each a file "
              "in megatron/evaluation/modes/).")
+    if args.eval_documents == "within" and "sliding" in args.eval_modes:
+        fail("eval_documents", "is 'within', but the `sliding` mode gives each chunk context from before its "
+             "start, which crosses into the previous document; use eval-documents: cross with `sliding`, or "
+             "score `nonoverlap` within documents.")
 
 
 def check_data(args, fail):

@@ -246,6 +246,9 @@ class _ScoringKeys:
                                      "loglikelihood_rolling's windows advance; default the whole eval-task-length.")
     eval_split: Literal["test", "valid"] = arg("test", "Which split to evaluate.")
     eval_seed: int = arg(0, "Seed choosing the chunks: fixed so every run is scored on the same ones.")
+    eval_documents: Literal["cross", "within"] = arg(
+        "cross", "`cross` (the paper's): chunks run across the documents the evaluation stream concatenates; "
+        "`within`: only chunks that lie inside one document are scored (fewer at long lengths).")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
     eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.", path="dir")
 
