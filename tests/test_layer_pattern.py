@@ -207,3 +207,16 @@ def test_windowed_layers_keep_only_their_window_in_the_kv_cache():
             model(torch.tensor([[7]]), cache=cache)
             held = [layer.keys.shape[2] for layer in cache.layers]
             assert held == [W - 1] * 5 + [cache.capacity], held
+
+
+def test_the_dry_run_lists_each_layer_and_each_modules_training_path():
+    from megatron.model.attention.registry import STRATEGIES
+    from megatron.model.layer_pattern import describe_layers, training_plans
+    args = args_of("kerple_global_alibi_window")
+    lines = describe_layers(args).splitlines()
+    assert [line.split("#")[0].split(None, 2)[2].strip() for line in lines] == \
+        ["alibi, window 6", "kerple_log", "alibi, window 6", "kerple_log"]
+    assert [line.rsplit(" ", 1)[1] for line in lines] == ["0", "1", "0", "1"]
+    plans = training_plans(args)
+    names = set(STRATEGIES)
+    assert len(plans) == 2 and all(line.split(": ", 1)[1].split(",")[0] in names for line in plans), plans

@@ -135,3 +135,30 @@ def describe_layers(neox_args) -> str:
     modules = kinds if neox_args.pos_emb_per_layer else list(dict.fromkeys(kinds))
     return "\n".join(f"layer {i:<4}{kind.describe():<60}# positional module "
                      f"{i if neox_args.pos_emb_per_layer else modules.index(kind)}" for i, kind in enumerate(kinds))
+
+
+def training_plans(neox_args) -> list[str]:
+    """Each positional module's attention strategy at seq-length in training on this machine's CPU, and
+    the memory that strategy estimates for one layer's forward (`--dry-run`; GPU ranks may choose
+    otherwise: `auto` prefers other strategies on CUDA)."""
+    import torch
+
+    from megatron.model.attention import AttentionInputs
+    from megatron.model.attention_choice import choose_strategy, memory_budget_bytes
+
+    kinds = list(dict.fromkeys(layer_kinds(neox_args)))
+    positions = torch.arange(neox_args.seq_length)
+    lines = []
+    for index, kind in enumerate(kinds):
+        pe = build_kind(kind, neox_args)
+        with torch.no_grad():
+            bias, weight = pe.distance_tables(neox_args.seq_length) if pe.distance_only else (None, None)
+        inputs = AttentionInputs.describe(
+            pe, positions, bias, weight, window=kind.window, block_size=neox_args.attention_block_size,
+            needs_grad=True, dropout_p=neox_args.attention_dropout, dtype=torch.float32,
+            batch=neox_args.train_micro_batch_size_per_gpu or 1)
+        strategy = choose_strategy(neox_args.attention_impl, inputs,
+                                   memory_budget_bytes(positions.device, neox_args.attention_memory_budget))
+        lines.append(f"positional module {index} ({kind.describe()}): {strategy.name}, about "
+                     f"{strategy.memory_bytes(inputs) / 2**20:.1f} MB per layer beyond q, k, v")
+    return lines
