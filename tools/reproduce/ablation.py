@@ -209,3 +209,167 @@ def answer(by_dataset: dict) -> str:
     if not found:
         return "No switch reproduces the degradation at this scale."
     return "Reproduces the DAPE-V2 degradation: " + "; ".join(f"`{s}` on {d}" for d, s in found) + "."
+
+
+# The retrieval variant (configs/reproduce/cpu-mini-retrieval-ablation.yml): the same questions judged by
+# kv-retrieval accuracy in place of perplexity, written here before its runs. DAPE-V2 measured perplexity
+# only, so there is no number of theirs to set beside these.
+LOSE_RATIO = 1 / DEGRADE_RATIO   # rule R1: mean acc(L) / acc(T) at a long length at most 0.8
+UNLEARNED = 0.05                 # acc(T) at most this: the model never learned the task (retrieval.py's CHANCE)
+
+RETRIEVAL_ABLATION_RULES = (
+    f"*Long lengths*: at least {LONG_RATIO}x the training length T. *Accuracy*: greedy exact match of the answer, "
+    "over every depth and sample of a length. *Significantly* more or less accurate: the exact McNemar test "
+    "(two-sided binomial test on the discordant pairs, the retrieval report's test of claim 4) at α = "
+    f"{ALPHA}; two models at one length are paired by (seed, sample): every run scores byte-identical prompts. "
+    f"**R1. Loses retrieval**: at some long length L, the accuracy at L (pooled over seeds) is at most "
+    f"{LOSE_RATIO:g} x the accuracy at T and significantly below it (pairs: each seed's sample i at T and at L, "
+    f"the same depth); a model whose accuracy at T is at most {UNLEARNED:.0%} *did not learn the task* and is "
+    "not compared further. Seeds are never dropped: a seed that did not learn counts in its model's accuracy. **R2. A switch** (a training variant of kerple_log, against kerple_log with shared "
+    "parameters in fp32): *makes retrieval worse at every long length* (the retrieval counterpart of the "
+    "DAPE-V2 degradation) when the reference is significantly more accurate at every long length; *makes it "
+    "worse at some lengths* when the reference is significantly more accurate at some long length and the "
+    "variant at none; *makes it better* the other way round; *mixed* when each is significantly more accurate "
+    "somewhere; else *no significant effect*. **R3. Against ALiBi** at long lengths: *better* when "
+    "significantly more accurate at every long length, *worse* when ALiBi is significantly more accurate at "
+    "some long length, else *not significantly different* (or *better at some lengths*). The chunk-count "
+    "question has no counterpart: every run scores the same probe samples, all of them."
+)
+
+
+def mcnemar(a, b) -> tuple[float | None, int, int]:
+    """Exact McNemar test of paired 0/1 outcomes: (p, pairs only a got right, pairs only b got right)."""
+    from scipy import stats
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+    p = stats.binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else None
+    return (None if p is None else float(p)), only_a, only_b
+
+
+def _hits(record) -> np.ndarray:
+    from tools.analysis.probe_table import correct
+    return correct(record)
+
+
+class _Probes:
+    """One dataset's probe records: {method: {length: {seed: record}}} with its training length."""
+
+    def __init__(self, runs: dict, train_length: int):
+        self.runs, self.T = runs, train_length
+        self.lengths = sorted({L for m in runs.values() for L in m})
+        self.long = [L for L in self.lengths if L >= LONG_RATIO * train_length]
+
+    def pairs(self, a, la, b, lb):
+        """Outcomes of (a at length la, b at length lb) over the (seed, sample) pairs they share."""
+        x, y = [], []
+        ra, rb = self.runs[a].get(la, {}), self.runs[b].get(lb, {})
+        for seed in sorted(set(ra) & set(rb)):
+            if la == lb and ra[seed]["probe_keys"] != rb[seed]["probe_keys"]:
+                raise ValueError(f"the probes at length {la} differ between {a} and {b}: evaluate both with "
+                                 "the same eval-seed, probe-depths and probe-samples")
+            ha, hb = _hits(ra[seed]), _hits(rb[seed])
+            n = min(len(ha), len(hb))
+            x += list(ha[:n])
+            y += list(hb[:n])
+        return np.array(x), np.array(y)
+
+    def accuracy(self, method, L) -> float:
+        return float(np.mean([_hits(r).mean() for r in self.runs[method][L].values()]))
+
+    def better(self, a, b, L):
+        """(a significantly more accurate, b significantly more accurate, p) at length L."""
+        x, y = self.pairs(a, L, b, L)
+        p, only_a, only_b = mcnemar(x, y)
+        significant = p is not None and p < ALPHA
+        return significant and only_a > only_b, significant and only_b > only_a, p
+
+
+def learned(data: _Probes, method) -> bool:
+    return data.accuracy(method, data.T) > UNLEARNED
+
+
+def loses_retrieval(data: _Probes, method) -> tuple[str, str]:
+    """Rule R1: (verdict, numbers)."""
+    at_T = data.accuracy(method, data.T)
+    if not learned(data, method):
+        return "did not learn the task", f"accuracy at T = {data.T}: {at_T:.2f}"
+    hits, parts = [], []
+    for L in data.long:
+        ratio = data.accuracy(method, L) / at_T
+        x, y = data.pairs(method, data.T, method, L)
+        p, only_T, only_L = mcnemar(x, y)
+        parts.append(f"L={L}: {data.accuracy(method, L):.2f} ({ratio:.2f}x; {_p(p)})")
+        if ratio <= LOSE_RATIO and p is not None and p < ALPHA and only_T > only_L:
+            hits.append(L)
+    verdict = f"loses retrieval at L = {hits}" if hits else "keeps retrieval"
+    return verdict, f"accuracy at T = {data.T}: {at_T:.2f}; at " + "; ".join(parts)
+
+
+def retrieval_switch_verdict(data: _Probes, variant) -> tuple[str, str]:
+    """Rule R2 for one training variant of the reference."""
+    ref_better, var_better, parts = [], [], []
+    for L in data.long:
+        a, b, p = data.better(REFERENCE, variant, L)
+        ref_better += [L] if a else []
+        var_better += [L] if b else []
+        parts.append(f"L={L}: {data.accuracy(variant, L):.2f} vs {data.accuracy(REFERENCE, L):.2f} ({_p(p)})")
+    evidence = f"{variant} vs {REFERENCE} accuracy: " + "; ".join(parts)
+    if data.long and ref_better == data.long:
+        return "makes retrieval worse at every long length", evidence
+    if ref_better and var_better:
+        return "mixed", evidence
+    if ref_better:
+        return f"makes retrieval worse at L = {ref_better} only", evidence
+    if var_better:
+        return f"makes retrieval better at L = {var_better}", evidence
+    return "no significant effect", evidence
+
+
+def retrieval_anchor_verdict(data: _Probes, method) -> tuple[str, str]:
+    """Rule R3: one KERPLE-log model against ALiBi."""
+    better, worse, parts = [], [], []
+    for L in data.long:
+        a, b, p = data.better(method, ANCHOR, L)
+        better += [L] if a else []
+        worse += [L] if b else []
+        parts.append(f"L={L}: {data.accuracy(method, L):.2f} vs {data.accuracy(ANCHOR, L):.2f} ({_p(p)})")
+    verdict = (f"worse (ALiBi significantly more accurate at L = {worse})" if worse else
+               "better" if data.long and better == data.long else
+               f"better at L = {better} only" if better else "not significantly different")
+    return verdict, f"{method} vs {ANCHOR} accuracy: " + "; ".join(parts)
+
+
+def retrieval_verdicts(documents, switches, mode: str = "kv-retrieval") -> dict:
+    """{dataset: [(question, verdict, numbers)]} for rules R1-R3 on the `mode` probe records."""
+    index = index_results(documents, mode)
+    lengths = {}
+    for document in documents:
+        lengths.setdefault(document["run"]["dataset"], set()).add(document["run"]["train_length"])
+    out = {}
+    for dataset, runs in sorted(index.items()):
+        if REFERENCE not in runs or len(lengths[dataset]) != 1:
+            continue
+        data = _Probes({str(m): v for m, v in runs.items()}, next(iter(lengths[dataset])))
+        if data.T not in data.lengths or not data.long:
+            continue
+        kerple = [REFERENCE] + [f"{REFERENCE}+{s}" for s in switches if f"{REFERENCE}+{s}" in data.runs]
+        anchor = [ANCHOR] if ANCHOR in data.runs else []
+        rows = [(f"R1. {m} loses retrieval", *loses_retrieval(data, m)) for m in kerple + anchor]
+        trained = [m for m in kerple if learned(data, m)]
+        for method in kerple[1:]:
+            question = f"R2. switch `{method.removeprefix(REFERENCE + '+')}`"
+            rows.append((question, *retrieval_switch_verdict(data, method)) if REFERENCE in trained and method in trained
+                        else (question, "not compared", "a model that did not learn the task"))
+        if anchor and learned(data, ANCHOR):
+            rows += [(f"R3. {m} against ALiBi", *retrieval_anchor_verdict(data, m)) for m in trained]
+        out[dataset] = rows
+    return out
+
+
+def retrieval_answer(by_dataset: dict) -> str:
+    """The one-sentence answer from rule R2's verdicts."""
+    found = [(d, q.split("`")[1]) for d, rows in by_dataset.items() for q, v, _ in rows
+             if q.startswith("R2.") and v == "makes retrieval worse at every long length"]
+    if not found:
+        return "No switch makes KERPLE-log's retrieval worse at every long length at this scale."
+    return "Makes KERPLE-log's retrieval worse at every long length: " + "; ".join(f"`{s}` on {d}" for d, s in found) + "."
