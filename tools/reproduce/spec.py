@@ -47,6 +47,7 @@ class Sweep:
     variants: dict                # method -> [NeoX keys of one evaluation-only variant, ...]
     training_variants: dict       # method -> {label: NeoX keys of one separately trained variant}
     chunk_subsets: list           # chunk counts the ablation report re-reads the scored chunks at
+    ablation: dict | None         # {method, anchor, measure}: judge the training variants by ablation.py's rules
     kernel_figures: list
     position_length: int | None
     position_methods: list
@@ -59,7 +60,7 @@ class Sweep:
 
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
               "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
-              "report_dir", "commentary", "jobs", "threads", "training_variants", "chunk_subsets"}
+              "report_dir", "commentary", "jobs", "threads", "training_variants", "chunk_subsets", "ablation"}
 REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
 DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
 
@@ -112,12 +113,13 @@ def load_sweep(path) -> Sweep:
                               and max(chunk_subsets) < evaluation["eval_chunks"]):
         fail("chunk_subsets", "must be whole numbers above 1 and below evaluation.eval-chunks (the subsets are "
              "drawn from the chunks every run scored)")
+    ablation = _ablation(spec.get("ablation"), spec["methods"], training_variants, evaluation, fail)
     return Sweep(
         path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
         windowed_baseline=windowed, variants=variants, training_variants=training_variants,
-        chunk_subsets=sorted(chunk_subsets), kernel_figures=list(spec.get("kernel_figures") or []),
+        chunk_subsets=sorted(chunk_subsets), ablation=ablation, kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
         report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
@@ -166,7 +168,7 @@ def _variants(given, methods, fail) -> dict:
 def _training_variants(given, methods, fail) -> dict:
     """`training_variants: {kerple_log: {per-layer: {pos-emb-per-layer: true}, bf16: {precision: bf16}}}`:
     each entry is trained as a run of its own (its own folder, checkpoints and config hash) beside the
-    method's plain run, and reported as `<method>+<label>` (an ablation of training switches)."""
+    method's plain run, and reported as `<method>+<label>` (judged as switches only with `ablation:`)."""
     from megatron.neox_arguments import NeoXArgs
     if not isinstance(given, dict):
         fail("training_variants", "must map a method to {label: {NeoX key: value, ...}}, e.g. "
@@ -190,3 +192,35 @@ def _training_variants(given, methods, fail) -> dict:
                 fail(f"training_variants.{method}.{label}", "pos-emb and seed are the grid's own axes")
             variants[method][label] = entry
     return variants
+
+
+ABLATION_MEASURES = {"perplexity": "nonoverlap", "kv-retrieval": "kv-retrieval"}  # measure -> the eval-mode it reads
+
+
+def _ablation(given, methods, training_variants, evaluation, fail) -> dict | None:
+    """`ablation: {method: kerple_log, anchor: alibi, measure: perplexity}`: the report judges `method`'s
+    training variants as switches of an ablation by the rules written before the runs (ablation.py), against
+    `anchor`; without it a sweep's training variants are compared with their parent method, with no verdicts."""
+    from .ablation import ANCHOR, REFERENCE
+    if given is None:
+        return None
+    example = f"{{method: {REFERENCE}, anchor: {ANCHOR}, measure: perplexity}}"
+    if not isinstance(given, dict) or set(map(normalise_key, given)) - {"method", "anchor", "measure"}:
+        fail("ablation", f"must be a mapping with keys method, anchor and (optional) measure, e.g. {example}")
+    given = {normalise_key(k): v for k, v in given.items()}
+    if (given.get("method"), given.get("anchor")) != (REFERENCE, ANCHOR):
+        fail("ablation", f"the ablation's rules (tools/reproduce/ablation.py) are written for method {REFERENCE} "
+             f"against anchor {ANCHOR}; got method {given.get('method')!r}, anchor {given.get('anchor')!r}")
+    for key in ("method", "anchor"):
+        if given[key] not in methods:
+            fail(f"ablation.{key}", f"{given[key]!r} must be one of the grid's methods ({', '.join(methods)})")
+    if not training_variants.get(given["method"]):
+        fail("ablation.method", f"{given['method']!r} has no training_variants: an ablation compares its "
+             "training variants (the switches) with its plain run")
+    measure = given.get("measure", "perplexity")
+    if measure not in ABLATION_MEASURES:
+        fail("ablation.measure", f"{measure!r}: choose perplexity or kv-retrieval")
+    if ABLATION_MEASURES[measure] not in (evaluation.get("eval_modes") or ["nonoverlap"]):
+        fail("ablation.measure", f"{measure} is read from the {ABLATION_MEASURES[measure]} records: add "
+             f"{ABLATION_MEASURES[measure]} to evaluation.eval-modes")
+    return {**given, "measure": measure}
