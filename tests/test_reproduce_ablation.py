@@ -113,6 +113,7 @@ training_variants:
   kerple_log:
     per-layer: {pos-emb-per-layer: true}
     per-layer+bf16: {pos-emb-per-layer: true, precision: bf16}
+ablation: {method: kerple_log, anchor: alibi}
 seeds: [1, 2]
 datasets: [stdlib]
 data: {stdlib: {builder: stdlib, prefix: data/stdlib/stdlib_text_document}}

@@ -12,14 +12,16 @@ Z95 = 1.959964  # two-sided 95% normal quantile
 
 
 def ablation_section(sweep, documents, figures) -> str:
-    if not sweep.training_variants:
+    """Only for a sweep that says it is an ablation (`ablation:`); its `measure` picks the rules."""
+    if not sweep.ablation:
         return ""
+    if sweep.ablation["measure"] == "kv-retrieval":
+        return retrieval_ablation_section(sweep, documents, figures)
     switches = list(sweep.training_variants.get(REFERENCE, {}))
     full = sweep.evaluation.get("eval_chunks")
     by_count = ablation.chunk_verdicts(documents, switches, sweep.chunk_subsets, full)
     main = by_count[full]
-    keys = "; ".join(f"`{REFERENCE}+{label}`: " + ", ".join(f"{k.replace('_', '-')}: {json.dumps(v)}" for k, v in keys.items())
-                     for label, keys in sweep.training_variants.get(REFERENCE, {}).items())
+    keys = _switch_keys(sweep)
     lines = ["## The ablation: which switch makes KERPLE-log degrade?\n", f"_Scale: {sweep.scale}_\n",
              f"**Answer ({full} chunks per length): {ablation.answer(main)}**\n",
              f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` as the "
@@ -31,9 +33,102 @@ def ablation_section(sweep, documents, figures) -> str:
         lines += [f"| {q} | **{v}** | {e} |" for q, v, e in rows]
         lines.append("")
     figures(_figure(documents, sweep), "ablation_ppl")
-    lines += [_dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n",
-              _chunk_section(documents, by_count, sweep.chunk_subsets, full, figures)]
+    lines += [_dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n"]
+    if sweep.chunk_subsets:
+        lines.append(_chunk_section(documents, by_count, sweep.chunk_subsets, full, figures))
     return "\n".join(lines)
+
+
+def _switch_keys(sweep) -> str:
+    return "; ".join(f"`{REFERENCE}+{label}`: " + ", ".join(f"{k.replace('_', '-')}: {json.dumps(v)}" for k, v in keys.items())
+                     for label, keys in sweep.training_variants.get(REFERENCE, {}).items())
+
+
+def retrieval_ablation_section(sweep, documents, figures, mode: str = "kv-retrieval") -> str:
+    """The ablation judged by kv-retrieval accuracy (ablation.RETRIEVAL_ABLATION_RULES), with each seed's
+    accuracy (no seed is dropped), the accuracy figure, and the same models' perplexity beside DAPE-V2's."""
+    switches = list(sweep.training_variants.get(REFERENCE, {}))
+    main = ablation.retrieval_verdicts(documents, switches, mode)
+    lines = ["## The ablation by retrieval: which switch makes KERPLE-log's retrieval degrade?\n",
+             f"_Scale: {sweep.scale}_\n", f"**Answer: {ablation.retrieval_answer(main)}**\n",
+             f"The switches, each trained as a run of its own: {_switch_keys(sweep)}; the reference is `{REFERENCE}` "
+             "as the paper trains it (one set of kernel parameters shared by the layers, fp32), the anchor ALiBi. "
+             "The rules were written into tools/reproduce/ablation.py and committed before the runs: "
+             + ablation.RETRIEVAL_ABLATION_RULES + "\n"]
+    index = index_results(documents, mode)
+    for dataset, rows in main.items():
+        lines += [f"**{dataset}** (`{mode}`)\n", "| question | verdict | numbers |", "|---|---|---|"]
+        lines += [f"| {q} | **{v}** | {e} |" for q, v, e in rows]
+        runs = index[dataset]
+        methods = sorted(runs, key=method_sort_key)
+        lengths = sorted({L for m in runs.values() for L in m})
+        seeds = sorted({s for m in runs.values() for by_seed in m.values() for s in by_seed})
+        lines += ["", f"Accuracy of each seed ({', '.join(map(str, seeds))}), by length:\n",
+                  "| method | " + " | ".join(map(str, lengths)) + " |", "|---|" + "---|" * len(lengths)]
+        for method in methods:
+            lines.append(f"| {method} | " + " | ".join(
+                " / ".join(f"{_hits(runs[method][L][s]).mean():.2f}" if s in runs[method].get(L, {}) else "–" for s in seeds)
+                for L in lengths) + " |")
+        lines.append("")
+    figures(_retrieval_figure(index, mode, sweep), "ablation_retrieval")
+    figures(_figure(documents, sweep), "ablation_ppl")
+    lines += ["![retrieval accuracy and its ratio to the training length](ablation_retrieval.png)\n",
+              "### The same models' perplexity on plain text, beside DAPE-V2's\n",
+              "Not judged by any rule here (the perplexity rules are those of configs/reproduce/cpu-mini-ablation.yml, "
+              "whose models trained on plain text); shown because DAPE-V2's degradation is one of perplexity. "
+              f"{sweep.evaluation.get('eval_chunks')} chunks per length.\n",
+              _dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n"]
+    return "\n".join(lines)
+
+
+def _hits(record):
+    from tools.analysis.probe_table import correct
+    return correct(record)
+
+
+def _retrieval_figure(index, mode, sweep):
+    """Accuracy against length (top; shaded min-max over seeds) and acc(L) / acc(T) (bottom), per dataset."""
+    from tools.analysis.plot_common import plt
+    datasets = sorted(index)
+    methods = sorted({m for d in index.values() for m in d}, key=method_sort_key)
+    colours = dict(zip(methods, plt.get_cmap("tab10").colors))
+    fig, axes = plt.subplots(2, len(datasets), figsize=(5.5 * len(datasets), 8), squeeze=False)
+    for column, dataset in enumerate(datasets):
+        top, bottom = axes[0][column], axes[1][column]
+        lengths = sorted({L for m in index[dataset].values() for L in m})
+        T = lengths[0]
+        for method in methods:
+            runs = index[dataset].get(method)
+            if not runs:
+                continue
+            xs = sorted(runs)
+            accuracy = np.array([[_hits(r).mean() for r in runs[L].values()] for L in xs])
+            style = dict(color=colours[method], marker="o", linestyle="--" if "bf16" in str(method) else "-")
+            top.plot(xs, accuracy.mean(axis=1), label=f"{method} ({accuracy.shape[1]} seeds)", **style)
+            top.fill_between(xs, accuracy.min(axis=1), accuracy.max(axis=1), color=colours[method], alpha=0.12)
+            at_T = accuracy[0].mean()
+            if at_T > 0:
+                bottom.plot([L // xs[0] for L in xs], accuracy.mean(axis=1) / at_T, label=str(method), **style)
+        top.set_title(f"{dataset}: {mode} accuracy (shaded: min-max over seeds)")
+        top.set_xlabel("evaluation length L (tokens)")
+        top.set_ylabel("accuracy (greedy exact match)")
+        top.set_ylim(-0.02, 1.02)
+        bottom.set_title(f"{dataset}: acc(L) / acc(T), pooled over seeds")
+        bottom.set_xlabel("L / training length T")
+        bottom.set_ylabel("acc(L) / acc(T)")
+        bottom.axhline(1.0, color="grey", linewidth=0.8)
+        bottom.axhline(ablation.LOSE_RATIO, color="grey", linewidth=0.8, linestyle="--",
+                       label=f"rule R1's threshold ({ablation.LOSE_RATIO:g}x)")
+        bottom.axvline(8, color="grey", linewidth=0.8, linestyle=":", label="long lengths from here")
+        for ax, ticks, text in ((top, lengths, str), (bottom, [L // T for L in lengths], lambda f: f"{f}x")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [text(t) for t in ticks])
+            ax.minorticks_off()
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{sweep.name}: retrieval at CPU mini scale (ours; neither paper has a retrieval probe)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def _ratios(documents) -> dict:

@@ -12,6 +12,7 @@ from .inputs import ReportInputs
 from .runs import Run
 from .retrieval import retrieval_section
 from .sections import kernel_section, position_section, speed_section, training_section
+from .variants import variants_figure, variants_section
 from .spec import Sweep, SweepError
 
 COMPLEX_KERNELS = ("kerple_log3", "kerple_bias_weight")  # the paper's Table 5
@@ -38,8 +39,10 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
                      if d["run"]["pos_emb"] not in COMPLEX_KERNELS or d["run"]["pos_emb"] == reference]
         table3 = build_table3(base_docs, "nonoverlap", reference, 0.05, paper_map)
         (out / "table3.csv").write_text(render_csv(table3))
-        if not sweep.training_variants:  # plot_lengths colours by pos-emb: the ablation draws its own figure
+        if not sweep.training_variants:  # plot_lengths colours by pos-emb: variants need a colour of their own
             figures(plot_perplexity_vs_length(documents), "ppl_vs_length")
+        elif not sweep.ablation:  # the ablation draws its own figure (with DAPE-V2's curve)
+            figures(variants_figure(documents, sweep), "ppl_vs_length")
         complex_docs = [d for d in documents if d["run"]["pos_emb"] in COMPLEX_KERNELS + (reference,)
                         and not d["run"].get("attention_window")]
         table5 = (build_table3(complex_docs, "nonoverlap", reference, 0.05, {})
@@ -49,9 +52,10 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
 
     trained = [r for r in runs if not r.base]
     sections = [_header(sweep, runs, inputs, command, rerendered), ablation_section(sweep, documents, figures),
+                variants_section(sweep, documents, figures),
                 claims_section(sweep.scale, table3, documents, sweep.position_length, sweep.windowed_baseline),
                 "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n", render_markdown(table3),
-                "![perplexity versus length](ablation_ppl.png)\n" if sweep.training_variants else
+                "![perplexity versus length](ablation_ppl.png)\n" if sweep.ablation else
                 "![perplexity versus length](ppl_vs_length.png)\n"]
     if table5:
         sections += ["## Table 5: the complex kernels\n", f"_Scale: {sweep.scale}_\n", render_markdown(table5)]
