@@ -69,6 +69,7 @@ def _direction(variant_better: bool, parent_better: bool, better: str, worse: st
 def variants_figure(documents, sweep):
     """Perplexity against length (top) and its ratio to the training length (bottom), one line per method
     and variant: a variant in its own colour, dashed."""
+    from matplotlib.ticker import NullLocator
     from tools.analysis.plot_common import plain_numbers, plt
     from tools.analysis.results_index import method_sort_key
     from .ablation_report import _ratios
@@ -100,13 +101,16 @@ def variants_figure(documents, sweep):
         bottom.axhline(1.0, color="grey", linewidth=0.8)
         lengths = sorted({L for m in index[dataset].values() for L in m})
         factors = sorted({f for m in ratios[dataset].values() for f in m})
+        if max(v for m in ratios[dataset].values() for v in m.values()) > 10:  # a method that blows up
+            bottom.set_yscale("log")
         for ax, ticks, text in ((top, lengths, str), (bottom, factors, lambda f: f"{f}x")):
             ax.set_xscale("log", base=2)
             ax.set_xticks(ticks, [text(t) for t in ticks])
-            ax.minorticks_off()
-            ax.grid(True, alpha=0.3)
+            ax.xaxis.set_minor_locator(NullLocator())
+            if ax.get_yscale() == "log":
+                plain_numbers(ax.yaxis)
+            ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)
-        plain_numbers(top.yaxis)
     fig.suptitle(f"{sweep.name}: perplexity by length, training variants dashed (CPU mini scale)", fontsize=10)
     fig.tight_layout()
     return fig
