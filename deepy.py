@@ -184,8 +184,10 @@ def main(argv=None):
         if neox_args.layer_pattern:
             print("\n# Layers (layer-pattern: each layer's method, options away from their defaults, window)")
             print(describe_layers(neox_args))
-            print(f"# attention at seq-length {neox_args.seq_length} in training, as chosen on this machine's CPU:")
-            print("\n".join(f"# {line}" for line in training_plans(neox_args)))
+        documents = " with packed documents masked (reset-attention-mask)" if neox_args.reset_attention_mask else ""
+        print(f"\n# Attention at seq-length {neox_args.seq_length} in training{documents}, as chosen on this "
+              "machine's CPU:")
+        print("\n".join(f"# {line}" for line in training_plans(neox_args)))
         print("\n# DeepSpeed config")
         print(json.dumps(neox_args.deepspeed_config(), indent=2))
         print("\n# Launcher command")

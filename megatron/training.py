@@ -208,6 +208,15 @@ def learned_nothing(neox_args, result: TrainingResult, bad_in_a_row: int, last_s
             f"{TRY_INSTEAD}")
 
 
+def packing(neox_args, batch: dict, positions=None) -> dict:
+    """The model's keyword arguments for a batch's packed documents (reset-attention-mask,
+    reset-position-ids: megatron/data/packed_documents.py), or `positions` [s] (random-positions)."""
+    if not neox_args.reset_attention_mask:
+        return {"position_ids": positions}
+    return {"document_ids": batch["document_ids"],
+            "position_ids": batch["position_ids"] if neox_args.reset_position_ids else positions}
+
+
 def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepOutcome:
     """One optimizer step over gradient-accumulation-steps micro-batches. A step whose loss is NaN/inf
     on any rank changes nothing (fp16 overflow is DeepSpeed's to skip; the LR schedule then waits too)."""
@@ -218,8 +227,8 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
         batch = {k: v.to(device) for k, v in next(train_batches).items()}
         positions = None if neox_args.random_positions is None else draw_positions(
             batch["tokens"].shape[1], neox_args.random_positions, device)
-        loss = lm_loss(engine(batch["tokens"], position_ids=positions), batch["labels"], batch["loss_mask"],
-                       vocab_size)
+        loss = lm_loss(engine(batch["tokens"], **packing(neox_args, batch, positions)), batch["labels"],
+                       batch["loss_mask"], vocab_size)
         engine.backward(loss)
         total += loss.detach().double()
         if micro < accumulation - 1:
@@ -253,7 +262,8 @@ def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
         for batch in itertools.islice(build_data_loader(dataset, neox_args, 0), neox_args.eval_iters):
             batch = {k: v.to(device) for k, v in batch.items()}
-            stats[0] += lm_loss(engine(batch["tokens"]), batch["labels"], batch["loss_mask"], vocab_size).double()
+            stats[0] += lm_loss(engine(batch["tokens"], **packing(neox_args, batch)), batch["labels"],
+                                batch["loss_mask"], vocab_size).double()
             stats[1] += 1
     engine.train()
     torch.distributed.all_reduce(stats)
@@ -273,7 +283,8 @@ class WeightCheck:
         batch = {k: v.to(device) for k, v in self.probe.items()}
         self.engine.eval()  # every rank runs the forward (collective under ZeRO-3), whatever its weights hold
         with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
-            loss = lm_loss(self.engine(batch["tokens"]), batch["labels"], batch["loss_mask"], self.vocab_size)
+            loss = lm_loss(self.engine(batch["tokens"], **packing(self.neox_args, batch)), batch["labels"],
+                           batch["loss_mask"], self.vocab_size)
         self.engine.train()
         parameters = self.engine.module.parameters()
         finite = torch.isfinite(loss).item() and all(torch.isfinite(p).all() for p in parameters)

@@ -17,6 +17,7 @@ from megatron.tokenizer import build_tokenizer
 
 from .errors import DataError
 from .indexed import open_indexed_dataset
+from .packed_documents import WithDocuments
 from .probe_mix import ProbeMix, check_fits, probe_options
 
 SPLITS = ("train", "valid", "test")
@@ -26,7 +27,8 @@ def build_train_valid_test_datasets(neox_args, tokenizer=None):
     """(train, valid, test) GPTDatasets (or BlendedDatasets of them); a split without data is None.
     Items are dicts of "tokens", "labels" (LongTensor[s]), "loss_mask" (FloatTensor[s]) and
     "position_ids"; train has seq_length tokens, valid/test seq_length_val. With probe-train-task set,
-    train mixes in that probe's samples (probe_mix.py)."""
+    train mixes in that probe's samples (probe_mix.py); with reset-attention-mask, items also carry
+    "document_ids" and, with reset-position-ids, positions restarting in each document (packed_documents.py)."""
     if neox_args.data_path and any(getattr(neox_args, f"{s}_data_paths") for s in SPLITS):
         raise DataError("both data-path and train-/valid-/test-data-paths are set; use one: data-path "
                         "(one dataset cut by split) or the per-split paths.")
@@ -40,6 +42,10 @@ def build_train_valid_test_datasets(neox_args, tokenizer=None):
     if task and train is not None:  # training only: validation and test perplexity stay on plain text
         train = ProbeMix(train, task, options, neox_args.probe_train_fraction, neox_args.seed,
                          neox_args.seq_length, tokenizer)
+    if neox_args.reset_attention_mask:  # every split: validation loss is measured as training sees text
+        reset = neox_args.reset_position_ids
+        train, valid, test = (None if split is None else WithDocuments(split, tokenizer.eod, reset)
+                              for split in (train, valid, test))
     return train, valid, test
 
 

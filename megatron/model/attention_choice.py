@@ -38,12 +38,14 @@ def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
       method with a weight only without gradients, where its blocks skip the future keys that
       `sdpa`'s written-out softmax computes (half the time at L = 1024 and 2048; with gradients,
       blocks recomputed in the backward, `sdpa` took 0.7x their time at L = 512);
+    - with packed documents masked (reset-attention-mask) the Toeplitz row, one for the batch, cannot
+      hold each row's documents, so as for the rest:
     - otherwise `sdpa`, then `flex` on CUDA (no L x L tensor at all), then `blocked`.
     Never `flex` on CPU: compiling it costs about 7 s per new length, more than the work;
     `attention-impl: flex` still runs it there."""
-    if not (inputs.has_terms or inputs.windowed):
+    if not (inputs.has_terms or inputs.windowed or inputs.documents):
         return ("sdpa",)
-    if (inputs.device_type == "cpu" and inputs.distance_only and inputs.dropout_p == 0
+    if (inputs.device_type == "cpu" and inputs.distance_only and inputs.dropout_p == 0 and not inputs.documents
             and not (inputs.has_weight and inputs.needs_grad)):
         return ("blocked",)
     return ("sdpa", "blocked") if inputs.device_type == "cpu" else ("sdpa", "flex", "blocked")

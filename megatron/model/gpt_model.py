@@ -19,6 +19,32 @@ def adds_to_embeddings(pe) -> bool:
     return type(pe).add_to_embeddings is not PositionalEmbedding.add_to_embeddings
 
 
+def shared_and_row_positions(position_ids, document_ids, b: int, s: int, device):
+    """(positions [s] shared by the rows, per-row positions [b, s] or None) from forward's arguments.
+
+    Per-row positions must step by 1 inside each document (a row is one document without
+    `document_ids`): the per-distance tables are then exact when read at the index 0..s-1, which is
+    what the shared positions become. Rows that all agree are shared positions."""
+    if document_ids is not None and document_ids.shape != (b, s):
+        raise ValueError(f"document_ids must be [{b}, {s}] like tokens; got shape {tuple(document_ids.shape)}.")
+    if position_ids is None:
+        return torch.arange(s, device=device), None
+    if position_ids.shape == (s,):
+        return position_ids, None
+    if position_ids.shape != (b, s):
+        raise ValueError(f"position_ids must be [{s}] shared by the batch or [{b}, {s}] per row; got shape "
+                         f"{tuple(position_ids.shape)}.")
+    if bool((position_ids == position_ids[:1]).all()):
+        return position_ids[0], None
+    steps = position_ids.diff(dim=1) == 1
+    if document_ids is not None:
+        steps = steps | (document_ids.diff(dim=1) != 0)
+    if not bool(steps.all()):
+        raise ValueError("per-row position_ids must step by 1 inside each document (as reset-position-ids "
+                         "makes them); give shared position_ids [s] for other positions.")
+    return torch.arange(s, device=device), position_ids
+
+
 class GPTModel(nn.Module):
     def __init__(self, neox_args, vocab_size: int):
         """`neox_args`: a validated config, read and never changed; `vocab_size`: the embedding rows,
@@ -71,8 +97,14 @@ class GPTModel(nn.Module):
         return [f"kind{k}_{pe.name}" for k, pe in enumerate(self.pos_embs)]
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
-                cache: KVCache | None = None, padding: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens [b, s] -> logits [b, s, padded_vocab]; position_ids [s] default 0..s-1.
+                cache: KVCache | None = None, padding: torch.Tensor | None = None,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [b, s] -> logits [b, s, padded_vocab].
+
+        `position_ids`: [s] shared by the rows (default 0..s-1), or [b, s] per row, stepping by 1
+        inside each document (reset-position-ids: positions restart after each EOD). `document_ids`
+        [b, s]: each token's packed document (megatron/data/packed_documents.py); a token attends only
+        to keys of its own document (reset-attention-mask). None: to every earlier key.
 
         With a `cache` (kv_cache.py), `tokens` continue each of its rows: each row's next positions,
         attending to the cached keys and values, which they join; `padding` [b, s] marks left-padding
@@ -84,20 +116,21 @@ class GPTModel(nn.Module):
             x = per_row(lambda p, x_: add_positions(x_, p), positions, self.word_embeddings(tokens))
             plans = [plan_cached(pe, cache, s, window) for pe, window in zip(self.pos_embs, self.windows)]
             return self._layers_and_head(x, plans, cache.layers)
-        if position_ids is None:
-            position_ids = torch.arange(s, device=tokens.device)
-        elif position_ids.shape != (s,):
-            raise ValueError(f"position_ids must be a LongTensor [{s}] shared by the batch; got shape "
-                             f"{tuple(position_ids.shape)}.")
+        position_ids, row_positions = shared_and_row_positions(position_ids, document_ids, b, s, tokens.device)
         x = self.word_embeddings(tokens)  # [b, s, hidden]
-        x = self.embedding_dropout(self.pos_embs[0].add_to_embeddings(x, position_ids))
+        if row_positions is None:
+            x = self.pos_embs[0].add_to_embeddings(x, position_ids)
+        else:
+            x = per_row(lambda p, x_: self.pos_embs[0].add_to_embeddings(x_, p), row_positions, x)
+        x = self.embedding_dropout(x)
         # Path and positional tables once per forward (per positional module), shared by the layers.
         attention = self.attention_config
         plans = [plan_attention(pe, position_ids, impl=attention.impl, window=window,
                                 block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
                                 dropout_p=attention.dropout if self.training else 0.0, dtype=self.compute_dtype(),
                                 batch=b, memory_budget_mb=attention.memory_budget_mb,
-                                flex_kernel_options=attention.flex_kernel_options)
+                                flex_kernel_options=attention.flex_kernel_options, documents=document_ids,
+                                row_positions=row_positions)
                  for pe, window in zip(self.pos_embs, self.windows)]
         return self._layers_and_head(x, plans, [None] * len(self.layers))
 

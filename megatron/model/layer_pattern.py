@@ -151,12 +151,12 @@ def training_plans(neox_args) -> list[str]:
     lines = []
     for index, kind in enumerate(kinds):
         pe = build_kind(kind, neox_args)
-        with torch.no_grad():
-            bias, weight = pe.distance_tables(neox_args.seq_length) if pe.distance_only else (None, None)
+        # With gradients, as in training: whether a table takes one decides the strategy (table gradients).
+        bias, weight = pe.distance_tables(neox_args.seq_length) if pe.distance_only else (None, None)
         inputs = AttentionInputs.describe(
             pe, positions, bias, weight, window=kind.window, block_size=neox_args.attention_block_size,
             needs_grad=True, dropout_p=neox_args.attention_dropout, dtype=torch.float32,
-            batch=neox_args.train_micro_batch_size_per_gpu or 1)
+            batch=neox_args.train_micro_batch_size_per_gpu or 1, documents=neox_args.reset_attention_mask)
         strategy = choose_strategy(neox_args.attention_impl, inputs,
                                    memory_budget_bytes(positions.device, neox_args.attention_memory_budget))
         lines.append(f"positional module {index} ({kind.describe()}): {strategy.name}, about "

@@ -24,9 +24,11 @@ GRADIENT_BLOCK = 32
 
 
 def bias_mask(table, q_positions, k_positions, allowed, dtype):
-    """[1, H, q, k] contiguous additive mask: table[h, clamp(q_pos - k_pos, 0)], -inf where not allowed."""
+    """[1 | b, H, q, k] contiguous additive mask: table[h, clamp(q_pos - k_pos, 0)], -inf where not
+    allowed ([q, k], or [b, 1, q, k] for packed documents)."""
     distance = (q_positions[:, None] - k_positions[None, :]).clamp(min=0)
-    return table.detach().to(dtype)[:, distance].masked_fill(~allowed, float("-inf"))[None].contiguous()
+    mask = table.detach().to(dtype)[:, distance].masked_fill(~allowed, float("-inf"))
+    return (mask if mask.dim() == 4 else mask[None]).contiguous()
 
 
 class TableBiasAttention(torch.autograd.Function):

@@ -30,7 +30,7 @@ class SelfAttention(nn.Module):
         if kv is not None:  # generation: `plan` is a CachedPlan, kv this layer's cache (kv_cache.py)
             y = attend_cached(q, k, v, plan, kv)
         else:
-            q, k = plan.pe.rotate_qk(q, k, plan.positions, plan.positions)
+            q, k = plan.rotate(q, k)
             y = attend(q, k, v, plan, self.attention_dropout if self.training else 0.0)  # [b, H, s, D]
         return self.dense(y.transpose(1, 2).reshape(b, s, hidden))
 

@@ -97,6 +97,13 @@ def check_positional(args, fail):
             fail("random_positions", f"is {quote(args.random_positions)}, past max-position-embeddings "
                  f"{quote(args.max_position_embeddings)}: pos-emb '{args.pos_emb}' has no row for the positions "
                  "it would draw. Lower it or raise max-position-embeddings.")
+    if args.reset_position_ids and not args.reset_attention_mask:
+        fail("reset_position_ids", "is set without reset-attention-mask: a token would attend to the earlier "
+             "document's keys, whose positions now lie after its own (a negative distance, which no "
+             "positional method defines). Set reset-attention-mask: true as well, or leave positions running.")
+    if args.reset_position_ids and args.random_positions is not None:
+        fail("reset_position_ids", f"is set together with random-positions {quote(args.random_positions)}: "
+             "both choose the training positions. Use one of them.")
     if (problem := temperature_problem(args.attention_temperature)) is not None:
         fail("attention_temperature", problem)
     if args.layer_pattern is not None:

@@ -198,6 +198,13 @@ class _DataKeys:
     eod_mask_loss: bool = arg(
         False, "No loss where the input token is the end-of-document token, i.e. on predicting the next "
         "document's first token across a packing boundary (NeoX's key; megatron-core's loss mask).")
+    reset_attention_mask: bool = arg(
+        False, "Document masking in training and validation: a token attends only to keys of its own packed "
+        "document (documents end at EOD; Megatron-LM's key). Runs on the sdpa, blocked and flex paths, not on "
+        "the Toeplitz row (auto picks another strategy).")
+    reset_position_ids: bool = arg(
+        False, "Positions restart at 0 after each EOD in training and validation (Megatron-LM's key); needs "
+        "reset-attention-mask.")
 
 
 DataArgs = _with_owned("DataArgs", _DataKeys, owned_options([("the probe training mix", ProbeTrainOptions)]))

@@ -5,7 +5,9 @@ Every strategy computes, per head h, query i and key j <= i (and i - j < W when 
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] ) . v_j
 
 where bias/weight come from the positional method (either may be absent; `weight` exists only for
-methods that rescale the scores). The distance is d = positions[i] - positions[j].
+methods that rescale the scores). The distance is d = positions[i] - positions[j]. With packed documents
+masked (reset-attention-mask), key j must also lie in query i's document: each row of the batch then
+has its own mask (AttentionPlan.visible), which every strategy but the Toeplitz row applies.
 
 Each strategy is a small class, one file each (registry.py lists them by path):
 
@@ -46,19 +48,25 @@ __all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Bloc
 
 def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,
                    needs_grad: bool, dropout_p: float, dtype: torch.dtype = torch.float32, batch: int = 1,
-                   memory_budget_mb: int | None = None, flex_kernel_options: dict | None = None) -> AttentionPlan:
+                   memory_budget_mb: int | None = None, flex_kernel_options: dict | None = None,
+                   documents: torch.Tensor | None = None, row_positions: torch.Tensor | None = None) -> AttentionPlan:
     """Choose the strategy for this forward and compute what it reads from the positional method.
 
     `dtype`: the dtype of q, k and v (the `sdpa` mask is built in it); `batch`: sequences per
-    forward; both only size the memory estimate and the mask, so the strategy is the same for every layer."""
+    forward; both only size the memory estimate and the mask, so the strategy is the same for every layer.
+    `documents` [b, s]: each token's packed document, keys of other documents hidden (reset-attention-mask);
+    `row_positions` [b, s]: per-row positions stepping by 1 inside each document (reset-position-ids), with
+    `positions` the index 0..s-1 (AttentionPlan)."""
     check_attention_sizes(window, block_size, memory_budget_mb)
     span = int(positions.max() - positions.min()) + 1  # s for the usual positions 0..s-1
     bias_table, weight_table = pe.distance_tables(span) if pe.distance_only else (None, None)
     inputs = AttentionInputs.describe(pe, positions, bias_table, weight_table, window=window, block_size=block_size,
-                                      needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=batch)
+                                      needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=batch,
+                                      documents=documents is not None)
     strategy = choose_strategy(impl, inputs, memory_budget_bytes(positions.device, memory_budget_mb))
     plan = strategy(pe, positions, window=window, block_size=block_size, span=span, dtype=dtype,
-                    bias_table=bias_table, weight_table=weight_table)
+                    bias_table=bias_table, weight_table=weight_table, documents=documents,
+                    row_positions=row_positions)
     if flex_kernel_options:
         plan.kernel_options = dict(flex_kernel_options)  # read by the flex strategy only
     return plan

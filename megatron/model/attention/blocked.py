@@ -5,7 +5,7 @@ the backward pass, so memory stays O(H * block * L) for every method, on every d
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from megatron.model.attention.masks import allowed_keys, attend_materialised, gather_by_distance
+from megatron.model.attention.masks import attend_materialised, gather_by_distance
 from megatron.model.attention.sdpa import written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
 
@@ -20,12 +20,13 @@ class Blocked(AttentionPlan):
     @classmethod
     def memory_bytes(cls, inputs):
         """One block's gathered terms at a time (attend_block), per (query, key) pair of the block: 17
-        for the visibility (bool, and a window's int64 position differences); with terms, what
-        gathering allocates (the method's `pairwise_bytes`: the int64 distance and the fp32 terms)
-        and the masked copy (e H); the written-out scores for a weight or a mask that needs a gradient."""
-        per_pair = 17
+        for the visibility (bool, and a window's int64 position differences) and 2 per row for the
+        documents' (bool and its negation); with terms, what gathering allocates (the method's
+        `pairwise_bytes`: the int64 distance and the fp32 terms) and the masked copy (e H), per row
+        with documents; the written-out scores for a weight or a mask that needs a gradient."""
+        per_pair = 17 + 2 * inputs.mask_rows
         if inputs.has_terms:
-            per_pair += inputs.pairwise_bytes + inputs.element_size * inputs.heads
+            per_pair += (inputs.pairwise_bytes + inputs.element_size * inputs.heads) * inputs.mask_rows
         if inputs.has_weight or (inputs.needs_grad and inputs.learnable_bias):
             per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads,
                                              element_size=inputs.element_size, needs_grad=inputs.needs_grad)
@@ -47,12 +48,13 @@ class Blocked(AttentionPlan):
 
     def attend_block(self, q, k, v, start, end, dropout_p):
         """Queries start..end-1 against keys 0..end-1 (later keys are masked by causality anyway)."""
-        q_positions, k_positions = self.positions[start:end], self.positions[:end]
+        queries, keys = slice(start, end), slice(0, end)
         if self.pe.distance_only:
+            q_positions, k_positions = self.positions[queries], self.positions[keys]
             bias = gather_by_distance(self.bias_table, q_positions, k_positions)
             weight = gather_by_distance(self.weight_table, q_positions, k_positions)
         else:
-            bias, weight = self.pe.pairwise(q_positions, k_positions)
-        allowed = allowed_keys(q_positions, k_positions, torch.arange(start, end, device=q.device), self.window)
+            bias, weight = self.pairwise(queries, keys)
+        allowed = self.visible(queries, keys)
         return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed,
                                    dropout_p)

@@ -24,13 +24,14 @@ def pad_to_whole_tiles(positions):
     return F.pad(positions, (0, -length % FLEX_BLOCK), value=int(positions[-1]))
 
 
-def flex_block_mask(positions, window, span):
+def flex_block_mask(positions, window, span, documents=None):
     """FlexAttention's BlockMask over the whole tiles of `pad_to_whole_tiles(positions)`, for
-    causality (by index) and the window (by position distance).
+    causality (by index), the window (by position distance) and, with `documents` [b, s] (packed
+    documents masked), keys of the query's own document only: then one mask per row.
 
     torch's eager `create_block_mask` evaluates the mask on the whole L x L grid (2.5 GB of
     temporaries at L = 16384) and compiling it costs seconds per length, so the tiles are classified
-    here from each tile's position range: O((L / 128)^2) memory, no compilation."""
+    here from each tile's position (and document) range: O(b (L / 128)^2) memory, no compilation."""
     padded = pad_to_whole_tiles(positions)
     length = padded.shape[0]
     tiles = length // FLEX_BLOCK
@@ -40,17 +41,32 @@ def flex_block_mask(positions, window, span):
     limit = span if window is None else window
     window_full = highest[:, None] - lowest[None, :] < limit  # farthest pair of the tile is visible
     window_any = lowest[:, None] - highest[None, :] < limit   # nearest pair is
-    full = causal_full & window_full
-    partial = causal_any & window_any & ~full
+    full = (causal_full & window_full)[None]                  # [1 | b, q tile, kv tile]
+    partial = (causal_any & window_any)[None]
     limit = torch.tensor(limit, device=positions.device)  # a tensor, so the kernel is not specialised on it
 
-    def visible(b, h, q_idx, kv_idx):
-        return (kv_idx <= q_idx) & (padded[q_idx] - padded[kv_idx] < limit)
+    if documents is None:
+        def visible(b, h, q_idx, kv_idx):
+            return (kv_idx <= q_idx) & (padded[q_idx] - padded[kv_idx] < limit)
+    else:
+        # Padded tokens join the row's last document: causality hides them from every real query anyway.
+        tail = documents[:, -1:].expand(-1, length - documents.shape[1])
+        padded_documents = torch.cat([documents, tail], dim=1).contiguous()  # [b, L']
+        first, last = padded_documents.view(-1, tiles, FLEX_BLOCK).aminmax(dim=2)  # [b, tiles]: ids ascend
+        one_document = (first[:, :, None] == last[:, :, None]) & (first[:, None, :] == last[:, None, :]) & \
+            (first[:, :, None] == first[:, None, :])                      # every pair of the two tiles shares it
+        shared = (first[:, :, None] <= last[:, None, :]) & (first[:, None, :] <= last[:, :, None])  # some pair does
+        full, partial = full & one_document, partial & shared
 
-    def ordered(tiles_mask):  # [q tile, kv tile] bool -> (counts [1, 1, q], kv tile indices [1, 1, q, kv])
+        def visible(b, h, q_idx, kv_idx):
+            return ((kv_idx <= q_idx) & (padded[q_idx] - padded[kv_idx] < limit)
+                    & (padded_documents[b, q_idx] == padded_documents[b, kv_idx]))
+    partial = partial & ~full
+
+    def ordered(tiles_mask):  # [b | 1, q tile, kv tile] bool -> (counts [b | 1, 1, q], kv tile indices [b | 1, 1, q, kv])
         counts = tiles_mask.sum(dim=-1, dtype=torch.int32)
         indices = tiles_mask.to(torch.int32).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
-        return counts[None, None], indices[None, None]
+        return counts[:, None], indices[:, None]
 
     return BlockMask.from_kv_blocks(*ordered(partial), *ordered(full), BLOCK_SIZE=FLEX_BLOCK, mask_mod=visible,
                                     seq_lengths=(length, length))
@@ -64,7 +80,7 @@ class Flex(AttentionPlan):
         super().__init__(pe, positions, window=window, span=span, bias_table=bias_table,
                          weight_table=weight_table, **common)
         self.bias_table, self.weight_table = bias_table, weight_table
-        self.block_mask = flex_block_mask(positions, window, span)
+        self.block_mask = flex_block_mask(positions, window, span, self.documents)
 
     @classmethod
     def can_run(cls, inputs):
@@ -86,11 +102,14 @@ class Flex(AttentionPlan):
     @classmethod
     def memory_bytes(cls, inputs):
         """The fp32 tables and the neutral one (3 x 4 H L), the block mask (four int32 arrays of
-        (L' / 128)^2 tiles) and the zero-padded q, k, v and output (L' = L in whole tiles)."""
+        (L' / 128)^2 tiles, per row with documents, and their int64 ids) and the zero-padded q, k, v
+        and output (L' = L in whole tiles)."""
         padded = inputs.length + -inputs.length % FLEX_BLOCK
         tiles = padded // FLEX_BLOCK
         tables = 3 * 4 * inputs.heads * inputs.length
-        return tables + 4 * 4 * tiles * tiles + 4 * inputs.qkv_bytes * padded // inputs.length
+        block_mask = 4 * 4 * tiles * tiles * inputs.mask_rows
+        documents = 8 * inputs.batch * padded if inputs.documents else 0  # the rows' padded document ids
+        return tables + block_mask + documents + 4 * inputs.qkv_bytes * padded // inputs.length
 
     def attend(self, q, k, v, dropout_p):
         length = q.shape[2]

@@ -25,11 +25,17 @@ class AttentionInputs:
     consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
     needs_grad: bool
     dropout_p: float
+    documents: bool = False  # packed documents are masked (reset-attention-mask): each row has its own mask
 
     @property
     def has_terms(self) -> bool:
         """Anything beyond causal attention: a bias or weight, or terms pe.pairwise builds."""
         return not self.distance_only or self.has_bias or self.has_weight
+
+    @property
+    def mask_rows(self) -> int:
+        """How many rows a mask built for this forward has: one per sequence with documents, else one shared."""
+        return self.batch if self.documents else 1
 
     @property
     def qkv_bytes(self) -> int:
@@ -39,7 +45,7 @@ class AttentionInputs:
     @classmethod
     def describe(cls, pe, positions: torch.Tensor, bias_table, weight_table, *, window: int | None,
                  block_size: int, needs_grad: bool, dropout_p: float, dtype: torch.dtype,
-                 batch: int) -> "AttentionInputs":
+                 batch: int, documents: bool = False) -> "AttentionInputs":
         """From the positional module and the tables it returned for this forward (None, None for a
         method that is not distance-only)."""
         learnable = (bias_table.requires_grad if pe.distance_only and bias_table is not None
@@ -49,7 +55,8 @@ class AttentionInputs:
                    distance_only=pe.distance_only, has_bias=bias_table is not None,
                    has_weight=has_weight(pe, positions, weight_table), learnable_bias=learnable,
                    pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
-                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p)
+                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
+                   documents=documents)
 
 
 def has_weight(pe, positions, weight_table) -> bool:

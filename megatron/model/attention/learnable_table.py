@@ -6,7 +6,6 @@ row, the `blocked` path's gathered blocks."""
 import torch
 
 from megatron.model.attention.blocked import Blocked
-from megatron.model.attention.masks import allowed_keys
 from megatron.model.attention.sdpa import Sdpa, in_dtype_of, sdpa_bytes
 from megatron.model.attention.toeplitz import Toeplitz, toeplitz_layout_problem
 from megatron.model.table_gradient import GRADIENT_BLOCK, attend_with_table
@@ -49,7 +48,7 @@ class SdpaTableGradient(Sdpa):
     def memory_bytes(cls, inputs):
         return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
                           element_size=inputs.element_size, pairwise_bytes=0, writes_scores=False,
-                          needs_grad=inputs.needs_grad)
+                          needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows)
 
     def attend(self, q, k, v, dropout_p):
         return attend_with_table(q, k, v, self.bias_table, self.positions, self.positions, None,
@@ -85,9 +84,10 @@ class BlockedTableGradient(Blocked):
     @classmethod
     def memory_bytes(cls, inputs):
         """Per block, the visibility (17 a pair), the mask gathered from the table (int64 distance and
-        the masked terms, 8 + e H a pair), and the backward's gradient blocks."""
+        the masked terms, 8 + e H a pair; per row with documents, with their visibility), and the
+        backward's gradient blocks."""
         block = min(inputs.block_size, inputs.length)
-        per_pair = 17 + 8 + inputs.element_size * inputs.heads
+        per_pair = 17 + 8 + (inputs.element_size * inputs.heads + 2) * inputs.mask_rows
         return block * inputs.length * per_pair + gradient_blocks_bytes(inputs, inputs.length)
 
     def attend(self, q, k, v, dropout_p):
@@ -97,7 +97,7 @@ class BlockedTableGradient(Blocked):
         for start in range(0, length, self.block_size):
             end = min(start + self.block_size, length)
             q_positions, k_positions = self.positions[start:end], self.positions[:end]
-            allowed = allowed_keys(q_positions, k_positions, torch.arange(start, end, device=q.device), self.window)
+            allowed = self.visible(slice(start, end), slice(0, end))
             outputs.append(attend_with_table(q[:, :, start:end], k[:, :, :end], v[:, :, :end], self.bias_table,
                                              q_positions, k_positions, allowed))
         return torch.cat(outputs, dim=2)

@@ -21,6 +21,12 @@ def allowed_keys(q_positions, k_positions, q_index, window):
     return allowed
 
 
+def same_document(documents, q_slice: slice, k_slice: slice):
+    """bool [b, 1, q, k]: query and key lie in the same packed document. documents [b, s]: each token's
+    document id (megatron/data/packed_documents.py), nondecreasing along a row."""
+    return (documents[:, q_slice, None] == documents[:, None, k_slice])[:, None]
+
+
 def gather_by_distance(table, q_positions, k_positions):
     """table [H, span] -> [H, q, k] at d = clamp(q_pos - k_pos, 0) (masked entries read d = 0)."""
     if table is None:
@@ -40,7 +46,8 @@ def fused_mask(mask):
 
 
 def additive_mask(bias, allowed, dtype):
-    """bias [H, q, k] | None, bool allowed [q, k] -> [1, H | 1, q, k] in `dtype`, -inf where not allowed."""
+    """bias [b | 1, H, q, k] | [H, q, k] | None, bool allowed [q, k] | [b, 1, q, k] -> [b | 1, H | 1, q, k]
+    in `dtype`, -inf where not allowed."""
     if bias is None:
         bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return fused_mask(bias.to(dtype).masked_fill(~allowed, float("-inf")))

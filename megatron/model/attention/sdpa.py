@@ -5,12 +5,12 @@ import torch
 import torch.nn.functional as F
 
 from megatron.model import cpu_flash
-from megatron.model.attention.masks import additive_mask, allowed_keys, attend_materialised, distance_mask
+from megatron.model.attention.masks import additive_mask, attend_materialised, distance_mask, same_document
 from megatron.model.attention.strategy import AttentionPlan
 
 
 def sdpa_bytes(*, length: int, heads: int, batch: int, element_size: int, pairwise_bytes: int,
-               writes_scores: bool, needs_grad: bool) -> int:
+               writes_scores: bool, needs_grad: bool, mask_rows: int = 1) -> int:
     """Bytes the `sdpa` strategies materialise for one forward at `length` tokens, counted from what
     they allocate below (per layer: what each layer keeps for its backward is counted once). With
     e = `element_size` of the compute dtype, per (query, key) pair:
@@ -24,10 +24,15 @@ def sdpa_bytes(*, length: int, heads: int, batch: int, element_size: int, pairwi
     - for the written-out softmax (`writes_scores`: a weight, or a mask that needs a gradient, which
       sends SDPA to its math kernel), the [b, H, L, L] scores in fp32 or wider: two at once without
       gradients (one op's input and output), three with (scores and probabilities kept for the
-      backward, one being made)."""
-    per_pair = element_size * heads
+      backward, one being made).
+
+    `mask_rows`: b when packed documents are masked (reset-attention-mask), each row with its own
+    mask (and, for per-row positions, its own terms); else 1, one mask shared by the rows."""
+    per_pair = element_size * heads * mask_rows
     if pairwise_bytes:
-        per_pair += pairwise_bytes + 17 + element_size * heads
+        per_pair += (pairwise_bytes + 17 + element_size * heads) * mask_rows
+    if mask_rows > 1:
+        per_pair += 2 * mask_rows  # the rows' same-document visibility and its negation (bool)
     if writes_scores:
         per_pair += written_scores_bytes(batch=batch, heads=heads, element_size=element_size, needs_grad=needs_grad)
     return length * length * per_pair
@@ -63,12 +68,13 @@ class Sdpa(AttentionPlan):
         super().__init__(pe, positions, window=window, dtype=dtype, bias_table=bias_table,
                          weight_table=weight_table, **common)
         self.mask = None
+        every = slice(None)
         if not pe.distance_only:
-            allowed = allowed_keys(positions, positions, torch.arange(positions.shape[0], device=positions.device),
-                                   window)
-            self.mask = additive_mask(pe.pairwise(positions, positions)[0], allowed, dtype)
-        elif bias_table is not None or window is not None:
+            self.mask = additive_mask(self.pairwise(every, every)[0], self.visible(every, every), dtype)
+        elif bias_table is not None or window is not None or self.documents is not None:
             self.mask = distance_mask(self.mask_table(bias_table), positions, window, dtype)
+            if self.documents is not None:  # [b, H | 1, s, s]: each row's own documents
+                self.mask = self.mask.masked_fill(~same_document(self.documents, every, every), float("-inf"))
 
     def mask_table(self, bias_table):
         """The table the mask is built from (differentiable: SDPA's math kernel takes its gradient)."""
@@ -82,12 +88,13 @@ class Sdpa(AttentionPlan):
 
     @classmethod
     def memory_bytes(cls, inputs):
-        if not (inputs.has_terms or inputs.windowed):
+        if not (inputs.has_terms or inputs.windowed or inputs.documents):
             return 0  # is_causal: no mask at all
         return sdpa_bytes(length=inputs.length, heads=inputs.heads if inputs.has_terms else 1, batch=inputs.batch,
                           element_size=inputs.element_size,
                           pairwise_bytes=0 if inputs.distance_only else inputs.pairwise_bytes,
-                          writes_scores=cls.mask_needs_grad(inputs), needs_grad=inputs.needs_grad)
+                          writes_scores=cls.mask_needs_grad(inputs), needs_grad=inputs.needs_grad,
+                          mask_rows=inputs.mask_rows)
 
     @classmethod
     def mask_needs_grad(cls, inputs) -> bool:
@@ -106,15 +113,15 @@ class SdpaWrittenOut(AttentionPlan):
 
     def __init__(self, pe, positions, *, window, **common):
         super().__init__(pe, positions, window=window, **common)
-        self.allowed = allowed_keys(positions, positions, torch.arange(positions.shape[0], device=positions.device),
-                                    window)
-        self.bias, self.weight = pe.pairwise(positions, positions)
+        every = slice(None)
+        self.allowed = self.visible(every, every)
+        self.bias, self.weight = self.pairwise(every, every)
 
     @classmethod
     def memory_bytes(cls, inputs):
         return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
                           element_size=inputs.element_size, pairwise_bytes=inputs.pairwise_bytes,
-                          writes_scores=True, needs_grad=inputs.needs_grad)
+                          writes_scores=True, needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows)
 
     def attend(self, q, k, v, dropout_p):
         return attend_materialised(q, k, v, self.bias, self.weight, self.allowed, dropout_p)

@@ -8,6 +8,7 @@ module): the plan every layer shares, holding the tables or masks it computed on
 import torch
 
 from megatron.model.attention.inputs import AttentionInputs
+from megatron.model.attention.masks import allowed_keys, same_document
 
 
 class AttentionPlan:
@@ -18,11 +19,42 @@ class AttentionPlan:
     table_grad = False        # a learnable bias table's gradient on the side (table_gradient.py)
 
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
-                 dtype: torch.dtype, bias_table, weight_table):
+                 dtype: torch.dtype, bias_table, weight_table, documents=None, row_positions=None):
         self.pe = pe                  # the positional module (layers call pe.rotate_qk)
-        self.positions = positions    # LongTensor [s]
+        self.positions = positions    # LongTensor [s]: shared by the rows; what the per-distance tables are read at
         self.window, self.block_size = window, block_size
         self.span = span              # largest distance any query sees, + 1
+        # Packed documents (reset-attention-mask): each token's document [b, s], keys of other documents
+        # hidden; None: every earlier key is visible.
+        self.documents = documents
+        # Per-row positions [b, s] (reset-position-ids: they restart in each document), or None. They step
+        # by 1 inside a document, where `positions` (the index) has the same differences: the tables are
+        # exact at `positions`, and only methods that read a position itself (rotate_qk, pairwise) need these.
+        self.row_positions = row_positions
+
+    def rotate(self, q, k):
+        """q, k [b, H, s, D] rotated by the method (rotary) at each row's positions."""
+        if self.row_positions is None:
+            return self.pe.rotate_qk(q, k, self.positions, self.positions)
+        rows = [self.pe.rotate_qk(q[r:r + 1], k[r:r + 1], p, p) for r, p in enumerate(self.row_positions)]
+        return torch.cat([q_ for q_, _ in rows]), torch.cat([k_ for _, k_ in rows])
+
+    def visible(self, queries: slice, keys: slice):
+        """bool [q, k] (or [b, 1, q, k] with documents): key j is visible to query i, for the queries and
+        keys of these index ranges (causality by index; the window by position distance)."""
+        q_index = torch.arange(self.positions.shape[0], device=self.positions.device)[queries]
+        allowed = allowed_keys(self.positions[queries], self.positions[keys], q_index, self.window)
+        if self.documents is not None:
+            allowed = allowed & same_document(self.documents, queries, keys)
+        return allowed
+
+    def pairwise(self, queries: slice, keys: slice):
+        """The method's (bias, weight) for these index ranges from pe.pairwise: [H, q, k] each, or
+        [b, H, q, k] with per-row positions (either None when the method has none)."""
+        if self.row_positions is None:
+            return self.pe.pairwise(self.positions[queries], self.positions[keys])
+        rows = [self.pe.pairwise(p[queries], p[keys]) for p in self.row_positions]
+        return tuple(None if terms[0] is None else torch.stack(terms) for terms in zip(*rows))
 
     @classmethod
     def can_run(cls, inputs: AttentionInputs) -> str | None:

@@ -52,7 +52,12 @@ def toeplitz_layout_problem(inputs) -> str | None:
         return "the flash kernel is called without attention dropout"
     if not inputs.consecutive:
         return "the positions are not consecutive, so a term is not a function of the index difference"
+    if inputs.documents:
+        return DOCUMENTS_PROBLEM
     return None
+
+
+DOCUMENTS_PROBLEM = "packed documents are masked, and one strided row for the batch cannot hide each row's documents"
 
 
 class Toeplitz(AttentionPlan):
@@ -128,6 +133,8 @@ class ToeplitzWrittenOut(AttentionPlan):
             return "it is written without attention dropout"
         if not inputs.consecutive:
             return "the positions are not consecutive, so a term is not a function of the index difference"
+        if inputs.documents:
+            return DOCUMENTS_PROBLEM
         return None
 
     @classmethod

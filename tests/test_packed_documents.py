@@ -1,0 +1,229 @@
+"""Document masking for packed samples (`reset-attention-mask`, `reset-position-ids`): the document ids
+and positions agree with megatron-core's own masks and positions; a packed sample gives exactly the
+logits and gradients of running each of its documents alone, for every kind of positional method on
+every attention path; the flex path's tile classification agrees with the dense mask; training runs
+through train.py; bad combinations are one-paragraph errors."""
+import pytest
+import torch
+from hf_export_support import tiny_config
+from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+from test_training_support import run_script, set_flags, tiny_args, tiny_overrides
+
+from megatron.data import build_train_valid_test_datasets
+from megatron.data.packed_documents import document_ids, positions_in_documents
+from megatron.errors import NeoXArgsError
+from megatron.model import GPTModel
+from megatron.model.attention import FLEX_BLOCK, flex_block_mask
+from megatron.neox_arguments import NeoXArgs
+from megatron.tokenizer import build_tokenizer
+
+EOD = 0  # the ByteLevelTokenizer's end of document
+# Two rows of documents (their lengths, each ending with EOD except a row's last), laid out differently, so
+# the rows need masks and positions of their own. 41 tokens: past the blocks of 8 and 2.5x the training length.
+ROWS = [[6, 11, 3, 21], [17, 1, 9, 14]]
+LENGTH = 41
+# One of each kind of term: none; absolute (learned, sinusoidal); q/k transforms (rotary, xpos); distance
+# tables (alibi, sandwich); learnable tables (kerple_log, t5); a weight (kerple_bias_weight); terms that depend
+# on the query position itself (fire; ssmax's per-query temperature).
+METHODS = {
+    "none": {}, "learned": {}, "sinusoidal": {}, "rotary": {"rotary_pct": 1.0}, "xpos": {}, "alibi": {},
+    "sandwich": {}, "kerple_log": {}, "t5": {}, "kerple_bias_weight": {}, "fire": {},
+    "alibi+ssmax": {"attention_temperature": {"type": "ssmax"}},
+}
+
+
+def packed_rows(seed=0):
+    """tokens [2, LENGTH] of the ROWS' documents, their document ids and positions in their documents."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for lengths in ROWS:
+        parts = []
+        for n, length in enumerate(lengths):
+            doc = torch.randint(1, 256, (length,), generator=generator)
+            if n < len(lengths) - 1:
+                doc[-1] = EOD
+            parts.append(doc)
+        rows.append(torch.cat(parts))
+    tokens = torch.stack(rows)
+    assert tokens.shape == (2, LENGTH)
+    return tokens
+
+
+def documents_of(row_tokens):
+    """[(start, end)] of each document of one row, by its EODs (written apart from document_ids)."""
+    spans, start = [], 0
+    for i, token in enumerate(row_tokens.tolist()):
+        if token == EOD:
+            spans.append((start, i + 1))
+            start = i + 1
+    if start < len(row_tokens):
+        spans.append((start, len(row_tokens)))
+    return spans
+
+
+def model_of(method, **overrides):
+    name = method.split("+")[0]
+    config = tiny_config(name, attention_block_size=8, max_position_embeddings=4 * LENGTH) | METHODS[method]
+    args = NeoXArgs.from_dict(config | overrides)
+    torch.manual_seed(0)
+    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
+    with torch.no_grad():  # positional parameters away from their initial values, as a trained model's are
+        for pe in model.positional_embeddings():
+            for p in pe.parameters():
+                p.add_(0.3 * torch.rand_like(p))
+    return model
+
+
+def test_ids_and_positions_are_megatron_cores():
+    """megatron-core's reset positions and its document attention mask, row by row, are the ones the ids make."""
+    tokens = packed_rows()
+    ids = document_ids(tokens, EOD)
+    positions = positions_in_documents(ids)
+    for row in range(tokens.shape[0]):
+        masked, _, theirs = _get_ltor_masks_and_position_ids(tokens[row], EOD, True, True, False, True)
+        assert torch.equal(positions[row], theirs)
+        visible = (ids[row][:, None] == ids[row][None, :]) & torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()
+        assert torch.equal(visible, ~masked[0])  # megatron-core's mask is True where a key is hidden
+        assert [int(n) for n in ids[row].bincount()] == [end - start for start, end in documents_of(tokens[row])]
+
+
+def alone_and_packed(model, tokens, reset_positions=True):
+    """(each document's logits run alone, concatenated per row; the packed sample's logits)."""
+    ids = document_ids(tokens, EOD)
+    positions = positions_in_documents(ids) if reset_positions else None
+    packed = model(tokens, position_ids=positions, document_ids=ids)
+    alone = torch.stack([torch.cat([model(row[None, start:end])[0] for start, end in documents_of(row)])
+                         for row in tokens])
+    return alone, packed
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "blocked", "auto"])
+@pytest.mark.parametrize("method", METHODS)
+def test_a_packed_sample_gives_the_logits_of_each_document_alone(method, impl):
+    model = model_of(method, attention_impl=impl).eval()
+    with torch.no_grad():
+        alone, packed = alone_and_packed(model, packed_rows())
+    torch.testing.assert_close(packed, alone, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "blocked"])
+@pytest.mark.parametrize("method", ["rotary", "kerple_log", "t5", "kerple_bias_weight", "fire", "alibi+ssmax",
+                                    "learned"])
+def test_and_the_gradients_of_each_document_alone(method, impl):
+    """Training: the gradient of every parameter through the packed sample equals the sum over its documents run
+    alone (the learnable tables' gradients on the side included: table_gradient.py with per-row masks)."""
+    model = model_of(method, attention_impl=impl).train()
+    tokens = packed_rows(1)
+    weights = torch.randn(2, LENGTH, model.vocab_size, generator=torch.Generator().manual_seed(2))
+    grads = []
+    for alone in (True, False):
+        model.zero_grad()
+        logits = alone_and_packed(model, tokens)[0 if alone else 1]
+        (logits * weights).sum().backward()
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and any("pos_embs" in name for name in grads[0]) == \
+        any(True for _ in model.positional_embeddings()[0].parameters())
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_masking_alone_keeps_positions_running():
+    """reset-attention-mask without reset-position-ids: a relative method still equals each document alone
+    (its terms see distances only); an absolute one does not (its positions run on across documents)."""
+    tokens = packed_rows()
+    with torch.no_grad():
+        alone, packed = alone_and_packed(model_of("alibi").eval(), tokens, reset_positions=False)
+        torch.testing.assert_close(packed, alone, atol=2e-5, rtol=0)
+        alone, packed = alone_and_packed(model_of("learned").eval(), tokens, reset_positions=False)
+        assert not torch.allclose(packed, alone, atol=1e-3)
+        without = model_of("learned").eval()(tokens)
+        assert not torch.allclose(packed, without, atol=1e-3)  # and the mask did hide the other documents
+
+
+@pytest.mark.parametrize("window", [None, 70])
+def test_flex_tiles_agree_with_the_dense_mask(window):
+    """Each 128 x 128 tile the block mask marks full has every pair visible, each it skips has none, and
+    the rest are partial: by the dense mask written from its definition."""
+    generator = torch.Generator().manual_seed(0)
+    length = 3 * FLEX_BLOCK + 37
+    ends = torch.rand(2, length, generator=generator) < 0.004
+    ends[1, 200] = ends[1, 255] = True  # a document inside one tile, one across a tile boundary
+    ids = ends.long().cumsum(1) - ends.long()
+    positions = torch.arange(length)
+    mask = flex_block_mask(positions, window, length, ids)
+    padded = length + -length % FLEX_BLOCK
+    i = torch.arange(padded)
+    padded_ids = torch.cat([ids, ids[:, -1:].expand(-1, padded - length)], 1)
+    visible = (i[None, :] <= i[:, None]) & (padded_ids[:, :, None] == padded_ids[:, None, :])
+    if window is not None:
+        clamped = i.clamp(max=length - 1)  # padded positions repeat the last one
+        visible &= clamped[:, None] - clamped[None, :] < window
+    tiles = padded // FLEX_BLOCK
+    per_tile = visible.view(2, tiles, FLEX_BLOCK, tiles, FLEX_BLOCK).permute(0, 1, 3, 2, 4).flatten(3)
+    every, some = per_tile.all(-1), per_tile.any(-1)
+    full = torch.zeros(2, tiles, tiles, dtype=torch.bool)
+    partial = torch.zeros(2, tiles, tiles, dtype=torch.bool)
+    for row in range(2):
+        for q in range(tiles):
+            full[row, q, mask.full_kv_indices[row, 0, q, :mask.full_kv_num_blocks[row, 0, q]].long()] = True
+            partial[row, q, mask.kv_indices[row, 0, q, :mask.kv_num_blocks[row, 0, q]].long()] = True
+    assert torch.equal(full, every)
+    assert torch.equal(partial, some & ~every)
+    lower = torch.ones(tiles, tiles, dtype=torch.bool).tril()  # tiles causality alone would keep
+    assert bool((some & ~every).any()) and bool((lower & ~some).any())  # partial tiles and skipped ones to check
+    assert bool(every.any()) == (window is None)  # a 70-token window leaves no tile whole
+
+
+@pytest.mark.launches  # the compiler runs g++
+@pytest.mark.parametrize("method", ["alibi", "kerple_log"])
+def test_the_compiled_flex_path_gives_each_document_alone(method):
+    """FlexAttention's compiled kernel (no backward on CPU: evaluation only) reads the per-row block mask."""
+    model = model_of(method, attention_impl="flex").eval()
+    with torch.no_grad():
+        alone, packed = alone_and_packed(model, packed_rows())
+    torch.testing.assert_close(packed, alone, atol=2e-5, rtol=0)
+
+
+def test_reset_positions_need_the_document_mask():
+    with pytest.raises(NeoXArgsError, match="reset-position-ids: is set without reset-attention-mask.*negative "
+                                            "distance"):
+        NeoXArgs.from_dict(tiny_config("alibi", reset_position_ids=True))
+    with pytest.raises(NeoXArgsError, match="reset-position-ids: is set together with random-positions 64"):
+        NeoXArgs.from_dict(tiny_config("alibi", reset_position_ids=True, reset_attention_mask=True,
+                                       random_positions=64))
+
+
+def test_per_row_positions_must_step_inside_documents():
+    model = model_of("rotary").eval()
+    tokens = packed_rows()
+    ids = document_ids(tokens, EOD)
+    positions = positions_in_documents(ids)
+    positions[0, 2] += 1  # a jump inside the first document
+    with pytest.raises(ValueError, match="step by 1 inside each document"):
+        model(tokens, position_ids=positions, document_ids=ids)
+
+
+@pytest.mark.launches
+def test_training_with_document_masking_runs_through_train_py(stdlib_data, tmp_path):
+    """train.py on packed samples with both keys: the data carries document ids, the model masks with them."""
+    overrides = tiny_overrides(stdlib_data, tmp_path) | {"reset_attention_mask": True, "reset_position_ids": True,
+                                                         "eod_mask_loss": True, "train_iters": 3}
+    result = run_script(["deepy.py", "train.py", "configs/tiny.yml", *set_flags(overrides)], timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "global_step3" in result.stdout and "valid at step 3" in result.stdout, result.stdout[-2000:]
+
+
+def test_every_split_carries_document_ids_and_reset_positions(stdlib_data, tmp_path):
+    args = tiny_args(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
+                     data_cache_path=str(tmp_path / "cache"))
+    eod = build_tokenizer(args).eod
+    crossed = 0
+    for split in build_train_valid_test_datasets(args):
+        for index in range(min(len(split), 50)):
+            item = split[index]
+            tokens = torch.as_tensor(item["tokens"])
+            _, _, theirs = _get_ltor_masks_and_position_ids(tokens, eod, True, True, False, False)
+            assert torch.equal(item["position_ids"], theirs)
+            assert torch.equal(item["document_ids"], document_ids(tokens, eod))
+            crossed += int(item["document_ids"][-1])
+    assert crossed > 0  # samples do span several documents
