@@ -3,6 +3,8 @@ and positions agree with megatron-core's own masks and positions; a packed sampl
 logits and gradients of running each of its documents alone, for every kind of positional method on
 every attention path; the flex path's tile classification agrees with the dense mask; training runs
 through train.py; bad combinations are one-paragraph errors."""
+import json
+
 import pytest
 import torch
 from hf_export_support import tiny_config
@@ -204,13 +206,20 @@ def test_per_row_positions_must_step_inside_documents():
 
 
 @pytest.mark.launches
-def test_training_with_document_masking_runs_through_train_py(stdlib_data, tmp_path):
-    """train.py on packed samples with both keys: the data carries document ids, the model masks with them."""
-    overrides = tiny_overrides(stdlib_data, tmp_path) | {"reset_attention_mask": True, "reset_position_ids": True,
-                                                         "eod_mask_loss": True, "train_iters": 3}
-    result = run_script(["deepy.py", "train.py", "configs/tiny.yml", *set_flags(overrides)], timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert "global_step3" in result.stdout and "valid at step 3" in result.stdout, result.stdout[-2000:]
+def test_a_document_masked_run_trains_and_evaluates_through_the_entry_points(stdlib_data, tmp_path):
+    """deepy.py train.py on packed samples with both keys, then evaluate.py at 1x and 4x, its results row
+    apart from the plain method's (`docpos`), with chunks inside documents as well as across them."""
+    values = tiny_overrides(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
+                            eod_mask_loss=True, train_iters=3, eval_results_dir=str(tmp_path / "results"))
+    trained = run_script(["deepy.py", "train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
+    assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-3000:]
+    assert "global_step3" in trained.stdout and "valid at step 3" in trained.stdout, trained.stdout[-2000:]
+    for documents in ("cross", "within"):
+        evaluated = run_script(["deepy.py", "evaluate.py", "configs/tiny.yml", *set_flags(
+            {**values, "eval_lengths": "[64,256]", "eval_chunks": 2, "eval_documents": documents})], timeout=600)
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    runs = [json.loads(path.read_text())["run"] for path in (tmp_path / "results").glob("*.json")]
+    assert runs and all("docpos" in run["variant"] for run in runs)
 
 
 def test_every_split_carries_document_ids_and_reset_positions(stdlib_data, tmp_path):

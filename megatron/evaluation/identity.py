@@ -64,8 +64,9 @@ def _short_hash(value) -> str:
 
 def switch_labels(neox_args) -> list[str]:
     """Labels of the switches that change what a method's name stands for: hybrid layers (`layers-1a2b3c`),
-    an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set) and randomized
-    training positions (`randpos256`)."""
+    an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set), randomized
+    training positions (`randpos256`) and document masking in training (`docmask`; `docpos` with
+    positions restarting in each document)."""
     labels = []
     if pattern := getattr(neox_args, "layer_pattern", None):
         labels.append("layers-" + _short_hash(pattern))
@@ -74,6 +75,8 @@ def switch_labels(neox_args) -> list[str]:
         labels.append(str(given.get("type")) + ("" if set(given) <= {"type"} else "-" + _short_hash(given)))
     if limit := getattr(neox_args, "random_positions", None):
         labels.append(f"randpos{limit}")
+    if getattr(neox_args, "reset_attention_mask", False):  # trained on documents masked from each other
+        labels.append("docpos" if getattr(neox_args, "reset_position_ids", False) else "docmask")
     return labels
 
 
