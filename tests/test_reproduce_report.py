@@ -86,7 +86,10 @@ def test_report_only_without_inputs_says_how_to_get_them(tmp_path):
 PUBLISHED = [("configs/reproduce/cpu-mini.yml", "docs/reproduction", ["--datasets", "stdlib", "prose"]),
              ("configs/reproduce/cpu-mini-long.yml", "docs/reproduction/long-training", []),
              ("configs/reproduce/cpu-mini-retrieval.yml", "docs/reproduction/retrieval", []),
-             ("configs/reproduce/cpu-mini-ablation.yml", "docs/reproduction/ablation", [])]
+             ("configs/reproduce/cpu-mini-ablation.yml", "docs/reproduction/ablation", []),
+             ("configs/reproduce/cpu-mini-2026.yml", "docs/reproduction/methods-2026", []),
+             ("configs/reproduce/cpu-mini-retrieval-2026.yml", "docs/reproduction/retrieval-2026", []),
+             ("configs/reproduce/cpu-mini-retrieval-ablation.yml", "docs/reproduction/retrieval-ablation", [])]
 
 
 def _body(text: str) -> list[str]:
@@ -94,7 +97,7 @@ def _body(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.startswith(("- Command:", "- Commit:", "- Generated:", "- Sweep:"))]
 
 
-@pytest.mark.parametrize("sweep,report_dir,args", PUBLISHED, ids=["cpu-mini", "cpu-mini-long", "cpu-mini-retrieval", "cpu-mini-ablation"])
+@pytest.mark.parametrize("sweep,report_dir,args", PUBLISHED, ids=[pathlib.Path(s).stem for s, _, _ in PUBLISHED])
 def test_published_reports_re_render_from_their_committed_inputs(tmp_path, sweep, report_dir, args):
     """The published reports, rendered again from the inputs committed beside them: the same tables,
     verdicts and text, and byte-identical figures (kernel figures need checkpoints: kept as they are)."""
