@@ -25,11 +25,12 @@ class AttentionInputs:
     consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
     needs_grad: bool
     dropout_p: float
+    token_terms: bool = False  # per-token terms F_i - F_j from the hidden states (pe.token_terms: fox), per layer
 
     @property
     def has_terms(self) -> bool:
-        """Anything beyond causal attention: a bias or weight, or terms pe.pairwise builds."""
-        return not self.distance_only or self.has_bias or self.has_weight
+        """Anything beyond causal attention: a bias or weight, terms pe.pairwise builds, or per-token terms."""
+        return not self.distance_only or self.has_bias or self.has_weight or self.token_terms
 
     @property
     def qkv_bytes(self) -> int:
@@ -49,7 +50,8 @@ class AttentionInputs:
                    distance_only=pe.distance_only, has_bias=bias_table is not None,
                    has_weight=has_weight(pe, positions, weight_table), learnable_bias=learnable,
                    pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
-                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p)
+                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
+                   token_terms=pe.uses_token_terms)
 
 
 def has_weight(pe, positions, weight_table) -> bool:
