@@ -1,6 +1,6 @@
 """The `flex` path: compiled FlexAttention whose `score_mod` reads the per-distance tables [H, L] (and a
-method's per-token terms F [b, H, L], fox), with a block mask for causality and the window; no L x L tensor. Only for methods whose terms
-depend on d alone. torch has no FlexAttention backward on CPU, so on CPU it runs only without
+method's per-token terms F [b, H, L], fox), with a block mask for causality and the window; no L x L
+tensor. Only for methods whose terms depend on d alone (and on per-token terms). torch has no FlexAttention backward on CPU, so on CPU it runs only without
 gradients, and there the compiled kernel is checked against torch's eager math before its numbers
 are used (megatron/model/flex_kernel.py)."""
 import torch
@@ -114,7 +114,8 @@ class Flex(AttentionPlan):
             token_terms = F.pad(self.token_terms, (0, positions.shape[0] - length)).contiguous()
 
             def score_mod(score, b, h, q_idx, kv_idx):
-                return add_score_terms(score, b, h, q_idx, kv_idx) + token_terms[b, h, q_idx] - token_terms[b, h, kv_idx]
+                forget = token_terms[b, h, q_idx] - token_terms[b, h, kv_idx]
+                return add_score_terms(score, b, h, q_idx, kv_idx) + forget
 
         # Zero-padded to whole tiles (see pad_to_whole_tiles); contiguous, so one memory layout and the
         # compiled kernel is not rebuilt per caller.
