@@ -21,6 +21,7 @@ from x_transformers.x_transformers import Attention
 from megatron.errors import NeoXArgsError
 from megatron.model.attention import AttentionInputs, attend, plan_attention
 from megatron.model.attention_choice import choose_strategy
+from megatron.model.attention.registry import STRATEGIES
 from megatron.model.attention.sdpa import Sdpa
 from megatron.model.flex_kernel import reference_math
 from megatron.model.layer_pattern import describe_layers, training_plans
@@ -68,8 +69,8 @@ def test_bias_and_gradients_match_data_dependent_alibi(length):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "blocked"])
-def test_attention_output_and_gradients_match_x_transformers(impl):
+@pytest.mark.parametrize("strategy", ["sdpa", "blocked_token_terms", "blocked"])
+def test_attention_output_and_gradients_match_x_transformers(strategy):
     attention, gate, pe = theirs_and_ours(seed=1)
     b, length = 2, 45
     x = torch.randn(b, length, H * D, requires_grad=True)
@@ -77,9 +78,10 @@ def test_attention_output_and_gradients_match_x_transformers(impl):
 
     split = lambda t: t.view(b, length, H, D).transpose(1, 2)  # noqa: E731  [b, H, L, D]
     q, k, v = split(attention.to_q(x)), split(attention.to_k(x)), split(attention.to_v(x))
-    plan = plan_attention(pe, torch.arange(length), impl=impl, window=None, block_size=16, needs_grad=True,
-                          dropout_p=0.0)
-    assert plan.path == impl
+    positions = torch.arange(length)
+    assert STRATEGIES[strategy].can_run(inputs_for(pe, batch=b, length=length)) is None
+    plan = STRATEGIES[strategy](pe, positions, window=None, block_size=16, span=length, dtype=torch.float32,
+                                bias_table=None, weight_table=None)
     y = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
     ours = attention.to_out(y.transpose(1, 2).reshape(b, length, H * D))
     torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
@@ -107,7 +109,8 @@ def float64_reference(q, k, v, x, w, bias, window=None):
 
 @pytest.mark.parametrize("window", [None, 9])
 @pytest.mark.parametrize("impl, needs_grad", [("sdpa", True), ("sdpa", False), ("blocked", True),
-                                              ("blocked", False), ("flex", False), ("auto", False)])
+                                              ("blocked", False), ("blocked-general", True), ("flex", False),
+                                              ("auto", False)])
 def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
     _, _, pe = theirs_and_ours(seed=2)
     b, length = 2, 37
@@ -115,14 +118,18 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
     x = torch.randn(b, length, H * D)
     q, k, v = (torch.randn(b, H, length, D) for _ in range(3))
     with torch.set_grad_enabled(needs_grad), reference_math():
-        plan = plan_attention(pe, torch.arange(length), impl=impl, window=window, block_size=16,
-                              needs_grad=needs_grad, dropout_p=0.0)
+        if impl == "blocked-general":  # the gathered blocks any method runs on, any device
+            plan = STRATEGIES["blocked"](pe, torch.arange(length), window=window, block_size=16, span=length,
+                                         dtype=torch.float32, bias_table=None, weight_table=None)
+        else:
+            plan = plan_attention(pe, torch.arange(length), impl=impl, window=window, block_size=16,
+                                  needs_grad=needs_grad, dropout_p=0.0)
         ours = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
         without = attend(q, k, v, plan)
     expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach(), window)
     torch.testing.assert_close(ours.detach().double(), expected, rtol=0, atol=2e-5)
-    if impl == "auto":
-        assert plan.name == "blocked"  # on CPU: F_i - F_j per block, two O(L) buffers
+    if impl in ("auto", "blocked"):
+        assert plan.name == "blocked_token_terms"  # on CPU: the flash kernel per block, F_i - F_j from two O(L) buffers
     # Without the forget terms the answer differs: the check above is not passed by construction.
     assert (without.detach().double() - expected).abs().max() > 1e-2
 
@@ -150,7 +157,7 @@ def test_the_planner_knows_the_class_the_paths_and_the_memory():
     pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D)
     inputs = inputs_for(pe)
     assert inputs.token_terms and inputs.has_terms
-    assert choose_strategy("auto", inputs, 2**30).name == "blocked"  # not the Toeplitz row: it refuses
+    assert choose_strategy("auto", inputs, 2**30).name == "blocked_token_terms"  # not the Toeplitz row: it refuses
     with pytest.raises(NeoXArgsError, match=r"attention-impl is 'flex', but torch's FlexAttention has no backward"):
         choose_strategy("flex", inputs, 2**30)
     from megatron.model.attention.toeplitz import Toeplitz
@@ -196,12 +203,12 @@ def test_the_export_generates_what_this_project_generates(tmp_path):
     assert generate_tokens(source.model.eval(), [prompt], max_new_tokens=new)[0] == expected
 
 
-def test_dry_run_lines_show_one_module_per_layer_and_the_blocked_strategy():
+def test_dry_run_lines_show_one_module_per_layer_and_the_strategy():
     args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 64,
                                "train_micro_batch_size_per_gpu": 1, "pos_emb": "fox",
                                "tokenizer_type": "ByteLevelTokenizer"})
     assert describe_layers(args).splitlines()[1].endswith("# positional module 1")
-    assert "blocked" in training_plans(args)[0]
+    assert "blocked_token_terms" in training_plans(args)[0]
 
 
 def test_a_temperature_on_top_of_the_gate_is_refused():
