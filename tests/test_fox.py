@@ -24,6 +24,7 @@ from megatron.model.attention_choice import choose_strategy
 from megatron.model.attention.registry import STRATEGIES
 from megatron.model.attention.sdpa import Sdpa
 from megatron.model.flex_kernel import reference_math
+from megatron.model.kv_cache import CachedPlan
 from megatron.model.layer_pattern import describe_layers, training_plans
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 from megatron.model.positional_embeddings.temperature import tempered
@@ -171,6 +172,11 @@ def test_the_planner_knows_the_class_the_paths_and_the_memory():
                                              needs_grad=False, dropout_p=0.0, dtype=torch.float32, batch=n)
                     for n in (1, 4)]
     assert Sdpa.memory_bytes(alibi_inputs[0]) == Sdpa.memory_bytes(alibi_inputs[1])
+    # A decoding step keeps F beside the cached keys: O(L) more, H fp32 values a slot.
+    sizes = dict(batch=2, heads=H, head_dim=D, queries=1, keys=100, capacity=300, element_size=4,
+                 pairwise_bytes=0, has_weight=False)
+    extra = CachedPlan.memory_bytes(**sizes, token_terms=True) - CachedPlan.memory_bytes(**sizes)
+    assert extra == 2 * H * 300 * 4 + 2 * 1 * 100 * 8 * H
 
 
 def test_the_gate_learns_through_a_model_with_one_gate_per_layer():

@@ -140,14 +140,18 @@ class CachedPlan:
 
     @staticmethod
     def memory_bytes(*, batch: int, heads: int, head_dim: int, queries: int, keys: int, capacity: int,
-                     element_size: int, pairwise_bytes: int, has_weight: bool) -> int:
+                     element_size: int, pairwise_bytes: int, has_weight: bool, token_terms: bool = False) -> int:
         """One layer's cached keys and values (LayerKV: [b, H, capacity, D] twice), and for the forward
         of `queries` new tokens against `keys` cached ones, per (query, key) pair of each row: what
         pe.pairwise allocates (`pairwise_bytes`), the visibility (bool, about 3 with its temporaries)
         and either the masked bias SDPA reads (e H) or, with a weight, the written-out scores in fp32
-        or wider (two at once). A decoding step (one query) is O(L)."""
+        or wider (two at once). Per-token terms (fox): their F [b, H, capacity] in fp32 beside the keys, and
+        per pair F_i - F_j and its sum with the bias (fp32, 8 H). A decoding step (one query) is O(L)."""
         cache = 2 * batch * heads * capacity * head_dim * element_size
         per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if has_weight else element_size * heads)
+        if token_terms:
+            cache += batch * heads * capacity * 4
+            per_pair += 8 * heads
         return cache + batch * queries * keys * per_pair
 
     def attend(self, q, k, v, kv: "LayerKV"):
