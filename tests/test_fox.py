@@ -207,6 +207,15 @@ def test_the_export_generates_what_this_project_generates(tmp_path):
     expected = greedy_reference(source.model, prompt, new)
     assert out[0, len(prompt):].tolist() == expected
     assert generate_tokens(source.model.eval(), [prompt], max_new_tokens=new)[0] == expected
+    # Left padding: the padding tokens' gates lie before every real key, so no F_i - F_j of a row sums them.
+    short, long_ = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 24))
+    batch = torch.cat([torch.cat([torch.zeros(1, 14, dtype=torch.long), short], 1), long_])
+    mask = torch.ones_like(batch)
+    mask[0, :14] = 0
+    with torch.no_grad():
+        logits = model(batch, attention_mask=mask).logits
+        torch.testing.assert_close(logits[0, 14:], source.model(short)[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits[1], source.model(long_)[0], atol=1e-5, rtol=0)
 
 
 def test_dry_run_lines_show_one_module_per_layer_and_the_strategy():
