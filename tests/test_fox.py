@@ -116,7 +116,7 @@ def float64_reference(q, k, v, x, w, bias, window=None):
                                               ("auto", False)])
 def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
     _, _, pe = theirs_and_ours(seed=2)
-    b, length = 2, 100
+    b, length = 2, 150  # two blocks of blocked_token_terms
     torch.manual_seed(3)
     x = torch.randn(b, length, H * D)
     q, k, v = (torch.randn(b, H, length, D) for _ in range(3))

@@ -9,10 +9,11 @@ which gives dF_i += sum_j dS_ij (F_i added to row i) and dF_j -= sum_i dS_ij (F_
 column j). Memory O(b * H * block * L) per block, never [H, L, L].
 
 Blocks of TOKEN_TERMS_BLOCK queries, not attention-block-size (512 by default): each block reads only
-the keys up to its last query, and its [b, H, block, L] tensors stay in cache. One thread, 8 heads of
-32 dims, attention alone, CPU time against `none`'s causal call: forward and backward at b = 4, L = 512
-with blocks of 32 / 64 / 128 / 256 / 512 queries 1.7 / 1.6 / 1.8 / 2.5 / 3.3x; forward only at b = 1,
-L = 2048 with 64 / 128 / 256 / 768: 2.1 / 2.1 / 2.2 / 3.5x (a loaded 2-core machine)."""
+the keys up to its last query, and its [b, H, block, L] tensors stay small. One thread, 8 heads of 32
+dims, attention alone, CPU time against `none`'s causal call (a loaded 2-core machine): forward and
+backward at b = 4, L = 512 with blocks of 32 / 64 / 128 / 256 / 512 queries 1.4 / 1.4 / 1.3 / 1.3 /
+1.3x; forward only at b = 1, L = 2048 with 64 / 128 / 256 / 768: 1.6 / 1.5 / 1.6 / 1.9x. Only the
+block's own keys can be in its future, so without a window only that tile is masked."""
 import math
 
 import torch
@@ -21,14 +22,18 @@ from megatron.model import cpu_flash
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.masks import allowed_keys, token_term_differences
 
-TOKEN_TERMS_BLOCK = 64  # queries per kernel call (module docstring)
+TOKEN_TERMS_BLOCK = 128  # queries per kernel call (module docstring)
 
 
 def block_mask(F, positions, start: int, end: int, window, dtype):
     """[b, H, end - start, end]: F_i - F_j for queries start..end-1 and keys 0..end-1, -inf where not visible."""
+    mask = token_term_differences(F, slice(start, end), slice(0, end)).to(dtype)  # a new contiguous tensor
+    if window is None:  # only the block's own keys can be in its future: -inf above that tile's diagonal
+        future = torch.ones(end - start, end - start, dtype=torch.bool, device=F.device).triu(1)
+        mask[..., start:end].masked_fill_(future, float("-inf"))
+        return mask
     allowed = allowed_keys(positions[start:end], positions[:end], torch.arange(start, end, device=F.device), window)
-    differences = token_term_differences(F, slice(start, end), slice(0, end))
-    return differences.to(dtype).masked_fill(~allowed, float("-inf")).contiguous()
+    return mask.masked_fill_(~allowed, float("-inf"))
 
 
 class TokenTermsAttention(torch.autograd.Function):
