@@ -195,6 +195,12 @@ def test_cached_generation_with_a_window_equals_a_full_forward():
     assert_cache_matches_full_forward(tiny_model("fox", attention_window=5), PROMPTS, 20)
 
 
+def test_a_layer_pattern_with_the_gate_gives_every_layer_its_module():
+    model = tiny_model("fox", num_layers=4, layer_pattern=[{"pos-emb": "fox"}, {"pos-emb": "alibi"}])
+    assert [pe.name for pe in model.pos_embs] == ["fox", "alibi", "fox", "alibi"] and model.layer_module == [0, 1, 2, 3]
+    assert_cache_matches_full_forward(model, PROMPTS, 12)
+
+
 def test_the_export_generates_what_this_project_generates(tmp_path):
     torch.set_num_threads(1)
     source, folder = exported("fox", tmp_path / "hf_fox")
