@@ -23,7 +23,7 @@ import tempfile
 import time
 import typing
 
-from megatron.model.layer_pattern import describe_layers, training_plans
+from megatron.model.layer_pattern import describe_layers, per_layer_modules, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.preflight import READS, PreflightError, check_inputs, reads
 from megatron.progress import switched_on
@@ -181,8 +181,9 @@ def main(argv=None):
     if cli.dry_run:
         print("# NeoX config (key, value, where it was set)")
         print(neox_args.describe())
-        if neox_args.layer_pattern:
-            print("\n# Layers (layer-pattern: each layer's method, options away from their defaults, window)")
+        if neox_args.layer_pattern or per_layer_modules(neox_args):  # a pattern, or a gate per layer (fox)
+            print("\n# Layers (layer-pattern, or a method with each layer's own parameters: each layer's method, "
+                  "options away from their defaults, window)")
             print(describe_layers(neox_args))
         documents = " with packed documents masked (reset-attention-mask)" if neox_args.reset_attention_mask else ""
         print(f"\n# Attention at seq-length {neox_args.seq_length} in training{documents}, as chosen on this "

@@ -8,7 +8,7 @@ from megatron.model.attention import plan_attention
 from megatron.model.attention_config import AttentionConfig
 from megatron.model.init_functions import init_normal_
 from megatron.model.kv_cache import KVCache, per_row, plan_cached
-from megatron.model.layer_pattern import build_kind, layer_kinds
+from megatron.model.layer_pattern import build_kind, layer_kinds, per_layer_modules
 from megatron.model.norms import build_norm
 from megatron.model.positional_embeddings import PositionalEmbedding
 from megatron.model.transformer import TransformerLayer
@@ -58,14 +58,16 @@ class GPTModel(nn.Module):
         init_normal_(self.word_embeddings.weight, neox_args.init_method, neox_args)
         self.embedding_dropout = nn.Dropout(neox_args.hidden_dropout)
         # One positional module per kind of layer (layer_pattern.py; one kind without a pattern), shared by
-        # the layers of that kind (the paper's setting), or one per layer.
+        # the layers of that kind (the paper's setting), or one per layer (pos-emb-per-layer, or a method
+        # whose parameters are each layer's own, such as fox's forget gate: per_layer_modules).
         self.layer_kinds = layer_kinds(neox_args)
-        kinds = self.layer_kinds if neox_args.pos_emb_per_layer else list(dict.fromkeys(self.layer_kinds))
+        per_layer = per_layer_modules(neox_args)
+        kinds = self.layer_kinds if per_layer else list(dict.fromkeys(self.layer_kinds))
         self.module_kinds = kinds
         self.pos_embs = nn.ModuleList(build_kind(kind, neox_args) for kind in kinds)
         self.windows = [kind.window for kind in kinds]  # each module's attention window
         # Layer i reads module layer_module[i] and its plan.
-        self.layer_module = list(range(len(kinds))) if neox_args.pos_emb_per_layer else \
+        self.layer_module = list(range(len(kinds))) if per_layer else \
             [kinds.index(kind) for kind in self.layer_kinds]
         if neox_args.pos_emb_per_layer and adds_to_embeddings(self.pos_embs[0]):
             raise NeoXArgsError(

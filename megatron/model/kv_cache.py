@@ -12,6 +12,8 @@ for the methods that read absolute positions (learned, sinusoidal, rotary's angl
 position). Padding slots are never visible as keys; as queries they see themselves only, which
 keeps their (unused) values finite. Rows whose positions differ call the protocol once each.
 """
+import copy
+
 import torch
 
 from megatron.errors import NeoXArgsError
@@ -26,6 +28,25 @@ class LayerKV:
 
     def __init__(self, capacity: int, window: int | None = None):
         self.capacity, self.window, self.keys, self.values = capacity, window, None, None
+        self.token_terms = None  # F [b, H, slots] fp32: cumulative per-token terms (fox) of the cached slots
+
+    def store_token_terms(self, g, start: int):
+        """Per-token terms g [b, H, s] of slots start.. -> (F of those slots [b, H, s], F of the slots a
+        query of them can see, as `store` keeps them): F runs on from the last cached slot, so a decoding
+        step appends one value and F_i - F_j equals a full forward's. Kept like the keys (O(W) windowed)."""
+        g = g.float()
+        if self.window is not None:
+            kept = self.token_terms
+            new = g.cumsum(dim=-1) + (0 if kept is None or kept.shape[-1] == 0 else kept[..., -1:])
+            visible = new if kept is None else torch.cat([kept, new], dim=-1)
+            self.token_terms = visible[..., visible.shape[-1] - min(self.window - 1, visible.shape[-1]):]
+            return new, visible
+        if self.token_terms is None:
+            self.token_terms = g.new_zeros(g.shape[0], g.shape[1], self.capacity)
+        end = start + g.shape[-1]
+        new = g.cumsum(dim=-1) + (self.token_terms[..., start - 1:start] if start > 0 else 0)
+        self.token_terms[..., start:end] = new
+        return new, self.token_terms[..., :end]
 
     def store(self, k, v, start: int):
         """Write k, v [b, H, s, D] at slots start.. and return the keys and values a query of them can see:
@@ -98,6 +119,16 @@ class CachedPlan:
         self.q_positions = q_positions    # [b, s]
         self.bias, self.weight = bias, weight  # [b or 1, H, s, visible keys] each, or None
         self.allowed = allowed            # bool [b, 1, s, visible keys]
+        self.token_terms = None           # g [b, H, s] of one layer (with_token_terms), or None
+
+    def with_token_terms(self, g):
+        """This plan for one layer whose method gives per-token terms g [b, H, s] (fox): a shallow copy;
+        `attend` adds F_i - F_j with the F of the cached keys (LayerKV.store_token_terms)."""
+        if g is None:
+            return self
+        plan = copy.copy(self)
+        plan.token_terms = g
+        return plan
 
     @staticmethod
     def can_run(cache: "KVCache", s: int) -> str | None:
@@ -109,14 +140,18 @@ class CachedPlan:
 
     @staticmethod
     def memory_bytes(*, batch: int, heads: int, head_dim: int, queries: int, keys: int, capacity: int,
-                     element_size: int, pairwise_bytes: int, has_weight: bool) -> int:
+                     element_size: int, pairwise_bytes: int, has_weight: bool, token_terms: bool = False) -> int:
         """One layer's cached keys and values (LayerKV: [b, H, capacity, D] twice), and for the forward
         of `queries` new tokens against `keys` cached ones, per (query, key) pair of each row: what
         pe.pairwise allocates (`pairwise_bytes`), the visibility (bool, about 3 with its temporaries)
         and either the masked bias SDPA reads (e H) or, with a weight, the written-out scores in fp32
-        or wider (two at once). A decoding step (one query) is O(L)."""
+        or wider (two at once). Per-token terms (fox): their F [b, H, capacity] in fp32 beside the keys, and
+        per pair F_i - F_j and its sum with the bias (fp32, 8 H). A decoding step (one query) is O(L)."""
         cache = 2 * batch * heads * capacity * head_dim * element_size
         per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if has_weight else element_size * heads)
+        if token_terms:
+            cache += batch * heads * capacity * 4
+            per_pair += 8 * heads
         return cache + batch * queries * keys * per_pair
 
     def attend(self, q, k, v, kv: "LayerKV"):
@@ -124,7 +159,12 @@ class CachedPlan:
         q, k = per_row(lambda positions, q_, k_: self.pe.rotate_qk(q_, k_, positions, positions),
                        self.q_positions, q, k)
         keys, values = kv.store(k, v, self.start)
-        return attend_materialised(q, keys, values, self.bias, self.weight, self.allowed, 0.0)
+        bias = self.bias
+        if self.token_terms is not None:
+            new, visible = kv.store_token_terms(self.token_terms, self.start)  # [b, H, s], [b, H, visible keys]
+            differences = new[..., :, None] - visible[..., None, :]
+            bias = differences if bias is None else bias + differences
+        return attend_materialised(q, keys, values, bias, self.weight, self.allowed, 0.0)
 
 
 def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:

@@ -121,6 +121,13 @@ def pattern_methods(pos_emb: str, layer_pattern) -> tuple[str, ...]:
     return tuple(dict.fromkeys([lookup(pos_emb).name] + named))
 
 
+def per_layer_modules(neox_args) -> bool:
+    """One positional module per layer: `pos-emb-per-layer`, or a method whose parameters are each layer's
+    own (`per_layer`: fox's forget gate, computed from that layer's hidden states; the paper gives every
+    layer its gate). Then every layer gets its module, whatever the method of the others."""
+    return bool(neox_args.pos_emb_per_layer) or any(lookup(kind.pos_emb).per_layer for kind in layer_kinds(neox_args))
+
+
 def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
     """The positional module of one layer kind."""
     shape = ModelShape(neox_args.num_attention_heads, neox_args.hidden_size // neox_args.num_attention_heads,
@@ -131,10 +138,10 @@ def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
 
 def describe_layers(neox_args) -> str:
     """Each layer's kind and positional module, one line each (`deepy.py --dry-run`)."""
-    kinds = layer_kinds(neox_args)
-    modules = kinds if neox_args.pos_emb_per_layer else list(dict.fromkeys(kinds))
+    kinds, per_layer = layer_kinds(neox_args), per_layer_modules(neox_args)
+    modules = kinds if per_layer else list(dict.fromkeys(kinds))
     return "\n".join(f"layer {i:<4}{kind.describe():<60}# positional module "
-                     f"{i if neox_args.pos_emb_per_layer else modules.index(kind)}" for i, kind in enumerate(kinds))
+                     f"{i if per_layer else modules.index(kind)}" for i, kind in enumerate(kinds))
 
 
 def training_plans(neox_args) -> list[str]:

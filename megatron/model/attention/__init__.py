@@ -16,7 +16,8 @@ Each strategy is a small class, one file each (registry.py lists them by path):
   written out for a method with a weight (`SdpaWrittenOut`). Memory grows with L^2.
 - `flex` path (flex.py): compiled FlexAttention reading the per-distance tables [H, L].
 - `blocked` path: queries in blocks, each gathering its slice of the terms (blocked.py, any method,
-  any device, O(H * block * L)); on CPU for a distance-only method at consecutive positions, one
+  any device, O(H * block * L)); for per-token terms alone (fox) on CPU, the flash kernel per block
+  with F's gradient on the side (token_terms.py, O(b * H * block * L)); on CPU for a distance-only method at consecutive positions, one
   strided row per head and nothing materialised (toeplitz.py, O(H * L)); for one with a weight,
   without gradients, the written-out softmax reading its weight and bias from such rows
   (`ToeplitzWrittenOut`, toeplitz.py, O(H * 64 * L)).

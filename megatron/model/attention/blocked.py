@@ -5,7 +5,7 @@ the backward pass, so memory stays O(H * block * L) for every method, on every d
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from megatron.model.attention.masks import attend_materialised, gather_by_distance
+from megatron.model.attention.masks import attend_materialised, gather_by_distance, token_term_differences
 from megatron.model.attention.sdpa import written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
 
@@ -27,6 +27,8 @@ class Blocked(AttentionPlan):
         per_pair = 17 + 2 * inputs.mask_rows
         if inputs.has_terms:
             per_pair += (inputs.pairwise_bytes + inputs.element_size * inputs.heads) * inputs.mask_rows
+        if inputs.token_terms:  # the block's F_i - F_j [b, H, block, L] in fp32, and with the bias added
+            per_pair += inputs.batch * inputs.heads * 2 * 4
         if inputs.has_weight or (inputs.needs_grad and inputs.learnable_bias):
             per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads,
                                              element_size=inputs.element_size, needs_grad=inputs.needs_grad)
@@ -55,6 +57,9 @@ class Blocked(AttentionPlan):
             weight = gather_by_distance(self.weight_table, q_positions, k_positions)
         else:
             bias, weight = self.pairwise(queries, keys)
+        if self.token_terms is not None:  # + F_i - F_j of this block: [b, H, block, end] from two O(L) buffers
+            differences = token_term_differences(self.token_terms, queries, keys)
+            bias = differences if bias is None else bias + differences
         allowed = self.visible(queries, keys)
         return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed,
                                    dropout_p)

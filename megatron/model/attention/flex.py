@@ -1,6 +1,6 @@
-"""The `flex` path: compiled FlexAttention whose `score_mod` reads the per-distance tables [H, L],
-with a block mask for causality and the window; no L x L tensor. Only for methods whose terms
-depend on d alone. torch has no FlexAttention backward on CPU, so on CPU it runs only without
+"""The `flex` path: compiled FlexAttention whose `score_mod` reads the per-distance tables [H, L] (and a
+method's per-token terms F [b, H, L], fox), with a block mask for causality and the window; no L x L
+tensor. Only for methods whose terms depend on d alone (and on per-token terms). torch has no FlexAttention backward on CPU, so on CPU it runs only without
 gradients, and there the compiled kernel is checked against torch's eager math before its numbers
 are used (megatron/model/flex_kernel.py)."""
 import torch
@@ -109,7 +109,8 @@ class Flex(AttentionPlan):
         tables = 3 * 4 * inputs.heads * inputs.length
         block_mask = 4 * 4 * tiles * tiles * inputs.mask_rows
         documents = 8 * inputs.batch * padded if inputs.documents else 0  # the rows' padded document ids
-        return tables + block_mask + documents + 4 * inputs.qkv_bytes * padded // inputs.length
+        token_terms = 4 * inputs.batch * inputs.heads * padded if inputs.token_terms else 0  # F, fp32, padded
+        return tables + block_mask + documents + token_terms + 4 * inputs.qkv_bytes * padded // inputs.length
 
     def attend(self, q, k, v, dropout_p):
         length = q.shape[2]
@@ -125,9 +126,19 @@ class Flex(AttentionPlan):
             distance = (positions[q_idx] - positions[kv_idx]).clamp(min=0)
             return score * weight_table[h, distance] + bias_table[h, distance]
 
+        score_mod = add_score_terms
+        if self.token_terms is not None:
+            # Per-token terms (fox): F [b, H, L'] captured, zero-padded like q (padded keys sit after every
+            # real query, so causality hides them). Indexed vectors need gradients (torch >= 2.6); F_i - F_j.
+            token_terms = F.pad(self.token_terms, (0, positions.shape[0] - length)).contiguous()
+
+            def score_mod(score, b, h, q_idx, kv_idx):
+                forget = token_terms[b, h, q_idx] - token_terms[b, h, kv_idx]
+                return add_score_terms(score, b, h, q_idx, kv_idx) + forget
+
         # Zero-padded to whole tiles (see pad_to_whole_tiles); contiguous, so one memory layout and the
         # compiled kernel is not rebuilt per caller.
         q, k, v = (F.pad(t, (0, 0, 0, positions.shape[0] - length)).contiguous() for t in (q, k, v))
-        out = run_flex(q, k, v, add_score_terms, self.block_mask,  # on CPU: checked against torch's eager math
+        out = run_flex(q, k, v, score_mod, self.block_mask,  # on CPU: checked against torch's eager math
                        kernel_options=self.kernel_options)
         return out[:, :, :length]

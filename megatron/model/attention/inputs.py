@@ -26,11 +26,12 @@ class AttentionInputs:
     needs_grad: bool
     dropout_p: float
     documents: bool = False  # packed documents are masked (reset-attention-mask): each row has its own mask
+    token_terms: bool = False  # per-token terms F_i - F_j from the hidden states (pe.token_terms: fox), per layer
 
     @property
     def has_terms(self) -> bool:
-        """Anything beyond causal attention: a bias or weight, or terms pe.pairwise builds."""
-        return not self.distance_only or self.has_bias or self.has_weight
+        """Anything beyond causal attention: a bias or weight, terms pe.pairwise builds, or per-token terms."""
+        return not self.distance_only or self.has_bias or self.has_weight or self.token_terms
 
     @property
     def mask_rows(self) -> int:
@@ -56,7 +57,7 @@ class AttentionInputs:
                    has_weight=has_weight(pe, positions, weight_table), learnable_bias=learnable,
                    pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
                    consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
-                   documents=documents)
+                   documents=documents, token_terms=pe.uses_token_terms)
 
 
 def has_weight(pe, positions, weight_table) -> bool:

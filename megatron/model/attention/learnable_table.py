@@ -19,6 +19,8 @@ def table_gradient_problem(inputs) -> str | None:
         return "the method has no learnable per-distance bias table"
     if inputs.has_weight:
         return "the method's weight multiplies the scores, which the table gradient does not differentiate"
+    if inputs.token_terms:
+        return "the table gradient does not add per-token terms F_i - F_j (fox's forget gate)"
     if inputs.dropout_p > 0:
         return "the table gradient is computed without attention dropout"
     return None

@@ -102,3 +102,9 @@ def attend_materialised(q, k, v, bias, weight, allowed, dropout_p):
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
     return (probs @ v.to(dtype)).to(v.dtype)
 
+
+
+def token_term_differences(F, q_slice: slice, k_slice: slice):
+    """F [b, H, s] (cumulative per-token terms) -> F_i - F_j [b, H, q, k] for queries q_slice and keys
+    k_slice: sum_{l=j+1..i} g_l for j <= i (future keys get positive values; the causal mask removes them)."""
+    return F[:, :, q_slice, None] - F[:, :, None, k_slice]

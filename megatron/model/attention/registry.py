@@ -4,12 +4,13 @@ from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.flex import Flex
 from megatron.model.attention.learnable_table import BlockedTableGradient, SdpaTableGradient, ToeplitzTableGradient
 from megatron.model.attention.sdpa import Sdpa, SdpaWrittenOut
+from megatron.model.attention.token_terms import BlockedTokenTerms
 from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut
 
 # The last of `sdpa` and of `blocked` runs every method: those paths always have a strategy.
 PATH_STRATEGIES = {
     "sdpa": (SdpaTableGradient, Sdpa, SdpaWrittenOut),
-    "blocked": (ToeplitzTableGradient, Toeplitz, ToeplitzWrittenOut, BlockedTableGradient, Blocked),
+    "blocked": (ToeplitzTableGradient, Toeplitz, ToeplitzWrittenOut, BlockedTableGradient, BlockedTokenTerms, Blocked),
     "flex": (Flex,),
 }
 STRATEGIES = {strategy.name: strategy for strategies in PATH_STRATEGIES.values() for strategy in strategies}

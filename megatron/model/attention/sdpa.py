@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from megatron.model import cpu_flash
-from megatron.model.attention.masks import additive_mask, attend_materialised, distance_mask, same_document
+from megatron.model.attention.masks import (additive_mask, attend_materialised, distance_mask, fused_mask,
+                                            same_document, token_term_differences)
 from megatron.model.attention.strategy import AttentionPlan
 
 
@@ -44,6 +45,22 @@ def written_scores_bytes(*, batch: int, heads: int, element_size: int, needs_gra
     return batch * heads * max(element_size, 4) * (3 if needs_grad else 2)
 
 
+def token_terms_sdpa_bytes(inputs, writes_scores: bool) -> int:
+    """Bytes of the `sdpa` path for per-token terms (fox): the shared causal mask [1, H | 1, L, L]
+    (e H, or e without other terms) and per layer, per (query, key) pair of each row, the fp32
+    differences F_i - F_j [b, H, L, L] and the mask made from them in the compute dtype (b H (4 + e));
+    with gradients the scores SDPA's math kernel writes out (the mask needs a gradient): the batch
+    matters here, as the mask is each row's own."""
+    shared = inputs.element_size * (inputs.heads if (inputs.has_bias or not inputs.distance_only) else 1) * inputs.mask_rows
+    per_pair = shared + inputs.batch * inputs.heads * (4 + inputs.element_size)
+    if not inputs.distance_only:
+        per_pair += inputs.pairwise_bytes + 17 + inputs.element_size * inputs.heads
+    if writes_scores:
+        per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads, element_size=inputs.element_size,
+                                         needs_grad=inputs.needs_grad)
+    return inputs.length * inputs.length * per_pair
+
+
 def attend_masked(q, k, v, mask, dropout_p):
     """Attention of the `sdpa` path: a square [1, H | 1, s, s] additive mask (None: plain causal)."""
     if mask is None:
@@ -75,6 +92,8 @@ class Sdpa(AttentionPlan):
             self.mask = distance_mask(self.mask_table(bias_table), positions, window, dtype)
             if self.documents is not None:  # [b, H | 1, s, s]: each row's own documents
                 self.mask = self.mask.masked_fill(~same_document(self.documents, every, every), float("-inf"))
+        if pe.uses_token_terms and self.mask is None:  # each layer adds its F_i - F_j to a causal mask
+            self.mask = distance_mask(None, positions, window, dtype)
 
     def mask_table(self, bias_table):
         """The table the mask is built from (differentiable: SDPA's math kernel takes its gradient)."""
@@ -90,6 +109,8 @@ class Sdpa(AttentionPlan):
     def memory_bytes(cls, inputs):
         if not (inputs.has_terms or inputs.windowed or inputs.documents):
             return 0  # is_causal: no mask at all
+        if inputs.token_terms:
+            return token_terms_sdpa_bytes(inputs, cls.mask_needs_grad(inputs))
         return sdpa_bytes(length=inputs.length, heads=inputs.heads if inputs.has_terms else 1, batch=inputs.batch,
                           element_size=inputs.element_size,
                           pairwise_bytes=0 if inputs.distance_only else inputs.pairwise_bytes,
@@ -99,10 +120,14 @@ class Sdpa(AttentionPlan):
     @classmethod
     def mask_needs_grad(cls, inputs) -> bool:
         """A mask that needs a gradient sends SDPA to its math kernel, which writes the scores out."""
-        return inputs.needs_grad and inputs.learnable_bias
+        return inputs.needs_grad and (inputs.learnable_bias or inputs.token_terms)
 
     def attend(self, q, k, v, dropout_p):
-        return attend_masked(q, k, v, in_dtype_of(self.mask, q), dropout_p)
+        mask = in_dtype_of(self.mask, q)
+        if self.token_terms is not None:  # this layer's [b, H, L, L] mask: the shared one plus F_i - F_j
+            everything = slice(None)
+            mask = fused_mask(mask + token_term_differences(self.token_terms, everything, everything).to(q.dtype))
+        return attend_masked(q, k, v, mask, dropout_p)
 
 
 class SdpaWrittenOut(AttentionPlan):
@@ -116,6 +141,12 @@ class SdpaWrittenOut(AttentionPlan):
         every = slice(None)
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
+
+    @classmethod
+    def can_run(cls, inputs):
+        if inputs.token_terms:
+            return "it does not add per-token terms F_i - F_j (fox's forget gate); `sdpa` does"
+        return None
 
     @classmethod
     def memory_bytes(cls, inputs):

@@ -48,6 +48,9 @@ def toeplitz_layout_problem(inputs) -> str | None:
         return "this method's terms depend on the query position itself, not on i - j alone"
     if inputs.has_weight:
         return "the flash kernel cannot multiply the scores by this method's weight"
+    if inputs.token_terms:
+        return ("this method's per-token terms F_i - F_j (fox's forget gate) differ per layer and per row, so "
+                "they are not one strided row per head")
     if inputs.dropout_p > 0:
         return "the flash kernel is called without attention dropout"
     if not inputs.consecutive:
@@ -127,6 +130,8 @@ class ToeplitzWrittenOut(AttentionPlan):
             return "this method's terms depend on the query position itself, not on i - j alone"
         if not inputs.has_weight:
             return "the method has no weight (`toeplitz` runs it on the flash kernel)"
+        if inputs.token_terms:
+            return "its rows hold no per-token terms F_i - F_j (fox's forget gate); `blocked` adds them"
         if inputs.needs_grad:
             return "it keeps nothing for a backward pass (`blocked` recomputes its blocks there)"
         if inputs.dropout_p > 0:

@@ -8,6 +8,13 @@ independent and each defaults to "do nothing":
   `score = (q.k / sqrt(D)) * weight + bias`. Methods whose edit depends only on d = i - j
   (`distance_only`, all but fire) implement `distance_tables(length)` instead, so attention can read
   an O(H * L) table rather than materialise an O(H * L^2) matrix.
+A fourth channel, also "nothing" by default, is for methods whose terms come from the hidden states:
+- `token_terms(x)` -> g [b, H, s]: per-token terms from the layer's attention input x, which add
+  `score(i, j) += g_{j+1} + ... + g_i = F_i - F_j` (F = cumsum(g) along the sequence; the forget gate
+  of `fox`, g = log f). A method with them sets `uses_token_terms`, so the attention planner knows its
+  class before any x exists; attention computes F and keeps two O(L) buffers, never an L x L table.
+  Such terms are a layer's own (each layer has its gate), so such a method also sets `per_layer`:
+  the model then builds one positional module per layer (megatron/model/gpt_model.py).
 
 A method's options are the fields of its `Options` dataclass, each declared with `option(...)`:
 default, help text, check and whether it only sets initial values. The config keys, the config
@@ -84,6 +91,8 @@ class PositionalEmbedding(nn.Module):
     distance_only: bool = True  # the score edit depends only on d = i - j
     max_length: int | None = None  # largest number of positions the method can embed (learned)
     uses_max_positions: bool = False  # parameters sized by max-position-embeddings (learned)
+    uses_token_terms: bool = False  # token_terms returns per-token terms (fox): the planner's class
+    per_layer: bool = False  # its parameters are each layer's own: one module per layer (fox)
 
     @dataclass
     class Options:
@@ -106,6 +115,11 @@ class PositionalEmbedding(nn.Module):
 
     def rotate_qk(self, q, k, q_positions, k_positions):
         return q, k  # q, k [b, H, s, D]
+
+    def token_terms(self, x: torch.Tensor) -> torch.Tensor | None:
+        """g [b, H, s] (float32, differentiable) from the attention input x [b, s, hidden] (after the
+        layer's input norm), adding g_{j+1} + ... + g_i = F_i - F_j to score(i, j); None: no such terms."""
+        return None
 
     def distance_tables(self, length: int):
         """(bias[H, length] | None, weight[H, length] | None) over d = 0..length-1, float32, differentiable."""

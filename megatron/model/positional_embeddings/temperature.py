@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from .base import PositionalEmbedding, quote
+from .base import PositionalEmbedding, PositionalEmbeddingError, quote
 
 TYPES = ("ssmax", "head_scale")
 EXAMPLE = "attention-temperature: {type: ssmax}"
@@ -98,4 +98,9 @@ class Tempered(PositionalEmbedding):
 
 def tempered(base: PositionalEmbedding, temperature: dict | None, window: int | None = None) -> PositionalEmbedding:
     """`base`, or `base` under `temperature` when one is given."""
+    if temperature is not None and base.uses_token_terms:
+        raise PositionalEmbeddingError(
+            f"attention-temperature is set, but pos-emb {base.name!r} adds per-token terms F_i - F_j (a forget "
+            "gate) that the temperature would have to scale too, which is not implemented. Remove "
+            "attention-temperature for this method.")
     return base if temperature is None else Tempered(base, temperature, window)

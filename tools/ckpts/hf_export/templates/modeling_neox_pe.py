@@ -3,10 +3,11 @@ positional_method.py: that method's own file from the project that trained it, c
 the files of its package it imports. Needs torch and transformers only: load it with
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
-The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`
-and `pairwise`, which gives, per head h, query i and visible key j (j <= i, i - j < the layer's window
-when set):
-    softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] ) . v_j
+The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`,
+`pairwise` and `token_terms`, which give, per head h, query i and visible key j (j <= i, i - j < the
+layer's window when set):
+    softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
+with F the cumulative sum of the per-token terms `token_terms` computes from the layer's input (fox).
 Positions are counted over the tokens the attention mask keeps (0 for the first real token), so
 left-padded batches score exactly like unpadded sequences; rows whose positions differ (padding) call
 the method once per row, as the protocol takes one position vector for the batch.
@@ -48,6 +49,24 @@ def score_terms(pe, positions, key_positions, same):
     return tuple(None if part[0] is None else torch.stack(part) for part in zip(*parts))
 
 
+def token_term_differences(gates, cache, layer_idx):
+    """F_i - F_j [b, H, q, k] for the new queries i and every key j, F = cumsum(g) in fp32: the protocol's
+    per-token terms (base.py, `token_terms`). With a cache, F runs on from the cached keys' F, which the
+    cache keeps per layer beside their keys (an attribute of this model's own on the cache object)."""
+    new = gates.float().cumsum(dim=-1)
+    if cache is None:
+        return new[..., :, None] - new[..., None, :]
+    kept = getattr(cache, "neox_pe_token_terms", None)
+    if kept is None:
+        kept = cache.neox_pe_token_terms = {}
+    previous = kept.get(layer_idx)
+    if previous is not None:
+        new = new + previous[..., -1:]
+    every = new if previous is None else torch.cat([previous, new], dim=-1)
+    kept[layer_idx] = every
+    return new[..., :, None] - every[..., None, :]
+
+
 def build_norm(config):
     norm = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}[config.norm]
     return norm(config.hidden_size, eps=config.layer_norm_eps)
@@ -75,6 +94,9 @@ class SelfAttention(nn.Module):
             scores = scores * weight
         if bias is not None:
             scores = scores + bias
+        gates = pe.token_terms(x)  # per-token terms g [b, H, s] from this layer's input (fox), or None
+        if gates is not None:
+            scores = scores + token_term_differences(gates, cache, self.layer_idx)
         # finfo.min, not -inf: a padding query that sees no key gets a uniform row instead of NaN.
         scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
         y = (scores.softmax(dim=-1) @ v.float()).to(v.dtype)
