@@ -67,8 +67,8 @@ class ToeplitzTableGradient(Toeplitz):
 
     @classmethod
     def memory_bytes(cls, inputs):
-        """Toeplitz's, the backward's q, k and v gradients of a block (at most three q-sized tensors),
-        and its gradient blocks."""
+        """Toeplitz's, the contiguous copies attend_with_table makes of a block's q, k and v (at most
+        three q-sized tensors), and the backward's gradient blocks."""
         return super().memory_bytes(inputs) + 3 * inputs.qkv_bytes + gradient_blocks_bytes(inputs, inputs.length)
 
     def attend_block(self, q, k, v, mask, q_positions, k_positions):
