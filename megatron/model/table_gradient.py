@@ -102,5 +102,5 @@ def attend_with_table(q, k, v, table, q_positions, k_positions, allowed, mask=No
 
     `mask`: the additive mask these terms make (the `sdpa` path's, built once per forward), else
     built here from the table; `causal`: queries and keys are the same tokens (cpu_flash.py)."""
-    return TableBiasAttention.apply(q, k, v, table, q_positions,
+    return TableBiasAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), table, q_positions,
                                     k_positions, allowed, mask, causal)
