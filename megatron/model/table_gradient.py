@@ -34,10 +34,10 @@ def bias_mask(table, q_positions, k_positions, allowed, dtype):
 
 class TableBiasAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, q_positions, k_positions, allowed, mask, causal):
+    def forward(ctx, q, k, v, table, q_positions, k_positions, allowed, mask, causal, reversed_keys):
         # `mask` given: the plan's, shared by every layer (a reference, not a per-call tensor, so it
         # is kept as an attribute, not saved). None: this query block's, rebuilt in backward.
-        ctx.mask, ctx.causal = mask, causal
+        ctx.mask, ctx.causal, ctx.reversed_keys = mask, causal, reversed_keys
         if mask is None:
             mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
         if q.device.type == "cpu":
@@ -61,16 +61,19 @@ class TableBiasAttention(torch.autograd.Function):
                 dq, dk, dv = torch.autograd.grad(again, inputs, grad_out)
         grad_table = None
         if ctx.needs_input_grad[3]:
-            grad_table = table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table, ctx.causal,
-                                        lse)
-        return dq, dk, dv, grad_table, None, None, None, None, None
+            grad_table = table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
+                                        ctx.reversed_keys, lse)
+        return dq, dk, dv, grad_table, None, None, None, None, None, None
 
 
-def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table, causal, logsumexp=None):
+def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table, reversed_keys=False,
+                   logsumexp=None):
     """d loss / d table [H, span]: the score gradient summed over the batch and along diagonals.
 
-    `causal` (a square score matrix): rows start..end-1 see no key past end-1, so those are skipped
-    (their probabilities are 0 and would add nothing). `logsumexp` [b, H, q], the forward's (CPU):
+    The queries are the last of the keys (every strategy's call: a square score matrix, or a block of
+    queries against the keys up to its last), so a block of rows sees no key past its last row's, and
+    those are skipped (their probabilities are 0 and would add nothing): the last keys, or the first
+    with `reversed_keys` (the Toeplitz layout: keys in reverse order). `logsumexp` [b, H, q], the forward's (CPU):
     the probabilities are exp(scores - logsumexp), no softmax again. Each block works in place on
     two [b, H, block, keys] tensors: fresh large tensors cost page faults on CPU."""
     dtype = torch.float32 if q.dtype != torch.float64 else q.dtype
@@ -80,9 +83,10 @@ def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table
     row_dot = (grad_out.to(dtype) * out.to(dtype)).sum(-1)  # [b, H, q]: rowsum(dO * O)
     for start in range(0, q.shape[2], GRADIENT_BLOCK):
         end = min(start + GRADIENT_BLOCK, q.shape[2])
-        keys = end if causal else k.shape[2]
-        probs = q_scaled[:, :, start:end] @ k_t[..., :keys]  # [b, H, blk, keys]: scores, then probabilities
-        probs += mask[:, :, start:end, :keys]
+        future = q.shape[2] - end  # keys after this block's last query
+        keys = slice(future, k.shape[2]) if reversed_keys else slice(0, k.shape[2] - future)
+        probs = q_scaled[:, :, start:end] @ k_t[..., keys]  # [b, H, blk, keys]: scores, then probabilities
+        probs += mask[:, :, start:end, keys]
         if logsumexp is not None:
             # Clamped first: exp below float32's normal range (about -87.3; masked keys are -inf) takes a slow
             # path on x86, ~10x per element (kerple_power's large distances made the whole step 1.2x `none`).
@@ -90,19 +94,21 @@ def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table
             probs.sub_(logsumexp[:, :, start:end, None]).clamp_(min=UNDERFLOW).exp_()
         else:
             probs = probs.softmax(dim=-1)
-        d_scores = grad_out[:, :, start:end].to(dtype) @ v_t[..., :keys]  # dP, then dS = P * (dP - rowsum)
+        d_scores = grad_out[:, :, start:end].to(dtype) @ v_t[..., keys]  # dP, then dS = P * (dP - rowsum)
         d_scores.sub_(row_dot[:, :, start:end, None]).mul_(probs)
-        distance = (q_positions[start:end, None] - k_positions[None, :keys]).clamp(min=0)  # [blk, keys]
+        distance = (q_positions[start:end, None] - k_positions[None, keys]).clamp(min=0)  # [blk, keys]
         grad.index_add_(1, distance.flatten(), d_scores.sum(0).flatten(1))  # 0 where masked
     return grad.to(table.dtype)
 
 
-def attend_with_table(q, k, v, table, q_positions, k_positions, allowed, mask=None, causal=False):
+def attend_with_table(q, k, v, table, q_positions, k_positions, allowed, mask=None, causal=False,
+                      reversed_keys=False):
     """softmax(q.k / sqrt(D) + table[h, d]) . v over the allowed keys, q k v [b, H, q|k, D], table [H, span].
 
     `mask`: the additive mask these terms make (the `sdpa` path's, built once per forward), else
-    built here from the table; `causal`: queries and keys are the same tokens (cpu_flash.py)."""
+    built here from the table; `causal`: queries and keys are the same tokens (cpu_flash.py). The queries
+    are the last of the keys; `reversed_keys`: the keys come in reverse order (table_gradient)."""
     # Contiguous copies: the CPU flash kernels take strided blocks, but ran them slower than the copies cost
     # (kerple_log training, fwd + bwd, 1.12x `none` strided against 1.07x copied, in one run).
     return TableBiasAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), table, q_positions,
-                                    k_positions, allowed, mask, causal)
+                                    k_positions, allowed, mask, causal, reversed_keys)

@@ -72,7 +72,7 @@ class ToeplitzTableGradient(Toeplitz):
         return super().memory_bytes(inputs) + 3 * inputs.qkv_bytes + gradient_blocks_bytes(inputs, inputs.length)
 
     def attend_block(self, q, k, v, mask, q_positions, k_positions):
-        return attend_with_table(q, k, v, self.bias_table, q_positions, k_positions, None, mask)
+        return attend_with_table(q, k, v, self.bias_table, q_positions, k_positions, None, mask, reversed_keys=True)
 
 
 class BlockedTableGradient(Blocked):
