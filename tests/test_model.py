@@ -222,6 +222,10 @@ def test_vocabulary_is_padded_by_the_tokenizer(shared_dir):
     assert logits.shape == (1, 2, 50304)
 
 
-def test_position_ids_must_be_one_row_for_the_batch():
-    with pytest.raises(ValueError, match=r"position_ids must be a LongTensor \[40\] shared by the batch; got shape \(2, 40\)"):
-        make_model()(tokens(), position_ids=torch.arange(40).expand(2, 40))
+def test_position_ids_are_one_row_for_the_batch_or_one_per_row():
+    model = make_model().eval()
+    with pytest.raises(ValueError, match=r"position_ids must be \[40\] shared by the batch or \[2, 40\] per row; got "
+                                         r"shape \(3, 40\)"):
+        model(tokens(), position_ids=torch.arange(40).expand(3, 40))
+    with torch.no_grad():  # rows that agree are the shared positions
+        torch.testing.assert_close(model(tokens(), position_ids=torch.arange(40).expand(2, 40)), model(tokens()))
