@@ -52,10 +52,14 @@ def reference_attention(pe, q, k, v, window=None):
     scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(head_dim)
     if weight is not None:
         scores = scores * weight.double()
-    if bias is not None:
-        scores = scores + bias.double()
     visible = torch.tensor([[j <= i and (window is None or i - j < window) for j in range(length)]
                             for i in range(length)])
+    if pe.modifies_scores:  # the method's own edit of the whole matrix, in float64 (its formula: test_cope.py)
+        positions = torch.arange(length)
+        scores = pe.modify_scores(scores, None if bias is None else bias.double(), q.double(), k.double(),
+                                  positions, positions, visible)
+    elif bias is not None:
+        scores = scores + bias.double()
     return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v.double()
 
 

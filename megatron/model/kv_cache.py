@@ -16,6 +16,7 @@ import torch
 
 from megatron.errors import NeoXArgsError
 from megatron.model.attention.masks import attend_materialised
+from megatron.model.attention.sdpa import score_edit
 
 
 class LayerKV:
@@ -92,8 +93,9 @@ class CachedPlan:
     One instance per cached forward (per positional module), read by every layer."""
     name = "cached_step"
 
-    def __init__(self, pe, start: int, q_positions, bias, weight, allowed):
+    def __init__(self, pe, start: int, q_positions, bias, weight, allowed, k_positions=None):
         self.pe = pe
+        self.k_positions = k_positions    # [b, visible keys]: read by a method that rewrites the scores
         self.start = start                # cache index of the first new token (keys from first_visible_slot)
         self.q_positions = q_positions    # [b, s]
         self.bias, self.weight = bias, weight  # [b or 1, H, s, visible keys] each, or None
@@ -109,14 +111,17 @@ class CachedPlan:
 
     @staticmethod
     def memory_bytes(*, batch: int, heads: int, head_dim: int, queries: int, keys: int, capacity: int,
-                     element_size: int, pairwise_bytes: int, has_weight: bool) -> int:
+                     element_size: int, pairwise_bytes: int, has_weight: bool, score_bytes: int = 0) -> int:
         """One layer's cached keys and values (LayerKV: [b, H, capacity, D] twice), and for the forward
         of `queries` new tokens against `keys` cached ones, per (query, key) pair of each row: what
         pe.pairwise allocates (`pairwise_bytes`), the visibility (bool, about 3 with its temporaries)
         and either the masked bias SDPA reads (e H) or, with a weight, the written-out scores in fp32
-        or wider (two at once). A decoding step (one query) is O(L)."""
+        or wider (two at once); a method that rewrites the scores (`score_bytes`, pe.score_bytes()) writes them
+        out too and adds its own per head. A decoding step (one query) is O(L)."""
         cache = 2 * batch * heads * capacity * head_dim * element_size
-        per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if has_weight else element_size * heads)
+        written = has_weight or score_bytes > 0
+        per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if written else element_size * heads)
+        per_pair += heads * score_bytes
         return cache + batch * queries * keys * per_pair
 
     def attend(self, q, k, v, kv: "LayerKV"):
@@ -124,7 +129,8 @@ class CachedPlan:
         q, k = per_row(lambda positions, q_, k_: self.pe.rotate_qk(q_, k_, positions, positions),
                        self.q_positions, q, k)
         keys, values = kv.store(k, v, self.start)
-        return attend_materialised(q, keys, values, self.bias, self.weight, self.allowed, 0.0)
+        return attend_materialised(q, keys, values, self.bias, self.weight, self.allowed, 0.0,
+                                   score_edit(self.pe, self.q_positions, self.k_positions))
 
 
 def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
@@ -149,7 +155,7 @@ def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
     if window is not None:
         allowed &= q_positions[:, :, None] - k_positions[:, None, :] < window
     allowed |= k_index == q_index  # a padding query sees itself: finite values nobody reads
-    return CachedPlan(pe, start, q_positions, bias, weight, allowed[:, None])
+    return CachedPlan(pe, start, q_positions, bias, weight, allowed[:, None], k_positions)
 
 
 def attend_cached(q, k, v, plan: CachedPlan, kv: LayerKV):

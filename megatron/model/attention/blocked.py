@@ -6,7 +6,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention.masks import allowed_keys, attend_materialised, gather_by_distance
-from megatron.model.attention.sdpa import written_scores_bytes
+from megatron.model.attention.sdpa import score_edit, written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
 
 
@@ -26,10 +26,11 @@ class Blocked(AttentionPlan):
         per_pair = 17
         if inputs.has_terms:
             per_pair += inputs.pairwise_bytes + inputs.element_size * inputs.heads
-        if inputs.has_weight or (inputs.needs_grad and inputs.learnable_bias):
+        if inputs.has_weight or inputs.modifies_scores or (inputs.needs_grad and inputs.learnable_bias):
             per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads,
                                              element_size=inputs.element_size, needs_grad=inputs.needs_grad)
-        return min(inputs.block_size, inputs.length) * inputs.length * per_pair
+        block = min(inputs.block_size, inputs.length)
+        return block * inputs.length * per_pair + inputs.score_edit_bytes(block, inputs.length)
 
     def attend(self, q, k, v, dropout_p):
         length = q.shape[2]
@@ -55,4 +56,4 @@ class Blocked(AttentionPlan):
             bias, weight = self.pe.pairwise(q_positions, k_positions)
         allowed = allowed_keys(q_positions, k_positions, torch.arange(start, end, device=q.device), self.window)
         return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed,
-                                   dropout_p)
+                                   dropout_p, score_edit(self.pe, q_positions, k_positions))

@@ -25,11 +25,17 @@ class AttentionInputs:
     consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
     needs_grad: bool
     dropout_p: float
+    modifies_scores: bool = False  # pe.modify_scores rewrites the written-out score matrix (cope, dape)
+    score_bytes: int = 0           # pe.score_bytes(): what it allocates per (query, key) pair, head and sequence
 
     @property
     def has_terms(self) -> bool:
         """Anything beyond causal attention: a bias or weight, or terms pe.pairwise builds."""
-        return not self.distance_only or self.has_bias or self.has_weight
+        return not self.distance_only or self.has_bias or self.has_weight or self.modifies_scores
+
+    def score_edit_bytes(self, queries: int, keys: int) -> int:
+        """What pe.modify_scores allocates for `queries` x `keys` pairs of every head and sequence (0 without)."""
+        return self.batch * self.heads * queries * keys * self.score_bytes if self.modifies_scores else 0
 
     @property
     def qkv_bytes(self) -> int:
@@ -49,7 +55,8 @@ class AttentionInputs:
                    distance_only=pe.distance_only, has_bias=bias_table is not None,
                    has_weight=has_weight(pe, positions, weight_table), learnable_bias=learnable,
                    pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
-                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p)
+                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
+                   modifies_scores=pe.modifies_scores, score_bytes=pe.score_bytes())
 
 
 def has_weight(pe, positions, weight_table) -> bool:
