@@ -102,6 +102,10 @@ def check_positional(args, fail):
         fail("attention_temperature", problem)
     if (problem := dape_problem(args.dape)) is not None:
         fail("dape", problem)
+    for key in ("attention_temperature", "dape"):
+        if getattr(args, key) is not None and lookup(args.pos_emb).modifies_scores:
+            fail(key, f"cannot wrap pos-emb '{lookup(args.pos_emb).name}', which rewrites the score matrix itself "
+                      "(its own reading of the scores would change). Remove it, or choose a bias method.")
     if args.layer_pattern is not None:
         if not isinstance(args.layer_pattern, list) or not args.layer_pattern:
             fail("layer_pattern", f"is {quote(args.layer_pattern)}; give a non-empty list of entries such as "
