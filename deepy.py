@@ -23,7 +23,7 @@ import tempfile
 import time
 import typing
 
-from megatron.model.layer_pattern import describe_layers, training_plans
+from megatron.model.layer_pattern import describe_layers, rewrites_scores, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.preflight import READS, PreflightError, check_inputs, reads
 from megatron.progress import switched_on
@@ -184,6 +184,7 @@ def main(argv=None):
         if neox_args.layer_pattern:
             print("\n# Layers (layer-pattern: each layer's method, options away from their defaults, window)")
             print(describe_layers(neox_args))
+        if neox_args.layer_pattern or rewrites_scores(neox_args):  # a method's strategy and memory matter then
             print(f"# attention at seq-length {neox_args.seq_length} in training, as chosen on this machine's CPU:")
             print("\n".join(f"# {line}" for line in training_plans(neox_args)))
         print("\n# DeepSpeed config")

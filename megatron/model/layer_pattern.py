@@ -154,6 +154,12 @@ def describe_layers(neox_args) -> str:
                      f"{i if neox_args.pos_emb_per_layer else modules.index(kind)}" for i, kind in enumerate(kinds))
 
 
+def rewrites_scores(neox_args) -> bool:
+    """Some layer's method rewrites the score matrix (cope, or a `dape` wrapper): it runs only where the
+    scores are written out, so `--dry-run` shows the strategy and its memory."""
+    return any(lookup(kind.pos_emb).modifies_scores or kind.dape is not None for kind in layer_kinds(neox_args))
+
+
 def training_plans(neox_args) -> list[str]:
     """Each positional module's attention strategy at seq-length in training on this machine's CPU, and
     the memory that strategy estimates for one layer's forward (`--dry-run`; GPU ranks may choose
