@@ -273,7 +273,8 @@ def test_flex_refuses_what_it_cannot_do():
                        needs_grad=True, dropout_p=0.0)
     non_distance = [n for n in METHODS if not make_pe(n).distance_only]
     for name in non_distance:
-        with pytest.raises(NeoXArgsError, match="depends on the query position itself"):
+        reason = "rewrites the whole score matrix" if make_pe(name).modifies_scores else "depends on the query position itself"
+        with pytest.raises(NeoXArgsError, match=reason):
             plan_attention(make_pe(name), positions, impl="flex", window=None, block_size=BLOCK,
                            needs_grad=False, dropout_p=0.0)
     with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):
