@@ -52,10 +52,14 @@ def reference_attention(pe, q, k, v, window=None):
     scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(head_dim)
     if weight is not None:
         scores = scores * weight.double()
-    if bias is not None:
-        scores = scores + bias.double()
     visible = torch.tensor([[j <= i and (window is None or i - j < window) for j in range(length)]
                             for i in range(length)])
+    if pe.modifies_scores:  # the method's own edit of the whole matrix, in float64 (its formula: test_cope.py)
+        positions = torch.arange(length)
+        scores = pe.modify_scores(scores, None if bias is None else bias.double(), q.double(), k.double(),
+                                  positions, positions, visible)
+    elif bias is not None:
+        scores = scores + bias.double()
     return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v.double()
 
 
@@ -269,7 +273,8 @@ def test_flex_refuses_what_it_cannot_do():
                        needs_grad=True, dropout_p=0.0)
     non_distance = [n for n in METHODS if not make_pe(n).distance_only]
     for name in non_distance:
-        with pytest.raises(NeoXArgsError, match="depends on the query position itself"):
+        reason = "rewrites the whole score matrix" if make_pe(name).modifies_scores else "depends on the query position itself"
+        with pytest.raises(NeoXArgsError, match=reason):
             plan_attention(make_pe(name), positions, impl="flex", window=None, block_size=BLOCK,
                            needs_grad=False, dropout_p=0.0)
     with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):

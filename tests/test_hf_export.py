@@ -227,7 +227,7 @@ def test_rotary_scaling_exports_with_the_logits_of_the_scaled_model(scaling, tar
 def test_a_method_file_the_export_cannot_carry_is_refused_by_line(tmp_path):
     package = REPO_ROOT / "megatron" / "model" / "positional_embeddings"
     method = tmp_path / "slopes.py"  # beside copies of its siblings, as if in the package
-    for name in ("base.py", "registry.py", "temperature.py"):
+    for name in ("base.py", "registry.py", "temperature.py", "dape.py"):
         (tmp_path / name).write_bytes((package / name).read_bytes())
     method.write_text("import torch\n\nfrom megatron.model.positional_embeddings import PositionalEmbedding\n")
     with pytest.raises(ExportError, match=r"pos-emb 'slopes' cannot be exported: slopes.py:3 says `from "
@@ -236,7 +236,7 @@ def test_a_method_file_the_export_cannot_carry_is_refused_by_line(tmp_path):
         files_needed("slopes", method)
     method.write_text("import torch\n\nfrom .base import PositionalEmbedding\nfrom .registry import register\n")
     assert [p.name for p in files_needed("slopes", method)] == ["slopes.py", "base.py", "temperature.py",
-                                                                "registry.py"]
+                                                                "dape.py", "registry.py"]
 
 
 @pytest.mark.launches

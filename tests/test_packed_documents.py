@@ -26,11 +26,13 @@ ROWS = [[6, 11, 3, 21], [17, 1, 9, 14]]
 LENGTH = 41
 # One of each kind of term: none; absolute (learned, sinusoidal); q/k transforms (rotary, xpos); distance
 # tables (alibi, sandwich); learnable tables (kerple_log, t5); a weight (kerple_bias_weight); terms that depend
-# on the query position itself (fire; ssmax's per-query temperature); per-token terms from the hidden states (fox).
+# on the query position itself (fire; ssmax's per-query temperature); per-token terms from the hidden states (fox);
+# rewrites of the score matrix (cope, dape).
 METHODS = {
     "none": {}, "learned": {}, "sinusoidal": {}, "rotary": {"rotary_pct": 1.0}, "xpos": {}, "alibi": {},
     "sandwich": {}, "kerple_log": {}, "t5": {}, "kerple_bias_weight": {}, "fire": {},
-    "alibi+ssmax": {"attention_temperature": {"type": "ssmax"}}, "fox": {},
+    "alibi+ssmax": {"attention_temperature": {"type": "ssmax"}}, "fox": {}, "cope": {},
+    "kerple_log+dape2": {"dape": {"version": 2, "hidden": 8}},
 }
 
 
@@ -110,7 +112,7 @@ def test_a_packed_sample_gives_the_logits_of_each_document_alone(method, impl):
 
 @pytest.mark.parametrize("impl", ["sdpa", "blocked"])
 @pytest.mark.parametrize("method", ["rotary", "kerple_log", "t5", "kerple_bias_weight", "fire", "alibi+ssmax",
-                                    "learned", "fox"])
+                                    "learned", "fox", "cope", "kerple_log+dape2"])
 def test_and_the_gradients_of_each_document_alone(method, impl):
     """Training: the gradient of every parameter through the packed sample equals the sum over its documents run
     alone (the learnable tables' gradients on the side included: table_gradient.py with per-row masks)."""

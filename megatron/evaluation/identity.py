@@ -73,6 +73,9 @@ def switch_labels(neox_args) -> list[str]:
     if temperature := getattr(neox_args, "attention_temperature", None):
         given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
         labels.append(str(given.get("type")) + ("" if set(given) <= {"type"} else "-" + _short_hash(given)))
+    if dape := getattr(neox_args, "dape", None):
+        given = {str(k).replace("-", "_"): v for k, v in dape.items()}
+        labels.append(f"dape{given.get('version')}-" + _short_hash(given))
     if limit := getattr(neox_args, "random_positions", None):
         labels.append(f"randpos{limit}")
     if getattr(neox_args, "reset_attention_mask", False):  # trained on documents masked from each other

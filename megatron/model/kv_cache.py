@@ -18,6 +18,7 @@ import torch
 
 from megatron.errors import NeoXArgsError
 from megatron.model.attention.masks import attend_materialised
+from megatron.model.attention.sdpa import score_edit
 
 
 class LayerKV:
@@ -113,8 +114,9 @@ class CachedPlan:
     One instance per cached forward (per positional module), read by every layer."""
     name = "cached_step"
 
-    def __init__(self, pe, start: int, q_positions, bias, weight, allowed):
+    def __init__(self, pe, start: int, q_positions, bias, weight, allowed, k_positions=None):
         self.pe = pe
+        self.k_positions = k_positions    # [b, visible keys]: read by a method that rewrites the scores
         self.start = start                # cache index of the first new token (keys from first_visible_slot)
         self.q_positions = q_positions    # [b, s]
         self.bias, self.weight = bias, weight  # [b or 1, H, s, visible keys] each, or None
@@ -140,15 +142,19 @@ class CachedPlan:
 
     @staticmethod
     def memory_bytes(*, batch: int, heads: int, head_dim: int, queries: int, keys: int, capacity: int,
-                     element_size: int, pairwise_bytes: int, has_weight: bool, token_terms: bool = False) -> int:
+                     element_size: int, pairwise_bytes: int, has_weight: bool, token_terms: bool = False,
+                     score_bytes: int = 0) -> int:
         """One layer's cached keys and values (LayerKV: [b, H, capacity, D] twice), and for the forward
         of `queries` new tokens against `keys` cached ones, per (query, key) pair of each row: what
         pe.pairwise allocates (`pairwise_bytes`), the visibility (bool, about 3 with its temporaries)
         and either the masked bias SDPA reads (e H) or, with a weight, the written-out scores in fp32
-        or wider (two at once). Per-token terms (fox): their F [b, H, capacity] in fp32 beside the keys, and
-        per pair F_i - F_j and its sum with the bias (fp32, 8 H). A decoding step (one query) is O(L)."""
+        or wider (two at once); a method that rewrites the scores (`score_bytes`, pe.score_bytes()) writes them
+        out too and adds its own per head. Per-token terms (fox): their F [b, H, capacity] in fp32 beside the
+        keys, and per pair F_i - F_j and its sum with the bias (fp32, 8 H). A decoding step (one query) is O(L)."""
         cache = 2 * batch * heads * capacity * head_dim * element_size
-        per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if has_weight else element_size * heads)
+        written = has_weight or score_bytes > 0
+        per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if written else element_size * heads)
+        per_pair += heads * score_bytes
         if token_terms:
             cache += batch * heads * capacity * 4
             per_pair += 8 * heads
@@ -164,7 +170,8 @@ class CachedPlan:
             new, visible = kv.store_token_terms(self.token_terms, self.start)  # [b, H, s], [b, H, visible keys]
             differences = new[..., :, None] - visible[..., None, :]
             bias = differences if bias is None else bias + differences
-        return attend_materialised(q, keys, values, bias, self.weight, self.allowed, 0.0)
+        return attend_materialised(q, keys, values, bias, self.weight, self.allowed, 0.0,
+                                   score_edit(self.pe, self.q_positions, self.k_positions))
 
 
 def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
@@ -189,7 +196,7 @@ def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
     if window is not None:
         allowed &= q_positions[:, :, None] - k_positions[:, None, :] < window
     allowed |= k_index == q_index  # a padding query sees itself: finite values nobody reads
-    return CachedPlan(pe, start, q_positions, bias, weight, allowed[:, None])
+    return CachedPlan(pe, start, q_positions, bias, weight, allowed[:, None], k_positions)
 
 
 def attend_cached(q, k, v, plan: CachedPlan, kv: LayerKV):

@@ -21,11 +21,13 @@ from megatron.errors import NeoXArgsError
 from megatron.model.positional_embeddings import (ModelShape, OptionError, PositionalEmbedding, lookup, make_options,
                                                   option_names)
 from megatron.model.positional_embeddings.registry import OPTIONS
+from megatron.model.positional_embeddings.dape import dape_problem, daped
 from megatron.model.positional_embeddings.temperature import temperature_problem, tempered
 from megatron.quoting import quote
 
 WINDOW_KEY = "attention_window"
 TEMPERATURE_KEY = "attention_temperature"
+DAPE_KEY = "dape"
 
 
 class LayerPatternError(NeoXArgsError):
@@ -40,6 +42,7 @@ class LayerKind:
     window: int | None
     options_json: str  # the method's options, {config key: value} as sorted JSON: hashable and comparable
     temperature_json: str = "null"  # attention-temperature (positional_embeddings/temperature.py), as JSON
+    dape_json: str = "null"  # dape (positional_embeddings/dape.py), as JSON
 
     @property
     def options(self) -> dict:
@@ -49,13 +52,18 @@ class LayerKind:
     def temperature(self) -> dict | None:
         return json.loads(self.temperature_json)
 
+    @property
+    def dape(self) -> dict | None:
+        return json.loads(self.dape_json)
+
     def describe(self) -> str:
         """`rotary (rotary-emb-base 1000000), window 512`: the options away from their defaults."""
         given = ", ".join(f"{k.replace('_', '-')} {quote(v)}" for k, v in self.options.items()
                           if v != OPTIONS[k].default)
         return (f"{self.pos_emb}" + (f" ({given})" if given else "")
                 + (f", window {self.window}" if self.window is not None else "")
-                + (f", temperature {quote(self.temperature)}" if self.temperature is not None else ""))
+                + (f", temperature {quote(self.temperature)}" if self.temperature is not None else "")
+                + (f", dape {quote(self.dape)}" if self.dape is not None else ""))
 
 
 def normalise(entry) -> dict:
@@ -83,11 +91,11 @@ def _kind(neox_args, entry: dict, index: int, count: int) -> LayerKind:
     except NeoXArgsError as err:
         raise LayerPatternError(f"{where}: {err}") from None
     accepted = set(option_names(name))
-    unknown = sorted(set(entry) - accepted - {"pos_emb", WINDOW_KEY, TEMPERATURE_KEY})
+    unknown = sorted(set(entry) - accepted - {"pos_emb", WINDOW_KEY, TEMPERATURE_KEY, DAPE_KEY})
     if unknown:
         raise LayerPatternError(
             f"{where} sets {', '.join(k.replace('_', '-') for k in unknown)}, which pos-emb {name!r} does not take; "
-            f"an entry takes pos-emb, attention-window, attention-temperature and the options of its method "
+            f"an entry takes pos-emb, attention-window, attention-temperature, dape and the options of its method "
             f"({', '.join(o.replace('_', '-') for o in sorted(accepted)) or 'none for this method'}).")
     window = entry.get(WINDOW_KEY, neox_args.attention_window)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
@@ -96,12 +104,21 @@ def _kind(neox_args, entry: dict, index: int, count: int) -> LayerKind:
     temperature = entry.get(TEMPERATURE_KEY, getattr(neox_args, TEMPERATURE_KEY, None))
     if (problem := temperature_problem(temperature)) is not None:
         raise LayerPatternError(f"{where}: attention-temperature {problem}")
+    dape = entry.get(DAPE_KEY, getattr(neox_args, DAPE_KEY, None))
+    if (problem := dape_problem(dape)) is not None:
+        raise LayerPatternError(f"{where}: dape {problem}")
+    if lookup(name).modifies_scores and (temperature is not None or dape is not None):
+        raise LayerPatternError(
+            f"{where}: pos-emb {name!r} rewrites the score matrix itself; "
+            f"{'attention-temperature' if temperature is not None else 'dape'} cannot wrap it (its q-scaling or "
+            "score edit would change the method's own reading of the scores). Remove it for this method.")
     options = {key: entry.get(key, getattr(neox_args, key)) for key in option_names(name)}
     try:
         make_options(name, options)
     except OptionError as err:
         raise LayerPatternError(f"{where}: {err}") from None
-    return LayerKind(name, window, json.dumps(options, sort_keys=True), json.dumps(temperature, sort_keys=True))
+    return LayerKind(name, window, json.dumps(options, sort_keys=True), json.dumps(temperature, sort_keys=True),
+                     json.dumps(dape, sort_keys=True))
 
 
 def _check_mix(kinds: list[LayerKind]) -> None:
@@ -132,8 +149,8 @@ def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
     """The positional module of one layer kind."""
     shape = ModelShape(neox_args.num_attention_heads, neox_args.hidden_size // neox_args.num_attention_heads,
                        neox_args.hidden_size, neox_args.max_position_embeddings, neox_args.init_method_std)
-    return tempered(lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options)), kind.temperature,
-                    kind.window)
+    return daped(tempered(lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options)), kind.temperature,
+                          kind.window), kind.dape)
 
 
 def describe_layers(neox_args) -> str:
@@ -142,6 +159,12 @@ def describe_layers(neox_args) -> str:
     modules = kinds if per_layer else list(dict.fromkeys(kinds))
     return "\n".join(f"layer {i:<4}{kind.describe():<60}# positional module "
                      f"{i if per_layer else modules.index(kind)}" for i, kind in enumerate(kinds))
+
+
+def rewrites_scores(neox_args) -> bool:
+    """Some layer's method rewrites the score matrix (cope, or a `dape` wrapper): it runs only where the
+    scores are written out, so `--dry-run` shows the strategy and its memory."""
+    return any(lookup(kind.pos_emb).modifies_scores or kind.dape is not None for kind in layer_kinds(neox_args))
 
 
 def training_plans(neox_args) -> list[str]:

@@ -9,6 +9,7 @@ from megatron.evaluation.modes import mode_names, mode_options
 from megatron.evaluation.probes import TrainOptions as ProbeTrainOptions
 from megatron.model.attention_config import AttentionConfig, AttentionConfigError
 from megatron.model.layer_pattern import LayerPatternError, layer_kinds
+from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
 from megatron.quoting import quote
@@ -106,6 +107,12 @@ def check_positional(args, fail):
              "both choose the training positions. Use one of them.")
     if (problem := temperature_problem(args.attention_temperature)) is not None:
         fail("attention_temperature", problem)
+    if (problem := dape_problem(args.dape)) is not None:
+        fail("dape", problem)
+    for key in ("attention_temperature", "dape"):
+        if getattr(args, key) is not None and lookup(args.pos_emb).modifies_scores:
+            fail(key, f"cannot wrap pos-emb '{lookup(args.pos_emb).name}', which rewrites the score matrix itself "
+                      "(its own reading of the scores would change). Remove it, or choose a bias method.")
     if args.layer_pattern is not None:
         if not isinstance(args.layer_pattern, list) or not args.layer_pattern:
             fail("layer_pattern", f"is {quote(args.layer_pattern)}; give a non-empty list of entries such as "

@@ -110,7 +110,12 @@ def _positional_group():
             ("attention_temperature", Optional[dict], arg(
                 None, "A learned temperature on the attention logits, for any method: {type: ssmax} multiplies "
                 "them by s_h ln(n), n the keys a query sees (init 1/ln max-position-embeddings); {type: "
-                "head_scale} by s_h (init 1); `init` sets s_h. A layer-pattern entry may set its own."))]
+                "head_scale} by s_h (init 1); `init` sets s_h. A layer-pattern entry may set its own.")),
+            ("dape", Optional[dict], arg(
+                None, "DAPE over the run's method (its bias B, zeros without one): logits = A + B + f([A; B]), A the "
+                "scaled q.k, f learned across the heads: {version: 1, hidden: 32} an MLP per (i, j); {version: 2, "
+                "hidden: 32, kernel: 3} a 1 x kernel convolution along the keys of each query's visible scores. "
+                "Needs the written-out score matrix (blocked or sdpa path). A layer-pattern entry may set its own."))]
     keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")
                                   + (PER_RUN_NOTE if o.spec.per_run else ""))) for o in declared_options()]
     return make_dataclass("PositionalArgs", keys)

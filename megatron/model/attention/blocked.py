@@ -6,7 +6,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention.masks import attend_materialised, gather_by_distance, token_term_differences
-from megatron.model.attention.sdpa import written_scores_bytes
+from megatron.model.attention.sdpa import score_edit, written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
 
 
@@ -29,10 +29,11 @@ class Blocked(AttentionPlan):
             per_pair += (inputs.pairwise_bytes + inputs.element_size * inputs.heads) * inputs.mask_rows
         if inputs.token_terms:  # the block's F_i - F_j [b, H, block, L] in fp32, and with the bias added
             per_pair += inputs.batch * inputs.heads * 2 * 4
-        if inputs.has_weight or (inputs.needs_grad and inputs.learnable_bias):
+        if inputs.has_weight or inputs.modifies_scores or (inputs.needs_grad and inputs.learnable_bias):
             per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads,
                                              element_size=inputs.element_size, needs_grad=inputs.needs_grad)
-        return min(inputs.block_size, inputs.length) * inputs.length * per_pair
+        block = min(inputs.block_size, inputs.length)
+        return block * inputs.length * per_pair + inputs.score_edit_bytes(block, inputs.length)
 
     def attend(self, q, k, v, dropout_p):
         length = q.shape[2]
@@ -51,8 +52,8 @@ class Blocked(AttentionPlan):
     def attend_block(self, q, k, v, start, end, dropout_p):
         """Queries start..end-1 against keys 0..end-1 (later keys are masked by causality anyway)."""
         queries, keys = slice(start, end), slice(0, end)
+        q_positions, k_positions = self.positions[queries], self.positions[keys]
         if self.pe.distance_only:
-            q_positions, k_positions = self.positions[queries], self.positions[keys]
             bias = gather_by_distance(self.bias_table, q_positions, k_positions)
             weight = gather_by_distance(self.weight_table, q_positions, k_positions)
         else:
@@ -62,4 +63,4 @@ class Blocked(AttentionPlan):
             bias = differences if bias is None else bias + differences
         allowed = self.visible(queries, keys)
         return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed,
-                                   dropout_p)
+                                   dropout_p, score_edit(self.pe, q_positions, k_positions))

@@ -85,6 +85,9 @@ class Flex(AttentionPlan):
     @classmethod
     def can_run(cls, inputs):
         """The reasons complete the sentence "attention-impl is 'flex', but ..." (attention_choice.py)."""
+        if inputs.modifies_scores:
+            return ("this positional method rewrites the whole score matrix (row by row), which FlexAttention's "
+                    "per-entry score_mod cannot express. Set attention-impl to 'blocked', 'sdpa' or 'auto'")
         if not inputs.distance_only:
             return ("this positional method's bias depends on the query position itself, not only on the "
                     "distance i - j, so it has no per-distance table for FlexAttention to read. Set "

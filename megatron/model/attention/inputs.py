@@ -27,16 +27,24 @@ class AttentionInputs:
     dropout_p: float
     documents: bool = False  # packed documents are masked (reset-attention-mask): each row has its own mask
     token_terms: bool = False  # per-token terms F_i - F_j from the hidden states (pe.token_terms: fox), per layer
+    modifies_scores: bool = False  # pe.modify_scores rewrites the written-out score matrix (cope, dape)
+    score_bytes: int = 0           # pe.score_bytes(): what it allocates per (query, key) pair, head and sequence
 
     @property
     def has_terms(self) -> bool:
-        """Anything beyond causal attention: a bias or weight, terms pe.pairwise builds, or per-token terms."""
-        return not self.distance_only or self.has_bias or self.has_weight or self.token_terms
+        """Anything beyond causal attention: a bias or weight, terms pe.pairwise builds, per-token terms or
+        a rewrite of the scores."""
+        return (not self.distance_only or self.has_bias or self.has_weight or self.token_terms
+                or self.modifies_scores)
 
     @property
     def mask_rows(self) -> int:
         """How many rows a mask built for this forward has: one per sequence with documents, else one shared."""
         return self.batch if self.documents else 1
+
+    def score_edit_bytes(self, queries: int, keys: int) -> int:
+        """What pe.modify_scores allocates for `queries` x `keys` pairs of every head and sequence (0 without)."""
+        return self.batch * self.heads * queries * keys * self.score_bytes if self.modifies_scores else 0
 
     @property
     def qkv_bytes(self) -> int:
@@ -57,7 +65,8 @@ class AttentionInputs:
                    has_weight=has_weight(pe, positions, weight_table), learnable_bias=learnable,
                    pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
                    consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
-                   documents=documents, token_terms=pe.uses_token_terms)
+                   documents=documents, token_terms=pe.uses_token_terms, modifies_scores=pe.modifies_scores,
+                   score_bytes=pe.score_bytes())
 
 
 def has_weight(pe, positions, weight_table) -> bool:

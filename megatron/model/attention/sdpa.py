@@ -103,6 +103,8 @@ class Sdpa(AttentionPlan):
     def can_run(cls, inputs):
         if inputs.has_weight:
             return "SDPA cannot multiply the scores by this method's weight"
+        if inputs.modifies_scores:
+            return "SDPA's fused kernels never write out the score matrix this method rewrites"
         return None
 
     @classmethod
@@ -131,8 +133,9 @@ class Sdpa(AttentionPlan):
 
 
 class SdpaWrittenOut(AttentionPlan):
-    """For a method with a multiplicative weight, which SDPA cannot apply: pe.pairwise's [H, L, L]
-    terms, and the softmax written out per layer (attend_materialised)."""
+    """For a method with a multiplicative weight, which SDPA cannot apply, or one that rewrites the
+    score matrix (pe.modify_scores): pe.pairwise's [H, L, L] terms, and the softmax written out per layer
+    (attend_materialised)."""
     name, path = "sdpa_written_out", "sdpa"
     quadratic_memory = True
 
@@ -152,7 +155,16 @@ class SdpaWrittenOut(AttentionPlan):
     def memory_bytes(cls, inputs):
         return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
                           element_size=inputs.element_size, pairwise_bytes=inputs.pairwise_bytes,
-                          writes_scores=True, needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows)
+                          writes_scores=True, needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows) \
+            + inputs.score_edit_bytes(inputs.length, inputs.length)
 
     def attend(self, q, k, v, dropout_p):
-        return attend_materialised(q, k, v, self.bias, self.weight, self.allowed, dropout_p)
+        return attend_materialised(q, k, v, self.bias, self.weight, self.allowed, dropout_p,
+                                   score_edit(self.pe, self.positions, self.positions))
+
+
+def score_edit(pe, q_positions, k_positions):
+    """pe.modify_scores with these positions bound, for attend_materialised; None for a method without one."""
+    if not pe.modifies_scores:
+        return None
+    return lambda scores, bias, q, k, visible: pe.modify_scores(scores, bias, q, k, q_positions, k_positions, visible)

@@ -15,6 +15,13 @@ A fourth channel, also "nothing" by default, is for methods whose terms come fro
   class before any x exists; attention computes F and keeps two O(L) buffers, never an L x L table.
   Such terms are a layer's own (each layer has its gate), so such a method also sets `per_layer`:
   the model then builds one positional module per layer (megatron/model/gpt_model.py).
+A fifth, also "nothing" by default, is for methods that rewrite the score matrix:
+- `modify_scores(scores, bias, q, k, q_positions, k_positions, visible)` -> logits: methods that need
+  the whole pre-softmax score matrix (`modifies_scores`: cope, the `dape` wrapper). The default adds
+  the bias. Such a method runs only on the strategies that write the scores out a row block at a time
+  (the planner reads the flag and `score_bytes`; attention still never names a method), so its
+  edit of row i may read only row i's visible entries. Such a method is not `distance_only` (its
+  edit reads the scores themselves), so no per-distance table path is offered to it.
 
 A method's options are the fields of its `Options` dataclass, each declared with `option(...)`:
 default, help text, check and whether it only sets initial values. The config keys, the config
@@ -93,6 +100,7 @@ class PositionalEmbedding(nn.Module):
     uses_max_positions: bool = False  # parameters sized by max-position-embeddings (learned)
     uses_token_terms: bool = False  # token_terms returns per-token terms (fox): the planner's class
     per_layer: bool = False  # its parameters are each layer's own: one module per layer (fox)
+    modifies_scores: bool = False  # rewrites the pre-softmax score matrix (modify_scores)
 
     @dataclass
     class Options:
@@ -137,6 +145,23 @@ class PositionalEmbedding(nn.Module):
         """Bytes `pairwise` allocates per (query, key) pair at its peak, for attention's memory estimate
         (megatron/model/attention/sdpa.py's sdpa_bytes): the int64 distance and the fp32 bias and weight gathered from the tables."""
         return 8 + 2 * 4 * self.num_heads
+
+    def modify_scores(self, scores, bias, q, k, q_positions, k_positions, visible):
+        """The pre-softmax logits [b, H, q, k] of a method with `modifies_scores`.
+
+        scores: (q.k / sqrt(D)) * weight [b, H, q, k] in fp32 or wider; bias: the method's bias [.., H, q, k]
+        (pairwise or gathered from its tables) or None; q [b, H, q, D], k [b, H, k, D] (rotated, the
+        scores' dtype); positions LongTensor [q], [k] (a cached step with per-row positions: [b, q], [b, k]);
+        visible: bool, broadcastable to [b, H, q, k], True where key j is visible to query i. Attention masks
+        the result with `visible` afterwards. The keys are 0..(at least) the last visible one of each
+        query and nothing later can be visible, so an edit that reads only a row's visible entries gives
+        the same numbers for a block of queries, the full matrix and a KV-cache step."""
+        return scores if bias is None else scores + bias
+
+    def score_bytes(self) -> int:
+        """Bytes `modify_scores` allocates at its peak per (query, key) pair, per head and sequence (the
+        planner's memory estimate multiplies by b * H)."""
+        return 0
 
     def _last_positions(self, query_length: int, key_length: int):
         # The queries are the last `query_length` of `key_length` positions (a KV-cache step when 1).

@@ -45,6 +45,9 @@ class Tempered(PositionalEmbedding):
 
     def __init__(self, base: PositionalEmbedding, temperature: dict, window: int | None = None):
         super().__init__(base.shape, base.options)
+        if base.modifies_scores:  # it scales q, which the method's own reading of the scores would see
+            raise PositionalEmbeddingError(f"attention-temperature cannot wrap pos-emb {base.name!r}, which rewrites "
+                                           "the score matrix itself.")
         given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
         self.base, self.type, self.window = base, given["type"], window
         self.name, self.max_length = base.name, base.max_length

@@ -30,8 +30,8 @@ CONFIG_FILE, MODELING_FILE, METHOD_FILE = "configuration_neox_pe.py", "modeling_
 AUTO_MAP = {"AutoConfig": "configuration_neox_pe.NeoXPEConfig",
             "AutoModel": "modeling_neox_pe.NeoXPEModel",
             "AutoModelForCausalLM": "modeling_neox_pe.NeoXPEForCausalLM"}
-# What the decoder template itself imports from the package (base.py's ModelShape, temperature.py's wrapper).
-DECODER_NEEDS = ("base", "temperature")
+# What the decoder template itself imports from the package (base.py's ModelShape, the temperature.py and dape.py wrappers).
+DECODER_NEEDS = ("base", "temperature", "dape")
 # Installed wherever the export is used (transformers needs torch); anything else must not be imported.
 AVAILABLE_PACKAGES = {"torch", "transformers", "safetensors"}
 
@@ -97,8 +97,8 @@ def model_methods(model) -> list[str]:
 
 def positional_modules(model) -> list[dict]:
     """Each positional module of `model` as the decoder builds it: method, window and every option."""
-    return [{"pos_emb": kind.pos_emb, "window": kind.window, "options": kind.options, "temperature": kind.temperature}
-            for kind in model.module_kinds]
+    return [{"pos_emb": kind.pos_emb, "window": kind.window, "options": kind.options, "temperature": kind.temperature,
+             "dape": kind.dape} for kind in model.module_kinds]
 
 
 def custom_config(neox_args, model, tokenizer) -> dict:

@@ -25,6 +25,8 @@ def native_problems(neox_args) -> list[str]:
         problems.append("layer-pattern is set (GPT-NeoX's layers are all alike)")
     if neox_args.attention_temperature is not None:
         problems.append("attention-temperature is set (GPT-NeoX has no learned attention temperature)")
+    if getattr(neox_args, "dape", None) is not None:
+        problems.append("dape is set (GPT-NeoX's attention has no learned edit of its scores)")
     if neox_args.norm != "layernorm":
         problems.append(f"norm is {neox_args.norm!r} (GPT-NeoX has LayerNorm only)")
     if neox_args.activation != "gelu":

@@ -4,10 +4,12 @@ the files of its package it imports. Needs torch and transformers only: load it 
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
 The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`,
-`pairwise` and `token_terms`, which give, per head h, query i and visible key j (j <= i, i - j < the
-layer's window when set):
+`pairwise`, `token_terms` and `modify_scores`, which give, per head h, query i and visible key j (j <= i,
+i - j < the layer's window when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
-with F the cumulative sum of the per-token terms `token_terms` computes from the layer's input (fox).
+with F the cumulative sum of the per-token terms `token_terms` computes from the layer's input (fox), or,
+for a method that rewrites the score matrix (`modifies_scores`: cope, a `dape` wrapper), the softmax of
+what its `modify_scores` makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias.
 Positions are counted over the tokens the attention mask keeps (0 for the first real token), so
 left-padded batches score exactly like unpadded sequences; rows whose positions differ (padding) call
 the method once per row, as the protocol takes one position vector for the batch.
@@ -23,6 +25,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .base import ModelShape
 from .configuration_neox_pe import NeoXPEConfig
+from .dape import daped
 from .positional_method import METHODS
 from .temperature import tempered
 
@@ -35,7 +38,8 @@ def build_positional(config, module):
     method = METHODS[module["pos_emb"]]
     shape = ModelShape(config.num_attention_heads, config.hidden_size // config.num_attention_heads,
                        config.hidden_size, config.max_position_embeddings, config.initializer_range)
-    return tempered(method(shape, method.Options(**module["options"])), module.get("temperature"), module["window"])
+    return daped(tempered(method(shape, method.Options(**module["options"])), module.get("temperature"), module["window"]),
+                 module.get("dape"))
 
 
 def rows_of(positions, same):
@@ -81,7 +85,7 @@ class SelfAttention(nn.Module):
         self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, x, pe, positions, same, allowed, terms, cache):
+    def forward(self, x, pe, positions, key_positions, same, allowed, terms, cache):
         b, s, hidden = x.shape
         q, k, v = self.query_key_value(x).view(b, s, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         rotated = [pe.rotate_qk(q[rows], k[rows], p, p) for rows, p in rows_of(positions, same)]
@@ -92,7 +96,9 @@ class SelfAttention(nn.Module):
         bias, weight = terms
         if weight is not None:
             scores = scores * weight
-        if bias is not None:
+        if pe.modifies_scores:
+            scores = pe.modify_scores(scores, bias, q.float(), k.float(), positions, key_positions, allowed[:, None])
+        elif bias is not None:
             scores = scores + bias
         gates = pe.token_terms(x)  # per-token terms g [b, H, s] from this layer's input (fox), or None
         if gates is not None:
@@ -188,7 +194,7 @@ class NeoXPEModel(NeoXPEPreTrainedModel):
         terms = [score_terms(pe, positions, key_positions, same) for pe in self.pos_embs]  # once per forward
         for i, layer in enumerate(self.layers):
             j = self.layer_module[i]
-            x = layer(x, self.pos_embs[j], positions, same, allowed[j], terms[j], past_key_values)
+            x = layer(x, self.pos_embs[j], positions, key_positions, same, allowed[j], terms[j], past_key_values)
         return self.final_layernorm(x)
 
 
