@@ -80,3 +80,44 @@ def test_table_gradient_matches_float64_autograd(name, impl, window):
     # passes through a float32 table gradient on either side: agreement to float32 rounding.
     for got, want in zip(grads[3:], expected[3:]):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)  # a wrong gradient is off by O(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["square", "reversed_block"])
+def test_cpu_backward_pass_matches_float64_autograd(dtype, layout):
+    """The CPU backward pass (dq, dk, dv and the table's gradient from one P) in the dtypes training
+    runs, on the `sdpa` layout (a square causal call) and Toeplitz's (a block of the last queries
+    against the keys in reverse order), against float64 autograd through the softmax written out.
+    Head dim 64 takes blocks of 64 rows: 100 queries are one full block and a partial one."""
+    from megatron.model.table_gradient import attend_with_table
+    torch.manual_seed(3)
+    heads, dim, length = 2, 64, 100
+    queries = length if layout == "square" else 37
+    table = (-torch.rand(heads, length) * 3).requires_grad_()
+    q = torch.randn(2, heads, queries, dim)
+    k, v = torch.randn(2, heads, length, dim), torch.randn(2, heads, length, dim)
+    q_positions = torch.arange(length - queries, length)
+    k_positions = torch.arange(length) if layout == "square" else torch.arange(length).flip(0)
+    allowed = q_positions[:, None] >= k_positions[None, :]
+    grad_out = torch.randn(2, heads, queries, dim)
+
+    def run(q, k, v, table, fn):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, table)]
+        out = fn(*leaves)
+        out.backward(grad_out.to(out.dtype))
+        return [out.detach().double()] + [t.grad.double() for t in leaves]
+
+    def written_out(q, k, v, table):
+        distance = (q_positions[:, None] - k_positions[None, :]).clamp(min=0)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(dim) + table[:, distance]
+        return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+
+    def ours(q, k, v, table):
+        return attend_with_table(q, k, v, table, q_positions, k_positions, allowed,
+                                 causal=layout == "square", reversed_keys=layout == "reversed_block")
+
+    expected = run(*(t.to(dtype).double() for t in (q, k, v)), table.double(), written_out)  # the same inputs
+    got = run(q.to(dtype), k.to(dtype), v.to(dtype), table, ours)
+    tolerance = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=0.02, atol=0.02)
+    for name, g, e in zip(["out", "dq", "dk", "dv", "dtable"], got, expected):
+        torch.testing.assert_close(g, e, **tolerance, msg=lambda m: f"{name}: {m}")

@@ -2,13 +2,18 @@
 
 SDPA's fused kernels return no gradient for `attn_mask`, so a bias that requires a gradient sends
 every call to the unfused math kernel (about 3x causal attention fwd+bwd on CPU at L = 512, issue 12).
-Here the bias is a constant to SDPA; the table's gradient is computed separately from the score
+Here the bias is a constant to the forward's fused kernel, and the table's gradient is the score
 gradient dS = P * (dO.V^T - rowsum(dO * O)) summed along diagonals (one distance d = i - j each),
 query block by query block, so the extra memory is O(b * H * block * k), never a whole [H, L, L].
 
-q/k/v gradients come from the fused backward: on CPU through aten's flash-attention ops (cpu_flash.py:
-the forward keeps its logsumexp, nothing is recomputed); elsewhere by re-running SDPA with the
-constant mask under autograd, which keeps CUDA on its fused kernels too.
+On CPU the forward is aten's flash kernel (cpu_flash.py), which keeps its logsumexp, and the backward
+is written here: one pass over query blocks computes P, dS and from them dq, dk, dv *and* the table's
+gradient. aten's flash backward computes dS too but does not return it, so calling it and then summing
+dS again cost two more matmuls per block and the exp twice (issue 27; one thread, 8 heads of 32 dims,
+b = 4, L = 512, CPU time per call: aten's backward with the mask 36 ms + the table gradient 19 ms,
+this pass 34-36 ms, against 35 ms for aten's causal backward without a bias; L = 2048, b = 1:
+178 ms, this pass 134-141 ms, causal 85 ms). Elsewhere the backward re-runs SDPA with the constant mask
+under autograd, which keeps CUDA on its fused kernels, and this pass adds the table's gradient alone.
 """
 import math
 
@@ -17,11 +22,16 @@ import torch.nn.functional as F
 
 from megatron.model import cpu_flash
 
-# Query rows per step of the table gradient. Small blocks waste fewer keys past the diagonal and keep
-# the [b, H, block, keys] tensors in cache: one thread, 8 heads of 32 dims, CPU time per call at
-# block 16 / 32 / 64 / 128: 26 / 24 / 31 / 49 ms (b = 4, L = 512), 114 / 104 / 106 / 116 ms (b = 1, L = 2048).
-GRADIENT_BLOCK = 32
 UNDERFLOW = -87.0  # exp(UNDERFLOW) is still a normal float32
+
+
+def gradient_block(head_dim: int) -> int:
+    """Query rows per step of the backward pass: small blocks waste fewer keys past the diagonal and keep
+    the [b, H, block, keys] tensors in cache, larger ones feed the matmuls better as the head dim grows.
+    One thread, CPU time of the pass at block 32 / 48 / 64: 36 / 36 / 41 ms (8 heads of 32 dims, b = 4,
+    L = 512), 129 / 112 / 107 ms (12 heads of 64 dims, b = 4, L = 512), 384 / 362 / 356 ms (same, b = 1,
+    L = 2048)."""
+    return 32 if head_dim <= 32 else 64
 
 
 def bias_mask(table, q_positions, k_positions, allowed, dtype):
@@ -37,7 +47,7 @@ class TableBiasAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, table, q_positions, k_positions, allowed, mask, causal, reversed_keys):
         # `mask` given: the plan's, shared by every layer (a reference, not a per-call tensor, so it
         # is kept as an attribute, not saved). None: this query block's, rebuilt in backward.
-        ctx.mask, ctx.causal, ctx.reversed_keys = mask, causal, reversed_keys
+        ctx.mask, ctx.reversed_keys = mask, reversed_keys
         if mask is None:
             mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
         if q.device.type == "cpu":
@@ -52,39 +62,50 @@ class TableBiasAttention(torch.autograd.Function):
         q, k, v, out, table, q_positions, k_positions, allowed, lse = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         mask = ctx.mask if ctx.mask is not None else bias_mask(table, q_positions, k_positions, allowed, q.dtype)
+        needs_table = ctx.needs_input_grad[3]
         if lse is not None:
-            dq, dk, dv = cpu_flash.attention_backward(grad_out, q, k, v, out, lse, mask, ctx.causal)
+            dq, dk, dv, grad_table = backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
+                                                   ctx.reversed_keys, lse, qkv=True, table_grad=needs_table)
         else:
             with torch.enable_grad():
                 inputs = [t.detach().requires_grad_() for t in (q, k, v)]
                 again = F.scaled_dot_product_attention(*inputs, attn_mask=mask)
                 dq, dk, dv = torch.autograd.grad(again, inputs, grad_out)
-        grad_table = None
-        if ctx.needs_input_grad[3]:
-            grad_table = table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
-                                        ctx.reversed_keys, lse)
+            grad_table = None
+            if needs_table:
+                grad_table = backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
+                                           ctx.reversed_keys, None, qkv=False, table_grad=True)[3]
         return dq, dk, dv, grad_table, None, None, None, None, None, None
 
 
-def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table, reversed_keys=False,
-                   logsumexp=None):
-    """d loss / d table [H, span]: the score gradient summed over the batch and along diagonals.
+def backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table, reversed_keys, logsumexp, *,
+                  qkv: bool, table_grad: bool):
+    """(dq, dk, dv, d loss / d table [H, span]), each None where not asked (`qkv`, `table_grad`); the
+    table's is the score gradient summed over the batch and along diagonals.
 
     The queries are the last of the keys (every strategy's call: a square score matrix, or a block of
     queries against the keys up to its last), so a block of rows sees no key past its last row's, and
     those are skipped (their probabilities are 0 and would add nothing): the last keys, or the first
-    with `reversed_keys` (the Toeplitz layout: keys in reverse order). `logsumexp` [b, H, q], the forward's (CPU):
-    the probabilities are exp(scores - logsumexp), no softmax again. Each block works in place on
-    two [b, H, block, keys] tensors: fresh large tensors cost page faults on CPU."""
+    with `reversed_keys` (the Toeplitz layout: keys in reverse order). `logsumexp` [b, H, q], the
+    forward's (CPU): the probabilities are exp(scores - logsumexp), no softmax again. Each block works in
+    place on two [b, H, block, keys] tensors: fresh large tensors cost page faults on CPU."""
     dtype = torch.float32 if q.dtype != torch.float64 else q.dtype
-    grad = torch.zeros(table.shape, dtype=dtype, device=q.device)
-    q_scaled = q.to(dtype) * (1.0 / math.sqrt(q.shape[-1]))
-    k_t, v_t = k.to(dtype).transpose(-1, -2), v.to(dtype).transpose(-1, -2)
-    row_dot = (grad_out.to(dtype) * out.to(dtype)).sum(-1)  # [b, H, q]: rowsum(dO * O)
-    for start in range(0, q.shape[2], GRADIENT_BLOCK):
-        end = min(start + GRADIENT_BLOCK, q.shape[2])
-        future = q.shape[2] - end  # keys after this block's last query
-        keys = slice(future, k.shape[2]) if reversed_keys else slice(0, k.shape[2] - future)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    queries, keys_total = q.shape[2], k.shape[2]
+    q_c, k_c, v_c, grad_out_c = (t.to(dtype) for t in (q, k, v, grad_out))
+    q_scaled = q_c * scale
+    k_t, v_t = k_c.transpose(-1, -2), v_c.transpose(-1, -2)
+    row_dot = (grad_out_c * out.to(dtype)).sum(-1, keepdim=True)  # [b, H, q, 1]: rowsum(dO * O)
+    grad = torch.zeros(table.shape, dtype=dtype, device=q.device) if table_grad else None
+    if qkv:
+        dq = torch.empty(q.shape, dtype=dtype, device=q.device)
+        dk, dv = (torch.zeros(t.shape, dtype=dtype, device=q.device) for t in (k, v))
+    block = gradient_block(q.shape[-1])
+    for start in range(0, queries, block):
+        end = min(start + block, queries)
+        future = queries - end  # keys after this block's last query
+        keys = slice(future, keys_total) if reversed_keys else slice(0, keys_total - future)
+        rows_out = grad_out_c[:, :, start:end]
         probs = q_scaled[:, :, start:end] @ k_t[..., keys]  # [b, H, blk, keys]: scores, then probabilities
         probs += mask[:, :, start:end, keys]
         if logsumexp is not None:
@@ -94,11 +115,17 @@ def table_gradient(q, k, v, out, grad_out, mask, q_positions, k_positions, table
             probs.sub_(logsumexp[:, :, start:end, None]).clamp_(min=UNDERFLOW).exp_()
         else:
             probs = probs.softmax(dim=-1)
-        d_scores = grad_out[:, :, start:end].to(dtype) @ v_t[..., keys]  # dP, then dS = P * (dP - rowsum)
-        d_scores.sub_(row_dot[:, :, start:end, None]).mul_(probs)
-        distance = (q_positions[start:end, None] - k_positions[None, keys]).clamp(min=0)  # [blk, keys]
-        grad.index_add_(1, distance.flatten(), d_scores.sum(0).flatten(1))  # 0 where masked
-    return grad.to(table.dtype)
+        d_scores = rows_out @ v_t[..., keys]  # dP, then dS = P * (dP - rowsum)
+        d_scores.sub_(row_dot[:, :, start:end]).mul_(probs)
+        if qkv:
+            dv[:, :, keys] += probs.transpose(-1, -2) @ rows_out
+            torch.matmul(d_scores, k_c[:, :, keys], out=dq[:, :, start:end])
+            dk[:, :, keys] += d_scores.transpose(-1, -2) @ q_scaled[:, :, start:end]
+        if table_grad:
+            distance = (q_positions[start:end, None] - k_positions[None, keys]).clamp(min=0)  # [blk, keys]
+            grad.index_add_(1, distance.flatten(), d_scores.sum(0).flatten(1))  # 0 where masked
+    grads = (dq.mul_(scale).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) if qkv else (None, None, None)
+    return (*grads, grad.to(table.dtype) if table_grad else None)
 
 
 def attend_with_table(q, k, v, table, q_positions, k_positions, allowed, mask=None, causal=False,

@@ -8,7 +8,7 @@ import torch
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.sdpa import Sdpa, in_dtype_of, sdpa_bytes
 from megatron.model.attention.toeplitz import Toeplitz, toeplitz_layout_problem
-from megatron.model.table_gradient import GRADIENT_BLOCK, attend_with_table
+from megatron.model.table_gradient import attend_with_table, gradient_block
 
 
 def table_gradient_problem(inputs) -> str | None:
@@ -27,8 +27,8 @@ def table_gradient_problem(inputs) -> str | None:
 
 
 def gradient_blocks_bytes(inputs, keys: int) -> int:
-    """The backward's table gradient: two fp32 [b, H, GRADIENT_BLOCK, keys] tensors at a time."""
-    return 2 * inputs.batch * inputs.heads * min(GRADIENT_BLOCK, inputs.length) * keys * 4
+    """The backward pass's two fp32 [b, H, gradient_block, keys] tensors at a time."""
+    return 2 * inputs.batch * inputs.heads * min(gradient_block(inputs.head_dim), inputs.length) * keys * 4
 
 
 class SdpaTableGradient(Sdpa):
