@@ -272,10 +272,11 @@ def test_flex_refuses_what_it_cannot_do():
         plan_attention(make_pe("alibi"), positions, impl="flex", window=None, block_size=BLOCK,
                        needs_grad=True, dropout_p=0.0)
     non_distance = [n for n in METHODS if not make_pe(n).distance_only]
+    past_thresholds = positions + 1000  # fire's terms read i only past its threshold L = 512
     for name in non_distance:
         reason = "rewrites the whole score matrix" if make_pe(name).modifies_scores else "depends on the query position itself"
         with pytest.raises(NeoXArgsError, match=reason):
-            plan_attention(make_pe(name), positions, impl="flex", window=None, block_size=BLOCK,
+            plan_attention(make_pe(name), past_thresholds, impl="flex", window=None, block_size=BLOCK,
                            needs_grad=False, dropout_p=0.0)
     with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):
         plan_attention(make_pe("alibi"), positions, impl="fast", window=None, block_size=BLOCK,

@@ -182,7 +182,7 @@ def training_plans(neox_args) -> list[str]:
     for index, kind in enumerate(kinds):
         pe = build_kind(kind, neox_args)
         # With gradients, as in training: whether a table takes one decides the strategy (table gradients).
-        bias, weight = pe.distance_tables(neox_args.seq_length) if pe.distance_only else (None, None)
+        bias, weight = pe.distance_tables_at(positions, neox_args.seq_length) or (None, None)
         inputs = AttentionInputs.describe(
             pe, positions, bias, weight, window=kind.window, block_size=neox_args.attention_block_size,
             needs_grad=True, dropout_p=neox_args.attention_dropout, dtype=torch.float32,

@@ -60,7 +60,7 @@ def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None
     `positions` the index 0..s-1 (AttentionPlan)."""
     check_attention_sizes(window, block_size, memory_budget_mb)
     span = int(positions.max() - positions.min()) + 1  # s for the usual positions 0..s-1
-    bias_table, weight_table = pe.distance_tables(span) if pe.distance_only else (None, None)
+    bias_table, weight_table = pe.distance_tables_at(positions, span) or (None, None)
     inputs = AttentionInputs.describe(pe, positions, bias_table, weight_table, window=window, block_size=block_size,
                                       needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=batch,
                                       documents=documents is not None)

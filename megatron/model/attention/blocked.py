@@ -53,7 +53,7 @@ class Blocked(AttentionPlan):
         """Queries start..end-1 against keys 0..end-1 (later keys are masked by causality anyway)."""
         queries, keys = slice(start, end), slice(0, end)
         q_positions, k_positions = self.positions[queries], self.positions[keys]
-        if self.pe.distance_only:
+        if self.distance_only:
             bias = gather_by_distance(self.bias_table, q_positions, k_positions)
             weight = gather_by_distance(self.weight_table, q_positions, k_positions)
         else:

@@ -57,22 +57,30 @@ class AttentionInputs:
                  batch: int, documents: bool = False) -> "AttentionInputs":
         """From the positional module and the tables it returned for this forward (None, None for a
         method that is not distance-only)."""
-        learnable = (bias_table.requires_grad if pe.distance_only and bias_table is not None
-                     else not pe.distance_only and any(p.requires_grad for p in pe.parameters()))
+        by_distance = terms_by_distance(pe, bias_table)
+        learnable = (bias_table.requires_grad if by_distance and bias_table is not None
+                     else not by_distance and any(p.requires_grad for p in pe.parameters()))
         return cls(device_type=positions.device.type, length=positions.shape[0], heads=pe.num_heads,
                    head_dim=pe.head_dim, batch=batch, element_size=dtype.itemsize, block_size=block_size,
-                   distance_only=pe.distance_only, has_bias=bias_table is not None,
-                   has_weight=has_weight(pe, positions, weight_table), learnable_bias=learnable,
+                   distance_only=by_distance, has_bias=bias_table is not None,
+                   has_weight=has_weight(pe, positions, weight_table, by_distance), learnable_bias=learnable,
                    pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
                    consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
                    documents=documents, token_terms=pe.uses_token_terms, modifies_scores=pe.modifies_scores,
                    score_bytes=pe.score_bytes())
 
 
-def has_weight(pe, positions, weight_table) -> bool:
-    """A distance-only method has a weight when it returns a weight table; a method whose terms
-    pe.pairwise builds is asked for one pair (so no path ever drops a weight it did not expect)."""
-    if pe.distance_only:
+def terms_by_distance(pe, bias_table) -> bool:
+    """This forward's terms depend on i - j alone: the method's always do, or it gave a table for these
+    positions (pe.distance_tables_at: fire below its threshold)."""
+    return pe.distance_only or bias_table is not None
+
+
+def has_weight(pe, positions, weight_table, by_distance: bool) -> bool:
+    """A forward whose terms depend on the distance alone has a weight when the method returns a weight
+    table; a method whose terms pe.pairwise builds is asked for one pair (so no path ever drops a weight
+    it did not expect)."""
+    if by_distance:
         return weight_table is not None
     with torch.no_grad():
         return pe.pairwise(positions[:1], positions[:1])[1] is not None

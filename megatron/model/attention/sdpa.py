@@ -86,7 +86,7 @@ class Sdpa(AttentionPlan):
                          weight_table=weight_table, **common)
         self.mask = None
         every = slice(None)
-        if not pe.distance_only:
+        if not self.distance_only:
             self.mask = additive_mask(self.pairwise(every, every)[0], self.visible(every, every), dtype)
         elif bias_table is not None or window is not None or self.documents is not None:
             self.mask = distance_mask(self.mask_table(bias_table), positions, window, dtype)

@@ -9,7 +9,7 @@ import copy
 
 import torch
 
-from megatron.model.attention.inputs import AttentionInputs
+from megatron.model.attention.inputs import AttentionInputs, terms_by_distance
 from megatron.model.attention.masks import allowed_keys, same_document
 
 
@@ -24,6 +24,7 @@ class AttentionPlan:
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
                  dtype: torch.dtype, bias_table, weight_table, documents=None, row_positions=None):
         self.pe = pe                  # the positional module (layers call pe.rotate_qk)
+        self.distance_only = terms_by_distance(pe, bias_table)  # the terms are the tables, not pe.pairwise
         self.positions = positions    # LongTensor [s]: shared by the rows; what the per-distance tables are read at
         self.window, self.block_size = window, block_size
         self.span = span              # largest distance any query sees, + 1

@@ -7,7 +7,9 @@ independent and each defaults to "do nothing":
 - `pairwise(q_positions, k_positions)` -> (bias, weight): per-head score edits
   `score = (q.k / sqrt(D)) * weight + bias`. Methods whose edit depends only on d = i - j
   (`distance_only`, all but fire) implement `distance_tables(length)` instead, so attention can read
-  an O(H * L) table rather than materialise an O(H * L^2) matrix.
+  an O(H * L) table rather than materialise an O(H * L^2) matrix. Attention asks for a forward's
+  tables through `distance_tables_at(positions, span)`, so a method whose edit reads i may still give
+  tables at positions where it does not (fire below its threshold L).
 A fourth channel, also "nothing" by default, is for methods whose terms come from the hidden states:
 - `token_terms(x)` -> g [b, H, s]: per-token terms from the layer's attention input x, which add
   `score(i, j) += g_{j+1} + ... + g_i = F_i - F_j` (F = cumsum(g) along the sequence; the forget gate
@@ -132,6 +134,12 @@ class PositionalEmbedding(nn.Module):
     def distance_tables(self, length: int):
         """(bias[H, length] | None, weight[H, length] | None) over d = 0..length-1, float32, differentiable."""
         return None, None
+
+    def distance_tables_at(self, positions: torch.Tensor, span: int):
+        """A forward's `distance_tables(span)` at these positions (span: their largest distance + 1) when its
+        terms there depend on d = i - j alone, else None (attention then calls `pairwise`). Always the tables
+        for a `distance_only` method; a method whose terms read i itself may give them where they do not."""
+        return self.distance_tables(span) if self.distance_only else None
 
     def pairwise(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
         """(bias[H, q, k] | None, weight[H, q, k] | None) for these query and key positions.

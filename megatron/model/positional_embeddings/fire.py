@@ -1,6 +1,9 @@
 """`fire` (Li et al., 2024): b_h(i, j) = MLP(psi(i - j) / psi(max(L, i)))_h with psi(x) = log(|c x| + 1),
 an MLP 1 -> width -> ReLU -> H, c learnable, and L = fire_init_L * a learnable multiplier (init 1).
-The bias depends on i as well as on d, so there is no per-distance table: it implements `pairwise`.
+The bias depends on i as well as on d, so it implements `pairwise`; but every query below the threshold
+has the normaliser psi(L), so a forward whose positions all lie below it (training at seq-length <= L) has
+one per-distance table (distance_tables_at), and attention takes the table paths: in training the table
+gradient instead of SDPA's unfused kernel (issue 27: the training step 1.5x `none` before).
 """
 from dataclasses import dataclass
 
@@ -37,30 +40,44 @@ class FIRE(PositionalEmbedding):
         # eight [q, k] steps of the normalised distance (kept for the backward with gradients).
         return 4 * (2 * self.options.fire_mlp_width + self.num_heads + 8)
 
+    def threshold(self) -> torch.Tensor:
+        """L = fire_init_L x the learned multiplier, fp32 [1]."""
+        return (self.L_multiplier.float() * self.init_L).abs()
+
+    def psi(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log((self.c.float() * x).abs() + 1)
+
+    def mlp_heads(self, normalised: torch.Tensor) -> torch.Tensor:
+        """[...] -> [..., H] fp32: the MLP on each normalised distance."""
+        return self.mlp(normalised[..., None].to(self.mlp[0].weight.dtype)).float()
+
+    def table_below_threshold(self, length: int) -> torch.Tensor:
+        """[length, H]: the bias of a query below the threshold at distances 0..length-1. The 1e-6 keeps
+        psi(max(L, 0)) = 0 from dividing when a learned L reaches 0 (as in FIRE's code)."""
+        distances = torch.arange(length, device=self.device).float()
+        return self.mlp_heads(self.psi(distances) / (self.psi(self.threshold()) + 1e-6))
+
+    def distance_tables_at(self, positions, span):
+        if positions.numel() and positions.max() < self.threshold():
+            return self.table_below_threshold(span).t(), None
+        return None
+
     def pairwise(self, q_positions, k_positions):
         i, j = q_positions.float()[:, None], k_positions.float()[None, :]
-        c, threshold = self.c.float(), (self.L_multiplier.float() * self.init_L).abs()
-
-        def psi(x):
-            return torch.log((c * x).abs() + 1)
-
-        def mlp(normalised):  # [...] -> [..., H]
-            return self.mlp(normalised[..., None].to(self.mlp[0].weight.dtype)).float()
-
+        threshold = self.threshold()
         distance = (i - j).clamp(min=0)  # [q, k]
         # A query below the threshold has the normaliser psi(L), so along its row the bias is a function
         # of the distance alone: those rows read one MLP output per distance instead of running the MLP
         # on every pair, which was all of FIRE's extra cost per training step (issue 12). Same formula.
-        # The 1e-6 keeps psi(max(L, 0)) = 0 from dividing when a learned L reaches 0 (as in FIRE's code).
         is_below = i[:, 0] < threshold
         below, above = torch.nonzero(is_below).squeeze(1), torch.nonzero(~is_below).squeeze(1)
         parts = []
         if below.numel():
             row = distance[below].long()
-            table = mlp(psi(torch.arange(int(row.max()) + 1, device=row.device).float()) / (psi(threshold) + 1e-6))
-            parts.append((below, table[row]))  # [rows, k, H]
+            parts.append((below, self.table_below_threshold(int(row.max()) + 1)[row]))  # [rows, k, H]
         if above.numel():
-            parts.append((above, mlp(psi(distance[above]) / (psi(torch.maximum(i[above], threshold)) + 1e-6))))
+            normaliser = self.psi(torch.maximum(i[above], threshold)) + 1e-6
+            parts.append((above, self.mlp_heads(self.psi(distance[above]) / normaliser)))
         if len(parts) == 1:
             bias = parts[0][1]
         else:
