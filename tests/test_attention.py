@@ -322,7 +322,7 @@ def test_sdpa_estimate_by_hand():
                       needs_grad=True) == 1000 * 1000 * 16
     # kerple_bias_weight in fp32, training at batch 4: pairwise's int64 distance and fp32 bias and weight
     # (8 + 8 * 8), visibility 17, mask-sized terms twice (2 * 4 * 8), three [4, 8, L, L] fp32 scores at once.
-    assert make_pe("kerple_bias_weight").pairwise_bytes() == 8 + 8 * HEADS
+    assert make_pe("kerple_bias_weight").pairwise_bytes(False) == 8 + 8 * HEADS
     assert sdpa_bytes(length=512, heads=8, batch=4, element_size=4, pairwise_bytes=72, writes_scores=True,
                       needs_grad=True) == 512 * 512 * (72 + 17 + 64 + 4 * 8 * 4 * 3)
     # float64 scores are 8 bytes; without gradients two are alive at once.

@@ -20,7 +20,7 @@ class AttentionInputs:
     has_bias: bool          # a distance-only method's bias table (pe.pairwise's terms count by has_terms)
     has_weight: bool        # a multiplicative score weight (kerple_bias_weight), which SDPA cannot apply
     learnable_bias: bool    # the bias takes a gradient: a table that requires one, or pairwise parameters
-    pairwise_bytes: int     # pe.pairwise_bytes(): what pe.pairwise allocates per (query, key) pair
+    pairwise_bytes: int     # pe.pairwise_bytes(needs_grad): what pe.pairwise allocates per (query, key) pair
     windowed: bool          # attention-window is set
     consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
     needs_grad: bool
@@ -64,7 +64,7 @@ class AttentionInputs:
                    head_dim=pe.head_dim, batch=batch, element_size=dtype.itemsize, block_size=block_size,
                    distance_only=by_distance, has_bias=bias_table is not None,
                    has_weight=has_weight(pe, positions, weight_table, by_distance), learnable_bias=learnable,
-                   pairwise_bytes=pe.pairwise_bytes(), windowed=window is not None,
+                   pairwise_bytes=pe.pairwise_bytes(needs_grad), windowed=window is not None,
                    consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
                    documents=documents, token_terms=pe.uses_token_terms, modifies_scores=pe.modifies_scores,
                    score_bytes=pe.score_bytes())

@@ -149,9 +149,10 @@ class PositionalEmbedding(nn.Module):
         bias, weight = self.distance_tables(int(d.max()) + 1 if d.numel() else 1)
         return (None if bias is None else bias[:, d], None if weight is None else weight[:, d])
 
-    def pairwise_bytes(self) -> int:
+    def pairwise_bytes(self, needs_grad: bool) -> int:
         """Bytes `pairwise` allocates per (query, key) pair at its peak, for attention's memory estimate
-        (megatron/model/attention/sdpa.py's sdpa_bytes): the int64 distance and the fp32 bias and weight gathered from the tables."""
+        (megatron/model/attention/sdpa.py's sdpa_bytes), with autograd's saved tensors when `needs_grad`:
+        the int64 distance and the fp32 bias and weight gathered from the tables."""
         return 8 + 2 * 4 * self.num_heads
 
     def modify_scores(self, scores, bias, q, k, q_positions, k_positions, visible):

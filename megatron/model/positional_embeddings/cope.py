@@ -38,7 +38,7 @@ class CoPE(PositionalEmbedding):
     def pairwise(self, q_positions, k_positions):
         return None, None  # no bias or weight of its own: all of it is in modify_scores
 
-    def pairwise_bytes(self):
+    def pairwise_bytes(self, needs_grad):
         return 0
 
     def modify_scores(self, scores, bias, q, k, q_positions, k_positions, visible):

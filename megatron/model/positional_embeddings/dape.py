@@ -96,8 +96,8 @@ class Dape(PositionalEmbedding):
     def pairwise(self, q_positions, k_positions):
         return self.base.pairwise(q_positions, k_positions)
 
-    def pairwise_bytes(self):
-        return self.base.pairwise_bytes()
+    def pairwise_bytes(self, needs_grad):
+        return self.base.pairwise_bytes(needs_grad)
 
     def kernel_parameters(self):
         return self.base.kernel_parameters()

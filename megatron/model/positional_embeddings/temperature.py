@@ -92,8 +92,8 @@ class Tempered(PositionalEmbedding):
             bias = bias * self.temperature(q_positions)[:, :, None]
         return bias, weight
 
-    def pairwise_bytes(self):
-        return self.base.pairwise_bytes() + 4 * self.num_heads
+    def pairwise_bytes(self, needs_grad):
+        return self.base.pairwise_bytes(needs_grad) + 4 * self.num_heads
 
     def kernel_parameters(self):
         return {**self.base.kernel_parameters(), "temperature_s": self.temperature_scale.float()}
