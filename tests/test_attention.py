@@ -303,15 +303,17 @@ def test_auto_on_cpu_never_takes_flex_at_any_length():
 
 
 def test_auto_follows_the_memory_estimate():
-    # kerple_bias_weight training (a weight: no Toeplitz blocks), 4 heads, fp32, one sequence, per (query,
-    # key) pair: mask-sized terms 2 * 4 * 4, pairwise 8 + 8 * 4, visibility 17, three fp32 scores 3 * 4 * 4.
-    pe = make_pe("kerple_bias_weight")
+    # fire training past its threshold (terms that read i: pe.pairwise), 4 heads, fp32, one sequence, per
+    # (query, key) pair: the mask 4 * 4; pairwise with gradients 4 * (2 * 32 + 4 + 8), visibility 17 and the
+    # copy the mask is masked from 4 * 4; the mask needs a gradient, so three fp32 scores 3 * 4 * 4: 401.
+    pe = make_pe("fire")
 
     def path(length, budget_mb):
-        return plan_attention(pe, torch.arange(length), impl="auto", window=None, block_size=BLOCK,
+        positions = torch.arange(length) + 1000  # past the threshold L = 512
+        return plan_attention(pe, positions, impl="auto", window=None, block_size=BLOCK,
                               needs_grad=True, dropout_p=0.0, memory_budget_mb=budget_mb).path
-    assert path(87, 1) == "sdpa"       # 87^2 * 137 = 1,036,953 bytes <= 1 MiB
-    assert path(88, 1) == "blocked"    # 88^2 * 137 = 1,060,928 bytes
+    assert path(51, 1) == "sdpa"       # 51^2 * 401 = 1,043,001 bytes <= 1 MiB
+    assert path(52, 1) == "blocked"    # 52^2 * 401 = 1,084,304 bytes
     assert path(LENGTH, None) == "sdpa"  # the CPU default at a short length
     assert memory_budget_bytes(torch.device("cpu"), None) == 2**30
 

@@ -6,8 +6,8 @@ combination below and written out here, so the classes' `can_run` / `memory_byte
 attention_choice.py's preferences must reproduce it exactly. The methods are real ones, one per kind:
 none (no terms), alibi (a fixed distance bias), kerple_log (a learnable distance bias),
 kerple_bias_weight (a bias with a weight), fire (terms that depend on the query position itself).
-Since issue 27 kerple_bias_weight without gradients on CPU reads strided rows (toeplitz_written_out)
-where it gathered blocks."""
+Since issue 27 kerple_bias_weight on CPU reads strided rows where it gathered blocks: without gradients
+(toeplitz_written_out), and with them (toeplitz_weighted_table_gradient) where `sdpa` wrote out the softmax."""
 import dataclasses
 
 import pytest
@@ -125,10 +125,10 @@ kerple_bias_weight  cpu   no   0.1     no     yes  sdpa_written_out
 kerple_bias_weight  cpu   no   0.1     no     no   blocked
 kerple_bias_weight  cpu   no   0.1     yes    yes  sdpa_written_out
 kerple_bias_weight  cpu   no   0.1     yes    no   blocked
-kerple_bias_weight  cpu   yes  0.0     no     yes  sdpa_written_out
-kerple_bias_weight  cpu   yes  0.0     no     no   blocked
-kerple_bias_weight  cpu   yes  0.0     yes    yes  sdpa_written_out
-kerple_bias_weight  cpu   yes  0.0     yes    no   blocked
+kerple_bias_weight  cpu   yes  0.0     no     yes  toeplitz_weighted_table_gradient
+kerple_bias_weight  cpu   yes  0.0     no     no   toeplitz_weighted_table_gradient
+kerple_bias_weight  cpu   yes  0.0     yes    yes  toeplitz_weighted_table_gradient
+kerple_bias_weight  cpu   yes  0.0     yes    no   toeplitz_weighted_table_gradient
 kerple_bias_weight  cpu   yes  0.1     no     yes  sdpa_written_out
 kerple_bias_weight  cpu   yes  0.1     no     no   blocked
 kerple_bias_weight  cpu   yes  0.1     yes    yes  sdpa_written_out

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from megatron.model.attention import attend, plan_attention, toeplitz
+from megatron.model.weighted_table_attention import FORWARD_BLOCK
 from megatron.model.positional_embeddings import build_positional_embedding
 
 HEADS, HEAD_DIM = 4, 8
@@ -93,9 +94,9 @@ def make_weighted(heads=HEADS, head_dim=HEAD_DIM):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("window", [None, 1, 30, 500])
 def test_a_weight_written_out_from_strided_rows_matches_the_float64_reference(window, dtype):
-    # 150 tokens: two whole blocks of WRITTEN_OUT_BLOCK queries and a partial one, positions not from 0.
+    # 150 tokens: whole blocks of FORWARD_BLOCK queries and a partial one, positions not from 0.
     length = 150
-    assert length > 2 * toeplitz.WRITTEN_OUT_BLOCK and length % toeplitz.WRITTEN_OUT_BLOCK
+    assert length > 2 * FORWARD_BLOCK and length % FORWARD_BLOCK
     pe = make_weighted()
     q, k, v = (t.to(dtype) for t in inputs(length))
     out = run_blocked(pe, q, k, v, window, torch.arange(length) + 3, strategy="toeplitz_written_out")
@@ -104,11 +105,41 @@ def test_a_weight_written_out_from_strided_rows_matches_the_float64_reference(wi
     torch.testing.assert_close(out.double(), float64_reference(pe, q, k, v, window), **tolerance)
 
 
-def test_a_weight_with_gradients_or_gaps_still_gathers_its_blocks():
+def test_a_weight_with_gaps_still_gathers_its_blocks_and_with_gradients_takes_its_rows_too():
     pe, positions = make_weighted(), torch.arange(100)
     plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=64, needs_grad=True, dropout_p=0.0)
-    assert plan.name == "blocked"
+    assert plan.name == "toeplitz_weighted_table_gradient"  # its gradients: tests/test_table_gradient.py
     with torch.no_grad():
         plan = plan_attention(pe, positions * 2, impl="blocked", window=None, block_size=64, needs_grad=False,
                               dropout_p=0.0)
     assert plan.name == "blocked"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("window", [None, 1, 30])
+def test_a_weight_with_gradients_from_strided_rows_matches_float64_autograd(window, dtype):
+    """toeplitz_weighted_table_gradient (training kerple_bias_weight): the output and every gradient (q, k,
+    v and the four kernel parameters through both tables) against float64 autograd through the written-out
+    reference, at 150 tokens from position 3: whole forward and backward blocks and a partial one."""
+    length = 150
+    assert length % FORWARD_BLOCK and length > 2 * FORWARD_BLOCK
+    pe = make_weighted()
+    q, k, v = (t.to(dtype).requires_grad_() for t in inputs(length))
+    plan = plan_attention(pe, torch.arange(length) + 3, impl="auto", window=window, block_size=64, needs_grad=True,
+                          dropout_p=0.0, dtype=dtype)
+    assert plan.name == "toeplitz_weighted_table_gradient"
+    out = attend(q, k, v, plan)
+    torch.manual_seed(2)
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    out.backward(grad_out.to(out.dtype))
+    got = [out.detach().double()] + [t.grad.double() for t in (q, k, v)] + [p.grad.double() for p in pe.parameters()]
+    pe.zero_grad()
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]  # the same (rounded) inputs
+    expected = float64_reference(pe, *leaves, window)
+    expected.backward(grad_out)
+    expected = [expected.detach()] + [t.grad for t in leaves] + [p.grad.double() for p in pe.parameters()]
+    assert len(got) == len(expected) == 8
+    # fp32: the kernel parameters' tables are float32 on either side; bf16: the output is rounded to bf16.
+    tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 2e-2}
+    for name, g, e in zip(["out", "dq", "dk", "dv"] + [n for n, _ in pe.named_parameters()], got, expected):
+        torch.testing.assert_close(g, e, **tolerance, msg=lambda m: f"{name}: {m}")

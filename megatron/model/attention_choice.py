@@ -52,8 +52,7 @@ def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
     `attention-impl: flex` still runs it there."""
     if not (inputs.has_terms or inputs.windowed or inputs.documents):
         return ("sdpa",)
-    if (inputs.device_type == "cpu" and inputs.distance_only and inputs.dropout_p == 0 and not inputs.documents
-            and not (inputs.has_weight and inputs.needs_grad)):
+    if inputs.device_type == "cpu" and inputs.distance_only and inputs.dropout_p == 0 and not inputs.documents:
         return ("blocked",)
     if inputs.device_type == "cpu" and inputs.modifies_scores and not inputs.needs_grad:
         return ("blocked",)

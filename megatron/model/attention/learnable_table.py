@@ -2,13 +2,16 @@
 constant to the fused kernels and the table's gradient is computed on the side
 (megatron/model/table_gradient.py), instead of a mask that requires a gradient sending SDPA to its
 unfused math kernel. One variant of each layout the table can take: `sdpa`'s mask, the Toeplitz
-row, the `blocked` path's gathered blocks."""
+row, the `blocked` path's gathered blocks; and for a learnable bias with a learnable weight
+(kerple_bias_weight), the Toeplitz rows of both with the softmax written out a block at a time
+(megatron/model/weighted_table_attention.py)."""
 import torch
 
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.sdpa import Sdpa, in_dtype_of, sdpa_bytes
-from megatron.model.attention.toeplitz import Toeplitz, toeplitz_layout_problem
+from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut, toeplitz_layout_problem, weighted_rows_problem
 from megatron.model.table_gradient import attend_with_table, gradient_block
+from megatron.model.weighted_table_attention import WeightedTableAttention
 
 
 def table_gradient_problem(inputs) -> str | None:
@@ -103,3 +106,42 @@ class BlockedTableGradient(Blocked):
             outputs.append(attend_with_table(q[:, :, start:end], k[:, :, :end], v[:, :, :end], self.bias_table,
                                              q_positions, k_positions, allowed))
         return torch.cat(outputs, dim=2)
+
+
+class ToeplitzWeightedTableGradient(ToeplitzWrittenOut):
+    """A learnable bias and weight (kerple_bias_weight) in training at consecutive positions: both read as
+    strided rows, the softmax written out a block of queries at a time, the backward recomputing each
+    block (weighted_table_attention.py). O(b * H * block * L) at a time, nothing [L, L] kept."""
+    name, path = "toeplitz_weighted_table_gradient", "blocked"
+    table_grad = True
+
+    def __init__(self, pe, positions, *, bias_table, weight_table, **common):
+        super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
+        self.bias_table, self.weight_table = bias_table, weight_table
+
+    @classmethod
+    def can_run(cls, inputs):
+        if not inputs.needs_grad:
+            return "no gradient is needed (`toeplitz_written_out` computes the forward alone)"
+        if not (inputs.has_bias and inputs.learnable_bias):
+            return "the method has no learnable bias table"
+        return weighted_rows_problem(inputs)
+
+    @classmethod
+    def memory_bytes(cls, inputs):
+        """The forward's (toeplitz_written_out), and the backward's three [b, H, block, L] tensors (the raw
+        scores, P and dS) in fp32 or wider beside the gradients of q, k and v."""
+        element = max(inputs.element_size, 4)
+        block = min(gradient_block(inputs.head_dim), inputs.length)
+        return (super().memory_bytes(inputs) + 3 * inputs.qkv_bytes * element // inputs.element_size
+                + 3 * inputs.batch * inputs.heads * block * inputs.length * element)
+
+    def attend(self, q, k, v, dropout_p):
+        positions = self.positions
+        k_positions = positions.flip(0)
+
+        def distance_of(start, end, keys):
+            return (positions[start:end, None] - k_positions[None, keys]).clamp(min=0)
+
+        return WeightedTableAttention.apply(q, k.flip(2), v.flip(2), self.bias_table, self.weight_table,
+                                            self.bias_row, self.weight_row, distance_of)

@@ -64,6 +64,13 @@ def distance_row(table, length, window, dtype, device):
     return row
 
 
+def row_view(row, start: int, end: int, length: int):
+    """row [H | 1, 2L - 1] -> the terms of queries start..end-1 and keys end-1, ..., 0 (in reverse
+    order): [H | 1, end - start, end], at [h, a, c] row[h, start + a - (end - 1 - c) + L - 1]. A view."""
+    return row.as_strided((row.shape[0], end - start, end), (row.stride(0), 1, 1),
+                          row.storage_offset() + start - end + length)
+
+
 def distance_mask(table, positions, window, dtype):
     """The `sdpa` path's [1, H | 1, L, L] mask for a distance-only method: table[h, d] in `dtype`
     where key j is visible to query i, -inf elsewhere; table [H, span] or None (no terms: zeros).

@@ -2,7 +2,8 @@
 a path takes them: the first that can run (its `can_run` is None) computes the forward."""
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.flex import Flex
-from megatron.model.attention.learnable_table import BlockedTableGradient, SdpaTableGradient, ToeplitzTableGradient
+from megatron.model.attention.learnable_table import (BlockedTableGradient, SdpaTableGradient, ToeplitzTableGradient,
+                                                      ToeplitzWeightedTableGradient)
 from megatron.model.attention.sdpa import Sdpa, SdpaWrittenOut
 from megatron.model.attention.token_terms import BlockedTokenTerms
 from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut
@@ -10,7 +11,8 @@ from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut
 # The last of `sdpa` and of `blocked` runs every method: those paths always have a strategy.
 PATH_STRATEGIES = {
     "sdpa": (SdpaTableGradient, Sdpa, SdpaWrittenOut),
-    "blocked": (ToeplitzTableGradient, Toeplitz, ToeplitzWrittenOut, BlockedTableGradient, BlockedTokenTerms, Blocked),
+    "blocked": (ToeplitzTableGradient, Toeplitz, ToeplitzWrittenOut, ToeplitzWeightedTableGradient, BlockedTableGradient,
+                BlockedTokenTerms, Blocked),
     "flex": (Flex,),
 }
 STRATEGIES = {strategy.name: strategy for strategies in PATH_STRATEGIES.values() for strategy in strategies}

@@ -19,8 +19,9 @@ import math
 import torch
 
 from megatron.model import cpu_flash
-from megatron.model.attention.masks import distance_row
+from megatron.model.attention.masks import distance_row, row_view
 from megatron.model.attention.strategy import AttentionPlan
+from megatron.model.weighted_table_attention import FORWARD_BLOCK, weighted_forward
 
 TOEPLITZ_BLOCK = 128  # queries per kernel call (it holds no [block, L] tensor): with gradients, or short
 LONG_BLOCK = 768      # ... without gradients from LONG_FROM tokens on: the kernel's 256-query tiles
@@ -31,13 +32,6 @@ def query_block(length: int, needs_grad: bool) -> int:
     """Queries per kernel call (module docstring). Training keeps 128: its backward and the table
     gradient were measured with them (megatron/model/table_gradient.py)."""
     return LONG_BLOCK if length >= LONG_FROM and not needs_grad else TOEPLITZ_BLOCK
-
-
-def row_view(row, start: int, end: int, length: int):
-    """row [H | 1, 2L - 1] -> the terms of queries start..end-1 and keys end-1, ..., 0 (in reverse
-    order): [H | 1, end - start, end], at [h, a, c] row[h, start + a - (end - 1 - c) + L - 1]. A view."""
-    return row.as_strided((row.shape[0], end - start, end), (row.stride(0), 1, 1),
-                          row.storage_offset() + start - end + length)
 
 
 def toeplitz_layout_problem(inputs) -> str | None:
@@ -103,16 +97,31 @@ class Toeplitz(AttentionPlan):
         return cpu_flash.attention(q, k, v, mask, causal=False)[0]
 
 
-WRITTEN_OUT_BLOCK = 64  # queries per block: their [b, H, 64, L] fp32 scores stay small next to L
+def weighted_rows_problem(inputs) -> str | None:
+    """Why this forward's bias and weight are not strided rows of one row per head (row_view) that a
+    written-out softmax reads, or None."""
+    if not inputs.distance_only:
+        return "this method's terms depend on the query position itself, not on i - j alone"
+    if not inputs.has_weight:
+        return "the method has no weight (`toeplitz` runs it on the flash kernel)"
+    if inputs.token_terms:
+        return "its rows hold no per-token terms F_i - F_j (fox's forget gate); `blocked` adds them"
+    if inputs.dropout_p > 0:
+        return "it is written without attention dropout"
+    if not inputs.consecutive:
+        return "the positions are not consecutive, so a term is not a function of the index difference"
+    if inputs.documents:
+        return DOCUMENTS_PROBLEM
+    return None
 
 
 class ToeplitzWrittenOut(AttentionPlan):
     """The `blocked` path for a distance-only method with a weight (kerple_bias_weight), which the
     flash kernel cannot apply, at consecutive positions without gradients: the softmax written out a
-    block of queries at a time like `Blocked`'s, but the weight and the bias are strided views of one
-    row per head (row_view, keys in reverse order) instead of [H, block, L] gathers by an int64
-    distance index and a visibility mask. One thread, 8 heads of 32 dims, L = 4096: 1.5x causal
-    attention without terms, against 4.3-5.6x for the gathered blocks (issue 27)."""
+    block of queries at a time (megatron/model/weighted_table_attention.py), the weight and the bias
+    read as strided views of one row per head (row_view, keys in reverse order) instead of [H, block, L]
+    gathers by an int64 distance index and a visibility mask. One thread, 8 heads of 32 dims, L = 4096:
+    1.5x causal attention without terms, against 4.3-5.6x for the gathered blocks (issue 27)."""
     name, path = "toeplitz_written_out", "blocked"
 
     def __init__(self, pe, positions, *, window, dtype, bias_table, weight_table, **common):
@@ -120,47 +129,27 @@ class ToeplitzWrittenOut(AttentionPlan):
                          weight_table=weight_table, **common)
         length, device = positions.shape[0], positions.device
         compute = torch.promote_types(dtype, torch.float32)  # as attend_materialised: fp32, float64 stays
-        self.bias_row = distance_row(bias_table, length, window, compute, device)  # -inf: future, past the window
-        weight_row = distance_row(weight_table, length, window, compute, device)
+        # Constants (a subclass takes the tables' gradients itself): -inf for future keys and past the window.
+        self.bias_row = distance_row(bias_table.detach(), length, window, compute, device)
+        weight_row = distance_row(weight_table.detach(), length, window, compute, device)
         self.weight_row = weight_row.masked_fill(weight_row.isneginf(), 0)  # finite, so the bias's -inf decides
 
     @classmethod
     def can_run(cls, inputs):
-        if not inputs.distance_only:
-            return "this method's terms depend on the query position itself, not on i - j alone"
-        if not inputs.has_weight:
-            return "the method has no weight (`toeplitz` runs it on the flash kernel)"
-        if inputs.token_terms:
-            return "its rows hold no per-token terms F_i - F_j (fox's forget gate); `blocked` adds them"
         if inputs.needs_grad:
-            return "it keeps nothing for a backward pass (`blocked` recomputes its blocks there)"
-        if inputs.dropout_p > 0:
-            return "it is written without attention dropout"
-        if not inputs.consecutive:
-            return "the positions are not consecutive, so a term is not a function of the index difference"
-        if inputs.documents:
-            return DOCUMENTS_PROBLEM
-        return None
+            return "it keeps nothing for a backward pass (`toeplitz_weighted_table_gradient` does)"
+        return weighted_rows_problem(inputs)
 
     @classmethod
     def memory_bytes(cls, inputs):
-        """The two rows [H, 2L - 1], the reversed keys and values and the blocks' outputs (each the
-        size of q), in fp32 or wider; per block the scores and their softmax [b, H, block, L]."""
+        """The two rows [H, 2L - 1], the scaled queries, the reversed keys and values and the output (each
+        the size of q), the logsumexp [b, H, L], in fp32 or wider; per block the scores [b, H, block, L]."""
         element = max(inputs.element_size, 4)
         rows = 2 * inputs.heads * (2 * inputs.length - 1) * element
-        copies = 3 * inputs.qkv_bytes * element // inputs.element_size
-        block = min(WRITTEN_OUT_BLOCK, inputs.length)
-        return rows + copies + 2 * inputs.batch * inputs.heads * block * inputs.length * element
+        copies = 4 * inputs.qkv_bytes * element // inputs.element_size
+        block = min(FORWARD_BLOCK, inputs.length)
+        return rows + copies + inputs.batch * inputs.heads * (1 + block) * inputs.length * element
 
     def attend(self, q, k, v, dropout_p):
-        length, dtype = q.shape[2], self.weight_row.dtype
-        q = q.to(dtype)
-        k_reversed, v_reversed = k.to(dtype).flip(2), v.to(dtype).flip(2)
-        outputs = []
-        for start in range(0, length, WRITTEN_OUT_BLOCK):
-            end = min(start + WRITTEN_OUT_BLOCK, length)
-            keys = slice(length - end, length)
-            scores = (q[:, :, start:end] @ k_reversed[:, :, keys].transpose(-1, -2)) / math.sqrt(q.shape[-1])
-            scores.mul_(row_view(self.weight_row, start, end, length)).add_(row_view(self.bias_row, start, end, length))
-            outputs.append(scores.softmax(dim=-1) @ v_reversed[:, :, keys])  # [b, H, block, D]
-        return torch.cat(outputs, dim=2).to(v.dtype)
+        out, _ = weighted_forward(q, k.flip(2), v.flip(2), self.bias_row, self.weight_row)
+        return out.to(v.dtype)
