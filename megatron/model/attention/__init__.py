@@ -22,7 +22,9 @@ Each strategy is a small class, one file each (registry.py lists them by path):
   without gradients, the written-out softmax reading its weight and bias from such rows
   (`ToeplitzWrittenOut`, toeplitz.py, O(H * 64 * L)).
 - a learnable bias table's gradient on the side, for the `sdpa` mask, the Toeplitz row and the
-  gathered blocks (learnable_table.py, megatron/model/table_gradient.py).
+  gathered blocks (learnable_table.py, megatron/model/table_gradient.py); for a learnable bias with a
+  learnable weight, their Toeplitz rows with the softmax written out a block of queries at a time and
+  recomputed in the backward (megatron/model/weighted_table_attention.py).
 The KV cache's decoding step is one more (megatron/model/kv_cache.py). Which strategy a forward
 takes (`attention-impl`, `auto`'s rule) is megatron/model/attention_choice.py's job; attention never
 names a positional method.
