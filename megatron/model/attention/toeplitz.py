@@ -34,23 +34,31 @@ def query_block(length: int, needs_grad: bool) -> int:
     return LONG_BLOCK if length >= LONG_FROM and not needs_grad else TOEPLITZ_BLOCK
 
 
-def toeplitz_layout_problem(inputs) -> str | None:
-    """Why the terms of this forward are not one strided row per head for CPU's flash kernel, or None."""
-    if inputs.device_type != "cpu":
-        return "it calls torch's CPU flash kernel directly"
+def strided_rows_problem(inputs) -> str | None:
+    """Why this forward's terms are not strided views of one row per head (row_view), or None: what
+    every strategy here needs."""
     if not inputs.distance_only:
         return "this method's terms depend on the query position itself, not on i - j alone"
-    if inputs.has_weight:
-        return "the flash kernel cannot multiply the scores by this method's weight"
     if inputs.token_terms:
         return ("this method's per-token terms F_i - F_j (fox's forget gate) differ per layer and per row, so "
                 "they are not one strided row per head")
     if inputs.dropout_p > 0:
-        return "the flash kernel is called without attention dropout"
+        return "its blocks are computed without attention dropout"
     if not inputs.consecutive:
         return "the positions are not consecutive, so a term is not a function of the index difference"
     if inputs.documents:
         return DOCUMENTS_PROBLEM
+    return None
+
+
+def toeplitz_layout_problem(inputs) -> str | None:
+    """Why the terms of this forward are not one strided row per head for CPU's flash kernel, or None."""
+    if inputs.device_type != "cpu":
+        return "it calls torch's CPU flash kernel directly"
+    if (problem := strided_rows_problem(inputs)) is not None:
+        return problem
+    if inputs.has_weight:
+        return "the flash kernel cannot multiply the scores by this method's weight"
     return None
 
 
@@ -100,18 +108,10 @@ class Toeplitz(AttentionPlan):
 def weighted_rows_problem(inputs) -> str | None:
     """Why this forward's bias and weight are not strided rows of one row per head (row_view) that a
     written-out softmax reads, or None."""
-    if not inputs.distance_only:
-        return "this method's terms depend on the query position itself, not on i - j alone"
+    if (problem := strided_rows_problem(inputs)) is not None:
+        return problem
     if not inputs.has_weight:
         return "the method has no weight (`toeplitz` runs it on the flash kernel)"
-    if inputs.token_terms:
-        return "its rows hold no per-token terms F_i - F_j (fox's forget gate); `blocked` adds them"
-    if inputs.dropout_p > 0:
-        return "it is written without attention dropout"
-    if not inputs.consecutive:
-        return "the positions are not consecutive, so a term is not a function of the index difference"
-    if inputs.documents:
-        return DOCUMENTS_PROBLEM
     return None
 
 
