@@ -64,8 +64,8 @@ class TableBiasAttention(torch.autograd.Function):
         mask = ctx.mask if ctx.mask is not None else bias_mask(table, q_positions, k_positions, allowed, q.dtype)
         needs_table = ctx.needs_input_grad[3]
         if lse is not None:
-            dq, dk, dv, grad_table = backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
-                                                   ctx.reversed_keys, lse, qkv=True, table_grad=needs_table)
+            dq, dk, dv, grad_table, _ = backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
+                                                      ctx.reversed_keys, lse, qkv=True, table_grad=needs_table)
         else:
             with torch.enable_grad():
                 inputs = [t.detach().requires_grad_() for t in (q, k, v)]
@@ -79,9 +79,12 @@ class TableBiasAttention(torch.autograd.Function):
 
 
 def backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table, reversed_keys, logsumexp, *,
-                  qkv: bool, table_grad: bool):
-    """(dq, dk, dv, d loss / d table [H, span]), each None where not asked (`qkv`, `table_grad`); the
-    table's is the score gradient summed over the batch and along diagonals.
+                  qkv: bool, table_grad: bool, weight=None, weight_table=None):
+    """(dq, dk, dv, d loss / d table [H, span], d loss / d weight_table), each None where not asked (`qkv`,
+    `table_grad`, a `weight`); the table's is the score gradient dS summed over the batch and along
+    diagonals. `weight` (like `mask`, [1, H, q, k], a view): scores = (q.k / sqrt(D)) * weight + mask
+    (kerple_bias_weight, weighted_table_attention.py), and weight_table's gradient the diagonal sums of
+    dS * q.k / sqrt(D).
 
     The queries are the last of the keys (every strategy's call: a square score matrix, or a block of
     queries against the keys up to its last), so a block of rows sees no key past its last row's, and
@@ -97,6 +100,7 @@ def backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
     k_t, v_t = k_c.transpose(-1, -2), v_c.transpose(-1, -2)
     row_dot = (grad_out_c * out.to(dtype)).sum(-1, keepdim=True)  # [b, H, q, 1]: rowsum(dO * O)
     grad = torch.zeros(table.shape, dtype=dtype, device=q.device) if table_grad else None
+    grad_weight = None if weight is None else torch.zeros(weight_table.shape, dtype=dtype, device=q.device)
     if qkv:
         dq = torch.empty(q.shape, dtype=dtype, device=q.device)
         dk, dv = (torch.zeros(t.shape, dtype=dtype, device=q.device) for t in (k, v))
@@ -107,6 +111,9 @@ def backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
         keys = slice(future, keys_total) if reversed_keys else slice(0, keys_total - future)
         rows_out = grad_out_c[:, :, start:end]
         probs = q_scaled[:, :, start:end] @ k_t[..., keys]  # [b, H, blk, keys]: scores, then probabilities
+        if weight is not None:
+            raw, block_weight = probs, weight[:, :, start:end, keys]
+            probs = raw * block_weight
         probs += mask[:, :, start:end, keys]
         if logsumexp is not None:
             # Clamped first: exp below float32's normal range (about -87.3; masked keys are -inf) takes a slow
@@ -117,15 +124,20 @@ def backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
             probs = probs.softmax(dim=-1)
         d_scores = rows_out @ v_t[..., keys]  # dP, then dS = P * (dP - rowsum)
         d_scores.sub_(row_dot[:, :, start:end]).mul_(probs)
+        if table_grad or weight is not None:
+            distance = (q_positions[start:end, None] - k_positions[None, keys]).clamp(min=0).flatten()  # blk * keys
+        if table_grad:
+            grad.index_add_(1, distance, d_scores.sum(0).flatten(1))  # 0 where masked
+        if weight is not None:
+            grad_weight.index_add_(1, distance, (d_scores * raw).sum(0).flatten(1))
+            d_scores.mul_(block_weight)  # now the gradient of q.k / sqrt(D)
         if qkv:
             dv[:, :, keys] += probs.transpose(-1, -2) @ rows_out
             torch.matmul(d_scores, k_c[:, :, keys], out=dq[:, :, start:end])
             dk[:, :, keys] += d_scores.transpose(-1, -2) @ q_scaled[:, :, start:end]
-        if table_grad:
-            distance = (q_positions[start:end, None] - k_positions[None, keys]).clamp(min=0)  # [blk, keys]
-            grad.index_add_(1, distance.flatten(), d_scores.sum(0).flatten(1))  # 0 where masked
     grads = (dq.mul_(scale).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) if qkv else (None, None, None)
-    return (*grads, grad.to(table.dtype) if table_grad else None)
+    return (*grads, grad.to(table.dtype) if table_grad else None,
+            None if weight is None else grad_weight.to(weight_table.dtype))
 
 
 def attend_with_table(q, k, v, table, q_positions, k_positions, allowed, mask=None, causal=False,

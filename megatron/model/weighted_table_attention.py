@@ -5,10 +5,10 @@ without writing out the whole score matrix or keeping it for the backward pass.
 
 No fused kernel multiplies the scores, so the softmax is written out, but a block of queries at a time
 against the keys up to its last (the later ones are invisible), reading both terms as strided views of
-one row per head (toeplitz.py's row_view: keys in reverse order, nothing gathered). The forward keeps
+one row per head (masks.py's row_view: keys in reverse order, nothing gathered). The forward keeps
 only q, k, v, the output and the logsumexp [b, H, L]; the backward recomputes each block's scores and
 gets dq, dk, dv and both tables' gradients (the score gradient dS summed along diagonals for the bias,
-dS * q.k / sqrt(D) for the weight) from one P, as table_gradient.py does for a bias alone. Autograd
+dS * q.k / sqrt(D) for the weight) from one P, in table_gradient.py's backward pass. Autograd
 through the written-out softmax (`sdpa_written_out`) keeps several [b, H, L, L] tensors and made a
 training step 2.4x `none` (issue 27).
 """
@@ -17,7 +17,7 @@ import math
 import torch
 
 from megatron.model.attention.masks import row_view
-from megatron.model.table_gradient import UNDERFLOW, gradient_block
+from megatron.model.table_gradient import UNDERFLOW, backward_pass
 
 FORWARD_BLOCK = 32  # queries per forward block (one thread, b = 4, 8 heads of 32, L = 512: 15 ms at 32 and 64, 24 at 128)
 
@@ -50,46 +50,24 @@ def weighted_forward(q, k_reversed, v_reversed, bias_row, weight_row):
 
 class WeightedTableAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k_reversed, v_reversed, bias_table, weight_table, bias_row, weight_row, distance_of):
-        """weighted_forward's arguments, the tables (for their gradients' shapes; the rows are built from
-        them, constants) and distance_of(start, end, keys) -> the [blk, keys] distance index of a block."""
+    def forward(ctx, q, k_reversed, v_reversed, bias_table, weight_table, bias_row, weight_row, positions):
+        """weighted_forward's arguments, the tables (for their gradients; the rows are built from them,
+        constants) and the positions of the queries (consecutive; the keys are these in reverse order)."""
         out, logsumexp = weighted_forward(q, k_reversed, v_reversed, bias_row, weight_row)
-        ctx.distance_of = distance_of
         ctx.save_for_backward(q, k_reversed, v_reversed, out, logsumexp, bias_table, weight_table, bias_row,
-                              weight_row)
+                              weight_row, positions)
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k_reversed, v_reversed, out, logsumexp, bias_table, weight_table, bias_row, weight_row = ctx.saved_tensors
-        dtype = out.dtype
-        length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
-        q_scaled = q.to(dtype) * scale
-        k_c, v_c, grad_out_c = (t.to(dtype) for t in (k_reversed, v_reversed, grad_out))
-        row_dot = (grad_out_c * out).sum(-1, keepdim=True)  # [b, H, L, 1]: rowsum(dO * O)
-        dq = torch.empty(q.shape, dtype=dtype, device=q.device)
-        dk, dv = (torch.zeros(t.shape, dtype=dtype, device=q.device) for t in (k_reversed, v_reversed))
-        grad_bias = torch.zeros(bias_table.shape, dtype=dtype, device=q.device)
-        grad_weight = torch.zeros(weight_table.shape, dtype=dtype, device=q.device)
-        block = gradient_block(q.shape[-1])
-        for start in range(0, length, block):
-            end = min(start + block, length)
-            keys = slice(length - end, length)
-            weight = row_view(weight_row, start, end, length)
-            raw = q_scaled[:, :, start:end] @ k_c[:, :, keys].transpose(-1, -2)  # q.k / sqrt(D)
-            probs = raw * weight
-            probs.add_(row_view(bias_row, start, end, length)).sub_(logsumexp[:, :, start:end, None])
-            probs.clamp_(min=UNDERFLOW).exp_()
-            rows_out = grad_out_c[:, :, start:end]
-            dv[:, :, keys] += probs.transpose(-1, -2) @ rows_out
-            d_scores = rows_out @ v_c[:, :, keys].transpose(-1, -2)  # dP, then dS = P * (dP - rowsum)
-            d_scores.sub_(row_dot[:, :, start:end]).mul_(probs)
-            distance = ctx.distance_of(start, end, keys).flatten()
-            grad_bias.index_add_(1, distance, d_scores.sum(0).flatten(1))  # 0 where invisible (P = 0)
-            grad_weight.index_add_(1, distance, (d_scores * raw).sum(0).flatten(1))
-            d_scores.mul_(weight)  # the raw scores' gradient
-            torch.matmul(d_scores, k_c[:, :, keys], out=dq[:, :, start:end])
-            dk[:, :, keys] += d_scores.transpose(-1, -2) @ q_scaled[:, :, start:end]
-        dq.mul_(scale)
-        return (dq.to(q.dtype), dk.to(k_reversed.dtype), dv.to(v_reversed.dtype), grad_bias.to(bias_table.dtype),
-                grad_weight.to(weight_table.dtype), None, None, None)
+        q, k_reversed, v_reversed, out, logsumexp, bias_table, weight_table, bias_row, weight_row, positions = \
+            ctx.saved_tensors
+        length = q.shape[2]
+
+        def whole(row):  # [1, H, L, L], keys in reverse order: a view, read block by block
+            return row_view(row, 0, length, length)[None]
+
+        dq, dk, dv, grad_bias, grad_weight = backward_pass(
+            q, k_reversed, v_reversed, out, grad_out.contiguous(), whole(bias_row), positions, positions.flip(0),
+            bias_table, True, logsumexp, qkv=True, table_grad=True, weight=whole(weight_row), weight_table=weight_table)
+        return dq, dk, dv, grad_bias, grad_weight, None, None, None

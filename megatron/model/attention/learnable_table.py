@@ -129,19 +129,13 @@ class ToeplitzWeightedTableGradient(ToeplitzWrittenOut):
 
     @classmethod
     def memory_bytes(cls, inputs):
-        """The forward's (toeplitz_written_out), and the backward's three [b, H, block, L] tensors (the raw
-        scores, P and dS) in fp32 or wider beside the gradients of q, k and v."""
+        """The forward's (toeplitz_written_out), and the backward's four [b, H, block, L] tensors (the raw
+        scores, P, dS and dS times the raw scores) in fp32 or wider beside the gradients of q, k and v."""
         element = max(inputs.element_size, 4)
         block = min(gradient_block(inputs.head_dim), inputs.length)
         return (super().memory_bytes(inputs) + 3 * inputs.qkv_bytes * element // inputs.element_size
-                + 3 * inputs.batch * inputs.heads * block * inputs.length * element)
+                + 4 * inputs.batch * inputs.heads * block * inputs.length * element)
 
     def attend(self, q, k, v, dropout_p):
-        positions = self.positions
-        k_positions = positions.flip(0)
-
-        def distance_of(start, end, keys):
-            return (positions[start:end, None] - k_positions[None, keys]).clamp(min=0)
-
         return WeightedTableAttention.apply(q, k.flip(2), v.flip(2), self.bias_table, self.weight_table,
-                                            self.bias_row, self.weight_row, distance_of)
+                                            self.bias_row, self.weight_row, self.positions)
