@@ -27,6 +27,7 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 from megatron.checkpoint_folder import TAG, CheckpointError, checkpoint_steps, resolve_tag  # noqa: F401 (re-exported)
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
+from megatron.plain_load import NotPlainData, load_plain, verify_folder, weights_only_engine
 
 PARTIAL = ".global_step*.partial"  # a save being written (or left by a crashed one): `.{tag}.partial`
 MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-3: 2nd
@@ -38,12 +39,15 @@ class SaveFailed(OSError):
 
 # ------------------------------------------------------------------------------------------- read
 def read_client_state(load_dir, tag: str) -> dict:
-    """The checkpoint's model-states file (ours and DeepSpeed's keys), weights memory-mapped."""
+    """The checkpoint's model-states file (ours and DeepSpeed's keys), weights memory-mapped, read as data
+    only (megatron/plain_load.py): a checkpoint may come from anyone."""
     folder = pathlib.Path(load_dir) / tag
     for name in MODEL_STATES:
         if (folder / name).is_file():
             try:
-                return torch.load(folder / name, map_location="cpu", weights_only=False, mmap=True)
+                return load_plain(folder / name)
+            except NotPlainData:
+                raise
             except Exception as err:  # truncated or foreign file: say which
                 raise CheckpointError(f"cannot read {folder / name}: {err}. The checkpoint is damaged; "
                                       "load another step with `iteration`.") from err
@@ -82,6 +86,7 @@ def load_model_weights(neox_args, model: torch.nn.Module) -> int:
     _check_compatible(state, neox_args, model, where)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        verify_folder(where)  # zero_to_fp32 unpickles every file it reads
         weights = get_fp32_state_dict_from_zero_checkpoint(neox_args.load, tag=tag)
     else:
         weights = state["module"]
@@ -266,11 +271,13 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
     tag = resolve_tag(neox_args.load, neox_args.iteration)
     where = pathlib.Path(neox_args.load) / tag
     _check_compatible(read_client_state(neox_args.load, tag), neox_args, engine.module, where)
+    verify_folder(where)  # DeepSpeed unpickles its files (model states, optimizer partitions) itself
     weights_only = neox_args.finetune
-    path, state = engine.load_checkpoint(
-        neox_args.load, tag=tag, load_module_only=weights_only,
-        load_optimizer_states=not (weights_only or neox_args.no_load_optim),
-        load_lr_scheduler_states=not (weights_only or neox_args.no_load_optim))
+    with weights_only_engine(engine):
+        path, state = engine.load_checkpoint(
+            neox_args.load, tag=tag, load_module_only=weights_only,
+            load_optimizer_states=not (weights_only or neox_args.no_load_optim),
+            load_lr_scheduler_states=not (weights_only or neox_args.no_load_optim))
     if path is None:
         raise CheckpointError(f"DeepSpeed could not load {where}; see its messages above.")
     if weights_only:

@@ -72,3 +72,37 @@ def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tupl
             sources.update({path: f"checkpoint {line}" for path, line in lines.items()
                             if path.startswith((key + ".", key + "["))})
     return values, sources
+
+
+# The keys that decide where a process writes, and eval-task-paths (lm-eval task folders can name Python
+# to import). A checkpoint's stored config is data its sender wrote, not the user's config: given as a
+# config file (README: `python evaluate.py <save>/global_stepN/resolved_config.yml ...`), it still gives
+# the model and the data to read, but never these. They are left out rather than refused: the file is
+# the documented way to use a checkpoint, and the user's own config or --set (or the default) decides
+# where the results go, as with a checkpoint named by `load` alone.
+WRITE_KEYS = ("save", "log_dir", "tensorboard_dir", "eval_results_dir", "sample_output_file", "data_cache_path",
+              "eval_task_paths")
+
+
+def is_stored_config(path) -> bool:
+    """`path` is a config a checkpoint keeps: global_stepN/resolved_config.yml or global_stepN/configs/*.yml."""
+    parent = pathlib.Path(path).resolve().parent
+    return bool(TAG.fullmatch(parent.name) or (parent.name == "configs" and TAG.fullmatch(parent.parent.name)))
+
+
+def drop_write_keys(paths, values: dict, sources: dict) -> str | None:
+    """Remove from `values` (and `sources`) the WRITE_KEYS that a checkpoint's stored config among `paths`
+    set; returns the one-line note saying so, or None."""
+    stored = [str(pathlib.Path(p)) for p in paths if is_stored_config(p)]
+    dropped = []
+    for key in list(values):
+        name = normalise_key(key)
+        if name in WRITE_KEYS and any(sources.get(name, "").startswith(f"{p}:") for p in stored):
+            if values[key] is not None:  # a null changes nothing worth a note
+                dropped.append(key.replace("_", "-"))
+            del values[key]
+            del sources[name]
+    if not dropped:
+        return None
+    return (f"note: {', '.join(sorted(dropped))} from {', '.join(stored)} not applied: a checkpoint's stored config gives the "
+            "model and data, never where this process writes (set them in your own config or with --set).")

@@ -14,7 +14,7 @@ from megatron.progress import follow_config
 
 from .entry_points import argument_parser, flag_overrides, name_the_cpu_accelerator
 from .errors import NeoXArgsError
-from .from_checkpoint import checkpoint_source
+from .from_checkpoint import checkpoint_source, drop_write_keys
 from .group_checks import CHECKS
 from .groups import GROUPS, EvaluationArgs, LauncherArgs, LoggingArgs
 from .log_files import start_log_files
@@ -73,6 +73,8 @@ class NeoXArgs(*reversed(GROUPS)):
     @classmethod
     def from_ymls(cls, paths, overrides: Optional[dict] = None, world_size: Optional[int] = None):
         values, sources, texts = load_config_files(paths)
+        if note := drop_write_keys(paths, values, sources):
+            print(note, file=sys.stderr, flush=True)
         spelling = {normalise_key(k): k for k in values}  # keep the user's spelling for messages
         for key, value in (overrides or {}).items():
             top, *path = normalise_key(key).split(".")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from megatron.errors import NeoXArgsError
+from megatron.plain_load import NotPlainData, load_plain
 
 LAYER_FILE = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
 STEP = re.compile(r"global_step(\d+)")
@@ -87,10 +88,16 @@ def read_model_states(folder: pathlib.Path) -> tuple[int, dict]:
                            f"checkpoint (contents: {sorted(p.name for p in folder.iterdir())}). Copy the whole "
                            "global_stepN folder.")
     try:
-        # Not weights-only: DeepSpeed pickles RNG states (numpy arrays) and its config beside the step.
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        # Data only, as every checkpoint read (megatron/plain_load.py): DeepSpeed's RNG states (numpy
+        # arrays), loss scaler and config are allowed; an object of any other class is refused.
+        state = load_plain(path, mmap=False)
+    except NotPlainData as err:
+        raise CheckpointImportError(str(err)) from None
     except Exception as err:
         raise CheckpointImportError(f"cannot read {path}: {err}. The file is damaged; copy it again.") from err
+    if not isinstance(state, dict):
+        raise CheckpointImportError(f"{path} holds a {type(state).__name__}, not the dict DeepSpeed writes: it is not a "
+                                    "model-states file. Copy the whole global_stepN folder again.")
     match = STEP.fullmatch(folder.name)
     iteration = state.get("iteration", state.get("global_steps"))
     if iteration is None:
