@@ -29,20 +29,42 @@ def pile_shard(path):
 
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves one file's bytes, honouring `Range: bytes=N-`; records the ranges it was asked for."""
-    payload, ranges = b"", []
+    """Serves one file's bytes with an ETag, honouring `Range: bytes=N-` (with `If-Range`: only if it is
+    that ETag, else the whole file, as HTTP says); records the ranges it was asked for. `from_zero`:
+    misbehave, answering a Range request with 206 and the body from byte 0."""
+    payload, ranges, from_zero = b"", [], False
 
     def do_GET(self):
-        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
-        type(self).ranges.append(start)
+        etag = f'"{hashlib.sha1(self.payload).hexdigest()}"'
+        asked = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
+        type(self).ranges.append(asked)
+        start = 0 if self.from_zero or self.headers["If-Range"] not in (None, etag) else asked
         body = self.payload[start:]
-        self.send_response(206 if start else 200)
+        partial = asked and (start or self.from_zero)
+        self.send_response(206 if partial else 200)
+        self.send_header("ETag", etag)
+        if partial:
+            self.send_header("Content-Range", f"bytes {start}-{len(self.payload) - 1}/{len(self.payload)}")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def log_message(self, *args):
         pass
+
+
+@pytest.fixture
+def server():
+    RangeHandler.payload, RangeHandler.ranges, RangeHandler.from_zero = b"", [], False
+    running = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    yield RangeHandler, f"http://127.0.0.1:{running.server_address[1]}/00.jsonl.zst"
+    running.shutdown()
+    running.server_close()
+
+
+def etag(body):
+    return f'"{hashlib.sha1(body).hexdigest()}"'
 
 
 def test_file_url_download_verifies_the_checksum(tmp_path, tool):
@@ -56,25 +78,80 @@ def test_file_url_download_verifies_the_checksum(tmp_path, tool):
     assert (tmp_path / "bad.jsonl.zst.bad-checksum").exists() and not (tmp_path / "bad.jsonl.zst").exists()
 
 
-def test_an_interrupted_download_resumes_where_it_stopped(tmp_path, tool):
-    source = pile_shard(tmp_path / "00.jsonl.zst").read_bytes()
-    half = len(source) // 2
-    # file://: a partial file with marker bytes in place of the first half shows the rest was appended.
+def test_an_interrupted_download_resumes_where_it_stopped(tmp_path, tool, server):
+    source = pile_shard(tmp_path / "00.jsonl.zst")
+    body = source.read_bytes()
+    half = len(body) // 2
+    # file://: a partial file with marker bytes in place of the first half shows the rest was appended; its
+    # origin (the URL, and the file's size and mtime as validator) is what an interrupted run left beside it.
     (tmp_path / "f.jsonl.zst.partial").write_bytes(b"#" * half)
-    tool.download((tmp_path / "00.jsonl.zst").as_uri(), str(tmp_path / "f.jsonl.zst"), show_progress=False)
-    assert (tmp_path / "f.jsonl.zst").read_bytes() == b"#" * half + source[half:]
+    status = source.stat()
+    tool.write_origin(str(tmp_path / "f.jsonl.zst.partial.origin"),
+                      {"url": source.as_uri(), "validator": f"size={status.st_size} mtime_ns={status.st_mtime_ns}"})
+    tool.download(source.as_uri(), str(tmp_path / "f.jsonl.zst"), show_progress=False)
+    assert (tmp_path / "f.jsonl.zst").read_bytes() == b"#" * half + body[half:]
+    assert not (tmp_path / "f.jsonl.zst.partial.origin").exists()
 
-    RangeHandler.payload, RangeHandler.ranges = source, []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        (tmp_path / "h.jsonl.zst.partial").write_bytes(source[:half])
-        url = f"http://127.0.0.1:{server.server_address[1]}/00.jsonl.zst"
-        tool.download(url, str(tmp_path / "h.jsonl.zst"), hashlib.sha256(source).hexdigest(), show_progress=False)
-    finally:
-        server.shutdown()
-    assert RangeHandler.ranges == [half]
-    assert (tmp_path / "h.jsonl.zst").read_bytes() == source
+    handler, url = server
+    handler.payload = body
+    (tmp_path / "h.jsonl.zst.partial").write_bytes(body[:half])
+    tool.write_origin(str(tmp_path / "h.jsonl.zst.partial.origin"), {"url": url, "validator": etag(body)})
+    tool.download(url, str(tmp_path / "h.jsonl.zst"), hashlib.sha256(body).hexdigest(), show_progress=False)
+    assert handler.ranges == [half]
+    assert (tmp_path / "h.jsonl.zst").read_bytes() == body
+
+
+# Issue 40 rows 5 and 6: a partial is resumed only against the file it came from.
+def test_a_partial_of_another_file_is_never_extended(tmp_path, tool, server, capsys):
+    handler, url = server
+    old, new = b"old file " * 1000, b"new file " * 1200
+    handler.payload = new
+    partial = tmp_path / "h.jsonl.zst.partial"
+    cases = {"another URL": {"url": url + "?other", "validator": etag(new)},  # --source named another file
+             "the file changed": {"url": url, "validator": etag(old)},      # the host's If-Range answer: 200
+             "no origin": None}                                             # left by an older version
+    for case, origin in cases.items():
+        partial.write_bytes(old[:4000])
+        if origin:
+            tool.write_origin(str(partial) + ".origin", origin)
+        handler.ranges = []
+        tool.download(url, str(tmp_path / "h.jsonl.zst"), show_progress=False)
+        assert (tmp_path / "h.jsonl.zst").read_bytes() == new, case
+        (tmp_path / "h.jsonl.zst").unlink()
+    out = capsys.readouterr().out
+    assert "not resumed (it was started from another URL)" in out
+    assert "not resumed (nothing records where it came from)" in out
+
+
+def test_a_206_that_does_not_continue_the_partial_is_not_appended(tmp_path, tool, server, capsys):
+    handler, url = server
+    body = b"0123456789" * 1000
+    handler.payload, handler.from_zero = body, True
+    (tmp_path / "h.partial").write_bytes(body[:5000])
+    tool.write_origin(str(tmp_path / "h.partial.origin"), {"url": url, "validator": etag(body)})
+    handler.from_zero = True
+    tool.download(url, str(tmp_path / "h"), show_progress=False)
+    assert (tmp_path / "h").read_bytes() == body  # not the first half twice
+    assert "answered 206 with Content-Range 'bytes 0-9999/10000'" in capsys.readouterr().out
+
+
+def test_a_zstd_bomb_is_refused_without_reading_it_whole(tmp_path, tool):
+    """512 MiB of one line, 16 KB compressed: stopped at the line limit (256 MiB), one error."""
+    with open(tmp_path / "bomb.jsonl.zst", "wb") as raw, zstandard.ZstdCompressor().stream_writer(raw) as writer:
+        for _ in range(512):
+            writer.write(b"a" * (1 << 20))
+    with pytest.raises(DataError, match="a line decompresses to more than 256 MiB, longer than any document"):
+        tool.main(["--url", (tmp_path / "bomb.jsonl.zst").as_uri(), "--output-dir", str(tmp_path / "pile"),
+                   "--no-progress"])
+
+
+def test_one_output_folder_has_one_writer(tmp_path, tool):
+    shard = pile_shard(tmp_path / "00.jsonl.zst")
+    with tool.one_writer(str(tmp_path / "pile")):  # another run holds the folder
+        with pytest.raises(DataError, match=r"is being written by another run \(.*pid \d+"):
+            tool.main(["--url", shard.as_uri(), "--output-dir", str(tmp_path / "pile"), "--no-progress"])
+    tool.main(["--url", shard.as_uri(), "--output-dir", str(tmp_path / "pile"), "--no-progress", "--subsets"])
+    assert (tmp_path / "pile" / "00.jsonl.zst").read_bytes() == shard.read_bytes()
 
 
 def test_subsets_are_cut_out_by_pile_set_name(tmp_path, tool):

@@ -2,12 +2,14 @@
 a server in a thread of the test process that answers Hugging Face's tree listing and file URLs the way the hub
 does (Range requests included), serving tiny corpora in the formats the real sources use (parquet, .jsonl.zst,
 .jsonl.zst.tar) and a tiny GPT-2-format BPE vocabulary."""
+import contextlib
 import hashlib
 import http.server
 import importlib.util
 import io
 import json
 import os
+import re
 import tarfile
 import threading
 import urllib.parse
@@ -37,8 +39,11 @@ def tool(repo_root):
 class Hub(http.server.BaseHTTPRequestHandler):
     """Files by URL path; /api/<kind>s/<owner>/<name>/tree/<revision>[/<folder>] lists those under
     /[datasets/]<owner>/<name>/resolve/<revision>/ with their sizes and sha256 (as LFS files), and a path in
-    `cut_once` is cut off halfway the first time it is asked for."""
-    files, requests, cut_once, wrong_sha256 = {}, [], set(), set()
+    `cut_once` is cut off halfway the first time it is asked for. Like the hub, each file has an ETag, and a
+    Range request with an `If-Range` that is not the file's ETag gets the whole file (200). Misbehaving on
+    purpose: a path in `from_zero` answers a Range request with 206 and the body from byte 0, one in
+    `bad_length` sends `Content-Length: abc`; `listed` adds names to the tree listing (path -> body)."""
+    files, requests, cut_once, wrong_sha256, from_zero, bad_length, listed = {}, [], set(), set(), set(), set(), {}
 
     def do_GET(self):
         path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
@@ -49,9 +54,16 @@ class Hub(http.server.BaseHTTPRequestHandler):
         if body is None:
             self.send_error(404)
             return
-        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
-        self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(len(body) - start))
+        etag = f'"{hashlib.sha1(body).hexdigest()}"'
+        asked = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
+        start = asked if self.headers["If-Range"] in (None, etag) else 0
+        if path in self.from_zero and asked:
+            start = 0
+        self.send_response(206 if asked and (start or path in self.from_zero) else 200)
+        self.send_header("ETag", etag)
+        if asked and (start or path in self.from_zero):
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        self.send_header("Content-Length", "abc" if path in self.bad_length else str(len(body) - start))
         self.end_headers()
         if path in self.cut_once:
             self.cut_once.discard(path)
@@ -69,6 +81,8 @@ class Hub(http.server.BaseHTTPRequestHandler):
                     "lfs": {"oid": "0" * 64 if key in self.wrong_sha256 else hashlib.sha256(body).hexdigest(),
                             "size": len(body), "pointerSize": 134}}
                    for key, body in sorted(self.files.items()) if key.startswith(root + "/".join(folder))]
+        entries += [{"type": "file", "path": name, "size": len(body), "oid": hashlib.sha1(body).hexdigest()}
+                    for name, body in self.listed.items()]
         payload = json.dumps(entries if entries else {"error": "Repository not found"}).encode()
         self.send_response(200 if entries else 404)
         if not entries:
@@ -85,6 +99,7 @@ class Hub(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def hub(monkeypatch):
     Hub.files, Hub.requests, Hub.cut_once, Hub.wrong_sha256 = {}, [], set(), set()
+    Hub.from_zero, Hub.bad_length, Hub.listed = set(), set(), {}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     server.timeout = 10
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -314,3 +329,99 @@ def test_the_command_line_lists_the_datasets_and_says_a_mistake_in_one_paragraph
     assert mistake.returncode == 2 and mistake.stdout == ""
     assert mistake.stderr.startswith("error: unknown dataset 'gitlab'") and mistake.stderr.count("\n") == 1
     assert not any(tmp_path.iterdir())
+
+
+# ------------------------------------------------ issue 40: downloads stay in their folder, one paragraph
+@pytest.mark.parametrize("name, glob, why", [
+    ("data/../../../../escaped.parquet", "data/*.parquet", "it climbs out with '..'"),  # * matches / and ..
+    ("/tmp/absolute-escape.parquet", "*.parquet", "it is an absolute path"),
+])
+def test_a_listed_name_outside_the_data_folder_is_refused(name, glob, why, tmp_path, tool, hub, tiny_gpt2):
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    server.files[GITHUB + "train-00000-of-00001.parquet"] = parquet_bytes([("x = 1\n", "Github")])
+    server.listed[name] = parquet_bytes([("planted\n", "Github")])
+    data = tmp_path / "a" / "b" / "c" / "data"
+    with pytest.raises(DataError, match=re.escape(f"the file name {name!r} does not stay inside ") + ".*" +
+                       re.escape(f": {why}. A download is only ever written inside --data-dir")):
+        tool.main(["github", "--data-dir", str(data), "--no-progress", "--source",
+                   "github=" + tool.SOURCES["github"].url.replace("data/*.parquet", glob)])
+    assert not list(tmp_path.rglob("escaped.parquet")) and not os.path.exists("/tmp/absolute-escape.parquet")
+    assert not [p for p in server.requests if "escape" in p[0]]  # nothing asked for, nothing written
+
+
+def test_a_link_in_the_download_folder_is_not_written_through(tmp_path, tool, hub, tiny_gpt2):
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    server.files[GITHUB + "train-00000-of-00001.parquet"] = parquet_bytes([("x = 1\n", "Github")])
+    (tmp_path / "data/github/download").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    os.symlink(tmp_path / "outside", tmp_path / "data/github/download/data")
+    with pytest.raises(DataError, match="a link under the folder leads to"):
+        tool.main(["github", "--data-dir", str(tmp_path / "data"), "--no-progress"])
+    assert list((tmp_path / "outside").iterdir()) == []
+
+
+@pytest.mark.parametrize("tail", ["/", "/.."])
+def test_a_source_url_with_no_file_name_is_refused(tail, tmp_path, tool, hub, tiny_gpt2):
+    server, url = hub
+    server.files.update(tiny_gpt2)
+    with pytest.raises(DataError, match="it names no file"):
+        tool.main(["arxiv", "--data-dir", str(tmp_path), "--source", f"arxiv={url}/pile{tail}", "--no-progress"])
+
+
+def test_one_data_folder_has_one_writer(tmp_path, tool, hub, tiny_gpt2):
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    from tools.datasets.download_pile import one_writer
+    with one_writer(str(tmp_path)):  # another prepare_data.py holds it
+        with pytest.raises(DataError, match=r"is being written by another run \(.*pid \d+"):
+            tool.main(["gpt2", "--data-dir", str(tmp_path), "--no-progress"])
+    assert server.requests == [] and not list(tmp_path.rglob("*.partial"))
+
+
+def test_a_bad_content_length_a_file_as_data_dir_and_a_corrupt_parquet_are_one_paragraph(tmp_path, tool, hub,
+                                                                                          tiny_gpt2):
+    server, url = hub
+    server.files.update(tiny_gpt2)
+    server.files["/pile/00.jsonl.zst"] = jsonl_zst([{"text": "x"}])
+    server.bad_length.add("/pile/00.jsonl.zst")
+    with pytest.raises(DataError, match="answered with Content-Length 'abc', which is not a number of bytes"):
+        tool.main(["arxiv", "--data-dir", str(tmp_path / "d1"), "--source", f"arxiv={url}/pile/00.jsonl.zst",
+                   "--no-progress"])
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(DataError, match=f"cannot write {tmp_path / 'a-file'}.*is a file, not a folder"):
+        tool.main(["gpt2", "--data-dir", str(tmp_path / "a-file"), "--no-progress"])
+    server.files[GITHUB + "train-00000-of-00001.parquet"] = b"PAR1" + b"\0" * 100 + b"PAR1"
+    with pytest.raises(DataError, match="is not a readable parquet file"):
+        tool.main(["github", "--data-dir", str(tmp_path / "d2"), "--no-progress", "--workers", "1"])
+
+
+@pytest.mark.launches  # chattr, for root
+def test_an_unwritable_data_dir_is_said_at_once_not_retried(tmp_path, tool, hub, tiny_gpt2):
+    from test_hostile_runs import unwritable_folder
+    server, _ = hub
+    server.files.update(tiny_gpt2)
+    with contextlib.contextmanager(unwritable_folder.__wrapped__)(tmp_path) as locked:
+        with pytest.raises(DataError, match=f"cannot write {locked}.*Give --data-dir / --output-dir a folder "
+                                            "this process can write to"):
+            tool.main(["gpt2", "--data-dir", str(locked / "data"), "--no-progress"])
+    assert server.requests == []
+
+
+@pytest.mark.launches  # mount
+def test_a_disk_that_fills_up_while_extracting_is_one_paragraph(tmp_path, tool, hub, tiny_gpt2):
+    """A real full disk (a 3 MB tmpfs): the download fits, the extracted copy does not."""
+    from test_hostile_training import full_disk
+    server, url = hub
+    server.files.update(tiny_gpt2)
+    words = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(60_000)]  # ~1.7 MB compressed
+    server.files["/pile/00.jsonl.zst"] = jsonl_zst([{"text": " ".join(words[i:i + 100]), "meta": {"pile_set_name":
+                                                    "ArXiv"}} for i in range(0, len(words), 100)])
+    with contextlib.contextmanager(full_disk.__wrapped__)(tmp_path) as disk:
+        with pytest.raises(DataError, match=r"no space left on the device writing .*The downloads are kept; what "
+                                            r"was being extracted or tokenized was removed"):
+            tool.main(["arxiv", "--data-dir", str(disk), "--source", f"arxiv={url}/pile/00.jsonl.zst",
+                       "--no-progress", "--workers", "1"])
+        assert (disk / "arxiv/download/00.jsonl.zst").is_file()
+        assert not (disk / "arxiv/arxiv.jsonl.zst").exists() and not list(disk.rglob("*.partial"))

@@ -149,22 +149,40 @@ def _read_archive(path, keys, problems):
         problems.report(path, f"document {count + 1}", "unreadable archive", f"{type(err).__name__}: {err}")
 
 
-def zstd_lines(fh, chunk_size: int = 1 << 20):
+# A zstd block inflates at most about 32,768-fold, so one call given PIECE compressed bytes returns at most
+# 256 MiB: memory stays bounded whatever the file holds (a "zstd bomb" of one endless line included).
+PIECE = 8 << 10
+MAX_LINE_BYTES = 256 << 20  # far above any real document (the Pile's longest are tens of MB)
+
+
+def zstd_lines(fh, chunk_size: int = 1 << 20, max_line: int = MAX_LINE_BYTES):
     """Lines of a zstd file of one or more frames. Raises ZstdError on corrupt data and on a file
-    that ends inside a frame (zstandard's stream reader reports truncation as a clean end)."""
+    that ends inside a frame (zstandard's stream reader reports truncation as a clean end), and
+    DataError on a line longer than `max_line` bytes, decompressing no more than that."""
     dctx = zstandard.ZstdDecompressor()
-    decoder, in_frame, pending = dctx.decompressobj(), False, b""
+    decoder, in_frame, pending = dctx.decompressobj(), False, bytearray()
     while chunk := fh.read(chunk_size):
-        while chunk:
-            in_frame = True
-            pending += decoder.decompress(chunk)
-            if decoder.eof:
-                chunk, decoder, in_frame = decoder.unused_data, dctx.decompressobj(), False
-            else:
-                chunk = b""
-        *lines, pending = pending.split(b"\n")
-        yield from lines
+        for start in range(0, len(chunk), PIECE):
+            piece = chunk[start:start + PIECE]
+            while piece:
+                in_frame = True
+                out = decoder.decompress(piece)
+                if decoder.eof:
+                    piece, decoder, in_frame = decoder.unused_data, dctx.decompressobj(), False
+                else:
+                    piece = b""
+                end = out.rfind(b"\n")
+                if end >= 0:
+                    pending += out[:end]
+                    yield from map(bytes, pending.split(b"\n"))
+                    pending = bytearray(out[end + 1:])
+                else:
+                    pending += out
+                if len(pending) > max_line:
+                    raise DataError(f"{getattr(fh, 'name', 'the zstd data')}: a line decompresses to more than "
+                                    f"{max_line >> 20} MiB, longer than any document (a zstd bomb, or not JSON "
+                                    "lines); it was not read further. Check the file, or give another source.")
     if in_frame:  # the partial line before the cut is not yielded: it is not a whole document
         raise zstandard.ZstdError("the file ends in the middle of a zstd frame (truncated)")
     if pending:
-        yield pending
+        yield bytes(pending)

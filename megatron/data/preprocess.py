@@ -7,6 +7,7 @@ are written under temporary names and renamed only when everything succeeded: a 
 interrupted run never leaves a `.bin/.idx` pair that looks valid.
 """
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import time
@@ -119,7 +120,8 @@ def preprocess(inputs, output_prefix: str, tokenizer, jsonl_keys=("text",), appe
     except BaseException:
         progress.close(finished=False)
         for builder, paths in zip(builders, partial):
-            builder.data_file.close()
+            with contextlib.suppress(OSError):  # a full disk fails the close's flush too: the first error is kept
+                builder.data_file.close()
             for path in paths:
                 if os.path.exists(path):
                     os.remove(path)

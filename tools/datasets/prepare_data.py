@@ -23,6 +23,7 @@ internet access.
 """
 import argparse
 import datetime
+import errno
 import fnmatch
 import json
 import os
@@ -37,12 +38,13 @@ import zstandard
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from tools.datasets.download_pile import download, file_sha256  # noqa: E402
+from tools.datasets.download_pile import cannot_write, download, file_sha256, local, one_writer  # noqa: E402
 
 from megatron.data.documents import LINE_FORMATS, zstd_lines  # noqa: E402
 from megatron.data.errors import DataError  # noqa: E402
 from megatron.neox_arguments import run_cli  # noqa: E402
 from megatron.progress import Progress  # noqa: E402
+from megatron.quoting import quote  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -248,10 +250,37 @@ def output_prefix(data_dir: str, name: str) -> str:
 
 
 def download_path(data_dir: str, name: str, remote) -> str:
-    """GPT-2's files where the configs read them (data/gpt2-vocab.json); a corpus's under data/<name>/download/."""
-    if name == TOKENIZER:
-        return os.path.join(data_dir, remote.local)
-    return os.path.join(data_dir, name, "download", remote.local)
+    """GPT-2's files where the configs read them (data/gpt2-vocab.json); a corpus's under data/<name>/download/.
+    The name comes from the host (an hf:// listing) or the URL, so it is checked to stay in that folder."""
+    folder = data_dir if name == TOKENIZER else os.path.join(data_dir, name, "download")
+    return inside(folder, remote)
+
+
+def inside(folder: str, remote) -> str:
+    """`folder`/`remote.local`, refused unless it is a plain relative name that lies inside `folder` once
+    every link is resolved: a host's listing must not choose where this tool writes (fnmatch's `*` matches
+    `/` and `..`, so a glob alone does not keep a name in its folder)."""
+    name = remote.local
+    parts = name.split("/")
+    why = ("it names no file (the URL ends in a folder)" if name in ("", ".", "..") or not parts[-1] else
+           "it is an absolute path" if name.startswith("/") or os.path.isabs(name) else
+           "it climbs out with '..'" if ".." in parts else
+           "it has an empty or '.' part" if any(p in ("", ".") for p in parts) else
+           "it holds a backslash or NUL" if "\\" in name or "\0" in name else None)
+    destination = os.path.join(folder, *parts) if why is None else None
+    if why is None:
+        real_folder = os.path.realpath(folder)
+        real = os.path.realpath(destination)
+        if os.path.commonpath([real_folder, real]) != real_folder:
+            why = f"a link under the folder leads to {quote(real, 100)}"
+        elif os.path.islink(destination) or any(os.path.islink(os.path.join(folder, *parts[:i]))
+                                                  for i in range(1, len(parts))):
+            why = "it is (or lies under) a symbolic link there"
+    if why:
+        raise DataError(f"{remote.url}: the file name {quote(name)} does not stay inside {folder}: {why}. A download is "
+                        "only ever written inside --data-dir, so nothing was fetched; check the source (and "
+                        "HF_ENDPOINT, if set), or give a URL that ends in a file name.")
+    return destination
 
 
 def record_path(data_dir: str, name: str) -> str:
@@ -259,10 +288,12 @@ def record_path(data_dir: str, name: str) -> str:
 
 
 def write_atomically(path: str, text: str):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".partial", "w") as fh:
-        fh.write(text)
-    os.replace(path + ".partial", path)
+    def write():
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".partial", "w") as fh:
+            fh.write(text)
+        os.replace(path + ".partial", path)
+    local(write, path)
 
 
 def read_record(path: str) -> dict:
@@ -342,9 +373,9 @@ def documents(path: str, pile_set_name: str | None):
                 for text, meta in zip(rows["text"], rows.get("meta", [None] * batch.num_rows)):
                     if text is not None and wanted(meta):
                         yield text
-        except pyarrow.ArrowException as err:
-            raise DataError(f"{path} is not a readable parquet file ({type(err).__name__}: {err}); remove it and "
-                            f"run again to download it anew.") from err
+        except (pyarrow.ArrowException, OSError) as err:  # pyarrow reports a damaged file as OSError too
+            raise DataError(f"{path} is not a readable parquet file ({type(err).__name__}: {quote(str(err))}); remove "
+                            f"it and run again to download it anew.") from None
         return
     if path.endswith(".tar"):  # the Pile's OpenWebText2: one .jsonl.zst per month, read in place
         try:
@@ -449,6 +480,24 @@ def prepare(name: str, url: str, args, tokenizer_records: list):
     if args.no_preprocess:
         print(f"{name}: downloaded (--no-preprocess: not tokenized; run again without it to tokenize).")
         return
+    try:
+        tokenize(name, source, args, record, tokenizer_records)
+    except OSError as err:  # the disk filled up (or went read-only) while extracting or tokenizing
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        corpus = os.path.join(folder, f"{name}.jsonl.zst")
+        for path in (corpus, corpus + ".partial"):
+            if os.path.exists(path):
+                os.remove(path)
+        raise DataError(cannot_write(err.filename or folder, err) + " The downloads are kept; what was being "
+                        "extracted or tokenized was removed.") from None
+
+
+def tokenize(name: str, source: Source, args, record: dict, tokenizer_records: list):
+    data_dir = args.data_dir
+    folder = os.path.join(data_dir, name)
+    prefix = output_prefix(data_dir, name) + "_text_document"
+    tag, record_file = record["label"], record_path(data_dir, name)
     files, corpus = [entry["file"] for entry in record["files"]], None
     if needs_extraction(files, source.pile_set_name):
         # The documents go to one .jsonl.zst for the tokenizer, removed once tokenized: the downloads stay, and
@@ -551,9 +600,10 @@ def main(argv=None):
     if args.dry_run:
         show_plan(names, urls, args)
         return
-    tokenizer_records = fetch_tokenizer(args.data_dir, urls[TOKENIZER], not args.no_progress)
-    for name in corpora:
-        prepare(name, urls[name], args, tokenizer_records)
+    with one_writer(args.data_dir):  # two runs on one data folder would write the same partial files
+        tokenizer_records = fetch_tokenizer(args.data_dir, urls[TOKENIZER], not args.no_progress)
+        for name in corpora:
+            prepare(name, urls[name], args, tokenizer_records)
 
 
 if __name__ == "__main__":
