@@ -11,6 +11,7 @@ examples:
   python deepy.py train.py configs/kerple_log.yml               # every rank, through DeepSpeed's launcher
   python deepy.py train.py configs/kerple_log.yml --dry-run     # the merged config, DeepSpeed JSON, command
 """
+import signal
 import sys
 
 from megatron.neox_arguments import NeoXArgs, run_cli
@@ -28,11 +29,20 @@ def main():
         evaluate_run(neox_args)
         return 0
     try:
-        pretrain(neox_args)
+        result = pretrain(neox_args)
     except TrainingError as err:  # every rank stops on the same shared numbers: rank 0 says why
         if neox_args.rank == 0:
             print(f"error: {err}", file=sys.stderr)
         return 1
+    if result.stopped_by:
+        # Interrupted training is not finished training: `train.py ... && next-step` and schedulers must
+        # not take it for one. The shell's (and deepy.py's) convention: 128 + the signal.
+        name = signal.Signals(result.stopped_by).name
+        if neox_args.rank == 0:
+            kept = "saved: the same command resumes" if neox_args.save else "not saved: `save` is not set"
+            print(f"train.py: stopped by {name} after step {result.iteration} of {neox_args.train_iters} ({kept}). "
+                  f"Exit status {128 + result.stopped_by} = 128 + {name}.", file=sys.stderr)
+        return 128 + result.stopped_by
     return 0
 
 

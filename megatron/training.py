@@ -38,7 +38,8 @@ class TrainingResult:
     skipped_steps: int = 0
     valid_loss: float | None = None
     test_loss: float | None = None
-    preempted: bool = False                                # stopped by SIGTERM/SIGINT
+    preempted: bool = False                                # stopped early (a signal, or exit-interval)
+    stopped_by: int | None = None                          # the signal that stopped it (SIGTERM/SIGINT)
 
 
 @dataclass
@@ -159,6 +160,7 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
         if preemption.requested():
             monitor.print(f"received {preemption.signal_name}: stopping after step {iteration}")
             result.preempted = True
+            result.stopped_by = preemption.received or signal.SIGTERM  # another rank's signal: as SIGTERM
             break
         if neox_args.exit_interval and iteration % neox_args.exit_interval == 0 and iteration < neox_args.train_iters:
             monitor.print(f"exit-interval {neox_args.exit_interval}: stopping after step {iteration}")
@@ -223,6 +225,7 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
     device = get_accelerator().current_device_name()
     accumulation = neox_args.gradient_accumulation_steps
     total = torch.zeros((), dtype=torch.float64, device=device)
+    kept = torch.zeros((), dtype=torch.float64, device=device)  # tokens the loss counts
     for micro in range(accumulation):
         batch = {k: v.to(device) for k, v in next(train_batches).items()}
         positions = None if neox_args.random_positions is None else draw_positions(
@@ -231,9 +234,14 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
                        batch["loss_mask"], vocab_size)
         engine.backward(loss)
         total += loss.detach().double()
+        kept += batch["loss_mask"].sum().double()
         if micro < accumulation - 1:
             engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
-    torch.distributed.all_reduce(total)  # NaN anywhere makes the sum NaN everywhere: all ranks agree
+    both = torch.stack([total, kept])
+    torch.distributed.all_reduce(both)  # NaN anywhere makes the sum NaN everywhere: all ranks agree
+    total, kept = both[0], both[1]
+    if kept.item() == 0:
+        raise empty_loss_mask(neox_args, "a training step's global batch")
     mean_loss = total.item() / (accumulation * torch.distributed.get_world_size())
     skip = not torch.isfinite(total).item() and not engine.fp16_enabled()
 
@@ -257,7 +265,7 @@ def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
     if dataset is None or neox_args.eval_iters == 0:
         return None
     device = get_accelerator().current_device_name()
-    stats = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, batches
+    stats = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, batches, tokens the loss counts
     engine.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
         for batch in itertools.islice(build_data_loader(dataset, neox_args, 0), neox_args.eval_iters):
@@ -265,9 +273,21 @@ def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
             stats[0] += lm_loss(engine(batch["tokens"], **packing(neox_args, batch)), batch["labels"],
                                 batch["loss_mask"], vocab_size).double()
             stats[1] += 1
+            stats[2] += batch["loss_mask"].sum().double()
     engine.train()
     torch.distributed.all_reduce(stats)
+    if stats[2].item() == 0:
+        raise empty_loss_mask(neox_args, f"the {neox_args.eval_iters} evaluation batches")
     return (stats[0] / stats[1]).item()
+
+
+def empty_loss_mask(neox_args, what: str) -> TrainingError:
+    """An empty loss mask is not a loss of zero: no token was scored, so there is no loss to report."""
+    masks = "eod-mask-loss masks every end-of-document token" if neox_args.eod_mask_loss else "the loss mask"
+    return TrainingError(
+        f"every token of {what} is masked out of the loss ({masks}, and the batch holds nothing else), so there is "
+        f"no loss to report or learn from; lm_loss would read 0.0, which is not a perfect score. Check the data "
+        f"(`data-path` / `train-data-paths`: documents of end-of-document tokens only?) or turn `eod-mask-loss` off.")
 
 
 class WeightCheck:
