@@ -28,6 +28,7 @@ from megatron.checkpoint_folder import TAG, CheckpointError, checkpoint_steps, r
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
 from megatron.plain_load import NotPlainData, load_plain, verify_folder, weights_only_engine
+from megatron.quoting import quote
 
 PARTIAL = ".global_step*.partial"  # a save being written (or left by a crashed one): `.{tag}.partial`
 MODEL_STATES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")  # ZeRO-3: 2nd
@@ -91,7 +92,18 @@ def load_model_weights(neox_args, model: torch.nn.Module) -> int:
     else:
         weights = state["module"]
     _load_exactly(model, weights, where)
-    return state["iteration"]
+    return stored_step(state, where)
+
+
+def stored_step(state: dict, where) -> int:
+    """The step of checkpoint `where` (a global_stepN folder): N, which its file must say too. A result is
+    reported under this step, so a file that disagrees with its folder (copied or edited) is refused."""
+    step = int(TAG.fullmatch(pathlib.Path(where).name).group(1))
+    if state.get("iteration") != step:
+        raise CheckpointError(f"{where} is the folder of step {step}, but its model-states file says iteration "
+                              f"{quote(state.get('iteration'))}: the folder was renamed or the file copied from another "
+                              "step. Load it by the step its file holds, or use a checkpoint train.py wrote.")
+    return step
 
 
 def _load_exactly(model: torch.nn.Module, weights: dict, where) -> None:
@@ -101,8 +113,13 @@ def _load_exactly(model: torch.nn.Module, weights: dict, where) -> None:
     reshaped = [f"{k} {tuple(weights[k].shape)} vs {tuple(own[k].shape)}"
                 for k in own if k in weights and weights[k].shape != own[k].shape]
     if missing or unexpected or reshaped:
-        raise CheckpointError(f"the weights in {where} do not fit this model: missing {missing}, "
-                              f"unexpected {unexpected}, shapes (checkpoint vs model) {reshaped}.")
+        raise CheckpointError(f"the weights in {where} do not fit this model: missing {quote(missing)}, "
+                              f"unexpected {quote(unexpected)}, shapes (checkpoint vs model) {quote(reshaped)}.")
+    # Training never saves NaN/inf weights (it stops instead), and their scores would be NaN results.
+    broken = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if broken:
+        raise CheckpointError(f"the weights in {where} hold NaN or inf ({quote(broken)}), which training never saves: "
+                              "the file is damaged or was edited. Load another step with `iteration`.")
     model.load_state_dict(weights)
 
 
@@ -282,6 +299,7 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
         raise CheckpointError(f"DeepSpeed could not load {where}; see its messages above.")
     if weights_only:
         return 0, 0
+    stored_step(state, where)
     if not neox_args.no_load_rng:
         set_rng_state(state["rng_state"])
     if torch.distributed.get_rank() == 0:  # a fine-tune (above) starts at step 0 and resumes nothing

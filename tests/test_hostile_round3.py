@@ -36,3 +36,43 @@ def test_an_empty_loss_mask_is_an_error_not_a_loss_of_zero(masking, tmp_path):
     assert ("error: every token of a training step's global batch is masked out of the loss (eod-mask-loss masks "
             "every end-of-document token") in result.stderr
     assert not (tmp_path / "ckpt" / "latest").exists()
+
+
+# ------------------------------------------------------------------- checkpoints: step and weights
+@pytest.fixture(scope="module")
+def trained(stdlib_data, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trained")
+    result = train(stdlib_data, folder)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return folder / "ckpt"
+
+
+def copied(trained, tmp_path):
+    import shutil
+    shutil.copytree(trained, tmp_path / "ckpt")
+    return tmp_path / "ckpt"
+
+
+def test_a_step_is_the_one_its_folder_names(trained, tmp_path):
+    ckpt = copied(trained, tmp_path)
+    (ckpt / "global_step2").rename(ckpt / "global_step600")
+    (ckpt / "latest").write_text("global_step600")
+    resolved = ckpt / "global_step600" / "resolved_config.yml"
+    result = evaluate(resolved, load=str(ckpt), eval_results_dir=str(tmp_path / "results"))
+    assert_clear_error(result, f"{ckpt / 'global_step600'} is the folder of step 600, but its model-states file "
+                               "says iteration 2")
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_weights_holding_nan_are_refused_not_scored(trained, tmp_path):
+    import torch
+    ckpt = copied(trained, tmp_path)
+    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    state = torch.load(path, weights_only=False)
+    name = next(k for k, v in state["module"].items() if v.is_floating_point())
+    state["module"][name][0] = float("nan")
+    torch.save(state, path)
+    result = evaluate(ckpt / "global_step2" / "resolved_config.yml", load=str(ckpt),
+                      eval_results_dir=str(tmp_path / "results"))
+    assert_clear_error(result, f"the weights in {ckpt / 'global_step2'} hold NaN or inf (['{name}'])")
+    assert not list((tmp_path).rglob("*.json"))

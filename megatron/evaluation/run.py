@@ -54,11 +54,22 @@ def scored_record(mode, context, device, say) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     context.mode, context.seconds = mode.name, 0.0
-    record = {"length": context.length, "mode": mode.name, **mode.score(context)}
+    record = finite({"length": context.length, "mode": mode.name, **mode.score(context)})
     record.update(seconds=round(context.seconds, 3), peak_memory_mb=_peak_memory_mb(device))
     stderr = f" ± {record['stderr']:.4f}" if record.get("stderr") is not None else ""
     say(f"L={context.length} {mode.name}: loss {record['loss']:.4f}{stderr}, ppl {record['ppl']:.3f}, "
         f"{record['chunks']} chunks, {record['tokens']:,} tokens, {context.seconds:.1f} s", flush=True)
+    return record
+
+
+def finite(record: dict) -> dict:
+    """`record`, refused when its loss is NaN or infinite: a result of NaN is not a result, and a table
+    would pick it up as one."""
+    if not float("-inf") < record["loss"] < float("inf"):
+        raise EvaluationError(f"L={record['length']} {record['mode']}: the loss is {record['loss']}, not a result "
+                              "(NaN/inf logits: weights, or a method, that overflow at this length and dtype); "
+                              "nothing was written. Check the checkpoint (another step: `iteration`), or evaluate in float32 if "
+                              "the run used a lower precision.")
     return record
 
 
