@@ -61,7 +61,12 @@ def stored_model_config(state: dict, where) -> ModelConfig:
     if "model_config" not in state:
         raise CheckpointError(f"{where} was not written by this project's train.py (it records no model "
                               "config to check against), so it cannot be loaded safely.")
-    return ModelConfig.from_record(state["model_config"])
+    try:
+        return ModelConfig.from_record(state["model_config"])
+    except (ValueError, TypeError, KeyError, AttributeError) as err:  # its own words name the config key, not the file
+        raise CheckpointError(f"the checkpoint {where} records a model_config this project cannot read ({quote(str(err).split('. ')[0])}"
+                              "): the file was damaged or edited, or written by another version of this project. "
+                              "Load another checkpoint (`iteration`), or one train.py wrote.") from None
 
 
 def _check_compatible(state: dict, neox_args, model, where) -> None:

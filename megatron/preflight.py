@@ -24,6 +24,7 @@ import psutil
 import torch
 
 from megatron.errors import NeoXArgsError
+from megatron.model.layer_pattern import positional_parameter_count
 from megatron.model.positional_embeddings import lookup
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -230,6 +231,9 @@ def load_problem(neox_args, what: tuple[str, ...]) -> str | None:
     if os.path.exists(load) and not os.path.isdir(load):
         return (f"{where}: load {load} is a file, not a checkpoint folder. Point `load` at the `save` folder of a "
                 "training run (the folder holding `latest` and global_stepN/).")
+    if os.path.islink(load) and not os.path.exists(load):  # a loop or a dangling link: not a fresh start
+        from megatron.checkpoint_folder import missing_why
+        return f"{where}: load {load} {missing_why(load)}. Point `load` at the `save` folder of a training run."
     starts_fresh = "resume" in what and neox_args.iteration is None and not neox_args.finetune
     if starts_fresh and not (os.path.isdir(load) and os.listdir(load)):
         return None  # the first launch of a run whose `load` is its own `save`
@@ -276,7 +280,7 @@ def parameter_count(neox_args, vocab_size: int) -> int:
     embeddings = vocab_size * h * (2 if neox_args.no_weight_tying else 1)
     if lookup(neox_args.pos_emb).uses_max_positions:  # a table of max-position-embeddings rows (learned)
         embeddings += neox_args.max_position_embeddings * h
-    return layers * per_layer + embeddings
+    return layers * per_layer + embeddings + positional_parameter_count(neox_args)
 
 
 def available_bytes() -> tuple[int, str]:
@@ -294,7 +298,7 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     Training: fp32 weights, gradients and two Adam moments (16 bytes a parameter, ZeRO stages shard
     them, so they are divided by the ranks), one hidden state per layer and the logits of a micro-batch.
     Evaluation: fp32 weights and the logits of one forward at the longest length."""
-    params = parameter_count(neox_args, vocab_size)
+    params, positional = parameter_count(neox_args, vocab_size), positional_parameter_count(neox_args)
     if training:
         shards = neox_args.world_size if neox_args.zero_optimization.get("stage", 0) else 1
         state = 16 * params // shards
@@ -312,8 +316,11 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     gib = 2 ** 30
     return (f"this model cannot fit: it needs at least {(state + activations) / gib:,.1f} GiB ({what}: "
             f"{state / gib:,.1f} GiB; activations of {micro} sequence(s) of {length:,} tokens: "
-            f"{activations / gib:,.1f} GiB), but there are {available / gib:,.1f} GiB {kind}. Lower hidden-size, "
-            "num-layers, the sequence length or the micro-batch size (config keys of this run).")
+            f"{activations / gib:,.1f} GiB), but there are {available / gib:,.1f} GiB {kind}"
+            + (f"; {positional:,} of the parameters are the positional modules' (pos-emb {neox_args.pos_emb})"
+               if positional else "")
+            + ". Lower hidden-size, num-layers, the positional method's sizes (e.g. cope-max-positions), the "
+            "sequence length or the micro-batch size (config keys of this run).")
 
 
 def _precision_problem(neox_args) -> str | None:

@@ -9,6 +9,17 @@ consecutive, so the strided CPU path gives way to the gathered `blocked` one for
 import torch
 
 
+PERMUTED_UP_TO = 1 << 24  # a permutation of [0, limit) takes 8 * limit bytes: 128 MiB here
+
+
 def draw_positions(length: int, limit: int, device) -> torch.Tensor:
-    """Sorted `length` distinct positions from [0, limit), LongTensor [length] on `device`."""
-    return torch.randperm(limit)[:length].sort().values.to(device)
+    """Sorted `length` distinct positions from [0, limit), LongTensor [length] on `device`. Up to
+    PERMUTED_UP_TO, a prefix of a random permutation (as every run so far drew them); past it, uniform
+    draws with repeats drawn again, in memory that grows with `length`, not `limit` (random-positions:
+    1e10 asked torch.randperm for 80 GB)."""
+    if limit <= PERMUTED_UP_TO:
+        return torch.randperm(limit)[:length].sort().values.to(device)
+    chosen = torch.empty(0, dtype=torch.long)
+    while len(chosen) < length:
+        chosen = torch.unique(torch.cat([chosen, torch.randint(limit, (length - len(chosen),))]))  # each once
+    return chosen.sort().values.to(device)

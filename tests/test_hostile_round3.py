@@ -76,3 +76,66 @@ def test_weights_holding_nan_are_refused_not_scored(trained, tmp_path):
                       eval_results_dir=str(tmp_path / "results"))
     assert_clear_error(result, f"the weights in {ckpt / 'global_step2'} hold NaN or inf (['{name}'])")
     assert not list((tmp_path).rglob("*.json"))
+
+
+def test_a_model_config_that_is_not_a_mapping_or_names_an_unknown_method_blames_the_checkpoint(trained, tmp_path,
+                                                                                              stdlib_data):
+    import torch
+    ckpt = copied(trained, tmp_path)
+    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    state = torch.load(path, weights_only=False)
+    for record, fragment in (([1, 2], "'it is a list, not a mapping of config keys'"),
+                             ({**state["model_config"], "pos_emb": "bogus"}, "unknown positional embedding 'bogus'")):
+        torch.save({**state, "model_config": record}, path)
+        result = evaluate(TINY, load=str(ckpt), data_path=stdlib_data, eval_results_dir=str(tmp_path / "r"))
+        message = assert_clear_error(result, f"the checkpoint {ckpt / 'global_step2'} records a model_config this "
+                                             "project cannot read (", fragment)
+        assert "Set `pos-emb`" not in message
+
+
+def test_a_huge_latest_is_quoted_in_200_characters(trained, tmp_path, stdlib_data):
+    ckpt = copied(trained, tmp_path)
+    (ckpt / "latest").write_text("x" * 5_000_000)
+    result = evaluate(TINY, load=str(ckpt), data_path=stdlib_data, eval_results_dir=str(tmp_path / "r"))
+    message = assert_clear_error(result, "should name a checkpoint folder like global_step100 but holds 'xxx")
+    assert len(message) < 600
+
+
+def test_a_link_loop_is_called_one(trained, tmp_path, stdlib_data):
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    loop = "is a symbolic link loop (ELOOP"
+    assert_clear_error(evaluate(TINY, load=str(tmp_path / "a"), data_path=stdlib_data, eval_results_dir=str(tmp_path / "r")),
+                       f"{tmp_path / 'a'} (key `load`) {loop}")
+    assert_clear_error(script("tools/ckpts/convert_to_hf.py", "--input_dir", str(tmp_path / "a"), "--output_dir",
+                              str(tmp_path / "hf")), f"--input_dir {tmp_path / 'a'} {loop}")
+    ckpt = copied(trained, tmp_path)  # a step folder that is a loop
+    os.symlink(ckpt / "global_step3", ckpt / "global_step3")
+    assert_clear_error(evaluate(TINY, load=str(ckpt), iteration=3, data_path=stdlib_data, eval_results_dir=str(tmp_path / "r")),
+                       f"has no checkpoint global_step3 (config key `iteration`) (global_step3 {loop}")
+
+
+# ------------------------------------------------------------------------ config values, checked first
+@pytest.mark.parametrize("value", ["[[1, 2]]", "[rotary]", "[null]"])
+def test_layer_pattern_entries_that_are_not_mappings_are_named(value):
+    result = script("deepy.py", "train.py", str(TINY), "--dry-run", "--set", f"layer-pattern={value}")
+    assert_clear_error(result, "layer-pattern: entry 1 of 1 is ", "each entry is a mapping such as")
+
+
+@pytest.mark.parametrize("setting, key", [("fox-gate-bias-init=1e300", "fox-gate-bias-init"),
+                                          ("attention-temperature={init: 1e300}", "attention-temperature.init")])
+def test_numbers_beyond_float32_are_refused(setting, key):
+    result = script("deepy.py", "train.py", str(TINY), "--dry-run", "--set", "pos-emb=fox", "--set", setting)
+    assert_clear_error(result, f"{key}: is beyond what float32 holds (about 3.4e38)")
+
+
+def test_sizes_from_the_config_are_checked_before_anything_is_allocated(stdlib_data, tmp_path):
+    # cope's table of 1e9 rows (64 GB) is counted by the memory check before the model is built.
+    result = train(stdlib_data, tmp_path / "cope", pos_emb="cope", cope_max_positions=1_000_000_000)
+    assert_clear_error(result, "this model cannot fit", "16,000,000,000 of the parameters are the positional "
+                                                        "modules' (pos-emb cope)", "cope-max-positions")
+    assert "step 1/" not in result.stdout
+    # random-positions: 1e10 draws its positions without a permutation of 1e10 (80 GB): it trains.
+    result = train(stdlib_data, tmp_path / "random", pos_emb="rotary", random_positions=10_000_000_000)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "random" / "ckpt" / "latest").read_text() == "global_step2"

@@ -5,6 +5,7 @@ import resource
 
 import torch
 
+from megatron.checkpoint_folder import missing_why
 from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.errors import NeoXArgsError
 from .chunks import chunk_starts
@@ -25,7 +26,7 @@ def checked_plan(neox_args):
         raise EvaluationError("`load` is not set: evaluation needs the checkpoint folder of a trained run "
                               "(the `save` folder of its training config)")
     if not pathlib.Path(neox_args.load).is_dir():
-        problem = "is a file, not a folder" if pathlib.Path(neox_args.load).exists() else "does not exist"
+        problem = missing_why(neox_args.load)  # a file, a link loop, a link to nothing, or nothing
         raise EvaluationError(f"checkpoint folder {neox_args.load} (key `load`) {problem}; point `load` "
                               "at the `save` folder of a finished training run")
     return lengths, modes

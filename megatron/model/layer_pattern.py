@@ -67,7 +67,10 @@ class LayerKind:
 
 
 def normalise(entry) -> dict:
-    """An entry as {config key with underscores: value}."""
+    """An entry as {config key with underscores: value}; anything but a mapping as it is, for _kind's
+    check to name it (a list, a string, null)."""
+    if not isinstance(entry, dict):
+        return entry
     return {str(key).replace("-", "_"): value for key, value in entry.items()}
 
 
@@ -134,7 +137,8 @@ def _check_mix(kinds: list[LayerKind]) -> None:
 
 def pattern_methods(pos_emb: str, layer_pattern) -> tuple[str, ...]:
     """The methods a model of `pos-emb` and `layer-pattern` uses (the run's first), each once."""
-    named = [lookup(normalise(entry).get("pos_emb", pos_emb)).name for entry in layer_pattern or ()]
+    entries = layer_pattern if isinstance(layer_pattern, list) else ()  # anything else: refused with a reason
+    named = [lookup(normalise(entry).get("pos_emb", pos_emb)).name for entry in entries if isinstance(entry, dict)]
     return tuple(dict.fromkeys([lookup(pos_emb).name] + named))
 
 
@@ -151,6 +155,18 @@ def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
                        neox_args.hidden_size, neox_args.max_position_embeddings, neox_args.init_method_std)
     return daped(tempered(lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options)), kind.temperature,
                           kind.window), kind.dape)
+
+
+def positional_parameter_count(neox_args) -> int:
+    """Parameters of the positional modules (cope's table, FIRE's MLP, T5's buckets, ...), counted on the meta
+    device: the config's sizes (cope-max-positions: 1e9) are checked against memory before anything is
+    allocated from them. Methods that add a table to the embeddings (`learned`) are the caller's to count."""
+    import torch
+    kinds, per_layer = layer_kinds(neox_args), per_layer_modules(neox_args)
+    modules = kinds if per_layer else list(dict.fromkeys(kinds))
+    with torch.device("meta"):
+        return sum(p.numel() for kind in modules if not lookup(kind.pos_emb).uses_max_positions
+                   for p in build_kind(kind, neox_args).parameters())
 
 
 def describe_layers(neox_args) -> str:

@@ -63,6 +63,8 @@ class ModelConfig:
     def from_record(cls, record: dict) -> "ModelConfig":
         """From a checkpoint's `model_config` (schema 1 or 2). A key an older record lacks reads as None,
         so comparing it with a run names it instead of passing unchecked."""
+        if not isinstance(record, dict):
+            raise ValueError(f"it is a {type(record).__name__}, not a mapping of config keys")
         options = {k: record.get(k) for k in model_options(record["pos_emb"], record.get("layer_pattern"))} \
             if record.get("pos_emb") is not None else {}
         return cls(**{key: record.get(key) for key in ARCHITECTURE_KEYS}, options=options,

@@ -17,7 +17,7 @@ from megatron.quoting import quote
 from .errors import NeoXArgsError
 from .groups import POS_EMB_ALIASES, POS_EMB_CHOICES
 from .owned_options import check_owned
-from .value_checks import check_values, non_finite
+from .value_checks import check_values, non_finite, past_float32
 from .values import _coerce
 
 OPTIMIZERS = ("Adam", "AdamW")
@@ -29,6 +29,9 @@ def check_finite(args, fail):
         if (path := non_finite(getattr(args, key), key)) is not None:
             fail(path, "must be a finite number, not NaN or infinite (.nan, .inf): no setting means "
                        "\"not a number\" or \"unbounded\" here. Give a number.")
+        if (path := past_float32(getattr(args, key), key)) is not None:
+            fail(path, "is beyond what float32 holds (about 3.4e38): the model's parameters are float32 or "
+                       "narrower, so no setting is meaningful there. Give a number of a sensible size.")
 
 
 def check_model(args, fail):

@@ -18,16 +18,25 @@ _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _SPLIT = re.compile(rf"\s*{_NUMBER}(?:\s*[,/]\s*{_NUMBER}){{0,2}}\s*")
 
 
-def non_finite(value, path: str):
-    """The key path of the first NaN or infinite number in a config value (at any depth), else None."""
-    if isinstance(value, float) and not math.isfinite(value):
+FLOAT32_MAX = 3.4028234663852886e38  # the model's parameters and buffers are float32 (or narrower)
+
+
+def non_finite(value, path: str, bad=lambda number: not math.isfinite(number)):
+    """The key path of the first NaN or infinite number in a config value (at any depth), else None;
+    with `bad`, of the first float `bad` says is wrong."""
+    if isinstance(value, float) and bad(value):
         return path
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        found = non_finite(item, f"{path}[{key}]" if isinstance(value, list) else f"{path}.{key}")
+        found = non_finite(item, f"{path}[{key}]" if isinstance(value, list) else f"{path}.{key}", bad)
         if found is not None:
             return found
     return None
+
+
+def past_float32(value, path: str):
+    """The key path of the first float a float32 cannot hold (finite in YAML, beyond 3.4e38), else None."""
+    return non_finite(value, path, lambda number: abs(number) > FLOAT32_MAX)
 
 
 def check_values(args, fail) -> None:

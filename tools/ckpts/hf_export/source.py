@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron.checkpoint_folder import CheckpointError, split_checkpoint_path
+from megatron.checkpoint_folder import CheckpointError, missing_why, split_checkpoint_path
 from megatron.inference_model import load
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
@@ -28,7 +28,7 @@ def load_source(input_dir, config_files=None) -> Source:
     config, so a method chosen with `--set pos-emb=...` is the one built). Files given must agree with it."""
     folder = pathlib.Path(input_dir)
     if not folder.is_dir():
-        raise ExportError(f"--input_dir {folder} does not exist. Give a checkpoint folder "
+        raise ExportError(f"--input_dir {folder} {missing_why(folder)}. Give a checkpoint folder "
                           "<save>/global_stepN written by train.py (or the `save` folder itself for its latest).")
     for path in config_files or ():
         if not pathlib.Path(path).is_file():
