@@ -139,3 +139,29 @@ def test_sizes_from_the_config_are_checked_before_anything_is_allocated(stdlib_d
     result = train(stdlib_data, tmp_path / "random", pos_emb="rotary", random_positions=10_000_000_000)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "random" / "ckpt" / "latest").read_text() == "global_step2"
+
+
+def test_a_pickled_object_in_the_index_cache_is_named_not_loaded(stdlib_data, tmp_path):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(os.path.dirname(stdlib_data), data, ignore=shutil.ignore_patterns("cache", "*.zst"))
+    prefix = str(data / os.path.basename(stdlib_data))
+    assert train(prefix, tmp_path / "first").returncode == 0
+    (cache,) = {p.parent for p in data.rglob("*-GPTDataset-train-document_index.npy")}
+    target = next(cache.glob("*-GPTDataset-train-document_index.npy"))
+    marker = tmp_path / "code-ran"
+    np.save(target, np.array([Planted(marker)], dtype=object), allow_pickle=True)
+    result = train(prefix, tmp_path / "second")
+    assert not marker.exists()
+    assert_clear_error(result, f"a sample-index cache file in {prefix}/cache/GPTDataset_indices is not a plain numpy "
+                               "array", "Remove that cache folder")
+
+
+class Planted:
+    """Unpickling this calls os.makedirs(marker)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.makedirs, (self.marker,)

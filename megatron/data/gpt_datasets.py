@@ -13,6 +13,7 @@ from megatron.core.datasets.blended_megatron_dataset_config import (
     convert_split_vector_to_split_matrix, parse_and_normalize_split)
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
+from megatron.quoting import quote
 from megatron.tokenizer import build_tokenizer
 
 from .errors import DataError
@@ -104,7 +105,17 @@ def _build_split(index, neox_args, tokenizer, seq_length, sizes):
         # misses; in a single process the (cheap) blend index is therefore rebuilt, not cached.
         config.path_to_cache = None
     builder = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config)
-    return builder.build()[index]
+    try:
+        return builder.build()[index]
+    except ValueError as err:  # numpy, loading a cache file with allow_pickle off: never unpickled
+        if "memory-mapped" not in str(err) and "pickle" not in str(err):
+            raise
+        caches = neox_args.data_cache_path or " or ".join(
+            f"{prefix}/cache/GPTDataset_indices" for prefix in (neox_args.data_path, *(neox_args.train_data_paths or ()))
+            if prefix)
+        raise DataError(f"a sample-index cache file in {caches} is not a plain numpy array ({quote(str(err))}): it "
+                        "was damaged or replaced, and a cache is never unpickled. Remove that cache folder; it is "
+                        "rebuilt from the data.") from None
 
 
 def _check_one_sample(index, parts, seq_length) -> None:
