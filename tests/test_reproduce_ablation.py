@@ -149,6 +149,9 @@ def test_training_variants_are_runs_of_their_own(tmp_path):
     ("  kerple_log:\n    bad: {no-such-key: 1}\n", "no-such-key is not a config key"),
     ("  kerple_log:\n    bad: {pos-emb: alibi}\n", "pos-emb and seed are the grid's own axes"),
     ("  kerple_log:\n    'a b': {precision: bf16}\n", "letters, digits"),
+    # Issue 40 row 12: keys the sweep sets for every run were silently replaced; now refused with the reason.
+    ("  kerple_log:\n    bad: {save: /tmp/elsewhere}\n", "save: the sweep sets these for every run"),
+    ("  kerple_log:\n    bad: {eval-results-dir: r, log-dir: l}\n", "eval-results-dir, log-dir: the sweep sets"),
 ])
 def test_a_bad_training_variant_is_one_clear_error(tmp_path, change, message):
     from tools.reproduce.spec import SweepError

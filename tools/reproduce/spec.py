@@ -165,6 +165,11 @@ def _variants(given, methods, fail) -> dict:
     return variants
 
 
+# What runs.py's Run sets for every run, over any variant: a variant setting one would be silently replaced.
+SWEEP_OWNED_KEYS = {"save", "load", "tensorboard_dir", "log_dir", "data_cache_path", "eval_results_dir", "data_path",
+                    "train_data_paths", "valid_data_paths", "test_data_paths"}
+
+
 def _training_variants(given, methods, fail) -> dict:
     """`training_variants: {kerple_log: {per-layer: {pos-emb-per-layer: true}, bf16: {precision: bf16}}}`:
     each entry is trained as a run of its own (its own folder, checkpoints and config hash) beside the
@@ -190,6 +195,10 @@ def _training_variants(given, methods, fail) -> dict:
                 fail(f"training_variants.{method}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
             if "pos_emb" in entry or "seed" in entry:
                 fail(f"training_variants.{method}.{label}", "pos-emb and seed are the grid's own axes")
+            if owned := sorted(set(entry) & SWEEP_OWNED_KEYS):
+                fail(f"training_variants.{method}.{label}", f"{', '.join(k.replace('_', '-') for k in owned)}: the sweep "
+                     "sets these for every run (its folders follow from the run's label, its data from the dataset), "
+                     "so a variant's value would be replaced; leave them out")
             variants[method][label] = entry
     return variants
 
