@@ -20,6 +20,7 @@ from megatron.evaluation.run import (checked_plan, planned_starts, run_record, s
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
+from megatron.output_paths import reported_write
 from megatron.preflight import check_evaluation, raise_together
 from megatron.tokenizer import build_tokenizer
 
@@ -83,7 +84,8 @@ def evaluate_run(neox_args) -> pathlib.Path:
             earlier = earlier_records(path, evaluation, run)  # again: another evaluation may have written it since
             records, kept = merged(earlier, records)
             evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-            write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
+            with reported_write(path, "the results (printed above)", "eval-results-dir"):
+                write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
         say(f"wrote {path}" + (f" (kept the earlier results there for (length, mode) {kept}: same checkpoint, "
                                "scored the same way)" if kept else ""), flush=True)
     if neox_args.world_size > 1:

@@ -5,9 +5,12 @@ removed there (permission bits say nothing for root or a read-only file system).
 
 Each function returns why `path` cannot be used, as a sentence starting with the path, or None; the
 caller puts the key or flag that named it in front ("command line: sample-output-file: ...")."""
+import contextlib
+import errno
 import pathlib
 import tempfile
 
+from megatron.errors import NeoXArgsError
 from megatron.quoting import quote
 from megatron.neox_arguments.value_checks import path_problem
 
@@ -72,3 +75,22 @@ def new_folder_problem(path) -> str | None:
             return (f"{path} exists and is not empty (it holds {entries[:8]}{more}); give a new folder (nothing is "
                     "overwritten).")
     return under_a_file(path) or not_writable(path)
+
+
+class WriteFailed(NeoXArgsError):
+    """The output of finished work could not be written (a full disk, quota, I/O error): one paragraph."""
+
+
+@contextlib.contextmanager
+def reported_write(path, what: str, key: str):
+    """Writing `what` to `path` (set by config key or flag `key`): an OSError -- the start-up probe passed,
+    then the disk filled up -- becomes one paragraph instead of a traceback that loses the work's
+    whereabouts. (Checkpoint saves have their own, checkpointing.SaveFailed.)"""
+    try:
+        yield
+    except OSError as err:
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+        cause = "no space left on the device" if full else (err.strerror or str(err))
+        fix = "Free space there" if full else "Fix the file system"
+        raise WriteFailed(f"{what} could not be written to {path}: {quote(cause)}. {fix} "
+                          f"(or set {key} to a folder on another disk) and run again.") from None

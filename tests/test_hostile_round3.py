@@ -165,3 +165,32 @@ class Planted:
 
     def __reduce__(self):
         return os.makedirs, (self.marker,)
+
+
+# ------------------------------------------------------------ row 16: a full disk under a result writer
+from test_hostile_training import full_disk  # noqa: E402,F401 (a fixture: a 3 MB tmpfs)
+
+
+def fill(disk):
+    """Fill the tmpfs to its last byte; creating an empty file (the start-up probe) still works."""
+    with open(disk / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_a_disk_that_fills_up_under_the_results_is_one_paragraph(trained, full_disk, tmp_path, stdlib_data):
+    fill(full_disk)
+    resolved = trained / "global_step2" / "resolved_config.yml"
+    result = evaluate(resolved, load=str(trained), eval_results_dir=str(full_disk / "results"))
+    assert_clear_error(result, "the results (printed above) could not be written to "
+                               f"{full_disk / 'results'}", "no space left on the device",
+                       "(or set eval-results-dir to a folder on another disk)")
+    assert "L=64 nonoverlap: loss" in result.stdout  # the scores are not lost
+    result = script("generate.py", str(resolved), str(REPO_ROOT / "configs" / "text_generation.yml"),
+                    "--set", f"load={trained}", "--set", "maximum_tokens=4",
+                    "--set", f"sample-output-file={full_disk / 'samples.jsonl'}")
+    assert_clear_error(result, "samples could not be written to", "no space left on the device",
+                       "(or set sample-output-file to a folder on another disk)")

@@ -14,6 +14,7 @@ import pathlib
 
 from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.inference_model import inference_device_and_dtype, load
+from megatron.output_paths import reported_write
 from megatron.preflight import folder_problem
 from .lm_eval_adapter import NeoXLM
 from .merge import CHECKPOINT_FIELDS, differences
@@ -127,7 +128,8 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     with folder_locked(results_dir):  # read again: another eval.py may have written the file since
         document, kept = merged_tasks(earlier_task_results(path, evaluation, run),
                                       json.loads(json.dumps(document, default=str)))
-        write_atomic(path, document)
+        with reported_write(path, "the task results (printed above)", "eval-results-dir"):
+            write_atomic(path, document)
     print(f"wrote {path}" + (f" (kept the earlier results there for tasks {kept}: same checkpoint, scored the "
                              "same way)" if kept else ""), flush=True)
     return path

@@ -19,7 +19,7 @@ from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
 from megatron.inference_model import inference_device_and_dtype, load
-from megatron.output_paths import new_file_problem
+from megatron.output_paths import new_file_problem, reported_write
 from .memory import run_memory_problem
 from .samples import generate_samples
 from .sampling import setting_problems
@@ -154,7 +154,8 @@ def show(item: dict) -> None:
 def write_records(path, records) -> None:
     if not path:
         return
-    written = write_new_file(pathlib.Path(path), "".join(json.dumps(item) + "\n" for item in records))
+    with reported_write(path, f"the {len(records)} samples", "sample-output-file"):
+        written = write_new_file(pathlib.Path(path), "".join(json.dumps(item) + "\n" for item in records))
     moved = "" if written == pathlib.Path(path) else (f" ({path} appeared while generating, by another process, "
                                                       "and is never overwritten)")
     print(f"wrote {len(records)} samples to {written}{moved}", file=sys.stderr, flush=True)

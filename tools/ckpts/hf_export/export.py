@@ -5,7 +5,7 @@ import shutil
 import tempfile
 
 from megatron.model.layer_pattern import pattern_methods
-from megatron.output_paths import new_folder_problem
+from megatron.output_paths import new_folder_problem, reported_write
 
 from .custom import package_files, write_custom
 from .errors import ExportError
@@ -68,4 +68,6 @@ def check_output_dir(output_dir) -> None:
 
 def export_checkpoint(input_dir, output_dir, config_files=None, target: str = "auto") -> str:
     check_output_dir(output_dir)  # before the checkpoint is loaded, not after
-    return export_model(load_source(input_dir, config_files), output_dir, target)
+    source = load_source(input_dir, config_files)
+    with reported_write(output_dir, "the Hugging Face export", "--output_dir"):
+        return export_model(source, output_dir, target)
