@@ -64,17 +64,37 @@ def stored_model_config(state: dict, where) -> ModelConfig:
     try:
         return ModelConfig.from_record(state["model_config"])
     except (ValueError, TypeError, KeyError, AttributeError) as err:  # its own words name the config key, not the file
-        raise CheckpointError(f"the checkpoint {where} records a model_config this project cannot read ({quote(str(err).split('. ')[0])}"
+        first = str(err).split(". ")[0]
+        raise CheckpointError(f"the checkpoint {where} records a model_config this project cannot read ({quote(first)}"
                               "): the file was damaged or edited, or written by another version of this project. "
                               "Load another checkpoint (`iteration`), or one train.py wrote.") from None
 
 
 def _check_compatible(state: dict, neox_args, model, where) -> None:
     mismatches = differences(stored_model_config(state, where), ModelConfig.from_args(neox_args, model.vocab_size))
+    if mismatches and _config_came_from(neox_args, pathlib.Path(where) / RESOLVED_NAME):
+        # The advice below would send the user back to the file this run already used.
+        raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
+                              f"differs from its own {RESOLVED_NAME}, which this run's config came from: "
+                              + quote("; ".join(mismatches)) + ". It was damaged or edited; load another step "
+                              "(`iteration`) or a checkpoint train.py wrote.")
     if mismatches:
         raise CheckpointError(f"the checkpoint {where} was made by a different model: "
                               + "; ".join(mismatches) + f". Load it with the config it was trained with: "
                               f"{pathlib.Path(where) / RESOLVED_NAME} (every key of that run, --set included).")
+
+
+def _config_came_from(neox_args, resolved: pathlib.Path) -> bool:
+    """Some key of the run's config was read from `resolved` (given as a config file, or taken from the
+    checkpoint by from_checkpoint.py): sources read 'FILE:LINE' or 'checkpoint FILE:LINE'."""
+    if not resolved.is_file():
+        return False
+    for source in neox_args.config_sources.values():
+        path = str(source).removeprefix("checkpoint ").rsplit(":", 1)[0]
+        with contextlib.suppress(OSError):
+            if pathlib.Path(path).is_file() and os.path.samefile(path, resolved):
+                return True
+    return False
 
 
 # -------------------------------------------------------------------------------------- evaluation

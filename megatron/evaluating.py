@@ -15,8 +15,8 @@ from megatron.data import build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
-from megatron.evaluation.run import (checked_plan, planned_starts, run_record, scored_record, skipped_records,
-                                     trained_config)
+from megatron.evaluation.run import (EvaluationError, checked_plan, planned_starts, run_record, scored_record,
+                                     skipped_records, trained_config)
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
@@ -47,6 +47,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     model, iteration = loaded.model, loaded.step
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
+    check_position_range(model, lengths, dtype)
 
     run = run_record(neox_args, trained_config(neox_args), iteration)
     path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
@@ -91,3 +92,18 @@ def evaluate_run(neox_args) -> pathlib.Path:
     if neox_args.world_size > 1:
         torch.distributed.barrier()  # no rank returns before the file exists
     return path
+
+
+def check_position_range(model, lengths, dtype) -> None:
+    """Every length's positions fit what each positional module can compute in `dtype` (xpos's decay
+    factors overflow past a position), found before any length is scored: not after the first lengths'
+    work, with no result file."""
+    for module in model.positional_embeddings():
+        if hasattr(module, "max_position"):
+            fits = module.max_position(dtype) + 1
+            too_long = [length for length in lengths if length > fits]
+            if too_long:
+                raise EvaluationError(f"eval-lengths: {too_long} need positions past {fits - 1}, the largest "
+                                      f"{type(module).__name__} computes in {str(dtype).removeprefix('torch.')} "
+                                      "(its scale factors overflow there); nothing was scored. Evaluate at lengths up "
+                                      f"to {fits}, or train with a larger scale base (xpos-scale-base).")

@@ -317,10 +317,10 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     return (f"this model cannot fit: it needs at least {(state + activations) / gib:,.1f} GiB ({what}: "
             f"{state / gib:,.1f} GiB; activations of {micro} sequence(s) of {length:,} tokens: "
             f"{activations / gib:,.1f} GiB), but there are {available / gib:,.1f} GiB {kind}"
-            + (f"; {positional:,} of the parameters are the positional modules' (pos-emb {neox_args.pos_emb})"
-               if positional else "")
-            + ". Lower hidden-size, num-layers, the positional method's sizes (e.g. cope-max-positions), the "
-            "sequence length or the micro-batch size (config keys of this run).")
+            + (f"; {positional:,} of the parameters are the positional modules' (pos-emb {neox_args.pos_emb}), so "
+               "lower the positional method's sizes (e.g. cope-max-positions)" if positional > params // 2 else "")
+            + ". Lower hidden-size, num-layers, the sequence length or the micro-batch size (config keys of this "
+            "run).")
 
 
 def _precision_problem(neox_args) -> str | None:

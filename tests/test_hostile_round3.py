@@ -105,14 +105,14 @@ def test_a_link_loop_is_called_one(trained, tmp_path, stdlib_data):
     os.symlink(tmp_path / "b", tmp_path / "a")
     os.symlink(tmp_path / "a", tmp_path / "b")
     loop = "is a symbolic link loop (ELOOP"
-    assert_clear_error(evaluate(TINY, load=str(tmp_path / "a"), data_path=stdlib_data, eval_results_dir=str(tmp_path / "r")),
-                       f"{tmp_path / 'a'} (key `load`) {loop}")
+    result = evaluate(TINY, load=str(tmp_path / "a"), data_path=stdlib_data, eval_results_dir=str(tmp_path / "r"))
+    assert_clear_error(result, f"{tmp_path / 'a'} (key `load`) {loop}")
     assert_clear_error(script("tools/ckpts/convert_to_hf.py", "--input_dir", str(tmp_path / "a"), "--output_dir",
                               str(tmp_path / "hf")), f"--input_dir {tmp_path / 'a'} {loop}")
     ckpt = copied(trained, tmp_path)  # a step folder that is a loop
     os.symlink(ckpt / "global_step3", ckpt / "global_step3")
-    assert_clear_error(evaluate(TINY, load=str(ckpt), iteration=3, data_path=stdlib_data, eval_results_dir=str(tmp_path / "r")),
-                       f"has no checkpoint global_step3 (config key `iteration`) (global_step3 {loop}")
+    result = evaluate(TINY, load=str(ckpt), iteration=3, data_path=stdlib_data, eval_results_dir=str(tmp_path / "r"))
+    assert_clear_error(result, f"has no checkpoint global_step3 (config key `iteration`) (global_step3 {loop}")
 
 
 # ------------------------------------------------------------------------ config values, checked first
@@ -133,7 +133,8 @@ def test_sizes_from_the_config_are_checked_before_anything_is_allocated(stdlib_d
     # cope's table of 1e9 rows (64 GB) is counted by the memory check before the model is built.
     result = train(stdlib_data, tmp_path / "cope", pos_emb="cope", cope_max_positions=1_000_000_000)
     assert_clear_error(result, "this model cannot fit", "16,000,000,000 of the parameters are the positional "
-                                                        "modules' (pos-emb cope)", "cope-max-positions")
+                                                        "modules' (pos-emb cope), so lower the positional method's "
+                                                        "sizes (e.g. cope-max-positions)")
     assert "step 1/" not in result.stdout
     # random-positions: 1e10 draws its positions without a permutation of 1e10 (80 GB): it trains.
     result = train(stdlib_data, tmp_path / "random", pos_emb="rotary", random_positions=10_000_000_000)
@@ -194,3 +195,26 @@ def test_a_disk_that_fills_up_under_the_results_is_one_paragraph(trained, full_d
                     "--set", f"sample-output-file={full_disk / 'samples.jsonl'}")
     assert_clear_error(result, "samples could not be written to", "no space left on the device",
                        "(or set sample-output-file to a folder on another disk)")
+
+
+def test_a_checkpoint_that_contradicts_itself_says_so(trained, tmp_path):
+    import torch
+    ckpt = copied(trained, tmp_path)
+    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    state = torch.load(path, weights_only=False)
+    state["model_config"]["num_layers"] = 3
+    torch.save(state, path)
+    resolved = ckpt / "global_step2" / "resolved_config.yml"
+    message = assert_clear_error(evaluate(resolved, load=str(ckpt), eval_results_dir=str(tmp_path / "r")),
+                                 f"the checkpoint {ckpt / 'global_step2'} contradicts itself", "num-layers: checkpoint 3")
+    assert "Load it with the config it was trained with" not in message  # the advice that repeats the error
+
+
+def test_xpos_lengths_past_its_range_are_found_before_any_is_scored(stdlib_data, tmp_path):
+    assert train(stdlib_data, tmp_path, pos_emb="xpos", xpos_scale_base=1).returncode == 0
+    resolved = tmp_path / "ckpt" / "global_step2" / "resolved_config.yml"
+    result = evaluate(resolved, load=str(tmp_path / "ckpt"), eval_lengths="[64, 128]",
+                      eval_results_dir=str(tmp_path / "r"))
+    message = assert_clear_error(result, "eval-lengths: [128] need positions past", "in float32",
+                                 "nothing was scored")
+    assert "Evaluate in float32" not in message and "L=64" not in result.stdout

@@ -69,8 +69,8 @@ def finite(record: dict) -> dict:
     if not float("-inf") < record["loss"] < float("inf"):
         raise EvaluationError(f"L={record['length']} {record['mode']}: the loss is {record['loss']}, not a result "
                               "(NaN/inf logits: weights, or a method, that overflow at this length and dtype); "
-                              "nothing was written. Check the checkpoint (another step: `iteration`), or evaluate in float32 if "
-                              "the run used a lower precision.")
+                              "nothing was written. Check the checkpoint (another step: `iteration`), or evaluate "
+                              "in float32 if the run used a lower precision.")
     return record
 
 

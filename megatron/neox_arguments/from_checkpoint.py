@@ -90,19 +90,20 @@ def is_stored_config(path) -> bool:
     return bool(TAG.fullmatch(parent.name) or (parent.name == "configs" and TAG.fullmatch(parent.parent.name)))
 
 
-def drop_write_keys(paths, values: dict, sources: dict) -> str | None:
+def drop_write_keys(paths, values: dict, sources: dict, overrides: dict) -> str | None:
     """Remove from `values` (and `sources`) the WRITE_KEYS that a checkpoint's stored config among `paths`
-    set; returns the one-line note saying so, or None."""
+    set; returns the one-line note naming those `overrides` (--set) does not replace, or None."""
     stored = [str(pathlib.Path(p)) for p in paths if is_stored_config(p)]
+    replaced = {normalise_key(k).split(".")[0] for k in overrides}
     dropped = []
     for key in list(values):
         name = normalise_key(key)
         if name in WRITE_KEYS and any(sources.get(name, "").startswith(f"{p}:") for p in stored):
-            if values[key] is not None:  # a null changes nothing worth a note
+            if values[key] is not None and name not in replaced:  # a null, or a --set, makes the note moot
                 dropped.append(key.replace("_", "-"))
             del values[key]
             del sources[name]
     if not dropped:
         return None
-    return (f"note: {', '.join(sorted(dropped))} from {', '.join(stored)} not applied: a checkpoint's stored config gives the "
-            "model and data, never where this process writes (set them in your own config or with --set).")
+    return (f"note: {', '.join(sorted(dropped))} from {', '.join(stored)} not applied: a checkpoint's stored config "
+            "gives the model and data, never where this process writes (set them in your own config or with --set).")

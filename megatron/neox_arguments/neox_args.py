@@ -73,7 +73,7 @@ class NeoXArgs(*reversed(GROUPS)):
     @classmethod
     def from_ymls(cls, paths, overrides: Optional[dict] = None, world_size: Optional[int] = None):
         values, sources, texts = load_config_files(paths)
-        if note := drop_write_keys(paths, values, sources):
+        if note := drop_write_keys(paths, values, sources, overrides or {}):
             print(note, file=sys.stderr, flush=True)
         spelling = {normalise_key(k): k for k in values}  # keep the user's spelling for messages
         for key, value in (overrides or {}).items():

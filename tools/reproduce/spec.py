@@ -196,7 +196,8 @@ def _training_variants(given, methods, fail) -> dict:
             if "pos_emb" in entry or "seed" in entry:
                 fail(f"training_variants.{method}.{label}", "pos-emb and seed are the grid's own axes")
             if owned := sorted(set(entry) & SWEEP_OWNED_KEYS):
-                fail(f"training_variants.{method}.{label}", f"{', '.join(k.replace('_', '-') for k in owned)}: the sweep "
+                named = ", ".join(k.replace("_", "-") for k in owned)
+                fail(f"training_variants.{method}.{label}", f"{named}: the sweep "
                      "sets these for every run (its folders follow from the run's label, its data from the dataset), "
                      "so a variant's value would be replaced; leave them out")
             variants[method][label] = entry

@@ -72,8 +72,10 @@ class XPos(Rotary):
                     f"pos-emb 'xpos': position {largest} needs decay factors up to "
                     f"{math.exp(-self.log_zeta[0] * largest / self.scale_base):.3g}, past what {dtype} holds "
                     f"({torch.finfo(dtype).max:.3g}, with 2^8 to spare): with xpos-scale-base {self.scale_base} "
-                    f"the largest position in {dtype} is {limit}. Evaluate in float32 or bfloat16, or train "
-                    f"with a larger xpos-scale-base.")
+                    f"the largest position in {dtype} is {limit}. "
+                    + ("Evaluate in float32 or bfloat16, or train" if dtype == torch.float16 else
+                       f"Use sequences of at most {limit + 1} positions, or train")  # float32's range is bfloat16's
+                    + " with a larger xpos-scale-base.")
         # Rotate in float32 (rotary keeps a float32 input float32), scale, round once to the model's dtype.
         q32, k32 = super().rotate_qk(q.float(), k.float(), q_positions, k_positions)
         return (self._scaled(q32, q_positions, 1.0).to(q.dtype),
