@@ -7,7 +7,9 @@
     python tools/datasets/prepare_data.py gpt2                 # only GPT-2's vocab and merges
 
 Every corpus comes with GPT-2's vocab and merges (its tokenizer). Downloads go to <data-dir>/<name>/download/
-through a `.partial` file that an interrupted run resumes (HTTP Range); each file is checked against the
+through a `.partial` file that an interrupted run resumes (HTTP Range with If-Range, only against the URL and
+ETag/Last-Modified it started from: `.partial.origin`); every name a host lists is checked to stay in that
+folder, and one run at a time writes a data folder (`<data-dir>/.writer.lock`); each file is checked against the
 sha256 its host publishes (Hugging Face lists one for every LFS file) or that SOURCES pins, and where neither
 exists the sha256 of what was downloaded is recorded in <data-dir>/<name>/SOURCE.json and checked on every
 later run. The documents are then tokenized with tools/datasets/preprocess_data.py's code (GPT-2 BPE, an
