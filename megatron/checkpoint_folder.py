@@ -61,7 +61,9 @@ def resolve_tag(load_dir, iteration: int | None = None) -> str:
         tag = f"global_step{iteration}"
         if iteration not in steps:
             why = missing_why(load_dir / tag)
-            there = f" ({tag} {why})" if why not in ("does not exist", "exists") else ""
+            there = f" ({tag} {why})" if why not in ("does not exist", "exists") else \
+                " (older steps are removed when the run keeps only its newest: keep-last-n-checkpoints)" \
+                if steps and iteration < steps[0] else ""
             raise CheckpointError(f"{load_dir} has no checkpoint {tag} (config key `iteration`){there}. {found}")
         return tag
     latest = load_dir / "latest"

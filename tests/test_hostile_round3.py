@@ -218,3 +218,16 @@ def test_xpos_lengths_past_its_range_are_found_before_any_is_scored(stdlib_data,
     message = assert_clear_error(result, "eval-lengths: [128] need positions past", "in float32",
                                  "nothing was scored")
     assert "Evaluate in float32" not in message and "L=64" not in result.stdout
+
+
+def test_a_checkpoint_pruned_between_finding_and_reading_is_called_pruned(trained, tmp_path):
+    """Evaluating while a run with keep-last-n-checkpoints saves: the step `latest` named is removed before
+    it is read. (The race itself is not timed here: the folder is removed between the two calls.)"""
+    import shutil
+    from megatron.checkpointing import CheckpointError, read_client_state, resolve_tag
+    ckpt = copied(trained, tmp_path)
+    tag = resolve_tag(ckpt)
+    shutil.rmtree(ckpt / tag)
+    with pytest.raises(CheckpointError, match="was removed while it was being read: the run writing .* keeps only "
+                                              "its newest checkpoints"):
+        read_client_state(ckpt, tag)
