@@ -10,10 +10,10 @@ import torch
 
 from torch.nn.attention.flex_attention import create_block_mask
 
-from megatron.model import flex_kernel
+from megatron.model.attention import flex_kernel
 from megatron.model.attention import attend, flex_block_mask, pad_to_whole_tiles, plan_attention
 from megatron.model.attention.sdpa import sdpa_bytes
-from megatron.model.attention_choice import memory_budget_bytes
+from megatron.model.attention.choice import memory_budget_bytes
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
 

@@ -3,7 +3,7 @@
 The table is the rule `auto` followed before attention strategies became classes (issue 25): the old
 `choose_path` and plan_attention's choice of mask, Toeplitz row or table gradient, evaluated for every
 combination below and written out here, so the classes' `can_run` / `memory_bytes` and
-attention_choice.py's preferences must reproduce it exactly. The methods are real ones, one per kind:
+megatron/model/attention/choice.py's preferences must reproduce it exactly. The methods are real ones, one per kind:
 none (no terms), alibi (a fixed distance bias), kerple_log (a learnable distance bias),
 kerple_bias_weight (a bias with a weight), fire (terms that depend on the query position itself).
 Since issue 27 kerple_bias_weight on CPU reads strided rows where it gathered blocks: without gradients
@@ -15,7 +15,7 @@ import torch
 
 from megatron.model.attention import AttentionInputs
 from megatron.model.attention.registry import PATH_STRATEGIES, STRATEGIES
-from megatron.model.attention_choice import choose_strategy
+from megatron.model.attention.choice import choose_strategy
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
 
@@ -272,7 +272,7 @@ def test_only_strategies_marked_quadratic_grow_with_the_square_of_the_length(kin
 
 
 def test_the_cached_step_is_linear_in_the_keys():
-    from megatron.model.kv_cache import CachedPlan
+    from megatron.model.attention.cached import CachedPlan
     sizes = dict(batch=3, heads=4, head_dim=16, queries=1, capacity=1024, element_size=4, pairwise_bytes=8 + 8 * 4,
                  has_weight=False)
     cache = 2 * 3 * 4 * 1024 * 16 * 4  # keys and values of one layer

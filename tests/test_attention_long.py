@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from megatron.model.attention import attend, plan_attention, toeplitz
-from megatron.model.weighted_table_attention import FORWARD_BLOCK
+from megatron.model.attention.weighted_table_attention import FORWARD_BLOCK
 from megatron.model.positional_embeddings import build_positional_embedding
 
 HEADS, HEAD_DIM = 4, 8

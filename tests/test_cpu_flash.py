@@ -1,4 +1,4 @@
-"""megatron/model/cpu_flash.py calls torch's private CPU flash-attention ops with a mask and causality
+"""megatron/model/attention/cpu_flash.py calls torch's private CPU flash-attention ops with a mask and causality
 together. Private ops can change between torch releases, so their schemas are pinned here (a change
 fails this test, not a user's run), and both ops are checked against float64 attention written out:
 softmax(q k^T / sqrt(D) + mask) v, with the future hidden by the mask's -inf as the callers pass it."""
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 
 pytestmark = pytest.mark.cpu_isa  # torch's compiled CPU kernels
 

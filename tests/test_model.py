@@ -7,7 +7,8 @@ import pytest
 import torch
 import transformers
 
-from megatron.model import GPTModel, flex_kernel, get_params_for_weight_decay_optimization
+from megatron.model import GPTModel, get_params_for_weight_decay_optimization
+from megatron.model.attention import flex_kernel
 from megatron.model.positional_embeddings import PositionalEmbeddingError, available, lookup
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer

@@ -1,4 +1,4 @@
-"""The table gradient (megatron/model/table_gradient.py) against autograd through the reference.
+"""The table gradient (megatron/model/attention/table_gradient.py) against autograd through the reference.
 
 For every learnable distance-only method the `sdpa` and `blocked` paths take the custom gradient;
 their q/k/v and parameter gradients (kernel parameters included) must equal float64 autograd through
@@ -94,7 +94,7 @@ def test_cpu_backward_pass_matches_float64_autograd(dtype, layout):
     runs, on the `sdpa` layout (a square causal call) and Toeplitz's (a block of the last queries
     against the keys in reverse order), against float64 autograd through the softmax written out.
     Head dim 64 takes blocks of 64 rows: 100 queries are one full block and a partial one."""
-    from megatron.model.table_gradient import attend_with_table
+    from megatron.model.attention.table_gradient import attend_with_table
     torch.manual_seed(3)
     heads, dim, length = 2, 64, 100
     queries = length if layout == "square" else 37

@@ -22,11 +22,11 @@ Each strategy is a small class, one file each (registry.py lists them by path):
   without gradients, the written-out softmax reading its weight and bias from such rows
   (`ToeplitzWrittenOut`, toeplitz.py, O(H * 64 * L)).
 - a learnable bias table's gradient on the side, for the `sdpa` mask, the Toeplitz row and the
-  gathered blocks (learnable_table.py, megatron/model/table_gradient.py); for a learnable bias with a
+  gathered blocks (learnable_table.py, megatron/model/attention/table_gradient.py); for a learnable bias with a
   learnable weight, their Toeplitz rows with the softmax written out a block of queries at a time and
-  recomputed in the backward (megatron/model/weighted_table_attention.py).
-The KV cache's decoding step is one more (megatron/model/kv_cache.py). Which strategy a forward
-takes (`attention-impl`, `auto`'s rule) is megatron/model/attention_choice.py's job; attention never
+  recomputed in the backward (megatron/model/attention/weighted_table_attention.py).
+The KV cache's decoding step is one more (cached.py; the storage is megatron/model/kv_cache.py). Which strategy a forward
+takes (`attention-impl`, `auto`'s rule) is megatron/model/attention/choice.py's job; attention never
 names a positional method.
 
 `plan_attention` runs once per model forward (per positional module): it picks the strategy and
@@ -41,8 +41,8 @@ from megatron.model.attention.masks import (additive_mask, allowed_keys, attend_
                                             gather_by_distance)
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.toeplitz import TOEPLITZ_BLOCK, Toeplitz
-from megatron.model.attention_choice import choose_strategy, memory_budget_bytes
-from megatron.model.attention_config import check_attention_sizes
+from megatron.model.attention.choice import choose_strategy, memory_budget_bytes
+from megatron.model.attention.config import check_attention_sizes
 
 __all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Blocked", "Flex", "Toeplitz",
            "FLEX_BLOCK", "TOEPLITZ_BLOCK", "flex_block_mask", "pad_to_whole_tiles", "additive_mask", "allowed_keys",

@@ -2,13 +2,13 @@
 method's per-token terms F [b, H, L], fox), with a block mask for causality and the window; no L x L
 tensor. Only for methods whose terms depend on d alone (and on per-token terms). torch has no FlexAttention backward on CPU, so on CPU it runs only without
 gradients, and there the compiled kernel is checked against torch's eager math before its numbers
-are used (megatron/model/flex_kernel.py)."""
+are used (megatron/model/attention/flex_kernel.py)."""
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask
 
 from megatron.model.attention.strategy import AttentionPlan
-from megatron.model.flex_kernel import run_flex
+from megatron.model.attention.flex_kernel import run_flex
 
 FLEX_BLOCK = 128  # FlexAttention's tile: the block mask says, per tile, "skip", "full" or "apply mask_mod"
 
@@ -84,7 +84,7 @@ class Flex(AttentionPlan):
 
     @classmethod
     def can_run(cls, inputs):
-        """The reasons complete the sentence "attention-impl is 'flex', but ..." (attention_choice.py)."""
+        """The reasons complete the sentence "attention-impl is 'flex', but ..." (choice.py)."""
         if inputs.modifies_scores:
             return ("this positional method rewrites the whole score matrix (row by row), which FlexAttention's "
                     "per-entry score_mod cannot express. Set attention-impl to 'blocked', 'sdpa' or 'auto'")

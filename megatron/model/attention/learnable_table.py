@@ -1,17 +1,17 @@
 """The strategies for a learnable per-distance bias table that needs a gradient: the bias is a
 constant to the fused kernels and the table's gradient is computed on the side
-(megatron/model/table_gradient.py), instead of a mask that requires a gradient sending SDPA to its
+(megatron/model/attention/table_gradient.py), instead of a mask that requires a gradient sending SDPA to its
 unfused math kernel. One variant of each layout the table can take: `sdpa`'s mask, the Toeplitz
 row, the `blocked` path's gathered blocks; and for a learnable bias with a learnable weight
 (kerple_bias_weight), the Toeplitz rows of both with the softmax written out a block at a time
-(megatron/model/weighted_table_attention.py)."""
+(megatron/model/attention/weighted_table_attention.py)."""
 import torch
 
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.sdpa import Sdpa, in_dtype_of, sdpa_bytes
 from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut, toeplitz_layout_problem, weighted_rows_problem
-from megatron.model.table_gradient import attend_with_table, gradient_block
-from megatron.model.weighted_table_attention import WeightedTableAttention
+from megatron.model.attention.table_gradient import attend_with_table, gradient_block
+from megatron.model.attention.weighted_table_attention import WeightedTableAttention
 
 
 def table_gradient_problem(inputs) -> str | None:

@@ -4,7 +4,7 @@ fused kernels. The reference path, and the fastest where its L x L tensors fit."
 import torch
 import torch.nn.functional as F
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import (additive_mask, attend_materialised, distance_mask, fused_mask,
                                             same_document, token_term_differences)
 from megatron.model.attention.strategy import AttentionPlan

@@ -18,10 +18,10 @@ import math
 
 import torch
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import distance_row, row_view
 from megatron.model.attention.strategy import AttentionPlan
-from megatron.model.weighted_table_attention import FORWARD_BLOCK, weighted_forward
+from megatron.model.attention.weighted_table_attention import FORWARD_BLOCK, weighted_forward
 
 TOEPLITZ_BLOCK = 128  # queries per kernel call (it holds no [block, L] tensor): with gradients, or short
 LONG_BLOCK = 768      # ... without gradients from LONG_FROM tokens on: the kernel's 256-query tiles
@@ -30,7 +30,7 @@ LONG_FROM = 4096
 
 def query_block(length: int, needs_grad: bool) -> int:
     """Queries per kernel call (module docstring). Training keeps 128: its backward and the table
-    gradient were measured with them (megatron/model/table_gradient.py)."""
+    gradient were measured with them (megatron/model/attention/table_gradient.py)."""
     return LONG_BLOCK if length >= LONG_FROM and not needs_grad else TOEPLITZ_BLOCK
 
 
@@ -118,7 +118,7 @@ def weighted_rows_problem(inputs) -> str | None:
 class ToeplitzWrittenOut(AttentionPlan):
     """The `blocked` path for a distance-only method with a weight (kerple_bias_weight), which the
     flash kernel cannot apply, at consecutive positions without gradients: the softmax written out a
-    block of queries at a time (megatron/model/weighted_table_attention.py), the weight and the bias
+    block of queries at a time (megatron/model/attention/weighted_table_attention.py), the weight and the bias
     read as strided views of one row per head (row_view, keys in reverse order) instead of [H, block, L]
     gathers by an int64 distance index and a visibility mask. One thread, 8 heads of 32 dims, L = 4096:
     1.5x causal attention without terms, against 4.3-5.6x for the gathered blocks (issue 27)."""

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.masks import allowed_keys, token_term_differences
 

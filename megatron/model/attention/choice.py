@@ -8,7 +8,7 @@ import torch
 from megatron.model.attention.inputs import AttentionInputs
 from megatron.model.attention.registry import strategy_for
 from megatron.model.attention.sdpa import sdpa_bytes  # noqa: F401 (tools/gpu_check reads it here)
-from megatron.model.attention_config import ATTENTION_IMPLS
+from megatron.model.attention.config import ATTENTION_IMPLS
 from megatron.errors import NeoXArgsError
 
 CPU_MEMORY_BUDGET_MB = 1024
