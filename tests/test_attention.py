@@ -42,7 +42,7 @@ def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
     plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=needs_grad,
                           dropout_p=0.0)
     assert plan.path == impl
-    return attend(q, k, v, plan)
+    return attend(*plan.rotate(q, k), v, plan)
 
 
 def reference_attention(pe, q, k, v, window=None):
@@ -103,7 +103,7 @@ def flex_or_refusal(pe, q, k, v, window=None):
     plan = plan_attention(pe, positions, impl="flex", window=window, block_size=BLOCK, needs_grad=False,
                           dropout_p=0.0)
     try:
-        return attend(q, k, v, plan)
+        return attend(*plan.rotate(q, k), v, plan)
     except flex_kernel.FlexKernelError as refusal:
         message = str(refusal)
         assert "\n" not in message and "Traceback" not in message

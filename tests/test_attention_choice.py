@@ -476,8 +476,10 @@ def test_every_strategy_says_why_it_cannot_run():
     # with its reason; the last strategy of sdpa and of blocked runs every method.
     inputs = inputs_for("kerple_log", "cuda", True, 0.1, True)
     reasons = {name: strategy.can_run(inputs) for name, strategy in STRATEGIES.items()}
-    assert "takes no gradient for the mask" in reasons["toeplitz"]
+    assert reasons["toeplitz"] == "it runs only with a CPU device (it calls torch's CPU flash kernel directly)"
     assert "CPU flash kernel" in reasons["toeplitz_table_gradient"]
+    cpu = inputs_for("kerple_log", "cpu", True, 0.0, True)
+    assert STRATEGIES["toeplitz"].can_run(cpu) == "it does not handle a learnable bias's gradient"
     assert "dropout" in reasons["sdpa_table_gradient"] and "dropout" in reasons["blocked_table_gradient"]
     assert "dropout" in reasons["flex"]
     for path in ("sdpa", "blocked"):
@@ -509,3 +511,24 @@ def test_the_cached_step_is_linear_in_the_keys():
     assert CachedPlan.memory_bytes(keys=100, **sizes) == cache + 3 * 100 * (40 + 3 + 4 * 4)
     per_step = CachedPlan.memory_bytes(keys=100, **sizes) - cache
     assert CachedPlan.memory_bytes(keys=200, **sizes) - cache == 2 * per_step
+
+
+def test_a_strategy_refuses_exactly_what_it_does_not_handle_or_lacks():
+    """can_run is the difference between what the forward needs and what the strategy declares."""
+    from megatron.model.attention.needs import EVERY_NEED, needs_of
+    from megatron.model.attention.strategy import AttentionPlan
+
+    class NoWindow(AttentionPlan):
+        handles = EVERY_NEED - {"window"}
+
+    class ForWeights(AttentionPlan):
+        requires = frozenset({"weight"})
+
+    windowed, plain = inputs_for("alibi", "cpu", False, 0.0, True), inputs_for("alibi", "cpu", False, 0.0, False)
+    assert "window" in needs_of(windowed) and "window" not in needs_of(plain)
+    assert NoWindow.can_run(windowed) == "it does not handle an attention window"
+    assert NoWindow.can_run(plain) is None
+    assert ForWeights.can_run(plain) == "it runs only with a weight that multiplies the scores"
+    assert ForWeights.can_run(inputs_for("kerple_bias_weight", "cpu", False, 0.0, False)) is None
+    for name, strategy in STRATEGIES.items():  # every declaration is in the vocabulary
+        assert strategy.handles <= EVERY_NEED and strategy.requires <= EVERY_NEED, name

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask
 
+from megatron.model.attention.needs import EVERY_NEED
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.flex_kernel import run_flex
 
@@ -82,22 +83,20 @@ class Flex(AttentionPlan):
         self.bias_table, self.weight_table = bias_table, weight_table
         self.block_mask = flex_block_mask(positions, window, span, self.documents)
 
+    handles = EVERY_NEED - {"score_rewrite", "query_terms", "cpu_gradients", "dropout"}
+
     @classmethod
-    def can_run(cls, inputs):
-        """The reasons complete the sentence "attention-impl is 'flex', but ..." (choice.py)."""
-        if inputs.modifies_scores:
+    def refusal(cls, need, inputs):
+        """The reasons complete the sentence "attention-impl is 'flex', but ..." (choice.py): a user reads them."""
+        if need == "score_rewrite":
             return ("this positional method rewrites the whole score matrix (row by row), which FlexAttention's "
                     "per-entry score_mod cannot express. Set attention-impl to 'blocked', 'sdpa' or 'auto'")
-        if not inputs.distance_only:
+        if need == "query_terms":
             return ("this positional method's bias depends on the query position itself, not only on the "
                     "distance i - j, so it has no per-distance table for FlexAttention to read. Set "
                     "attention-impl to 'blocked', 'sdpa' or 'auto'")
-        if inputs.device_type == "cpu" and inputs.needs_grad:
-            problem = "torch's FlexAttention has no backward pass on CPU"
-        elif inputs.dropout_p > 0:
-            problem = "FlexAttention does not apply attention dropout"
-        else:
-            return None
+        problem = {"cpu_gradients": "torch's FlexAttention has no backward pass on CPU",
+                   "dropout": "FlexAttention does not apply attention dropout"}[need]
         return (f"{problem} (device {inputs.device_type}, gradients "
                 f"{'needed' if inputs.needs_grad else 'not needed'}, attention-dropout {inputs.dropout_p}). Set "
                 "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device")

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import (additive_mask, attend_materialised, distance_mask, fused_mask,
                                             same_document, token_term_differences)
+from megatron.model.attention.needs import EVERY_NEED
 from megatron.model.attention.strategy import AttentionPlan
 
 
@@ -99,13 +100,8 @@ class Sdpa(AttentionPlan):
         """The table the mask is built from (differentiable: SDPA's math kernel takes its gradient)."""
         return bias_table
 
-    @classmethod
-    def can_run(cls, inputs):
-        if inputs.has_weight:
-            return "SDPA cannot multiply the scores by this method's weight"
-        if inputs.modifies_scores:
-            return "SDPA's fused kernels never write out the score matrix this method rewrites"
-        return None
+    # SDPA cannot multiply the scores by a weight, and its fused kernels never write out the score matrix.
+    handles = EVERY_NEED - {"weight", "score_rewrite"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -145,11 +141,7 @@ class SdpaWrittenOut(AttentionPlan):
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
 
-    @classmethod
-    def can_run(cls, inputs):
-        if inputs.token_terms:
-            return "it does not add per-token terms F_i - F_j (fox's forget gate); `sdpa` does"
-        return None
+    handles = EVERY_NEED - {"token_terms"}  # `sdpa` adds them
 
     @classmethod
     def memory_bytes(cls, inputs):
