@@ -75,7 +75,7 @@ def test_config_reference_lists_the_method_and_its_option(project):
 
 
 def test_registry_parametrised_tests_cover_the_method(project):
-    out = run(project, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_positional_embeddings.py",
+    out = run(project, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/model/positional/test_positional_embeddings.py",
               "tests/test_model.py", "tests/test_hf_export.py", "-k", METHOD)
     assert " failed" not in out and " error" not in out, out[-3000:]
     # The registry-parametrised tests include the method: its config, the model's paths agreeing with

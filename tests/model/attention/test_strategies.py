@@ -17,7 +17,7 @@ from megatron.model.positional_embeddings import available, build_positional_emb
 from megatron.model.positional_embeddings.dape import daped
 from megatron.model.positional_embeddings.temperature import tempered
 
-HEADS, HEAD_DIM, LENGTH, BLOCK, WINDOW = 3, 8, 40, 16, 7  # 40 = two full blocks and a partial one
+HEADS, HEAD_DIM, LENGTH, BLOCK, WINDOW = 2, 8, 24, 16, 7  # 24 = a full block and a partial one
 METHODS = available() + ("kerple_log+ssmax", "alibi+dape")
 LAYOUTS = ("sequence", "window", "documents")
 MODES = ("forward", "gradients")
@@ -42,7 +42,7 @@ def layout(name: str):
     """(window, documents [b, s] or None, per-row positions [b, s] or None)."""
     if name != "documents":
         return (WINDOW if name == "window" else None), None, None
-    documents = torch.tensor([[0] * 15 + [1] * 25, [0] * 6 + [1] * 20 + [2] * 14])
+    documents = torch.tensor([[0] * 9 + [1] * 15, [0] * 4 + [1] * 12 + [2] * 8])
     starts = torch.cat([torch.zeros(2, 1, dtype=torch.bool), documents.diff(dim=1) != 0], dim=1)
     index = torch.arange(LENGTH).expand(2, LENGTH)
     first = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values

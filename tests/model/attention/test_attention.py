@@ -275,7 +275,7 @@ def test_flex_refuses_what_it_cannot_do():
 
 
 # auto's decisions for every kind of method, device, gradient, dropout, window and budget:
-# tests/test_attention_choice.py.
+# tests/model/attention/test_attention_choice.py.
 
 
 def test_auto_on_cpu_never_takes_flex_at_any_length():
