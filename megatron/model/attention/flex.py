@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask
 
-from megatron.model.attention.needs import EVERY_NEED
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.flex_kernel import run_flex
 
@@ -83,7 +82,10 @@ class Flex(AttentionPlan):
         self.bias_table, self.weight_table = bias_table, weight_table
         self.block_mask = flex_block_mask(positions, window, span, self.documents)
 
-    handles = EVERY_NEED - {"score_rewrite", "query_terms", "cpu_gradients", "dropout"}
+    # Not a score rewrite, terms of the query position (no per-distance table to read), gradients on CPU
+    # (torch's FlexAttention has no CPU backward) or dropout.
+    handles = frozenset({"cpu", "token_terms", "bias_table", "weight", "bias_gradient", "gradients",
+                         "scattered_positions", "documents", "window"})
 
     @classmethod
     def refusal(cls, need, inputs):
@@ -96,7 +98,9 @@ class Flex(AttentionPlan):
                     "distance i - j, so it has no per-distance table for FlexAttention to read. Set "
                     "attention-impl to 'blocked', 'sdpa' or 'auto'")
         problem = {"cpu_gradients": "torch's FlexAttention has no backward pass on CPU",
-                   "dropout": "FlexAttention does not apply attention dropout"}[need]
+                   "dropout": "FlexAttention does not apply attention dropout"}.get(need)
+        if problem is None:
+            return super().refusal(need, inputs)
         return (f"{problem} (device {inputs.device_type}, gradients "
                 f"{'needed' if inputs.needs_grad else 'not needed'}, attention-dropout {inputs.dropout_p}). Set "
                 "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device")

@@ -9,8 +9,7 @@ import torch
 
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.sdpa import Sdpa, in_dtype_of, sdpa_bytes
-from megatron.model.attention.needs import EVERY_NEED
-from megatron.model.attention.toeplitz import NOT_STRIDED_ROWS, Toeplitz, ToeplitzWrittenOut
+from megatron.model.attention.toeplitz import STRIDED_ROWS, Toeplitz, ToeplitzWrittenOut
 from megatron.model.attention.table_gradient import attend_with_table, gradient_block
 from megatron.model.attention.weighted_table_attention import WeightedTableAttention
 
@@ -18,7 +17,8 @@ from megatron.model.attention.weighted_table_attention import WeightedTableAtten
 # The table gradient: for a learnable per-distance bias table, with gradients; it differentiates neither a
 # weight nor per-token terms, and runs without attention dropout.
 TABLE_GRADIENT_REQUIRES = frozenset({"gradients", "bias_table", "bias_gradient"})
-TABLE_GRADIENT_HANDLES = EVERY_NEED - {"weight", "token_terms", "dropout"}
+TABLE_GRADIENT_HANDLES = TABLE_GRADIENT_REQUIRES | {"cpu", "cpu_gradients", "scattered_positions", "documents",
+                                                    "window"}
 
 
 def gradient_blocks_bytes(inputs, keys: int) -> int:
@@ -55,7 +55,7 @@ class ToeplitzTableGradient(Toeplitz):
     table_grad = True
 
     requires = TABLE_GRADIENT_REQUIRES | Toeplitz.requires
-    handles = TABLE_GRADIENT_HANDLES - NOT_STRIDED_ROWS
+    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"cpu_gradients"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -107,7 +107,7 @@ class ToeplitzWeightedTableGradient(ToeplitzWrittenOut):
         self.bias_table, self.weight_table = bias_table, weight_table
 
     requires = TABLE_GRADIENT_REQUIRES | ToeplitzWrittenOut.requires  # (`toeplitz_written_out`: the forward alone)
-    handles = EVERY_NEED - NOT_STRIDED_ROWS
+    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"weight", "cpu_gradients"}
 
     @classmethod
     def memory_bytes(cls, inputs):

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import (additive_mask, attend_materialised, distance_mask, fused_mask,
                                             same_document, token_term_differences)
-from megatron.model.attention.needs import EVERY_NEED
 from megatron.model.attention.strategy import AttentionPlan
 
 
@@ -100,8 +99,10 @@ class Sdpa(AttentionPlan):
         """The table the mask is built from (differentiable: SDPA's math kernel takes its gradient)."""
         return bias_table
 
-    # SDPA cannot multiply the scores by a weight, and its fused kernels never write out the score matrix.
-    handles = EVERY_NEED - {"weight", "score_rewrite"}
+    # Not a weight (SDPA cannot multiply the scores) nor a score rewrite (its fused kernels never write
+    # the score matrix out).
+    handles = frozenset({"cpu", "query_terms", "token_terms", "bias_table", "bias_gradient", "gradients",
+                         "cpu_gradients", "dropout", "scattered_positions", "documents", "window"})
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -141,7 +142,8 @@ class SdpaWrittenOut(AttentionPlan):
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
 
-    handles = EVERY_NEED - {"token_terms"}  # `sdpa` adds them
+    handles = frozenset({"cpu", "score_rewrite", "query_terms", "bias_table", "weight", "bias_gradient", "gradients",
+                         "cpu_gradients", "dropout", "scattered_positions", "documents", "window"})  # token terms: `sdpa`
 
     @classmethod
     def memory_bytes(cls, inputs):

@@ -15,7 +15,7 @@ import torch
 
 from megatron.model.attention.inputs import AttentionInputs, terms_by_distance
 from megatron.model.attention.masks import allowed_keys, same_document
-from megatron.model.attention.needs import EVERY_NEED, NEEDS, needs_of
+from megatron.model.attention.needs import NEEDS, needs_of
 
 
 class AttentionPlan:
@@ -24,7 +24,7 @@ class AttentionPlan:
     path: str                 # the `attention-impl` it belongs to: "sdpa" | "flex" | "blocked"
     quadratic_memory = False  # memory_bytes grows with L^2: `auto` takes it only within the budget
     table_grad = False        # a learnable bias table's gradient on the side (table_gradient.py)
-    handles: frozenset = EVERY_NEED  # the needs (needs.py) it computes; any other refuses it
+    handles: frozenset = frozenset()  # the needs (needs.py) it computes, listed: any other, a new one too, refuses it
     requires: frozenset = frozenset()  # the needs it exists for; a forward without one refuses it
     token_terms = None        # F [b, H, s] fp32 of one layer (with_token_terms), or None
 

@@ -20,7 +20,6 @@ import torch
 
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import distance_row, row_view
-from megatron.model.attention.needs import EVERY_NEED
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.weighted_table_attention import FORWARD_BLOCK, weighted_forward
 
@@ -35,10 +34,10 @@ def query_block(length: int, needs_grad: bool) -> int:
     return LONG_BLOCK if length >= LONG_FROM and not needs_grad else TOEPLITZ_BLOCK
 
 
-# What no strided row of one row per head (row_view) can hold: terms that are not a function of i - j at
-# consecutive positions, one row for the batch.
-NOT_STRIDED_ROWS = frozenset({"score_rewrite", "query_terms", "token_terms", "dropout", "scattered_positions",
-                              "documents"})
+# What strided views of one row per head (row_view) hold: a per-distance table at consecutive positions, one
+# row for the batch (not terms of the query position, per-token terms, dropout, scattered positions or
+# each row's documents), within a window or not.
+STRIDED_ROWS = frozenset({"cpu", "bias_table", "window"})
 
 
 class Toeplitz(AttentionPlan):
@@ -51,8 +50,9 @@ class Toeplitz(AttentionPlan):
         self.bias_table = bias_table
 
     requires = frozenset({"cpu"})
-    # The flash kernel takes no gradient for the mask (ToeplitzTableGradient does) and cannot multiply the scores.
-    handles = EVERY_NEED - NOT_STRIDED_ROWS - {"bias_gradient", "weight"}
+    # Gradients of q, k and v; the flash kernel takes none for the mask (ToeplitzTableGradient does) and
+    # cannot multiply the scores by a weight.
+    handles = STRIDED_ROWS | {"gradients", "cpu_gradients"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -100,7 +100,7 @@ class ToeplitzWrittenOut(AttentionPlan):
 
     requires = frozenset({"weight", "bias_table"})
     # It keeps nothing for a backward pass (`toeplitz_weighted_table_gradient` does).
-    handles = EVERY_NEED - NOT_STRIDED_ROWS - {"gradients", "cpu_gradients"}
+    handles = STRIDED_ROWS | {"weight", "bias_gradient"}
 
     @classmethod
     def memory_bytes(cls, inputs):

@@ -21,7 +21,6 @@ import torch
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.masks import allowed_keys, token_term_differences
-from megatron.model.attention.needs import EVERY_NEED
 
 TOKEN_TERMS_BLOCK = 128  # queries per kernel call (module docstring)
 
@@ -88,7 +87,7 @@ class BlockedTokenTerms(Blocked):
     # The per-token terms alone, on the CPU flash kernel (no dropout); its block masks are shared by the
     # rows, so it cannot hide each row's documents.
     requires = frozenset({"token_terms", "cpu"})
-    handles = EVERY_NEED - {"score_rewrite", "query_terms", "bias_table", "weight", "dropout", "documents"}
+    handles = frozenset({"cpu", "token_terms", "gradients", "cpu_gradients", "scattered_positions", "window"})
 
     @classmethod
     def memory_bytes(cls, inputs):

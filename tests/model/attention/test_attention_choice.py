@@ -522,7 +522,7 @@ def test_a_strategy_refuses_exactly_what_it_does_not_handle_or_lacks():
         handles = EVERY_NEED - {"window"}
 
     class ForWeights(AttentionPlan):
-        requires = frozenset({"weight"})
+        handles, requires = EVERY_NEED, frozenset({"weight"})
 
     windowed, plain = inputs_for("alibi", "cpu", False, 0.0, True), inputs_for("alibi", "cpu", False, 0.0, False)
     assert "window" in needs_of(windowed) and "window" not in needs_of(plain)
@@ -532,3 +532,16 @@ def test_a_strategy_refuses_exactly_what_it_does_not_handle_or_lacks():
     assert ForWeights.can_run(inputs_for("kerple_bias_weight", "cpu", False, 0.0, False)) is None
     for name, strategy in STRATEGIES.items():  # every declaration is in the vocabulary
         assert strategy.handles <= EVERY_NEED and strategy.requires <= EVERY_NEED, name
+
+
+def test_a_new_need_is_refused_by_every_strategy_until_it_says_it_handles_it(monkeypatch):
+    """A channel added to the protocol (a new need) is computed by no strategy by accident: each lists what it
+    handles, so each refuses the new need, with the reason naming it."""
+    from megatron.model.attention import needs, strategy as strategy_module
+    monkeypatch.setitem(needs.NEEDS, "new_channel", "a new kind of term")
+    monkeypatch.setattr(strategy_module, "needs_of", lambda inputs: needs.needs_of(inputs) | {"new_channel"})
+    inputs = inputs_for("none", "cpu", False, 0.0, False)
+    for name, strategy in STRATEGIES.items():
+        reason = strategy.can_run(inputs)
+        assert reason is not None and ("a new kind of term" in reason or "runs only with" in reason), (name, reason)
+    assert STRATEGIES["blocked"].can_run(inputs) == "it does not handle a new kind of term"
