@@ -4,7 +4,8 @@ Every strategy x every registered method (and the two wrappers, attention-temper
 by name: forward, and where it takes gradients, the gradients of q, k, v and of the method's parameters.
 A strategy that cannot compute a case is skipped with its own reason (`can_run`), and the last test checks
 that each strategy computed at least one method here. The layouts: whole sequences, a window, and packed
-documents with per-row positions."""
+documents with per-row positions. The cached-generation step (cached.py), which is planned from a KV cache
+rather than chosen, is checked against the same reference over a prompt, a decoding step and the rest."""
 import copy
 
 import pytest
@@ -125,3 +126,25 @@ def test_every_strategy_computes_some_method_here():
                                                      batch=2, documents=documents is not None)
                 never -= {name for name in never if STRATEGIES[name].can_run(described) is None}
     assert not never, f"strategies that no method of this test runs: {sorted(never)}"
+
+
+@pytest.mark.parametrize("window", [None, WINDOW])
+@pytest.mark.parametrize("method", METHODS)
+def test_the_cached_step_matches_the_reference(method, window):
+    """The cached-generation strategy (cached.py): a prompt, one decoding step and the rest, each against
+    the keys cached so far, give the reference's attention of the whole sequence."""
+    from megatron.model.attention.cached import attend_cached, plan_cached
+    from megatron.model.kv_cache import KVCache
+    pe = make_pe(method, window)
+    q, k, v, x = inputs(pe, False)
+    with torch.no_grad():
+        g = pe.token_terms(x)
+        cache = KVCache(num_layers=1, batch_size=2, capacity=LENGTH, windows=[window])
+        outputs = []
+        for start, end in ((0, 10), (10, 11), (11, LENGTH)):
+            cache.append(None, end - start)
+            plan = plan_cached(pe, cache, end - start, window).with_token_terms(None if g is None else g[..., start:end])
+            outputs.append(attend_cached(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], plan,
+                                         cache.layers[0]))
+        expected = reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window, token_terms=g)
+    torch.testing.assert_close(torch.cat(outputs, dim=2), expected, atol=1e-7, rtol=1e-6)
