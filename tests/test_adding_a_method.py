@@ -75,8 +75,8 @@ def test_config_reference_lists_the_method_and_its_option(project):
 
 
 def test_registry_parametrised_tests_cover_the_method(project):
-    out = run(project, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_positional_embeddings.py",
-              "tests/test_model.py", "tests/test_hf_export.py", "-k", METHOD)
+    out = run(project, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/model/positional/test_positional_embeddings.py",
+              "tests/test_model.py", "tests/test_hf_export.py", "tests/model/attention/test_strategies.py", "-k", METHOD)
     assert " failed" not in out and " error" not in out, out[-3000:]
     # The registry-parametrised tests include the method: its config, the model's paths agreeing with
     # gradients, 16x the training length, and the Hugging Face export's logits at 1x and 4x.
@@ -85,6 +85,9 @@ def test_registry_parametrised_tests_cover_the_method(project):
                  "test_model.py::test_relative_methods_run_at_16x_the_training_length",
                  "test_hf_export.py::test_export_gives_the_same_logits_at_1x_and_4x_the_training_length"):
         assert re.search(rf"{re.escape(test)}\[{METHOD}\] PASSED", out), test
+    # Every attention strategy that can run it, against the reference (forward and gradients).
+    assert re.search(rf"test_strategy_matches_the_reference\[blocked-{METHOD}-sequence-gradients\] PASSED", out)
+    assert re.search(rf"test_the_cached_step_matches_the_reference\[{METHOD}-None\] PASSED", out)
 
 
 def test_trains_and_resumes_with_another_initialisation_only_value(project, stdlib_data, tmp_path):

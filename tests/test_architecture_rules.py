@@ -7,10 +7,15 @@ too), so that a change breaking one fails here naming the file and line:
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
-  copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export).
+  copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
+- everything that computes attention lives in megatron/model/attention, which imports torch, the
+  standard library, itself and two leaf modules (megatron/errors.py, megatron/compiled_code.py), and
+  importing one of its kernels does not build GPTModel's module graph.
 """
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -19,6 +24,10 @@ from megatron.model.positional_embeddings import ALIASES, available
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MEGATRON = ROOT / "megatron"
 POSITIONAL = MEGATRON / "model" / "positional_embeddings"
+ATTENTION = MEGATRON / "model" / "attention"
+# What the attention folder may import besides itself, torch and the standard library: leaf modules that
+# import nothing of the project (the user-error type; where compiled code is kept).
+ATTENTION_LEAVES = ("megatron.errors", "megatron.compiled_code")
 ENTRY_POINTS = ("deepy.py", "train.py", "evaluate.py", "generate.py", "eval.py")
 
 
@@ -170,3 +179,42 @@ def test_positional_files_import_megatron_only_inside_base_pys_try_block():
 ])
 def test_a_method_name_comparison_is_found(source, hit):
     assert method_name_comparisons(source, set(available())) == [hit]
+
+
+def test_the_attention_folder_imports_only_torch_itself_and_two_leaves():
+    found = []
+    for path in python_files(ATTENTION):
+        for module, line, _ in imports(path):
+            if under(module, "megatron") and not (under(module, "megatron.model.attention")
+                                                  or any(under(module, leaf) for leaf in ATTENTION_LEAVES)):
+                found.append(f"{where(path, line)} imports {module}")
+            elif not under(module, "megatron") and module.split(".")[0] not in ("torch", *sys.stdlib_module_names):
+                found.append(f"{where(path, line)} imports {module}")
+    assert not found, ("megatron/model/attention imports only torch, itself and " + ", ".join(ATTENTION_LEAVES) +
+                       " (the positional method comes in as an object):\n" + "\n".join(found))
+    for leaf in ATTENTION_LEAVES:
+        leaf_path = ROOT / (leaf.replace(".", "/") + ".py")
+        assert not [m for m, _, _ in imports(leaf_path) if under(m, "megatron")], f"{leaf} must stay a leaf"
+
+
+def test_attention_code_lives_in_the_attention_folder():
+    """Outside attention/ nothing in megatron/model calls an attention kernel: SDPA, the CPU flash ops,
+    FlexAttention or a softmax over scores."""
+    kernels = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu", "flex_attention")
+    found = []
+    for path in python_files(MEGATRON / "model"):
+        if ATTENTION in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if name in kernels:
+                found.append(f"{where(path, node.lineno)} uses {name}")
+    assert not found, "attention is computed in megatron/model/attention only:\n" + "\n".join(found)
+
+
+@pytest.mark.launches  # a fresh interpreter: this one has imported the model already
+def test_importing_an_attention_kernel_does_not_build_the_model():
+    probe = ("import sys, megatron.model.attention.cpu_flash, megatron.model.attention.choice; "
+             "print(sorted(m for m in sys.modules if m.startswith('megatron') and 'attention' not in m))")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert eval(loaded) == ["megatron", "megatron.compiled_code", "megatron.errors", "megatron.model"], loaded

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from megatron.model import GPTModel
-from megatron.model.kv_cache import plan_cached
+from megatron.model.attention.cached import plan_cached
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import GenerationError, generate_tokens

@@ -16,7 +16,7 @@ from megatron.errors import NeoXArgsError
 from megatron.inference_model import load
 from megatron.model import GPTModel
 from megatron.model.attention import plan_attention
-from megatron.model.flex_kernel import reference_math
+from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.kv_cache import KVCache
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments import NeoXArgs

@@ -7,7 +7,8 @@ import pytest
 import torch
 import transformers
 
-from megatron.model import GPTModel, flex_kernel, get_params_for_weight_decay_optimization
+from megatron.model import GPTModel, get_params_for_weight_decay_optimization
+from megatron.model.attention import flex_kernel
 from megatron.model.positional_embeddings import PositionalEmbeddingError, available, lookup
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
@@ -18,7 +19,7 @@ VOCAB = 96
 
 
 def make_args(**overrides):
-    # Shapes match tests/test_attention.py (4 heads of 8 dims, 40 tokens, batch 2).
+    # Shapes match tests/model/attention/test_attention.py (4 heads of 8 dims, 40 tokens, batch 2).
     config = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 40,
               "attention_block_size": 16, "train_micro_batch_size_per_gpu": 2, "pos_emb": "kerple_log"}
     return NeoXArgs.from_dict(config | overrides)
@@ -87,7 +88,7 @@ def test_sdpa_and_blocked_models_agree_with_gradients(name):
 
 def test_flex_model_forward_agrees_with_sdpa():
     # The flex path's logic in the model, on torch's eager FlexAttention (flex_kernel.py); the compiled
-    # CPU kernel is tests/test_attention.py's and the evaluation end-to-end test's.
+    # CPU kernel is tests/model/attention/test_attention.py's and the evaluation end-to-end test's.
     for name in METHODS:
         sdpa, flex = (make_model(pos_emb=name, attention_impl=impl, attention_window=13).eval()
                       for impl in ("sdpa", "blocked" if name == "fire" or lookup(name).modifies_scores else "flex"))

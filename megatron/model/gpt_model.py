@@ -5,9 +5,10 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention import plan_attention
-from megatron.model.attention_config import AttentionConfig
+from megatron.model.attention.config import AttentionConfig
 from megatron.model.init_functions import init_normal_
-from megatron.model.kv_cache import KVCache, per_row, plan_cached
+from megatron.model.attention.cached import per_row, plan_cached
+from megatron.model.kv_cache import KVCache
 from megatron.model.layer_pattern import build_kind, layer_kinds, per_layer_modules
 from megatron.model.norms import build_norm
 from megatron.model.positional_embeddings import PositionalEmbedding

@@ -11,14 +11,14 @@ only (0 at its first real token), so every row gets the numbers of a forward of 
 for the methods that read absolute positions (learned, sinusoidal, rotary's angles, fire's query
 position). Padding slots are never visible as keys; as queries they see themselves only, which
 keeps their (unused) values finite. Rows whose positions differ call the protocol once each.
-"""
-import copy
 
+This file keeps the storage; the attention of a cached forward (its plan and step) is
+megatron/model/attention/cached.py.
+"""
 import torch
 
 from megatron.errors import NeoXArgsError
-from megatron.model.attention.masks import attend_materialised
-from megatron.model.attention.sdpa import score_edit
+from megatron.model.attention.cached import CachedPlan
 
 
 class LayerKV:
@@ -67,11 +67,6 @@ class LayerKV:
         return self.keys[:, :, :end], self.values[:, :, :end]
 
 
-def first_visible_slot(start: int, window: int | None) -> int:
-    """The first cache slot a forward starting at slot `start` reads (LayerKV.store keeps the rest)."""
-    return 0 if window is None else max(0, start - (window - 1))
-
-
 class KVCache:
     def __init__(self, num_layers: int, batch_size: int, capacity: int, device=None, windows=None):
         """Room for `capacity` tokens (padding included) in each of `batch_size` rows; `windows`: each
@@ -95,110 +90,3 @@ class KVCache:
         self.positions[:, self.length:end], self.real[:, self.length:end] = positions, real
         self.length = end
         return positions
-
-
-def per_row(fn, positions: torch.Tensor, *tensors):
-    """fn(positions [s], *tensors) for rows [b, ...] with per-row positions [b, s]: one call with
-    all rows when they share their positions, else one call per row, concatenated along dim 0."""
-    if bool((positions == positions[:1]).all()):
-        return fn(positions[0], *tensors)
-    results = [fn(positions[r], *(t[r:r + 1] for t in tensors)) for r in range(positions.shape[0])]
-    if isinstance(results[0], tuple):
-        return tuple(torch.cat(parts) for parts in zip(*results))
-    return torch.cat(results)
-
-
-class CachedPlan:
-    """The attention strategy of a cached forward: s new queries per row against every cached key,
-    terms from `pe.pairwise` with explicit positions and the softmax written out (attend_materialised).
-    One instance per cached forward (per positional module), read by every layer."""
-    name = "cached_step"
-
-    def __init__(self, pe, start: int, q_positions, bias, weight, allowed, k_positions=None):
-        self.pe = pe
-        self.k_positions = k_positions    # [b, visible keys]: read by a method that rewrites the scores
-        self.start = start                # cache index of the first new token (keys from first_visible_slot)
-        self.q_positions = q_positions    # [b, s]
-        self.bias, self.weight = bias, weight  # [b or 1, H, s, visible keys] each, or None
-        self.allowed = allowed            # bool [b, 1, s, visible keys]
-        self.token_terms = None           # g [b, H, s] of one layer (with_token_terms), or None
-
-    def with_token_terms(self, g):
-        """This plan for one layer whose method gives per-token terms g [b, H, s] (fox): a shallow copy;
-        `attend` adds F_i - F_j with the F of the cached keys (LayerKV.store_token_terms)."""
-        if g is None:
-            return self
-        plan = copy.copy(self)
-        plan.token_terms = g
-        return plan
-
-    @staticmethod
-    def can_run(cache: "KVCache", s: int) -> str | None:
-        """Every method runs (the positional protocol's explicit positions); only room can lack."""
-        if cache.length + s > cache.capacity:
-            return (f"the KV cache holds {cache.capacity} tokens per row and has {cache.length}; "
-                    f"{s} more do not fit")
-        return None
-
-    @staticmethod
-    def memory_bytes(*, batch: int, heads: int, head_dim: int, queries: int, keys: int, capacity: int,
-                     element_size: int, pairwise_bytes: int, has_weight: bool, token_terms: bool = False,
-                     score_bytes: int = 0) -> int:
-        """One layer's cached keys and values (LayerKV: [b, H, capacity, D] twice), and for the forward
-        of `queries` new tokens against `keys` cached ones, per (query, key) pair of each row: what
-        pe.pairwise allocates (`pairwise_bytes`), the visibility (bool, about 3 with its temporaries)
-        and either the masked bias SDPA reads (e H) or, with a weight, the written-out scores in fp32
-        or wider (two at once); a method that rewrites the scores (`score_bytes`, pe.score_bytes()) writes them
-        out too and adds its own per head. Per-token terms (fox): their F [b, H, capacity] in fp32 beside the
-        keys, and per pair F_i - F_j and its sum with the bias (fp32, 8 H). A decoding step (one query) is O(L)."""
-        cache = 2 * batch * heads * capacity * head_dim * element_size
-        written = has_weight or score_bytes > 0
-        per_pair = pairwise_bytes + 3 + (2 * heads * max(element_size, 4) if written else element_size * heads)
-        per_pair += heads * score_bytes
-        if token_terms:
-            cache += batch * heads * capacity * 4
-            per_pair += 8 * heads
-        return cache + batch * queries * keys * per_pair
-
-    def attend(self, q, k, v, kv: "LayerKV"):
-        """q, k, v [b, H, s, D] of the new tokens -> [b, H, s, D]; their keys and values join `kv`."""
-        q, k = per_row(lambda positions, q_, k_: self.pe.rotate_qk(q_, k_, positions, positions),
-                       self.q_positions, q, k)
-        keys, values = kv.store(k, v, self.start)
-        bias = self.bias
-        if self.token_terms is not None:
-            new, visible = kv.store_token_terms(self.token_terms, self.start)  # [b, H, s], [b, H, visible keys]
-            differences = new[..., :, None] - visible[..., None, :]
-            bias = differences if bias is None else bias + differences
-        return attend_materialised(q, keys, values, bias, self.weight, self.allowed, 0.0,
-                                   score_edit(self.pe, self.q_positions, self.k_positions))
-
-
-def plan_cached(pe, cache: KVCache, s: int, window: int | None) -> CachedPlan:
-    """The plan for the s tokens just appended to `cache` (the last s slots)."""
-    end = cache.length
-    start = end - s
-    first = first_visible_slot(start, window)  # the keys the layers of this plan keep (LayerKV.store)
-    q_positions, k_positions, real = cache.positions[:, start:end], cache.positions[:, first:end], cache.real[:, first:end]
-
-    def terms(q_pos, k_pos):  # -> [1, H, s, visible keys] each, or None
-        bias, weight = pe.pairwise(q_pos, k_pos)
-        return tuple(t if t is None else t[None] for t in (bias, weight))
-
-    if bool((cache.positions[:, first:end] == cache.positions[:1, first:end]).all()):
-        bias, weight = terms(q_positions[0], k_positions[0])  # [1, H, s, end]: broadcast over rows
-    else:
-        pairs = [terms(q, k) for q, k in zip(q_positions, k_positions)]
-        bias, weight = (None if parts[0] is None else torch.cat(parts) for parts in zip(*pairs))
-    q_index = torch.arange(start, end, device=real.device)[:, None]  # [s, 1]
-    k_index = torch.arange(first, end, device=real.device)[None, :]  # [1, visible keys]
-    allowed = (k_index <= q_index) & real[:, None, :]                # [b, s, end]
-    if window is not None:
-        allowed &= q_positions[:, :, None] - k_positions[:, None, :] < window
-    allowed |= k_index == q_index  # a padding query sees itself: finite values nobody reads
-    return CachedPlan(pe, start, q_positions, bias, weight, allowed[:, None], k_positions)
-
-
-def attend_cached(q, k, v, plan: CachedPlan, kv: LayerKV):
-    """q, k, v [b, H, s, D] of the new tokens -> [b, H, s, D]; their keys and values join `kv`."""
-    return plan.attend(q, k, v, kv)

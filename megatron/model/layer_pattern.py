@@ -190,7 +190,7 @@ def training_plans(neox_args) -> list[str]:
     import torch
 
     from megatron.model.attention import AttentionInputs
-    from megatron.model.attention_choice import choose_strategy, memory_budget_bytes
+    from megatron.model.attention.choice import choose_strategy, memory_budget_bytes
 
     kinds = list(dict.fromkeys(layer_kinds(neox_args)))
     positions = torch.arange(neox_args.seq_length)

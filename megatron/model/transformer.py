@@ -3,9 +3,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from megatron.model.attention import AttentionPlan, attend
-from megatron.model.attention_config import AttentionConfig
+from megatron.model.attention.config import AttentionConfig
 from megatron.model.init_functions import init_normal_
-from megatron.model.kv_cache import attend_cached
+from megatron.model.attention.cached import attend_cached
 from megatron.model.norms import build_norm
 
 

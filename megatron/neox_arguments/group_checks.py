@@ -7,7 +7,7 @@ import difflib
 
 from megatron.evaluation.modes import mode_names, mode_options
 from megatron.evaluation.probes import TrainOptions as ProbeTrainOptions
-from megatron.model.attention_config import AttentionConfig, AttentionConfigError
+from megatron.model.attention.config import AttentionConfig, AttentionConfigError
 from megatron.model.layer_pattern import LayerPatternError, layer_kinds
 from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem

@@ -13,7 +13,7 @@ from typing import Literal, Optional
 
 from megatron.evaluation.modes import mode_options
 from megatron.evaluation.probes import TrainOptions as ProbeTrainOptions
-from megatron.model.attention_config import ATTENTION_IMPLS
+from megatron.model.attention.config import ATTENTION_IMPLS
 from megatron.model.positional_embeddings import ALIASES, available, declared_options
 
 from .errors import NeoXArgsError

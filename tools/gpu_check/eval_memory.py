@@ -8,7 +8,7 @@ at each length for `auto` (`sdpa` while its L x L mask fits in a quarter of the 
 FlexAttention) and `sdpa` (the [H, L, L] bias materialised). Per (path, L): tokens/s of the timed
 pass after an untimed one (FlexAttention compiles per length), and the peak memory of the timed pass:
 CUDA's max allocated, or on CPU the rise of the process's peak RSS (benchmarks/measure.py). `sdpa` is
-skipped where its estimate (megatron/model/attention_choice.py's sdpa_bytes) exceeds the free memory.
+skipped where its estimate (megatron/model/attention/choice.py's sdpa_bytes) exceeds the free memory.
 Lengths run shortest first and stop when the budget runs out.
 """
 import argparse
@@ -22,7 +22,7 @@ import torch
 from benchmarks.measure import PeakMemory
 from megatron.evaluation.scoring import window_losses
 from megatron.model import GPTModel
-from megatron.model.attention_choice import sdpa_bytes
+from megatron.model.attention.choice import sdpa_bytes
 from .profiles import EVAL_LENGTHS, describe, model_args
 
 IMPLS = ("auto", "sdpa")

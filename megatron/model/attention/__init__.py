@@ -22,11 +22,11 @@ Each strategy is a small class, one file each (registry.py lists them by path):
   without gradients, the written-out softmax reading its weight and bias from such rows
   (`ToeplitzWrittenOut`, toeplitz.py, O(H * 64 * L)).
 - a learnable bias table's gradient on the side, for the `sdpa` mask, the Toeplitz row and the
-  gathered blocks (learnable_table.py, megatron/model/table_gradient.py); for a learnable bias with a
+  gathered blocks (learnable_table.py, megatron/model/attention/table_gradient.py); for a learnable bias with a
   learnable weight, their Toeplitz rows with the softmax written out a block of queries at a time and
-  recomputed in the backward (megatron/model/weighted_table_attention.py).
-The KV cache's decoding step is one more (megatron/model/kv_cache.py). Which strategy a forward
-takes (`attention-impl`, `auto`'s rule) is megatron/model/attention_choice.py's job; attention never
+  recomputed in the backward (megatron/model/attention/weighted_table_attention.py).
+The KV cache's decoding step is one more (cached.py; the storage is megatron/model/kv_cache.py). Which strategy a forward
+takes (`attention-impl`, `auto`'s rule) is megatron/model/attention/choice.py's job; attention never
 names a positional method.
 
 `plan_attention` runs once per model forward (per positional module): it picks the strategy and
@@ -41,8 +41,8 @@ from megatron.model.attention.masks import (additive_mask, allowed_keys, attend_
                                             gather_by_distance)
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.toeplitz import TOEPLITZ_BLOCK, Toeplitz
-from megatron.model.attention_choice import choose_strategy, memory_budget_bytes
-from megatron.model.attention_config import check_attention_sizes
+from megatron.model.attention.choice import choose_strategy, forced_strategy, memory_budget_bytes
+from megatron.model.attention.config import check_attention_sizes
 
 __all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Blocked", "Flex", "Toeplitz",
            "FLEX_BLOCK", "TOEPLITZ_BLOCK", "flex_block_mask", "pad_to_whole_tiles", "additive_mask", "allowed_keys",
@@ -52,22 +52,27 @@ __all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Bloc
 def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,
                    needs_grad: bool, dropout_p: float, dtype: torch.dtype = torch.float32, batch: int = 1,
                    memory_budget_mb: int | None = None, flex_kernel_options: dict | None = None,
-                   documents: torch.Tensor | None = None, row_positions: torch.Tensor | None = None) -> AttentionPlan:
+                   documents: torch.Tensor | None = None, row_positions: torch.Tensor | None = None,
+                   strategy: str | None = None) -> AttentionPlan:
     """Choose the strategy for this forward and compute what it reads from the positional method.
 
     `dtype`: the dtype of q, k and v (the `sdpa` mask is built in it); `batch`: sequences per
     forward; both only size the memory estimate and the mask, so the strategy is the same for every layer.
     `documents` [b, s]: each token's packed document, keys of other documents hidden (reset-attention-mask);
     `row_positions` [b, s]: per-row positions stepping by 1 inside each document (reset-position-ids), with
-    `positions` the index 0..s-1 (AttentionPlan)."""
+    `positions` the index 0..s-1 (AttentionPlan). `strategy`: one strategy by name in place of `impl`'s
+    choice (the strategy tests), StrategyCannotRun with its own reason where it cannot run."""
     check_attention_sizes(window, block_size, memory_budget_mb)
     span = int(positions.max() - positions.min()) + 1  # s for the usual positions 0..s-1
     bias_table, weight_table = pe.distance_tables_at(positions, span) or (None, None)
     inputs = AttentionInputs.describe(pe, positions, bias_table, weight_table, window=window, block_size=block_size,
                                       needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=batch,
                                       documents=documents is not None)
-    strategy = choose_strategy(impl, inputs, memory_budget_bytes(positions.device, memory_budget_mb))
-    plan = strategy(pe, positions, window=window, block_size=block_size, span=span, dtype=dtype,
+    if strategy is None:
+        chosen = choose_strategy(impl, inputs, memory_budget_bytes(positions.device, memory_budget_mb))
+    else:
+        chosen = forced_strategy(strategy, inputs)
+    plan = chosen(pe, positions, window=window, block_size=block_size, span=span, dtype=dtype,
                     bias_table=bias_table, weight_table=weight_table, documents=documents,
                     row_positions=row_positions)
     if flex_kernel_options:

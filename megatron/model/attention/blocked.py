@@ -12,6 +12,10 @@ from megatron.model.attention.strategy import AttentionPlan
 
 class Blocked(AttentionPlan):
     name = path = "blocked"
+    # Every need there is (the last strategy of its path): listed, so that a need added to needs.py later
+    # is handled here only once this class computes it.
+    handles = frozenset({"cpu", "score_rewrite", "query_terms", "token_terms", "bias_table", "weight", "bias_gradient",
+                         "gradients", "cpu_gradients", "dropout", "scattered_positions", "documents", "window"})
 
     def __init__(self, pe, positions, *, bias_table, weight_table, **common):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)

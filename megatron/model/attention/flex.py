@@ -2,13 +2,13 @@
 method's per-token terms F [b, H, L], fox), with a block mask for causality and the window; no L x L
 tensor. Only for methods whose terms depend on d alone (and on per-token terms). torch has no FlexAttention backward on CPU, so on CPU it runs only without
 gradients, and there the compiled kernel is checked against torch's eager math before its numbers
-are used (megatron/model/flex_kernel.py)."""
+are used (megatron/model/attention/flex_kernel.py)."""
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask
 
 from megatron.model.attention.strategy import AttentionPlan
-from megatron.model.flex_kernel import run_flex
+from megatron.model.attention.flex_kernel import run_flex
 
 FLEX_BLOCK = 128  # FlexAttention's tile: the block mask says, per tile, "skip", "full" or "apply mask_mod"
 
@@ -82,22 +82,25 @@ class Flex(AttentionPlan):
         self.bias_table, self.weight_table = bias_table, weight_table
         self.block_mask = flex_block_mask(positions, window, span, self.documents)
 
+    # Not a score rewrite, terms of the query position (no per-distance table to read), gradients on CPU
+    # (torch's FlexAttention has no CPU backward) or dropout.
+    handles = frozenset({"cpu", "token_terms", "bias_table", "weight", "bias_gradient", "gradients",
+                         "scattered_positions", "documents", "window"})
+
     @classmethod
-    def can_run(cls, inputs):
-        """The reasons complete the sentence "attention-impl is 'flex', but ..." (attention_choice.py)."""
-        if inputs.modifies_scores:
+    def refusal(cls, need, inputs):
+        """The reasons complete the sentence "attention-impl is 'flex', but ..." (choice.py): a user reads them."""
+        if need == "score_rewrite":
             return ("this positional method rewrites the whole score matrix (row by row), which FlexAttention's "
                     "per-entry score_mod cannot express. Set attention-impl to 'blocked', 'sdpa' or 'auto'")
-        if not inputs.distance_only:
+        if need == "query_terms":
             return ("this positional method's bias depends on the query position itself, not only on the "
                     "distance i - j, so it has no per-distance table for FlexAttention to read. Set "
                     "attention-impl to 'blocked', 'sdpa' or 'auto'")
-        if inputs.device_type == "cpu" and inputs.needs_grad:
-            problem = "torch's FlexAttention has no backward pass on CPU"
-        elif inputs.dropout_p > 0:
-            problem = "FlexAttention does not apply attention dropout"
-        else:
-            return None
+        problem = {"cpu_gradients": "torch's FlexAttention has no backward pass on CPU",
+                   "dropout": "FlexAttention does not apply attention dropout"}.get(need)
+        if problem is None:
+            return super().refusal(need, inputs)
         return (f"{problem} (device {inputs.device_type}, gradients "
                 f"{'needed' if inputs.needs_grad else 'not needed'}, attention-dropout {inputs.dropout_p}). Set "
                 "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device")

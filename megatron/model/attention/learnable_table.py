@@ -1,32 +1,24 @@
 """The strategies for a learnable per-distance bias table that needs a gradient: the bias is a
 constant to the fused kernels and the table's gradient is computed on the side
-(megatron/model/table_gradient.py), instead of a mask that requires a gradient sending SDPA to its
+(megatron/model/attention/table_gradient.py), instead of a mask that requires a gradient sending SDPA to its
 unfused math kernel. One variant of each layout the table can take: `sdpa`'s mask, the Toeplitz
 row, the `blocked` path's gathered blocks; and for a learnable bias with a learnable weight
 (kerple_bias_weight), the Toeplitz rows of both with the softmax written out a block at a time
-(megatron/model/weighted_table_attention.py)."""
+(megatron/model/attention/weighted_table_attention.py)."""
 import torch
 
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.sdpa import Sdpa, in_dtype_of, sdpa_bytes
-from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut, toeplitz_layout_problem, weighted_rows_problem
-from megatron.model.table_gradient import attend_with_table, gradient_block
-from megatron.model.weighted_table_attention import WeightedTableAttention
+from megatron.model.attention.toeplitz import STRIDED_ROWS, Toeplitz, ToeplitzWrittenOut
+from megatron.model.attention.table_gradient import attend_with_table, gradient_block
+from megatron.model.attention.weighted_table_attention import WeightedTableAttention
 
 
-def table_gradient_problem(inputs) -> str | None:
-    """Why this forward has no learnable bias table whose gradient the table gradient computes, or None."""
-    if not inputs.needs_grad:
-        return "no gradient is needed"
-    if not (inputs.distance_only and inputs.has_bias and inputs.learnable_bias):
-        return "the method has no learnable per-distance bias table"
-    if inputs.has_weight:
-        return "the method's weight multiplies the scores, which the table gradient does not differentiate"
-    if inputs.token_terms:
-        return "the table gradient does not add per-token terms F_i - F_j (fox's forget gate)"
-    if inputs.dropout_p > 0:
-        return "the table gradient is computed without attention dropout"
-    return None
+# The table gradient: for a learnable per-distance bias table, with gradients; it differentiates neither a
+# weight nor per-token terms, and runs without attention dropout.
+TABLE_GRADIENT_REQUIRES = frozenset({"gradients", "bias_table", "bias_gradient"})
+TABLE_GRADIENT_HANDLES = TABLE_GRADIENT_REQUIRES | {"cpu", "cpu_gradients", "scattered_positions", "documents",
+                                                    "window"}
 
 
 def gradient_blocks_bytes(inputs, keys: int) -> int:
@@ -45,9 +37,7 @@ class SdpaTableGradient(Sdpa):
     def mask_table(self, bias_table):
         return bias_table.detach()  # a constant to the fused kernels
 
-    @classmethod
-    def can_run(cls, inputs):
-        return table_gradient_problem(inputs)
+    requires, handles = TABLE_GRADIENT_REQUIRES, TABLE_GRADIENT_HANDLES
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -64,9 +54,8 @@ class ToeplitzTableGradient(Toeplitz):
     name = "toeplitz_table_gradient"
     table_grad = True
 
-    @classmethod
-    def can_run(cls, inputs):
-        return toeplitz_layout_problem(inputs) or table_gradient_problem(inputs)
+    requires = TABLE_GRADIENT_REQUIRES | Toeplitz.requires
+    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"cpu_gradients"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -82,9 +71,7 @@ class BlockedTableGradient(Blocked):
     name = "blocked_table_gradient"
     table_grad = True
 
-    @classmethod
-    def can_run(cls, inputs):
-        return table_gradient_problem(inputs)
+    requires, handles = TABLE_GRADIENT_REQUIRES, TABLE_GRADIENT_HANDLES
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -119,13 +106,8 @@ class ToeplitzWeightedTableGradient(ToeplitzWrittenOut):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
         self.bias_table, self.weight_table = bias_table, weight_table
 
-    @classmethod
-    def can_run(cls, inputs):
-        if not inputs.needs_grad:
-            return "no gradient is needed (`toeplitz_written_out` computes the forward alone)"
-        if not (inputs.has_bias and inputs.learnable_bias):
-            return "the method has no learnable bias table"
-        return weighted_rows_problem(inputs)
+    requires = TABLE_GRADIENT_REQUIRES | ToeplitzWrittenOut.requires  # (`toeplitz_written_out`: the forward alone)
+    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"weight", "cpu_gradients"}
 
     @classmethod
     def memory_bytes(cls, inputs):

@@ -4,7 +4,7 @@ fused kernels. The reference path, and the fastest where its L x L tensors fit."
 import torch
 import torch.nn.functional as F
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import (additive_mask, attend_materialised, distance_mask, fused_mask,
                                             same_document, token_term_differences)
 from megatron.model.attention.strategy import AttentionPlan
@@ -99,13 +99,10 @@ class Sdpa(AttentionPlan):
         """The table the mask is built from (differentiable: SDPA's math kernel takes its gradient)."""
         return bias_table
 
-    @classmethod
-    def can_run(cls, inputs):
-        if inputs.has_weight:
-            return "SDPA cannot multiply the scores by this method's weight"
-        if inputs.modifies_scores:
-            return "SDPA's fused kernels never write out the score matrix this method rewrites"
-        return None
+    # Not a weight (SDPA cannot multiply the scores) nor a score rewrite (its fused kernels never write
+    # the score matrix out).
+    handles = frozenset({"cpu", "query_terms", "token_terms", "bias_table", "bias_gradient", "gradients",
+                         "cpu_gradients", "dropout", "scattered_positions", "documents", "window"})
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -145,11 +142,8 @@ class SdpaWrittenOut(AttentionPlan):
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
 
-    @classmethod
-    def can_run(cls, inputs):
-        if inputs.token_terms:
-            return "it does not add per-token terms F_i - F_j (fox's forget gate); `sdpa` does"
-        return None
+    handles = frozenset({"cpu", "score_rewrite", "query_terms", "bias_table", "weight", "bias_gradient", "gradients",
+                         "cpu_gradients", "dropout", "scattered_positions", "documents", "window"})  # token terms: `sdpa`
 
     @classmethod
     def memory_bytes(cls, inputs):

@@ -2,7 +2,11 @@
 
 A strategy class answers two questions before anything is built, from the forward's AttentionInputs:
 `can_run` (why it cannot run here, or None) and `memory_bytes` (what it allocates, counted next to
-the allocations themselves). `plan_attention` then makes one instance per forward (per positional
+the allocations themselves). `can_run` is not written per strategy: each declares what it `handles`
+(channels and layouts, the names of needs.py) and what it `requires` (what it exists for, e.g. a
+learnable table for the table gradient), and cannot run where the forward needs something it does not
+handle, or lacks something it requires; the reason is generated from that difference. A new channel is
+a new need: the strategies that handle it list it, and every other one refuses by construction. `plan_attention` then makes one instance per forward (per positional
 module): the plan every layer shares, holding the tables or masks it computed once; `attend` runs it.
 """
 import copy
@@ -11,6 +15,7 @@ import torch
 
 from megatron.model.attention.inputs import AttentionInputs, terms_by_distance
 from megatron.model.attention.masks import allowed_keys, same_document
+from megatron.model.attention.needs import NEEDS, needs_of
 
 
 class AttentionPlan:
@@ -19,6 +24,8 @@ class AttentionPlan:
     path: str                 # the `attention-impl` it belongs to: "sdpa" | "flex" | "blocked"
     quadratic_memory = False  # memory_bytes grows with L^2: `auto` takes it only within the budget
     table_grad = False        # a learnable bias table's gradient on the side (table_gradient.py)
+    handles: frozenset = frozenset()  # the needs (needs.py) it computes, listed: any other, a new one too, refuses it
+    requires: frozenset = frozenset()  # the needs it exists for; a forward without one refuses it
     token_terms = None        # F [b, H, s] fp32 of one layer (with_token_terms), or None
 
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
@@ -62,8 +69,26 @@ class AttentionPlan:
 
     @classmethod
     def can_run(cls, inputs: AttentionInputs) -> str | None:
-        """Why this strategy cannot compute this forward, or None when it can."""
+        """Why this strategy cannot compute this forward, or None when it can: the first need (in
+        needs.py's order) that the forward has and the strategy does not handle, or that the strategy
+        requires and the forward lacks."""
+        needed = needs_of(inputs)
+        for need in NEEDS:
+            if need in needed and need not in cls.handles:
+                return cls.refusal(need, inputs)
+            if need in cls.requires and need not in needed:
+                return cls.lacking(need)
         return None
+
+    @classmethod
+    def refusal(cls, need: str, inputs: AttentionInputs) -> str:
+        """The reason for a need this strategy does not handle."""
+        return f"it does not handle {NEEDS[need]}"
+
+    @classmethod
+    def lacking(cls, need: str) -> str:
+        """The reason for a need this strategy requires and the forward lacks."""
+        return f"it runs only with {NEEDS[need]}"
 
     @classmethod
     def memory_bytes(cls, inputs: AttentionInputs) -> int:

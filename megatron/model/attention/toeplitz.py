@@ -18,10 +18,10 @@ import math
 
 import torch
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import distance_row, row_view
 from megatron.model.attention.strategy import AttentionPlan
-from megatron.model.weighted_table_attention import FORWARD_BLOCK, weighted_forward
+from megatron.model.attention.weighted_table_attention import FORWARD_BLOCK, weighted_forward
 
 TOEPLITZ_BLOCK = 128  # queries per kernel call (it holds no [block, L] tensor): with gradients, or short
 LONG_BLOCK = 768      # ... without gradients from LONG_FROM tokens on: the kernel's 256-query tiles
@@ -30,39 +30,14 @@ LONG_FROM = 4096
 
 def query_block(length: int, needs_grad: bool) -> int:
     """Queries per kernel call (module docstring). Training keeps 128: its backward and the table
-    gradient were measured with them (megatron/model/table_gradient.py)."""
+    gradient were measured with them (megatron/model/attention/table_gradient.py)."""
     return LONG_BLOCK if length >= LONG_FROM and not needs_grad else TOEPLITZ_BLOCK
 
 
-def strided_rows_problem(inputs) -> str | None:
-    """Why this forward's terms are not strided views of one row per head (row_view), or None: what
-    every strategy here needs."""
-    if not inputs.distance_only:
-        return "this method's terms depend on the query position itself, not on i - j alone"
-    if inputs.token_terms:
-        return ("this method's per-token terms F_i - F_j (fox's forget gate) differ per layer and per row, so "
-                "they are not one strided row per head")
-    if inputs.dropout_p > 0:
-        return "its blocks are computed without attention dropout"
-    if not inputs.consecutive:
-        return "the positions are not consecutive, so a term is not a function of the index difference"
-    if inputs.documents:
-        return DOCUMENTS_PROBLEM
-    return None
-
-
-def toeplitz_layout_problem(inputs) -> str | None:
-    """Why the terms of this forward are not one strided row per head for CPU's flash kernel, or None."""
-    if inputs.device_type != "cpu":
-        return "it calls torch's CPU flash kernel directly"
-    if (problem := strided_rows_problem(inputs)) is not None:
-        return problem
-    if inputs.has_weight:
-        return "the flash kernel cannot multiply the scores by this method's weight"
-    return None
-
-
-DOCUMENTS_PROBLEM = "packed documents are masked, and one strided row for the batch cannot hide each row's documents"
+# What strided views of one row per head (row_view) hold: a per-distance table at consecutive positions, one
+# row for the batch (not terms of the query position, per-token terms, dropout, scattered positions or
+# each row's documents), within a window or not.
+STRIDED_ROWS = frozenset({"cpu", "bias_table", "window"})
 
 
 class Toeplitz(AttentionPlan):
@@ -74,11 +49,10 @@ class Toeplitz(AttentionPlan):
         self.row = distance_row(table, positions.shape[0], window, dtype, positions.device)  # [H | 1, 2L - 1]
         self.bias_table = bias_table
 
-    @classmethod
-    def can_run(cls, inputs):
-        if inputs.learnable_bias:
-            return "the flash kernel takes no gradient for the mask (ToeplitzTableGradient does)"
-        return toeplitz_layout_problem(inputs)
+    requires = frozenset({"cpu"})
+    # Gradients of q, k and v; the flash kernel takes none for the mask (ToeplitzTableGradient does) and
+    # cannot multiply the scores by a weight.
+    handles = STRIDED_ROWS | {"gradients", "cpu_gradients"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -105,20 +79,10 @@ class Toeplitz(AttentionPlan):
         return cpu_flash.attention(q, k, v, mask, causal=False)[0]
 
 
-def weighted_rows_problem(inputs) -> str | None:
-    """Why this forward's bias and weight are not strided rows of one row per head (row_view) that a
-    written-out softmax reads, or None."""
-    if (problem := strided_rows_problem(inputs)) is not None:
-        return problem
-    if not inputs.has_weight:
-        return "the method has no weight (`toeplitz` runs it on the flash kernel)"
-    return None
-
-
 class ToeplitzWrittenOut(AttentionPlan):
     """The `blocked` path for a distance-only method with a weight (kerple_bias_weight), which the
     flash kernel cannot apply, at consecutive positions without gradients: the softmax written out a
-    block of queries at a time (megatron/model/weighted_table_attention.py), the weight and the bias
+    block of queries at a time (megatron/model/attention/weighted_table_attention.py), the weight and the bias
     read as strided views of one row per head (row_view, keys in reverse order) instead of [H, block, L]
     gathers by an int64 distance index and a visibility mask. One thread, 8 heads of 32 dims, L = 4096:
     1.5x causal attention without terms, against 4.3-5.6x for the gathered blocks (issue 27)."""
@@ -134,11 +98,9 @@ class ToeplitzWrittenOut(AttentionPlan):
         weight_row = distance_row(weight_table.detach(), length, window, compute, device)
         self.weight_row = weight_row.masked_fill(weight_row.isneginf(), 0)  # finite, so the bias's -inf decides
 
-    @classmethod
-    def can_run(cls, inputs):
-        if inputs.needs_grad:
-            return "it keeps nothing for a backward pass (`toeplitz_weighted_table_gradient` does)"
-        return weighted_rows_problem(inputs)
+    requires = frozenset({"weight", "bias_table"})
+    # It keeps nothing for a backward pass (`toeplitz_weighted_table_gradient` does).
+    handles = STRIDED_ROWS | {"weight", "bias_gradient"}
 
     @classmethod
     def memory_bytes(cls, inputs):

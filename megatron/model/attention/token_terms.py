@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.masks import allowed_keys, token_term_differences
 
@@ -84,19 +84,10 @@ class BlockedTokenTerms(Blocked):
     """Per-token terms alone (no bias, no weight) on CPU: the flash kernel per block (module docstring)."""
     name = "blocked_token_terms"
 
-    @classmethod
-    def can_run(cls, inputs):
-        if not inputs.token_terms:
-            return "the method has no per-token terms"
-        if inputs.device_type != "cpu":
-            return "it calls torch's CPU flash kernel directly"
-        if not inputs.distance_only or inputs.has_bias or inputs.has_weight:
-            return "it adds the per-token terms alone, and this method has other score terms too"
-        if inputs.dropout_p > 0:
-            return "the flash kernel is called without attention dropout"
-        if inputs.documents:
-            return "its block masks are shared by the rows, and packed documents are masked per row"
-        return None
+    # The per-token terms alone, on the CPU flash kernel (no dropout); its block masks are shared by the
+    # rows, so it cannot hide each row's documents.
+    requires = frozenset({"token_terms", "cpu"})
+    handles = frozenset({"cpu", "token_terms", "gradients", "cpu_gradients", "scattered_positions", "window"})
 
     @classmethod
     def memory_bytes(cls, inputs):

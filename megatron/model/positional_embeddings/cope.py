@@ -5,7 +5,7 @@ and adds q_i . e[p_ij] to the logit, with e a learned table of `cope-max-positio
 dimension shared by the heads, read at the fractional p_ij by linear interpolation between e[floor p]
 and e[ceil p], p clamped to max - 1. s_ij are the logits before CoPE: q_i . k_j / sqrt(D) (with the
 scores' weight and bias, were another term there); q_i . e[p] is not scaled. As the paper's Appendix B
-code and x-transformers' CoPE (tests/test_cope.py checks against the latter): the gates of keys that
+code and x-transformers' CoPE (tests/model/positional/test_cope.py checks against the latter): the gates of keys that
 are not visible are 0, the table starts at zeros (a model without positions at step 0).
 
 p_ij needs the whole visible row of scores, so CoPE modifies the score matrix (base.py's

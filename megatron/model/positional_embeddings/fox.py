@@ -11,7 +11,7 @@ the model builds one `fox` module per layer, each its own w [H, hidden], b [H] (
 implied). The projection could have lived in the attention layer instead, but then attention would
 hold parameters that only one method reads; here the method stays one file and attention only calls
 the protocol. b starts at `fox-gate-bias-init` (5: f ~ 0.993, little forgetting at first, as
-x-transformers' DataDependentAlibi, which tests/test_fox.py checks against); w ~ N(0, init-method-std).
+x-transformers' DataDependentAlibi, which tests/model/positional/test_fox.py checks against); w ~ N(0, init-method-std).
 """
 from dataclasses import dataclass
 

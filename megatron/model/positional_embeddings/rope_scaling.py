@@ -8,7 +8,7 @@ Types, with `factor` s and `original-max-position` L0 (default: max-position-emb
   plain rotary for n <= L0. It depends on n, see `Rotary` for what that means for the KV cache.
 - `yarn`: per frequency, a ramp between plain (fast, > beta-fast turns over L0) and interpolated (slow,
   < beta-slow turns) frequencies; rotated dims scaled by attention-factor (default 0.1 ln s + 1).
-The formulas are transformers' (modeling_rope_utils), which tests/test_rope_scaling.py checks against.
+The formulas are transformers' (modeling_rope_utils), which tests/model/positional/test_rope_scaling.py checks against.
 """
 import math
 from dataclasses import dataclass, fields

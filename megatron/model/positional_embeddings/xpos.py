@@ -4,7 +4,7 @@ rotated dims with frequency index k (dims k and k + r/2 in the rotate-half layou
 query at position n is multiplied by zeta_k^(n/B) and of a key at position m by zeta_k^(-m/B), with
     zeta_k = (2k/r + gamma) / (1 + gamma),  k = 0..r/2-1,  gamma = 0.4,  B = `xpos-scale-base`,
 so each pair's share of q.k decays as zeta_k^((n-m)/B) with the distance (torchscale's XPOS, and
-rotary-embedding-torch's `use_xpos`, which tests/test_xpos.py checks against).
+rotary-embedding-torch's `use_xpos`, which tests/model/positional/test_xpos.py checks against).
 
 Offset: only zeta^((n-m)/B) reaches the scores, so the references centre positions on each forward's
 middle (n - L//2). Here positions are used as they are (offset 0): a key cached at step t keeps the

@@ -3,7 +3,8 @@ megatron/model/positional_embeddings, and the files of that package it imports, 
 a decoder (templates/modeling_neox_pe.py) that calls only the positional protocol (base.py). A method
 added as one file therefore exports with no other change, and nothing here restates a formula.
 
-The folder: configuration_neox_pe.py, modeling_neox_pe.py, the copied files, positional_method.py
+The folder: configuration_neox_pe.py, modeling_neox_pe.py, the copied files (and the attention's
+reference.py, which the decoder attends with), positional_method.py
 (generated imports of the model's method classes, `METHODS` by name), config.json with the auto_map for trust_remote_code, and
 safetensors weights. transformers' remote-code loader copies a modeling file's `from .x import` files
 and needs every absolute import installed, so a copied file may import torch, the standard library and
@@ -21,12 +22,15 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
+from megatron.model.attention import reference as attention_reference
 from megatron.model.positional_embeddings import lookup, option_names
 
 from .errors import ExportError
 
 TEMPLATES = pathlib.Path(__file__).parent / "templates"
 CONFIG_FILE, MODELING_FILE, METHOD_FILE = "configuration_neox_pe.py", "modeling_neox_pe.py", "positional_method.py"
+# The decoder's attention: the project's reference (megatron/model/attention/reference.py, torch alone), copied.
+REFERENCE_FILE = pathlib.Path(inspect.getfile(attention_reference))
 AUTO_MAP = {"AutoConfig": "configuration_neox_pe.NeoXPEConfig",
             "AutoModel": "modeling_neox_pe.NeoXPEModel",
             "AutoModelForCausalLM": "modeling_neox_pe.NeoXPEForCausalLM"}
@@ -134,6 +138,7 @@ def write_custom(source, out_dir: pathlib.Path) -> None:
     args, methods = source.neox_args, model_methods(source.model)
     for path in package_files(methods):
         (out_dir / path.name).write_bytes(path.read_bytes())
+    (out_dir / REFERENCE_FILE.name).write_bytes(REFERENCE_FILE.read_bytes())
     (out_dir / METHOD_FILE).write_text(method_imports(methods))
     (out_dir / CONFIG_FILE).write_bytes((TEMPLATES / CONFIG_FILE).read_bytes())
     (out_dir / MODELING_FILE).write_bytes((TEMPLATES / MODELING_FILE).read_bytes())

@@ -4,7 +4,8 @@ the files of its package it imports. Needs torch and transformers only: load it 
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
 The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`,
-`pairwise`, `token_terms` and `modify_scores`, which give, per head h, query i and visible key j (j <= i,
+`pairwise`, `token_terms` and `modify_scores`, and attends with the training project's reference
+attention (reference.py, copied unchanged), which gives, per head h, query i and visible key j (j <= i,
 i - j < the layer's window when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
 with F the cumulative sum of the per-token terms `token_terms` computes from the layer's input (fox), or,
@@ -14,7 +15,6 @@ Positions are counted over the tokens the attention mask keeps (0 for the first 
 left-padded batches score exactly like unpadded sequences; rows whose positions differ (padding) call
 the method once per row, as the protocol takes one position vector for the batch.
 """
-import math
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from .base import ModelShape
 from .configuration_neox_pe import NeoXPEConfig
 from .dape import daped
 from .positional_method import METHODS
+from .reference import attend
 from .temperature import tempered
 
 
@@ -92,20 +93,13 @@ class SelfAttention(nn.Module):
         q, k = (torch.cat(part) for part in zip(*rotated))  # keys are cached rotated
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(self.head_dim)  # [b, H, q, k]
         bias, weight = terms
-        if weight is not None:
-            scores = scores * weight
-        if pe.modifies_scores:
-            scores = pe.modify_scores(scores, bias, q.float(), k.float(), positions, key_positions, allowed[:, None])
-        elif bias is not None:
-            scores = scores + bias
         gates = pe.token_terms(x)  # per-token terms g [b, H, s] from this layer's input (fox), or None
-        if gates is not None:
-            scores = scores + token_term_differences(gates, cache, self.layer_idx)
-        # finfo.min, not -inf: a padding query that sees no key gets a uniform row instead of NaN.
-        scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
-        y = (scores.softmax(dim=-1) @ v.float()).to(v.dtype)
+        differences = None if gates is None else token_term_differences(gates, cache, self.layer_idx)
+        # The project's reference attention (reference.py, copied beside this file); a finite mask, not
+        # -inf: a padding query that sees no key gets a uniform row instead of NaN.
+        y = attend(q, k, v, pe, positions, key_positions, allowed[:, None], bias=bias, weight=weight,
+                   token_differences=differences, finite_mask=True)
         return self.dense(y.transpose(1, 2).reshape(b, s, hidden))
 
 

@@ -1,14 +1,12 @@
-"""The table gradient (megatron/model/table_gradient.py) against autograd through the reference.
+"""The table gradient (megatron/model/attention/table_gradient.py) against autograd through the reference.
 
 For every learnable distance-only method the `sdpa` and `blocked` paths take the custom gradient;
 their q/k/v and parameter gradients (kernel parameters included) must equal float64 autograd through
-a softmax written out here."""
-import math
-
+megatron/model/attention/reference.py."""
 import pytest
 import torch
 
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import attend, plan_attention, reference
 from megatron.model.positional_embeddings import available, build_positional_embedding
 
 HEADS, HEAD_DIM, LENGTH, BLOCK = 3, 8, 40, 16  # 40 = two full blocks and a partial one
@@ -33,13 +31,8 @@ def learnable_tables(pe):
 LEARNABLE = [name for name in available() if learnable_tables(make_pe(name))]
 
 
-def reference(pe, q, k, v, window):
-    bias, weight = pe.bias(LENGTH, LENGTH).double(), pe.weight(LENGTH, LENGTH)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM)
-    scores = (scores if weight is None else scores * weight.double()) + bias
-    visible = torch.tensor([[j <= i and (window is None or i - j < window) for j in range(LENGTH)]
-                            for i in range(LENGTH)])
-    return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v
+def reference_attention(pe, q, k, v, window):
+    return reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window)
 
 
 def gradients(pe, fn):
@@ -71,7 +64,7 @@ def test_table_gradient_matches_float64_autograd(name, impl, window):
         return attend(q, k, v, plan)
 
     out, grads = gradients(pe, path)
-    expected_out, expected = gradients(pe, lambda q, k, v: reference(pe, q, k, v, window))
+    expected_out, expected = gradients(pe, lambda q, k, v: reference_attention(pe, q, k, v, window))
     if pe.distance_tables_at(torch.arange(LENGTH), LENGTH)[1] is None:  # no multiplicative weight
         assert plans[0].table_grad, "a learnable bias table should take the table gradient"
     torch.testing.assert_close(out, expected_out, rtol=1e-9, atol=1e-10)
@@ -94,7 +87,7 @@ def test_cpu_backward_pass_matches_float64_autograd(dtype, layout):
     runs, on the `sdpa` layout (a square causal call) and Toeplitz's (a block of the last queries
     against the keys in reverse order), against float64 autograd through the softmax written out.
     Head dim 64 takes blocks of 64 rows: 100 queries are one full block and a partial one."""
-    from megatron.model.table_gradient import attend_with_table
+    from megatron.model.attention.table_gradient import attend_with_table
     torch.manual_seed(3)
     heads, dim, length = 2, 64, 100
     queries = length if layout == "square" else 37
@@ -114,8 +107,7 @@ def test_cpu_backward_pass_matches_float64_autograd(dtype, layout):
 
     def written_out(q, k, v, table):
         distance = (q_positions[:, None] - k_positions[None, :]).clamp(min=0)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(dim) + table[:, distance]
-        return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+        return reference.attend(q, k, v, None, q_positions, k_positions, allowed, bias=table[:, distance])
 
     def ours(q, k, v, table):
         return attend_with_table(q, k, v, table, q_positions, k_positions, allowed,

@@ -20,12 +20,12 @@ from x_transformers.x_transformers import Attention
 
 from megatron.errors import NeoXArgsError
 from megatron.model.attention import AttentionInputs, attend, plan_attention
-from megatron.model.attention_choice import choose_strategy
+from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention import token_terms
 from megatron.model.attention.registry import STRATEGIES
 from megatron.model.attention.sdpa import Sdpa
-from megatron.model.flex_kernel import reference_math
-from megatron.model.kv_cache import CachedPlan
+from megatron.model.attention.flex_kernel import reference_math
+from megatron.model.attention.cached import CachedPlan
 from megatron.model.layer_pattern import describe_layers, training_plans
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 from megatron.model.positional_embeddings.temperature import tempered

@@ -3,7 +3,7 @@
 A 3-D or non-contiguous mask sends SDPA to its unfused math kernel (about 4x causal attention on CPU
 at L = 512, issue 12). The check asks torch's own dispatcher (`torch._fused_sdp_choice`, the function
 SDPA calls to pick a kernel) for every call the paths make, so no timing is involved. On CPU the
-paths also call the flash kernel directly (megatron/model/cpu_flash.py, to pass the mask's causality
+paths also call the flash kernel directly (megatron/model/attention/cpu_flash.py, to pass the mask's causality
 along); those calls are asked about the same way, for the mask they pass. Methods with a
 multiplicative weight (kerple_bias_weight) write the softmax out and make no SDPA call."""
 import pytest
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 from megatron.model.attention import attend, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
 

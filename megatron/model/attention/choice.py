@@ -6,9 +6,9 @@ import dataclasses
 import torch
 
 from megatron.model.attention.inputs import AttentionInputs
-from megatron.model.attention.registry import strategy_for
+from megatron.model.attention.registry import STRATEGIES, strategy_for
 from megatron.model.attention.sdpa import sdpa_bytes  # noqa: F401 (tools/gpu_check reads it here)
-from megatron.model.attention_config import ATTENTION_IMPLS
+from megatron.model.attention.config import ATTENTION_IMPLS
 from megatron.errors import NeoXArgsError
 
 CPU_MEMORY_BUDGET_MB = 1024
@@ -102,3 +102,19 @@ def within_budget(strategy, inputs: AttentionInputs, budget: int):
         f"{budget / 2**20:,.0f} MB: this positional method rewrites the score matrix, so its [b, H, q, k] scores "
         f"are written out. The longest length that fits is {lower} tokens. Evaluate at most that, lower "
         f"attention-block-size (the blocked path holds block x L), or raise attention-memory-budget.")
+
+
+class StrategyCannotRun(NeoXArgsError):
+    """A strategy named in `plan_attention(strategy=...)` cannot compute this forward; `reason` is its own."""
+
+    def __init__(self, name: str, reason: str):
+        super().__init__(f"attention strategy {name!r} cannot run here: {reason}.")
+        self.name, self.reason = name, reason
+
+
+def forced_strategy(name: str, inputs: AttentionInputs):
+    """The strategy called `name` (registry.STRATEGIES), or StrategyCannotRun with its reason."""
+    strategy = STRATEGIES[name]
+    if (reason := strategy.can_run(inputs)) is not None:
+        raise StrategyCannotRun(name, reason)
+    return strategy

@@ -1,19 +1,19 @@
 """The three attention paths give one answer for every registered positional method.
 
-Parametrised over the registry, so a new method gets every check. The reference is a float64
-softmax written out here, with the visibility mask built by a plain Python loop."""
+Parametrised over the registry, so a new method gets every check. The reference is
+megatron/model/attention/reference.py in float64."""
+import copy
 import itertools
-import math
 
 import pytest
 import torch
 
 from torch.nn.attention.flex_attention import create_block_mask
 
-from megatron.model import flex_kernel
-from megatron.model.attention import attend, flex_block_mask, pad_to_whole_tiles, plan_attention
+from megatron.model.attention import flex_kernel
+from megatron.model.attention import attend, flex_block_mask, pad_to_whole_tiles, plan_attention, reference
 from megatron.model.attention.sdpa import sdpa_bytes
-from megatron.model.attention_choice import memory_budget_bytes
+from megatron.model.attention.choice import memory_budget_bytes
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
 
@@ -42,25 +42,13 @@ def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
     plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=needs_grad,
                           dropout_p=0.0)
     assert plan.path == impl
-    return attend(q, k, v, plan)
+    return attend(*plan.rotate(q, k), v, plan)
 
 
 def reference_attention(pe, q, k, v, window=None):
-    """float64 softmax(q.k/sqrt(D) * weight + bias) over keys j <= i with i - j < window."""
-    length, head_dim = q.shape[2], q.shape[3]
-    bias, weight = pe.bias(length, length), pe.weight(length, length)
-    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(head_dim)
-    if weight is not None:
-        scores = scores * weight.double()
-    visible = torch.tensor([[j <= i and (window is None or i - j < window) for j in range(length)]
-                            for i in range(length)])
-    if pe.modifies_scores:  # the method's own edit of the whole matrix, in float64 (its formula: test_cope.py)
-        positions = torch.arange(length)
-        scores = pe.modify_scores(scores, None if bias is None else bias.double(), q.double(), k.double(),
-                                  positions, positions, visible)
-    elif bias is not None:
-        scores = scores + bias.double()
-    return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v.double()
+    """attention/reference.py in float64: softmax(q.k/sqrt(D) * weight + bias) over keys j <= i with i - j < window."""
+    return reference.attention(q.double(), k.double(), v.double(), copy.deepcopy(pe).double(),
+                               torch.arange(q.shape[2]), window=window)
 
 
 @pytest.mark.cpu_isa
@@ -115,7 +103,7 @@ def flex_or_refusal(pe, q, k, v, window=None):
     plan = plan_attention(pe, positions, impl="flex", window=window, block_size=BLOCK, needs_grad=False,
                           dropout_p=0.0)
     try:
-        return attend(q, k, v, plan)
+        return attend(*plan.rotate(q, k), v, plan)
     except flex_kernel.FlexKernelError as refusal:
         message = str(refusal)
         assert "\n" not in message and "Traceback" not in message
@@ -287,7 +275,7 @@ def test_flex_refuses_what_it_cannot_do():
 
 
 # auto's decisions for every kind of method, device, gradient, dropout, window and budget:
-# tests/test_attention_choice.py.
+# tests/model/attention/test_attention_choice.py.
 
 
 def test_auto_on_cpu_never_takes_flex_at_any_length():

@@ -12,7 +12,7 @@ from hf_export_support import TRAIN_LENGTH, greedy_reference, tiny_config
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
 from megatron.model.attention import attend, plan_attention
-from megatron.model.flex_kernel import reference_math
+from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.model_config import ModelConfig, differences
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.temperature import Tempered

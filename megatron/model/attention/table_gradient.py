@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
 
 UNDERFLOW = -87.0  # exp(UNDERFLOW) is still a normal float32
 

@@ -6,7 +6,7 @@ import torch
 
 from megatron.errors import NeoXArgsError
 from megatron.model.attention import plan_attention
-from megatron.model.flex_kernel import run_flex
+from megatron.model.attention.flex_kernel import run_flex
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.neox_arguments import NeoXArgs
 

@@ -13,7 +13,7 @@ from test_sandwich import train_and_evaluate_at_4x
 from x_transformers.x_transformers import CoPE as TheirCoPE
 
 from megatron.model.attention import attend, plan_attention
-from megatron.model.attention_choice import choose_strategy
+from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.inputs import AttentionInputs
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError

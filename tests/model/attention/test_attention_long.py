@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from megatron.model.attention import attend, plan_attention, toeplitz
-from megatron.model.weighted_table_attention import FORWARD_BLOCK
+from megatron.model.attention.weighted_table_attention import FORWARD_BLOCK
 from megatron.model.positional_embeddings import build_positional_embedding
 
 HEADS, HEAD_DIM = 4, 8
@@ -108,7 +108,7 @@ def test_a_weight_written_out_from_strided_rows_matches_the_float64_reference(wi
 def test_a_weight_with_gaps_still_gathers_its_blocks_and_with_gradients_takes_its_rows_too():
     pe, positions = make_weighted(), torch.arange(100)
     plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=64, needs_grad=True, dropout_p=0.0)
-    assert plan.name == "toeplitz_weighted_table_gradient"  # its gradients: tests/test_table_gradient.py
+    assert plan.name == "toeplitz_weighted_table_gradient"  # its gradients: tests/model/attention/test_table_gradient.py
     with torch.no_grad():
         plan = plan_attention(pe, positions * 2, impl="blocked", window=None, block_size=64, needs_grad=False,
                               dropout_p=0.0)

@@ -17,7 +17,7 @@ import math
 import torch
 
 from megatron.model.attention.masks import row_view
-from megatron.model.table_gradient import UNDERFLOW, backward_pass
+from megatron.model.attention.table_gradient import UNDERFLOW, backward_pass
 
 FORWARD_BLOCK = 32  # queries per forward block (one thread, b = 4, 8 heads of 32, L = 512: 15 ms at 32 and 64, 24 at 128)
 

@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 
 from megatron.errors import NeoXArgsError
-from megatron.model.flex_kernel import kernel_options_problem
+from megatron.model.attention.flex_kernel import kernel_options_problem
 
 ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked")
 

@@ -1,13 +1,12 @@
-"""megatron/model/cpu_flash.py calls torch's private CPU flash-attention ops with a mask and causality
+"""megatron/model/attention/cpu_flash.py calls torch's private CPU flash-attention ops with a mask and causality
 together. Private ops can change between torch releases, so their schemas are pinned here (a change
-fails this test, not a user's run), and both ops are checked against float64 attention written out:
+fails this test, not a user's run), and both ops are checked against float64 attention (attention/reference.py):
 softmax(q k^T / sqrt(D) + mask) v, with the future hidden by the mask's -inf as the callers pass it."""
-import math
-
 import pytest
 import torch
 
-from megatron.model import cpu_flash
+from megatron.model.attention import cpu_flash
+from megatron.model.attention import reference as attention_reference
 
 pytestmark = pytest.mark.cpu_isa  # torch's compiled CPU kernels
 
@@ -22,8 +21,9 @@ def test_the_private_ops_have_the_schemas_cpu_flash_calls():
 
 
 def reference(q, k, v, mask):
-    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1]) + mask.double()
-    return torch.softmax(scores, -1) @ v.double()
+    """megatron/model/attention/reference.py in float64 with the mask as the bias (-inf: invisible)."""
+    return attention_reference.attend(q.double(), k.double(), v.double(), None, None, None,
+                                      ~mask.isneginf(), bias=mask.double())
 
 
 @pytest.mark.parametrize("length", [5, 64, 200])  # one block, and several blocks of the kernel (with a ragged end)

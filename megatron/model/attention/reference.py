@@ -1,0 +1,85 @@
+"""The attention of the positional protocol written out the slow, obvious way: the oracle every strategy
+is tested against (tests/model/attention/test_strategies.py) and the attention of the exported Hugging
+Face decoder (tools/ckpts/hf_export copies this file into the export, beside the method's files).
+
+Per head h, query i and key j, with rotated q and k (`pe.rotate_qk`) and the method's terms for those
+positions (`pe.pairwise` -> bias, weight; `pe.token_terms` -> g, F = cumsum(g)):
+
+    logits[h, i, j] = (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j]
+    out_i = softmax_j(logits[h, i, j] over the keys visible to i) . v_j
+
+or, for a method that rewrites the score matrix (`pe.modify_scores`: cope, a dape wrapper), the softmax
+of what it makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias (F_i - F_j included).
+Key j is visible to query i when j <= i (by index), i - j < the window (by position) when there is one,
+and both lie in the same packed document when documents are masked. Every [q, k] matrix is written out
+whole, in the wider of q's dtype and float32; nothing is fused, blocked or cached.
+
+Imports torch alone: the export carries this file and the positional package's files, nothing else.
+"""
+import math
+
+import torch
+
+
+def visible_keys(q_positions, k_positions, q_index, k_index, window=None, q_documents=None, k_documents=None):
+    """bool [q, k] (or [b, q, k] with documents [b, q] / [b, k]): key j is visible to query i."""
+    visible = k_index[None, :] <= q_index[:, None]
+    if window is not None:
+        visible = visible & (q_positions[:, None] - k_positions[None, :] < window)
+    if q_documents is not None:
+        visible = visible & (q_documents[:, :, None] == k_documents[:, None, :])
+    return visible
+
+
+def token_term_differences(F, K=None):
+    """F_i - F_j [b, H, q, k] from F [b, H, q] of the queries and K [b, H, k] of the keys (default F)."""
+    return F[..., :, None] - (F if K is None else K)[..., None, :]
+
+
+def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=None, token_differences=None,
+           finite_mask: bool = False):
+    """q [b, H, q, D], k, v [b, H, k, D] (q and k already rotated) -> [b, H, q, D] in v's dtype.
+
+    pe: the positional method (None: no method, only `bias`); bias, weight: the method's terms for these positions (pe.pairwise), broadcastable to [b, H, q, k], or
+    None; token_differences: F_i - F_j [b, H, q, k] or None; positions [q], [k] (or [b, q], [b, k]: what
+    pe.modify_scores reads); visible: bool broadcastable to [b, H, q, k]. An invisible key's logit is -inf,
+    or with `finite_mask` the dtype's minimum (a padding query that sees no key then gets a uniform row,
+    not NaN)."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    q, k = q.to(dtype), k.to(dtype)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if weight is not None:
+        scores = scores * weight.to(dtype)
+    if token_differences is not None:
+        token_differences = token_differences.to(dtype)
+        bias = token_differences if bias is None else bias.to(dtype) + token_differences
+    if pe is not None and pe.modifies_scores:
+        scores = pe.modify_scores(scores, bias, q, k, q_positions, k_positions, visible)
+    elif bias is not None:
+        scores = scores + bias.to(dtype)
+    scores = scores.masked_fill(~visible, torch.finfo(dtype).min if finite_mask else float("-inf"))
+    return (scores.softmax(dim=-1) @ v.to(dtype)).to(v.dtype)
+
+
+def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positions=None, token_terms=None):
+    """One forward over whole sequences: q, k, v [b, H, s, D] (not yet rotated) -> [b, H, s, D].
+
+    positions [s]: the tokens' positions (the sequence index for packed rows); row_positions [b, s]: each
+    row's own (restarting in each document), read by the method in place of `positions`; documents [b, s]:
+    each token's packed document (keys of other documents invisible); token_terms: the layer's g [b, H, s]
+    (pe.token_terms), or None. Each row is computed alone."""
+    index = torch.arange(q.shape[2], device=q.device)
+    rows = []
+    for r in range(q.shape[0]):
+        p = positions if row_positions is None else row_positions[r]
+        q_r, k_r = pe.rotate_qk(q[r:r + 1], k[r:r + 1], p, p)
+        own = None if documents is None else documents[r:r + 1]
+        visible = visible_keys(p, p, index, index, window, own, own)
+        bias, weight = pe.pairwise(p, p)
+        differences = None
+        if token_terms is not None:
+            differences = token_term_differences(token_terms[r:r + 1].to(torch.promote_types(q.dtype, torch.float32))
+                                                 .cumsum(dim=-1))
+        rows.append(attend(q_r, k_r, v[r:r + 1], pe, p, p, visible.reshape(1, 1, *visible.shape[-2:]),
+                           bias=bias, weight=weight, token_differences=differences))
+    return torch.cat(rows)

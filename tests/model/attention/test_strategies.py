@@ -1,0 +1,150 @@
+"""Every attention strategy against the reference (megatron/model/attention/reference.py), in float64.
+
+Every strategy x every registered method (and the two wrappers, attention-temperature and dape), forced
+by name: forward, and where it takes gradients, the gradients of q, k, v and of the method's parameters.
+A strategy that cannot compute a case is skipped with its own reason (`can_run`), and the last test checks
+that each strategy computed at least one method here. The layouts: whole sequences, a window, and packed
+documents with per-row positions. The cached-generation step (cached.py), which is planned from a KV cache
+rather than chosen, is checked against the same reference over a prompt, a decoding step and the rest."""
+import copy
+
+import pytest
+import torch
+
+from megatron.model.attention import flex_kernel, plan_attention, reference
+from megatron.model.attention.choice import StrategyCannotRun
+from megatron.model.attention.registry import STRATEGIES
+from megatron.model.positional_embeddings import available, build_positional_embedding
+from megatron.model.positional_embeddings.dape import daped
+from megatron.model.positional_embeddings.temperature import tempered
+
+HEADS, HEAD_DIM, LENGTH, BLOCK, WINDOW = 2, 8, 24, 16, 7  # 24 = a full block and a partial one
+METHODS = available() + ("kerple_log+ssmax", "alibi+dape")
+LAYOUTS = ("sequence", "window", "documents")
+MODES = ("forward", "gradients")
+
+
+def make_pe(method: str, window):
+    name, _, wrapper = method.partition("+")
+    torch.manual_seed(0)
+    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
+                                    max_position_embeddings=4 * LENGTH)
+    if wrapper == "ssmax":
+        pe = tempered(pe, {"type": "ssmax"}, window)
+    elif wrapper == "dape":
+        pe = daped(pe, {"version": 2, "hidden": 4})
+    with torch.no_grad():  # off the initial values, so nothing is special
+        for p in pe.parameters():
+            p.add_(0.3 * torch.rand_like(p))
+    return pe.double()
+
+
+def layout(name: str):
+    """(window, documents [b, s] or None, per-row positions [b, s] or None)."""
+    if name != "documents":
+        return (WINDOW if name == "window" else None), None, None
+    documents = torch.tensor([[0] * 9 + [1] * 15, [0] * 4 + [1] * 12 + [2] * 8])
+    starts = torch.cat([torch.zeros(2, 1, dtype=torch.bool), documents.diff(dim=1) != 0], dim=1)
+    index = torch.arange(LENGTH).expand(2, LENGTH)
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values
+    return None, documents, index - first
+
+
+def inputs(pe, requires_grad: bool):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64, requires_grad=requires_grad)
+               for _ in range(3))
+    x = torch.randn(2, LENGTH, HEADS * HEAD_DIM, dtype=torch.float64)  # the layer input per-token terms read
+    return q, k, v, x
+
+
+def run(pe, strategy, layout_name, needs_grad):
+    """(output, gradients of q, k, v and pe's parameters) of `strategy` (None: the reference)."""
+    window, documents, row_positions = layout(layout_name)
+    q, k, v, x = inputs(pe, needs_grad)
+    positions = torch.arange(LENGTH)
+    with torch.set_grad_enabled(needs_grad), flex_kernel.reference_math():
+        g = pe.token_terms(x)
+        if strategy is None:
+            out = reference.attention(q, k, v, pe, positions, window=window, documents=documents,
+                                      row_positions=row_positions, token_terms=g)
+        else:
+            plan = plan_attention(pe, positions, impl="auto", window=window, block_size=BLOCK, needs_grad=needs_grad,
+                                  dropout_p=0.0, dtype=torch.float64, batch=2, documents=documents,
+                                  row_positions=row_positions, strategy=strategy).with_token_terms(g)
+            assert plan.name == strategy
+            out = plan.attend(*plan.rotate(q, k), v, 0.0)
+    if not needs_grad:
+        return out, []
+    torch.manual_seed(2)
+    (out * torch.randn_like(out)).sum().backward()
+    grads = [t.grad for t in (q, k, v)] + [None if p.grad is None else p.grad.clone() for p in pe.parameters()]
+    pe.zero_grad(set_to_none=True)
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_strategy_matches_the_reference(strategy, method, layout_name, mode):
+    window = layout(layout_name)[0]
+    pe = make_pe(method, window)
+    needs_grad = mode == "gradients"
+    try:
+        out, grads = run(pe, strategy, layout_name, needs_grad)
+    except StrategyCannotRun as refusal:
+        pytest.skip(refusal.reason)
+    expected, expected_grads = run(copy.deepcopy(pe), None, layout_name, needs_grad)
+    # Tight, but not float64's eps: the methods build their distance tables in float32 (base.py), and their
+    # gradients are summed in a different order by each strategy.
+    torch.testing.assert_close(out, expected, atol=1e-7, rtol=1e-6, msg=lambda m: f"output: {m}")
+    for i, (got, want) in enumerate(zip(grads, expected_grads)):
+        if want is None:
+            assert got is None or not got.any(), f"gradient {i}: the reference has none"
+            continue
+        assert got is not None, f"gradient {i} is missing"
+        loose = i >= 3  # a parameter's gradient, through the method's float32 tables
+        torch.testing.assert_close(got, want, atol=1e-5 if loose else 1e-6, rtol=1e-4 if loose else 1e-5,
+                                   msg=lambda m: f"gradient {i}: {m}")
+
+
+def test_every_strategy_computes_some_method_here():
+    """Each strategy can run at least one (method, layout, mode) of the test above on this CPU, so none of
+    them is only ever skipped."""
+    from megatron.model.attention import AttentionInputs
+    never = set(STRATEGIES)
+    for method in METHODS:
+        for layout_name in LAYOUTS:
+            window, documents, _ = layout(layout_name)
+            pe = make_pe(method, window)
+            positions = torch.arange(LENGTH)
+            bias, weight = pe.distance_tables_at(positions, LENGTH) or (None, None)
+            for needs_grad in (False, True):
+                described = AttentionInputs.describe(pe, positions, bias, weight, window=window, block_size=BLOCK,
+                                                     needs_grad=needs_grad, dropout_p=0.0, dtype=torch.float64,
+                                                     batch=2, documents=documents is not None)
+                never -= {name for name in never if STRATEGIES[name].can_run(described) is None}
+    assert not never, f"strategies that no method of this test runs: {sorted(never)}"
+
+
+@pytest.mark.parametrize("window", [None, WINDOW])
+@pytest.mark.parametrize("method", METHODS)
+def test_the_cached_step_matches_the_reference(method, window):
+    """The cached-generation strategy (cached.py): a prompt, one decoding step and the rest, each against
+    the keys cached so far, give the reference's attention of the whole sequence."""
+    from megatron.model.attention.cached import attend_cached, plan_cached
+    from megatron.model.kv_cache import KVCache
+    pe = make_pe(method, window)
+    q, k, v, x = inputs(pe, False)
+    with torch.no_grad():
+        g = pe.token_terms(x)
+        cache = KVCache(num_layers=1, batch_size=2, capacity=LENGTH, windows=[window])
+        outputs = []
+        for start, end in ((0, 10), (10, 11), (11, LENGTH)):
+            cache.append(None, end - start)
+            plan = plan_cached(pe, cache, end - start, window).with_token_terms(None if g is None else g[..., start:end])
+            outputs.append(attend_cached(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], plan,
+                                         cache.layers[0]))
+        expected = reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window, token_terms=g)
+    torch.testing.assert_close(torch.cat(outputs, dim=2), expected, atol=1e-7, rtol=1e-6)
