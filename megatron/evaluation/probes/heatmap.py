@@ -44,7 +44,8 @@ def plot_heatmaps(documents: list[dict], stem, mode: str = "passkey") -> list[pa
     for ax, document in zip(axes[0], documents):
         lengths, depths, grid, what = accuracy_grid(document, mode)
         image = draw_panel(ax, lengths, depths, grid,
-                           f"{mode}: {document['run']['method']} (seed {document['run']['seed']})\n{what}")
+                           f"{mode}: {document['run'].get('label') or document['run']['method']} "
+                           f"(seed {document['run']['seed']})\n{what}")
         ax.set_xlabel("evaluation length")
     axes[0][0].set_ylabel("needle depth" if mode == "passkey" else "queried pair's depth")
     fig.colorbar(image, ax=axes[0].tolist(), label="accuracy")
