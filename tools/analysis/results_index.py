@@ -2,10 +2,12 @@
 
 A method here is the label a run is shown under (identity.Method: its run-name, else its method and
 what it was trained with). Files of one run (one checkpoint: config hash, seed, step) found in several
-folders are one run: their records merge, the one with the most chunks kept where two hold the same
-length and mode. Two different runs under one label are refused."""
+folders are one run: their records merge. Where a run holds several records of one length and mode
+(scored with different eval-chunks), the one scored like most other runs at that length is taken (so
+runs pair over the same chunks), then the one with the most chunks. Two different runs under one label
+are refused."""
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
@@ -26,7 +28,7 @@ def method_sort_key(method: Method):
 def index_results(documents: list[dict], mode: str) -> dict:
     """{dataset: {method: {length: {seed: record}}}} for one mode; one run per (dataset, method, seed).
     Methods are identity.Method labels, built from each file's run."""
-    index = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    candidates = defaultdict(list)  # (dataset, method, length, seed) -> [(eval-chunks, record)]
     owner = {}
     for doc in documents:
         run = doc["run"]
@@ -37,10 +39,14 @@ def index_results(documents: list[dict], mode: str) -> dict:
         owner.setdefault(key, (run_identity(run), doc))
         for record in doc["results"]:
             if record["mode"] == mode:
-                runs = index[run["dataset"]][method][record["length"]]
-                held = runs.get(run["seed"])
-                if held is None or _chunks(record) > _chunks(held):
-                    runs[run["seed"]] = record
+                chunks = record.get("eval_chunks", doc.get("evaluation", {}).get("eval_chunks"))
+                candidates[run["dataset"], method, record["length"], run["seed"]].append((chunks, record))
+    settings = Counter((dataset, length, chunks) for (dataset, _, length, _), held in candidates.items()
+                       for chunks in {c for c, _ in held})
+    index = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    for (dataset, method, length, seed), held in candidates.items():
+        _, record = max(held, key=lambda c: (settings[dataset, length, c[0]], _chunks(c[1])))
+        index[dataset][method][length][seed] = record
     return index
 
 
