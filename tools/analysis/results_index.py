@@ -53,7 +53,7 @@ def index_results(documents: list[dict], mode: str) -> dict:
 def run_identity(run: dict) -> tuple:
     """What makes two result files one run's: one checkpoint (config hash, seed, step) evaluated the same
     way per run (short label: per-run options, window)."""
-    return (run.get("config_hash"), run["seed"], run["checkpoint_step"], str(Method.of_run(run).short),
+    return (run.get("config_hash"), run["seed"], run.get("checkpoint_step"), str(Method.of_run(run).short),
             run["dataset"])
 
 
@@ -64,7 +64,7 @@ def _chunks(record: dict) -> int:
 def _two_runs_message(key, first: dict, second: dict) -> str:
     def describe(doc):
         run = doc["run"]
-        return (f"{doc['path']} (config hash {str(run.get('config_hash'))[:8]}, step {run['checkpoint_step']}, "
+        return (f"{doc['path']} (config hash {str(run.get('config_hash'))[:8]}, step {run.get('checkpoint_step')}, "
                 f"{Method.of_run(run).short})")
     hashes = [str(doc["run"].get("config_hash") or "")[:8] for doc in (second, first)]
     other = next((h for h in hashes if h), str(Method.of_run(second["run"]).short))
@@ -79,7 +79,7 @@ def budgets(documents: list[dict]) -> dict:
     seen = defaultdict(set)
     for doc in documents:
         run = doc["run"]
-        seen[run["dataset"], Method.of_run(run)].add((run.get("train_steps", run["checkpoint_step"]),
+        seen[run["dataset"], Method.of_run(run)].add((run.get("train_steps", run.get("checkpoint_step")),
                                                        run.get("train_tokens")))
     return {key: sorted(values, key=lambda v: (v[0], v[1] or 0)) for key, values in seen.items()}
 
