@@ -15,9 +15,9 @@ from megatron.data import build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import already_scored, earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
-from megatron.evaluation_logging import log_evaluation
 from megatron.evaluation.run import (checked_plan, planned_starts, run_record, scored_record, skipped_records,
                                      trained_config)
+from megatron.evaluation_logging import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
@@ -88,7 +88,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     if neox_args.rank == 0 and not records:
         say(f"nothing new to score: {path} holds every length and mode asked for", flush=True)
     elif neox_args.rank == 0:
-        scored = records
+        scored_now = records
         with folder_locked(path.parent):
             earlier = earlier_records(path, evaluation, run)  # again: another evaluation may have written it since
             records, kept = merged(earlier, records)
@@ -96,7 +96,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
             write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
         say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
                                "checkpoint, scored the same way)" if kept else ""), flush=True)
-        logged = log_evaluation(neox_args, scored)  # after the file: a logging failure loses no result
+        logged = log_evaluation(neox_args, scored_now)  # after the file: a logging failure loses no result
         if logged:
             say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
     if neox_args.world_size > 1:
