@@ -57,9 +57,9 @@ class Table3:
     lengths: list
     train_length: dict                # dataset -> train length (None when runs differ)
     paper_map: dict                   # our dataset -> paper dataset
+    cells: dict = field(default_factory=dict)  # (dataset, method, length) -> Cell
     budgets: dict = field(default_factory=dict)  # (dataset, method) -> [(steps, tokens)]
     test_across_budgets: bool = False
-    cells: dict = field(default_factory=dict)  # (dataset, method, length) -> Cell
 
 
 def build_table3(documents, mode="nonoverlap", reference="kerple_log", alpha=0.05, paper_map=None,
