@@ -97,6 +97,25 @@ def test_evaluation_goes_to_the_runs_tensorboard_as_perplexity_against_length(ev
     np.testing.assert_allclose([v for _, v in points], [ppl for _, ppl in records], rtol=1e-6)  # float32 events
 
 
+def test_evaluation_goes_to_wandb_as_perplexity_against_length(evaluated, tmp_path):
+    import glob
+    import subprocess
+    import sys
+
+    from test_logging import wandb_history
+    from test_training_support import REPO_ROOT, child_environment
+    flags = set_flags({"load": evaluated / "plain" / "ckpt", "eval_chunks": 3, "use_wandb": True,
+                       "wandb_project": "tests", "log_dir": tmp_path / "logs", "eval_results_dir": tmp_path / "results"})
+    done = subprocess.run([sys.executable, "evaluate.py", *flags], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env={**child_environment(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_file,) = glob.glob(str(tmp_path / "logs" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    rows = [row for row in wandb_history(run_file) if "eval/nonoverlap/ppl" in row]
+    records = load_result(only_file(tmp_path / "results"))["results"]
+    assert [row["eval/length"] for row in rows] == [r["length"] for r in records] == [64, 128]
+    assert [row["eval/nonoverlap/ppl"] for row in rows] == pytest.approx([r["ppl"] for r in records], rel=1e-12)
+
+
 def test_a_named_run_keeps_its_name_and_refuses_another(evaluated):
     run = load_result(only_file(evaluated / "second"))["run"]
     assert (run["run_name"], run["label"], run["readable_label"]) == ("ALiBi short", "ALiBi short", "alibi")
