@@ -15,8 +15,8 @@ from megatron.data import build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import already_scored, earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
-from megatron.evaluation.run import (checked_plan, planned_starts, run_record, scored_record, skipped_records,
-                                     trained_config)
+from megatron.evaluation.run import (checked_plan, name_taken, planned_starts, run_record, scored_record,
+                                     skipped_records, trained_config)
 from megatron.evaluation_logging import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
@@ -66,6 +66,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
             earlier = earlier_records(path, evaluation, run)
         except ResultFileError as err:
             problem = str(err)
+        problem = problem or name_taken(path.parent, run)
     raise_together([problem])
     held = held_records(neox_args, path, evaluation, run, earlier)
     say(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "

@@ -123,6 +123,12 @@ def test_a_named_run_keeps_its_name_and_refuses_another(evaluated):
                             run_name="Other")
     assert_clear_error(result, "run-name 'Other' (command line) differs from the name 'ALiBi short' the checkpoint",
                        "--rename OLD=NEW")
+    # An unnamed run given the name at evaluation, into the folder where another run has it: refused.
+    taken = evaluate_alone(evaluated / "plain" / "ckpt", eval_results_dir=str(evaluated / "second"),
+                           run_name="ALiBi short")
+    assert_clear_error(taken, f"run-name 'ALiBi short' already names another run in {evaluated / 'second'}: ",
+                       "train this run under another run-name")
+    assert "L=64" not in taken.stdout and len(list((evaluated / "second").glob("*.json"))) == 1
 
 
 def test_labels_spell_out_patterns_wrappers_and_scalings():

@@ -1,5 +1,6 @@
 """The pieces of one run's evaluation that evaluate.py (megatron/evaluating.py) and eval.py
 (lm_eval_run.py) share: the checked plan, one (length, mode) record, and the result file's `run`."""
+import json
 import pathlib
 import resource
 
@@ -123,3 +124,21 @@ def training_budget(neox_args, trained: dict, iteration: int) -> dict:
     if samples is None:  # a checkpoint that does not count them: every step took one global batch
         samples = int(iteration) * int(trained.get("train_batch_size") or 0)
     return {"train_steps": int(iteration), "train_tokens": int(samples) * int(trained["seq_length"])}
+
+
+def name_taken(folder, run: dict) -> str | None:
+    """The problem when another run (another config hash) already has result files under this run's
+    run-name in `folder`: a name labels one run in every table, so the second is refused before scoring."""
+    if not run.get("run_name"):
+        return None
+    for path in sorted(pathlib.Path(folder).glob("*.json")):
+        try:
+            other = json.loads(path.read_text()).get("run", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # not a result file this check can read; the tables say what is wrong with it
+        if other.get("run_name") == run["run_name"] and other.get("config_hash") != run["config_hash"]:
+            return (f"run-name {quote(run['run_name'])} already names another run in {folder}: {path.name} "
+                    f"(config hash {str(other.get('config_hash'))[:8]}, this run's {run['config_hash'][:8]}). A name "
+                    "labels one run in every table and figure: train this run under another run-name, or evaluate "
+                    "it into another eval-results-dir and tell the two apart there with --rename.")
+    return None
