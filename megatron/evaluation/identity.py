@@ -41,7 +41,7 @@ class Method(str):
         return self.label or self.readable or str(self)
 
     @property
-    def short(self) -> str:
+    def short(self) -> "Method":
         """The hashed label of the method and its switches, whatever the run is named."""
         return Method(self.pos_emb, self.window, self.variant)
 
