@@ -13,10 +13,11 @@ import torch
 
 from megatron.data import build_evaluation_stream
 from megatron.evaluation.context import ModeContext
-from megatron.evaluation.merge import earlier_records, merged
+from megatron.evaluation.merge import already_scored, earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
-from megatron.evaluation.run import (EvaluationError, checked_plan, planned_starts, run_record, scored_record,
-                                     skipped_records, trained_config)
+from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, planned_starts, run_record,
+                                     scored_record, skipped_records, trained_config)
+from megatron.evaluation_logging import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
@@ -67,28 +68,41 @@ def evaluate_run(neox_args) -> pathlib.Path:
             earlier = earlier_records(path, evaluation, run)
         except ResultFileError as err:
             problem = str(err)
+        problem = problem or name_taken(path.parent, run)
     raise_together([problem])
+    held = held_records(neox_args, path, evaluation, run, earlier)
     say(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "
         f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
     records = []
     with torch.inference_mode():  # no autograd: the model's `auto` attention takes its memory-light path
         for length in lengths:
+            todo = modes_to_score(modes, length, held, path, say)
+            if not todo:
+                continue
             if limit is not None and length > limit:
-                records += skipped_records(neox_args, length, modes, limit, say)
+                records += skipped_records(neox_args, length, todo, limit, say)
                 continue
             context = ModeContext(lambda x: model(x.to(device)), stream, plan[length], length, neox_args,
                                   tokenizer.vocab_size, network=model, tokenizer=tokenizer)
-            records += [scored_record(mode, context, device, say) for mode in modes]
+            records += [scored_record(mode, context, device, say) for mode in todo]
+    for record in records:  # another chunk count is another record of the same file (merge.py)
+        record["eval_chunks"] = neox_args.eval_chunks
 
-    if neox_args.rank == 0:
+    if neox_args.rank == 0 and not records:
+        say(f"nothing new to score: {path} holds every length and mode asked for", flush=True)
+    elif neox_args.rank == 0:
+        scored_now = records
         with folder_locked(path.parent):
             earlier = earlier_records(path, evaluation, run)  # again: another evaluation may have written it since
             records, kept = merged(earlier, records)
             evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             with reported_write(path, "the results (printed above)", "eval-results-dir"):
                 write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
-        say(f"wrote {path}" + (f" (kept the earlier results there for (length, mode) {kept}: same checkpoint, "
-                               "scored the same way)" if kept else ""), flush=True)
+        say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
+                               "checkpoint, scored the same way)" if kept else ""), flush=True)
+        logged = log_evaluation(neox_args, scored_now)  # after the file: a logging failure loses no result
+        if logged:
+            say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
     if neox_args.world_size > 1:
         torch.distributed.barrier()  # no rank returns before the file exists
     return path
@@ -107,3 +121,22 @@ def check_position_range(model, lengths, dtype) -> None:
                                       f"{type(module).__name__} computes in {str(dtype).removeprefix('torch.')} "
                                       "(its scale factors overflow there); nothing was scored. Evaluate at lengths up "
                                       f"to {fits}, or train with a larger scale base (xpos-scale-base).")
+
+
+def held_records(neox_args, path, evaluation, run, earlier) -> set:
+    """The (length, mode) pairs the result file already holds for this checkpoint and these settings
+    (none with eval-force). Every rank reads the file, so all skip the same lengths."""
+    if neox_args.eval_force:
+        return set()
+    if neox_args.rank != 0:
+        earlier = earlier_records(path, evaluation, run)  # rank 0 found it mergeable (raise_together)
+    return already_scored(earlier, neox_args.eval_chunks)
+
+
+def modes_to_score(modes, length, held, path, say) -> list:
+    """The modes still to score at `length`; one line names those skipped."""
+    done = [mode.name for mode in modes if (length, mode.name) in held]
+    if done:
+        say(f"L={length}: {', '.join(done)} already in {path.name} (same checkpoint and settings): skipped; "
+            "--force scores again", flush=True)
+    return [mode for mode in modes if (length, mode.name) not in held]

@@ -1,6 +1,7 @@
 """The Table 3/4 tool on hand-made result files whose t-test outcomes are known in advance."""
 import csv
 import io
+import json
 import math
 
 import numpy as np
@@ -97,11 +98,17 @@ def test_chunk_pairing_refuses_runs_scored_on_different_chunks(tmp_path):
         build_table3(load_results(tmp_path))
 
 
-def test_two_files_for_one_run_are_refused(tmp_path):
+def test_one_run_in_two_files_is_one_run_and_two_runs_under_one_label_are_refused(tmp_path):
     write_run(tmp_path, "prose", "alibi", 1, 64, {64: np.ones(2)})
     (tmp_path / "copy.json").write_text((tmp_path / "prose_alibi_seed1.json").read_text())
-    with pytest.raises(ResultFileError, match="two result files for dataset prose, method alibi, seed 1"):
+    assert build_table3(load_results(tmp_path)).cells["prose", "alibi", 64].seeds == 1  # a copy is the same run
+    other = json.loads((tmp_path / "copy.json").read_text())
+    other["run"]["config_hash"] = "5bba9a12" + "0" * 56  # another training config, the same label
+    (tmp_path / "copy.json").write_text(json.dumps(other))
+    with pytest.raises(ResultFileError) as err:
         build_table3(load_results(tmp_path))
+    assert str(err.value).startswith("two different runs are labelled 'alibi' (dataset prose, seed 1)")
+    assert "--rename 5bba9a12=NEW" in str(err.value)
 
 
 def test_renderings_place_daggers_na_and_paper_numbers(seeds_dir):

@@ -156,16 +156,16 @@ def test_evaluating_again_merges_or_refuses_never_overwrites(three_layer_run, tm
 
     second = evaluate(resolved, eval_results_dir=str(results), eval_lengths="[128]")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "kept the earlier results there for (length, mode) [(64, 'nonoverlap')]" in second.stdout
+    assert "kept the 1 earlier records there it did not score again" in second.stdout
     merged = json.loads(path.read_text())["results"]
     assert [(r["length"], r["mode"]) for r in merged] == [(64, "nonoverlap"), (128, "nonoverlap")]
     assert merged[0] == earlier[0]
 
-    # Scored differently (other chunks): refused before scoring, the file untouched.
+    # Scored differently (other chunks of the stream): refused before scoring, the file untouched.
     before = path.read_bytes()
-    third = evaluate(resolved, eval_results_dir=str(results), eval_lengths="[128]", eval_chunks=5)
+    third = evaluate(resolved, eval_results_dir=str(results), eval_lengths="[128]", eval_seed=5)
     assert_clear_error(third, f"{path} already holds results of this checkpoint, scored differently "
-                              "(eval_chunks: earlier 4, now 5)", "It is never overwritten")
+                              "(eval_seed: earlier 0, now 5)", "It is never overwritten")
     assert "L=128" not in third.stdout and path.read_bytes() == before
 
 

@@ -8,6 +8,8 @@ import hashlib
 import json
 import pathlib
 
+from .labels import value_of
+
 WINDOW_MARK = "+window"
 
 
@@ -15,30 +17,51 @@ class Method(str):
     """A method as tables show it: `kerple_log`, `kerple_log+window64` for the run evaluated with
     attention-window 64, `rotary+yarn8` for one evaluated with a per-run option (`variant`, see
     `evaluation_variant`). It is the label string (so it keys dicts and prints as itself) and carries
-    its parts, so nothing parses the label back."""
+    its parts, so nothing parses the label back.
+
+    A run with a `run-name` is keyed by its `label` (the name and its per-run evaluation choices,
+    labels.readable_label) instead; `display` is what tables and figures print: the label, else the
+    readable one a result file carries, else the short label."""
     pos_emb: str
     window: int | None
     variant: str | None
+    label: str | None
+    readable: str | None
 
-    def __new__(cls, pos_emb: str, window: int | None = None, variant: str | None = None):
-        label = pos_emb + (f"+{variant}" if variant else "") + (f"{WINDOW_MARK}{window}" if window else "")
-        method = super().__new__(cls, label)
+    def __new__(cls, pos_emb: str, window: int | None = None, variant: str | None = None,
+                label: str | None = None, readable: str | None = None):
+        short = pos_emb + (f"+{variant}" if variant else "") + (f"{WINDOW_MARK}{window}" if window else "")
+        method = super().__new__(cls, label or short)
         method.pos_emb, method.window, method.variant = pos_emb, window or None, variant or None
+        method.label, method.readable = label or None, readable or None
         return method
 
+    @property
+    def display(self) -> str:
+        return self.label or self.readable or str(self)
+
+    @property
+    def short(self) -> "Method":
+        """The hashed label of the method and its switches, whatever the run is named."""
+        return Method(self.pos_emb, self.window, self.variant)
+
     def __reduce__(self):
-        return Method, (self.pos_emb, self.window, self.variant)
+        return Method, (self.pos_emb, self.window, self.variant, self.label, self.readable)
 
     @classmethod
     def of_run(cls, run: dict) -> "Method":
-        """The method of a result file's `run` (its pos_emb, attention_window and variant fields)."""
-        return cls(run["pos_emb"], run.get("attention_window"), run.get("variant"))
+        """The method of a result file's `run` (its pos_emb, attention_window and variant fields; its
+        `label` when the run is named, `readable_label` otherwise)."""
+        return cls(run["pos_emb"], run.get("attention_window"), run.get("variant"),
+                   run.get("label") if run.get("run_name") else None, run.get("readable_label"))
 
 
-def evaluation_variant(neox_args) -> str | None:
+def evaluation_variant(neox_args, trained=None) -> str | None:
     """The switches that change the model a method's name stands for (`switch_labels`) and the method's
     per-run options that are set (e.g. rotary-scaling, `yarn8`), as a short label, so a run scored with them
-    never shares a result file or a table row with the plain run."""
+    never shares a result file or a table row with the plain run. `trained`: the config the checkpoint
+    stores (run.trained_config), which says what the run was trained with whatever the evaluating config
+    restates; without it, `neox_args` is taken as the training config."""
     from megatron.model.positional_embeddings import per_run_options
 
     parts = []
@@ -55,31 +78,31 @@ def evaluation_variant(neox_args) -> str | None:
         else:
             text = f"{name.replace('_', '-')}={value}"
         parts.append(text)
-    return "+".join(switch_labels(neox_args) + parts) or None
+    return "+".join(switch_labels(neox_args if trained is None else trained) + parts) or None
 
 
 def _short_hash(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:6]
 
 
-def switch_labels(neox_args) -> list[str]:
+def switch_labels(config) -> list[str]:
     """Labels of the switches that change what a method's name stands for: hybrid layers (`layers-1a2b3c`),
     an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set), randomized
     training positions (`randpos256`) and document masking in training (`docmask`; `docpos` with
-    positions restarting in each document)."""
+    positions restarting in each document). `config`: NeoXArgs or the config dict a checkpoint stores."""
     labels = []
-    if pattern := getattr(neox_args, "layer_pattern", None):
+    if pattern := value_of(config, "layer_pattern"):
         labels.append("layers-" + _short_hash(pattern))
-    if temperature := getattr(neox_args, "attention_temperature", None):
+    if temperature := value_of(config, "attention_temperature"):
         given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
         labels.append(str(given.get("type")) + ("" if set(given) <= {"type"} else "-" + _short_hash(given)))
-    if dape := getattr(neox_args, "dape", None):
+    if dape := value_of(config, "dape"):
         given = {str(k).replace("-", "_"): v for k, v in dape.items()}
         labels.append(f"dape{given.get('version')}-" + _short_hash(given))
-    if limit := getattr(neox_args, "random_positions", None):
+    if limit := value_of(config, "random_positions"):
         labels.append(f"randpos{limit}")
-    if getattr(neox_args, "reset_attention_mask", False):  # trained on documents masked from each other
-        labels.append("docpos" if getattr(neox_args, "reset_position_ids", False) else "docmask")
+    if value_of(config, "reset_attention_mask"):  # trained on documents masked from each other
+        labels.append("docpos" if value_of(config, "reset_position_ids") else "docmask")
     return labels
 
 

@@ -2,10 +2,11 @@
 
 The file's name says which checkpoint was evaluated (identity.py), not which lengths and modes, so a
 second evaluation of the same checkpoint — typically at more lengths — lands on the same file. When
-both were scored the same way (same split, token stream, chunk count and seed, stride, dtype), the
-records merge: the earlier (length, mode) records the new evaluation does not redo are kept, the ones
-it redoes are replaced (the same chunks of the same stream give the same numbers). Otherwise the
-evaluation stops before scoring anything and says what differs.
+both were scored the same way (same split, token stream, chunk seed, stride, dtype), the records merge:
+the earlier (length, mode, eval-chunks) records the new evaluation does not redo are kept, the ones it
+redoes (eval-force) are replaced, and what it need not redo is skipped before scoring (`already_scored`).
+Each record carries the eval-chunks it was scored with, so another chunk count is another record in the
+same file. Otherwise the evaluation stops before scoring anything and says what differs.
 """
 import pathlib
 
@@ -15,7 +16,7 @@ from .results import ResultFileError, load_result
 CHECKPOINT_FIELDS = ("checkpoint_step", "config_hash", "method", "seed", "dataset")
 
 # `evaluation` fields that decide what a record means; records scored under different values do not mix.
-SAME_SETTINGS = ("split", "eval_seed", "eval_chunks", "eval_stride", "stream_tokens", "stream_sha256",
+SAME_SETTINGS = ("split", "eval_seed", "eval_stride", "stream_tokens", "stream_sha256",
                  "vocab_size", "dtype")
 
 
@@ -35,6 +36,8 @@ def earlier_records(path: pathlib.Path, evaluation: dict, run: dict) -> list[dic
     if differ:
         raise ResultFileError(f"{path} already holds results of this checkpoint, scored differently ("
                               + "; ".join(differ) + f"), so the new results cannot be merged into it. {keep_it}")
+    for record in document["results"]:  # written before records carried it: the file's one setting
+        record.setdefault("eval_chunks", document["evaluation"].get("eval_chunks"))
     return document["results"]
 
 
@@ -48,10 +51,20 @@ def differences(document: dict, run: dict, evaluation: dict, checkpoint_fields, 
 
 
 def merged(earlier: list[dict], new: list[dict]) -> tuple[list[dict], list[tuple[int, str]]]:
-    """(records sorted by length then mode, the earlier (length, mode) pairs kept)."""
-    redone = {(r["length"], r["mode"]) for r in new}
-    kept = [r for r in earlier if (r["length"], r["mode"]) not in redone]
+    """(records sorted by length, mode and eval-chunks, the earlier (length, mode) pairs kept)."""
+    redone = {_key(r) for r in new}
+    kept = [r for r in earlier if _key(r) not in redone]
     if not kept:
         return new, []
-    records = sorted(kept + new, key=lambda r: (r["length"], r["mode"]))
+    records = sorted(kept + new, key=lambda r: (r["length"], r["mode"], r.get("eval_chunks") or 0))
     return records, [(r["length"], r["mode"]) for r in kept]
+
+
+def _key(record: dict) -> tuple:
+    return record["length"], record["mode"], record.get("eval_chunks")
+
+
+def already_scored(earlier: list[dict], eval_chunks: int | None) -> set[tuple[int, str]]:
+    """The (length, mode) pairs an existing result file already holds at this eval-chunks (scored, or
+    skipped because the method cannot score the length): an evaluation skips them unless eval-force."""
+    return {(r["length"], r["mode"]) for r in earlier if r.get("eval_chunks") == eval_chunks}

@@ -4,15 +4,18 @@
   "schema": "neox-eval/1",
   "run": {"name", "method", "pos_emb", "attention_window", "variant", "seed", "dataset", "train_length",
           "checkpoint", "checkpoint_step", "config_hash", "num_layers", "hidden_size",
-          "num_attention_heads"},
+          "num_attention_heads", "run_name", "label", "readable_label", "train_steps", "train_tokens"},
   "evaluation": {"split", "eval_seed", "eval_chunks", "eval_stride", "stream_tokens", "vocab_size",
                  "stream_sha256", "device", "dtype", "torch", "peak_memory", "created"},
   "results": [ one record per (length, mode):
       {"length", "mode", "loss", "ppl", "tokens", "chunks", "stderr", "chunk_starts", "chunk_losses",
-       "seconds", "peak_memory_mb", and the mode's own fields (megatron/evaluation/modes/: "stride" for
+       "seconds", "peak_memory_mb", "eval_chunks" (the eval-chunks it was scored with), and the mode's own fields (megatron/evaluation/modes/: "stride" for
        sliding, "position_loss" and "position_stderr" for position)}
     or {"length", "mode", "skipped": "why"} ]
 }
+`run.name` is the file's stem; `run.run_name` the run's human name (the run-name key, null without one),
+`run.label` what tables and figures show (the name, else `readable_label`: the method and what it was trained
+with, labels.py), `train_steps` and `train_tokens` its training budget.
 `run.method` is the label of identity.Method (`kerple_log`, `kerple_log+window64`, `rotary+yarn8`) and `config_hash` is
 identity.config_hash: the training config without seed, paths, logging and evaluation keys, so the
 seeds of one configuration share it. `loss` is the mean per-token cross-entropy in nats, `ppl` = exp(loss); `stderr` is the standard error of

@@ -1,5 +1,6 @@
 """The pieces of one run's evaluation that evaluate.py (megatron/evaluating.py) and eval.py
 (lm_eval_run.py) share: the checked plan, one (length, mode) record, and the result file's `run`."""
+import json
 import pathlib
 import resource
 
@@ -8,8 +9,10 @@ import torch
 from megatron.checkpoint_folder import missing_why
 from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.errors import NeoXArgsError
+from megatron.quoting import quote
 from .chunks import chunk_starts
 from .identity import RunIdentity, config_hash, dataset_name, evaluation_variant
+from .labels import evaluated_parts, readable_label, trained_parts
 from .modes import get_mode
 
 
@@ -89,8 +92,8 @@ def trained_config(neox_args) -> dict:
 def run_record(neox_args, trained: dict, iteration: int) -> dict:
     """The result file's `run`: the identity (identity.py) and what else describes the checkpoint."""
     identity = RunIdentity(dataset_name(neox_args), neox_args.pos_emb, neox_args.attention_window,
-                           trained["seed"], config_hash(trained), evaluation_variant(neox_args))
-    return {
+                           trained["seed"], config_hash(trained), evaluation_variant(neox_args, trained))
+    return {**run_labels(neox_args, trained), **training_budget(neox_args, trained, iteration),
         "name": identity.file_stem(iteration),
         "method": identity.method, "pos_emb": identity.pos_emb, "attention_window": identity.window,
         "variant": identity.variant,
@@ -99,3 +102,55 @@ def run_record(neox_args, trained: dict, iteration: int) -> dict:
         "num_layers": neox_args.num_layers, "hidden_size": neox_args.hidden_size,
         "num_attention_heads": neox_args.num_attention_heads,
     }
+
+
+class RunNameError(EvaluationError):
+    """The evaluating config names the run differently from its checkpoint."""
+
+
+def run_labels(neox_args, trained: dict) -> dict:
+    """The result file's `run_name` (the checkpoint's own run-name; the evaluating config's only for a run
+    trained without one), `label` (the name, or the method and what it was trained with, then the
+    evaluation's per-run choices: labels.py) and `readable_label` (the label without the name)."""
+    from megatron.model.positional_embeddings import per_run_options
+
+    name = trained.get("run_name") or neox_args.run_name
+    if trained.get("run_name") and neox_args.run_name not in (None, trained["run_name"]):
+        raise RunNameError(
+            f"run-name {quote(neox_args.run_name)} ({neox_args.config_sources.get('run_name', 'the config')}) "
+            f"differs from the name {quote(trained['run_name'])} the checkpoint {neox_args.load} was trained "
+            "under; a run keeps the name it was trained with (it is how its results are told apart). Leave "
+            "run-name out of the evaluation, or rename it in tables and figures with --rename OLD=NEW.")
+    trained_switches = trained_parts(trained)
+    evaluated = evaluated_parts(neox_args, per_run_options(neox_args.pos_emb), neox_args.attention_window)
+    readable = readable_label(neox_args.pos_emb, trained_switches, evaluated)
+    return {"run_name": name, "label": readable_label(neox_args.pos_emb, trained_switches, evaluated, name),
+            "readable_label": readable}
+
+
+def training_budget(neox_args, trained: dict, iteration: int) -> dict:
+    """Steps and tokens the checkpoint was trained for: tables show them, and significance tests refuse
+    runs of different budgets (tools/analysis/significance.py)."""
+    state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
+    samples = state.get("consumed_train_samples")
+    if samples is None:  # a checkpoint that does not count them: every step took one global batch
+        samples = int(iteration) * int(trained.get("train_batch_size") or 0)
+    return {"train_steps": int(iteration), "train_tokens": int(samples) * int(trained["seq_length"])}
+
+
+def name_taken(folder, run: dict) -> str | None:
+    """The problem when another run (another config hash) already has result files under this run's
+    run-name in `folder`: a name labels one run in every table, so the second is refused before scoring."""
+    if not run.get("run_name"):
+        return None
+    for path in sorted(pathlib.Path(folder).glob("*.json")):
+        try:
+            other = json.loads(path.read_text()).get("run", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # not a result file this check can read; the tables say what is wrong with it
+        if other.get("run_name") == run["run_name"] and other.get("config_hash") != run["config_hash"]:
+            return (f"run-name {quote(run['run_name'])} already names another run in {folder}: {path.name} "
+                    f"(config hash {str(other.get('config_hash'))[:8]}, this run's {run['config_hash'][:8]}). A name "
+                    "labels one run in every table and figure: train this run under another run-name, or evaluate "
+                    "it into another eval-results-dir and tell the two apart there with --rename.")
+    return None

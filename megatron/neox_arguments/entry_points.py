@@ -25,6 +25,7 @@ class Flag:
     key: str     # the config key it sets, e.g. eval_tasks
     metavar: str
     help: str
+    switch: bool = False  # takes no value: given means true
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,9 @@ ENTRY_POINTS = {
         "checkpoint-factor", "eval-interval", "log-interval", "seed", "progress")),
     "evaluate.py": EntryPoint(keys=(
         "load", "iteration", "eval-lengths", "eval-modes", "eval-chunks", "eval-split", "eval-stride",
-        "eval-micro-batch-size", "eval-results-dir", "attention-window", "probe-depths", "probe-samples")),
+        "eval-micro-batch-size", "eval-results-dir", "attention-window", "probe-depths", "probe-samples"),
+        flags=(Flag("--force", "eval_force", "", "score again what the result file already holds for this checkpoint "
+                    "and these settings (the same as --set eval-force=true)", switch=True),)),
     "generate.py": EntryPoint(keys=(
         "load", "text-gen-type", "sample-input-file", "sample-output-file", "num-samples", "maximum-tokens",
         "temperature", "top-k", "top-p", "recompute", "generation-batch-size")),
@@ -87,8 +90,10 @@ def argument_parser(script: str, doc: str | None) -> argparse.ArgumentParser:
                         help="a file holding what deepy.py would send in --megatron_config (not typed by hand)")
     parser.add_argument("--local_rank", type=int, help="set by the DeepSpeed launcher; ignored")
     for flag in entry.flags if entry else ():
-        parser.add_argument(flag.flag, nargs="+", metavar=flag.metavar, dest=flag.key,
-                            help=flag.help)
+        if flag.switch:
+            parser.add_argument(flag.flag, action="store_const", const=True, dest=flag.key, help=flag.help)
+        else:
+            parser.add_argument(flag.flag, nargs="+", metavar=flag.metavar, dest=flag.key, help=flag.help)
     return parser
 
 

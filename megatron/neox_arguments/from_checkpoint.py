@@ -1,6 +1,7 @@
 """A config that names a checkpoint with `load` may leave the model out: the keys that build the model and
-its tokenizer, and those evaluation needs to read the run's data at its training length, come from the
-checkpoint's own merged config (`global_stepN/resolved_config.yml`), each with that file as its source.
+its tokenizer, and those evaluation needs to read the run's data at its training length (and, for a config
+that gives no model at all, the run's eval-lengths, eval-results-dir and tensorboard-dir), come from the checkpoint's own
+merged config (`global_stepN/resolved_config.yml`), each with that file as its source.
 
 A key the user's config sets is kept (the checkpoint check then names any disagreement); per-run choices
 (attention-window, rotary-scaling, attention-impl, ...) are never taken. `load` naming a `global_stepN`
@@ -19,6 +20,10 @@ from .yaml_loader import load_config_files, normalise_key
 RUN_KEYS = ("make_vocab_size_divisible_by", "seed", "seq_length", "seq_length_val", "max_position_embeddings",
             "data_path", "train_data_paths", "valid_data_paths", "test_data_paths", "split",
             "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "precision")
+
+# A checkpoint evaluated alone (the config gives no model) is evaluated as its training config would have it:
+# at the run's extrapolation ladder, into the run's results folder, logged to the run's TensorBoard.
+EVALUATION_DEFAULT_KEYS = ("eval_lengths", "eval_results_dir", "tensorboard_dir")
 
 
 def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tuple[dict, dict]:
@@ -65,6 +70,8 @@ def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tupl
         keys = RUN_KEYS  # another method than the checkpoint's: the checkpoint check names the difference
     else:
         keys = checkpoint_keys(theirs, stored.get("layer_pattern")) + RUN_KEYS
+    if no_model:
+        keys = tuple(keys) + EVALUATION_DEFAULT_KEYS
     for key in keys:
         if key in stored and key not in given:
             values[key] = stored[key]

@@ -230,6 +230,11 @@ class LoggingArgs:
     wandb_group: Optional[str] = arg(None, "W&B group.")
     wandb_run_name: Optional[str] = arg(None, "W&B run name.")
     wandb_team: Optional[str] = arg(None, "W&B entity.")
+    run_name: Optional[str] = arg(
+        None, "A human name for the run (e.g. \"KERPLE-log, ALiBi on windowed layers\"): kept in its checkpoint and "
+        "every result file, and the label of its column and line in every table and figure. The config hash "
+        "stays the run's identity: two different runs under one name are refused. Null: a label made of what "
+        "the run was trained with (`kerple_log + layers[alibi/w64, kerple_log]`).")
     steps_per_print: int = arg(10, "DeepSpeed's own print interval.")
     wall_clock_breakdown: bool = arg(False, "DeepSpeed timing breakdown.")
 
@@ -251,7 +256,8 @@ class LauncherArgs:
 
 @dataclass
 class _ScoringKeys:
-    eval_lengths: Optional[list] = arg(None, "Lengths to evaluate at; default [seq-length].")
+    eval_lengths: Optional[list] = arg(None, "Lengths to evaluate at; default [seq-length] (a checkpoint evaluated "
+                                       "alone, `--set load=DIR` only: its run's).")
     eval_modes: list = arg(["nonoverlap"], "Evaluation modes by name, each a file in megatron/evaluation/modes/.")
     eval_chunks: Optional[int] = arg(None, "Most chunks (sequences) per length; default all.")
     eval_stride: Optional[int] = arg(None, "`sliding`: stride; default half the length. eval.py: how far "
@@ -262,7 +268,10 @@ class _ScoringKeys:
         "cross", "`cross` (the paper's): chunks run across the documents the evaluation stream concatenates; "
         "`within`: only chunks that lie inside one document are scored (fewer at long lengths).")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
-    eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go.", path="dir")
+    eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go (a checkpoint evaluated alone: "
+                                "its run's).", path="dir")
+    eval_force: bool = arg(False, "Score again what the result file already holds for this checkpoint and these "
+                                  "settings (without it, those lengths are skipped); evaluate.py's --force.")
 
 
 @dataclass

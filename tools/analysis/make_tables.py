@@ -1,11 +1,16 @@
 """Result files -> the paper's Table 3 (perplexity per length and method) and Table 4 (sec/step).
 
-    python -m tools.analysis.make_tables eval_results/ [--mode nonoverlap] [--reference kerple_log]
-        [--paper [stdlib=GitHub ...]] [--train-logs RUN_DIR ...] [--out docs/tables] [--format md|tex|csv]
+    python -m tools.analysis.make_tables eval_results/ [more folders, files or globs] [--mode nonoverlap]
+        [--reference kerple_log] [--method/--name/--seed/--length ...] [--rename OLD=NEW ...]
+        [--test-across-budgets] [--paper [stdlib=GitHub ...]] [--train-logs RUN_DIR ...] [--out docs/tables]
+        [--format md|tex|csv]
 
-Rows are evaluation lengths, columns the methods of each dataset; a cell is perplexity mean ± std over
-seeds, with a dagger where the reference method is significantly better (significance.py). `--paper`
-adds the paper's own cell beside each method at the same extrapolation ratio, labelled as the paper's.
+Rows are evaluation lengths, columns the runs of each dataset by label (run-name, else method and what it
+was trained with: result_selection.py); the first row says how long each was trained (steps, tokens). A
+cell is perplexity mean ± std over seeds, with a dagger where the reference is significantly better
+(significance.py). Runs trained for different budgets are not tested against each other unless
+--test-across-budgets, and then their daggers are marked. `--paper` adds the paper's own cell beside each
+method at the same extrapolation ratio, labelled as the paper's.
 """
 import argparse
 import csv
@@ -18,14 +23,16 @@ import numpy as np
 
 from megatron.neox_arguments import run_cli
 from megatron.evaluation.modes import mode_names
-from megatron.evaluation.results import ResultFileError, load_results
+from megatron.evaluation.results import ResultFileError
 from megatron.preflight import folder_problem
 from .paper_numbers import DEFAULT_DATASET_MAP, PAPER_TRAIN_LENGTH, TABLE3, paper_cell
-from .results_index import index_results, method_sort_key, train_lengths
+from .result_selection import add_selection_arguments, selected_documents
+from .results_index import budgets, index_results, method_sort_key, train_lengths
 from .significance import Comparison, compare
 from .training_speed import render_table4, speed_table
 
 DAGGER = "†"
+ACROSS_BUDGETS = "*"  # the dagger of a test between runs trained for different budgets
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Cell:
     comparison: Comparison | None = None
     skipped: str | None = None        # why the method cannot score this length (learned)
     paper: str | None = None          # the paper's "mean ± std" at the same ratio
+    across_budgets: bool = False      # trained for another budget than the reference (tested only if asked)
 
 
 @dataclass
@@ -50,19 +58,25 @@ class Table3:
     train_length: dict                # dataset -> train length (None when runs differ)
     paper_map: dict                   # our dataset -> paper dataset
     cells: dict = field(default_factory=dict)  # (dataset, method, length) -> Cell
+    budgets: dict = field(default_factory=dict)  # (dataset, method) -> [(steps, tokens)]
+    test_across_budgets: bool = False
 
 
-def build_table3(documents, mode="nonoverlap", reference="kerple_log", alpha=0.05, paper_map=None):
+def build_table3(documents, mode="nonoverlap", reference="kerple_log", alpha=0.05, paper_map=None,
+                 test_across_budgets=False):
     index = index_results(documents, mode)
     if not index:
         raise ResultFileError(f"no {mode} records in the result files; evaluate with eval-modes "
                               f"including {mode} or pick another --mode")
     datasets = sorted(index)
+    # --reference may name a run by its shown label or its short one
+    reference = next((m for d in datasets for m in index[d] if reference in (str(m), m.display)), reference)
     table = Table3(
         mode, reference, alpha, datasets,
         methods={d: sorted(index[d], key=method_sort_key) for d in datasets},
         lengths=sorted({length for d in datasets for m in index[d] for length in index[d][m]}),
-        train_length=train_lengths(documents), paper_map=paper_map or {})
+        train_length=train_lengths(documents), paper_map=paper_map or {}, budgets=budgets(documents),
+        test_across_budgets=test_across_budgets)
     for dataset in datasets:
         for method in table.methods[dataset]:
             for length, runs in index[dataset][method].items():
@@ -83,7 +97,9 @@ def _cell(table, runs_by_method, dataset, method, length):
     reference_runs = runs_by_method.get(table.reference, {}).get(length, {})
     reference_runs = {s: r for s, r in reference_runs.items() if "skipped" not in r}
     if method != table.reference and reference_runs:
-        cell.comparison = compare(reference_runs, scored, table.alpha)
+        cell.across_budgets = table.budgets.get((dataset, method)) != table.budgets.get((dataset, table.reference))
+        if table.test_across_budgets or not cell.across_budgets:
+            cell.comparison = compare(reference_runs, scored, table.alpha)
     return cell
 
 
@@ -109,16 +125,32 @@ def cell_text(cell: Cell | None) -> str:
     if cell.skipped:
         return "n/a"
     text = fmt(cell.ppl_mean) + (f" ± {fmt(cell.ppl_std, cell.ppl_mean)}" if cell.ppl_std is not None else "")
-    return text + (DAGGER if cell.comparison and cell.comparison.dagger else "")
+    dagger = cell.comparison and cell.comparison.dagger
+    return text + (DAGGER if dagger else "") + (ACROSS_BUDGETS if dagger and cell.across_budgets else "")
+
+
+def budget_text(budget) -> str:
+    """`600 steps, 614k tokens` (each budget of a label's runs, when its seeds differ)."""
+    if not budget:
+        return "—"
+    return " / ".join(f"{steps} steps" + (f", {_tokens(tokens)} tokens" if tokens is not None else "")
+                      for steps, tokens in budget)
+
+
+def _tokens(tokens: int) -> str:
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if tokens >= size:
+            return f"{tokens / size:.3g}{unit}"
+    return str(tokens)
 
 
 def _columns(table, dataset):
     """(header, function(length) -> text) per column of one dataset, paper columns beside ours."""
     columns = []
     for method in table.methods[dataset]:
-        columns.append((method, lambda L, m=method: cell_text(table.cells.get((dataset, m, L)))))
+        columns.append((method.display, lambda L, m=method: cell_text(table.cells.get((dataset, m, L)))))
         if dataset in table.paper_map and any(k[2] == method for k in TABLE3):
-            columns.append((f"{method} (paper, {table.paper_map[dataset]})",
+            columns.append((f"{method.display} (paper, {table.paper_map[dataset]})",
                             lambda L, m=method: (getattr(table.cells.get((dataset, m, L)), "paper", None) or "")))
     return columns
 
@@ -128,9 +160,17 @@ def _footnote(table, dataset):
                    if d == dataset and c.comparison and c.comparison.over})
     seeds = sorted({c.seeds for (d, _, _), c in table.cells.items() if d == dataset and c.seeds})
     spread = "one seed per method" if seeds == [1] else f"mean ± std over {'/'.join(map(str, seeds))} seeds"
+    reference = getattr(table.reference, "display", table.reference)
     lines = [f"Perplexity ({table.mode}), {spread}. "
-             f"{DAGGER}: {table.reference} significantly better (paired two-sided t-test on loss over "
+             f"{DAGGER}: {reference} significantly better (paired two-sided t-test on loss over "
              f"{' and '.join(over) or 'seeds'}, α = {table.alpha})."]
+    across = sorted({m.display for (d, m, _), c in table.cells.items() if d == dataset and c.across_budgets})
+    if across and table.test_across_budgets:
+        lines.append(f"{ACROSS_BUDGETS}: tested against {reference} although trained for another budget "
+                     f"({', '.join(across)}; --test-across-budgets).")
+    elif across:
+        lines.append(f"Not tested against {reference}: {', '.join(across)}, trained for another budget "
+                     "(--test-across-budgets tests them anyway, marked).")
     if any(c.skipped for (d, _, _), c in table.cells.items() if d == dataset):
         lines.append("n/a: the method cannot score that length (it embeds fewer positions).")
     if dataset in table.paper_map:
@@ -153,10 +193,16 @@ def render_markdown(table: Table3) -> str:
         out.append(f"**{dataset}** (trained at {train if train else 'several lengths'})\n")
         out.append("| L | " + " | ".join(h for h, _ in columns) + " |")
         out.append("|---|" + "---|" * len(columns))
+        out.append("| trained | " + " | ".join(_budget_of(table, dataset, h) for h, _ in columns) + " |")
         for length in table.lengths:
             out.append(f"| {_row_label(table, dataset, length)} | " + " | ".join(f(length) for _, f in columns) + " |")
         out.append("\n" + _footnote(table, dataset) + "\n")
     return "\n".join(out)
+
+
+def _budget_of(table, dataset, header) -> str:
+    method = next((m for m in table.methods[dataset] if m.display == header), None)
+    return budget_text(table.budgets.get((dataset, method))) if method is not None else ""
 
 
 def _tex(text: str) -> str:
@@ -169,7 +215,9 @@ def render_latex(table: Table3) -> str:
     spec = "r" + "".join("|" + "c" * len(cols) for _, cols in groups)
     lines = [r"\begin{tabular}{" + spec + "}", r"\toprule",
              " & " + " & ".join(rf"\multicolumn{{{len(cols)}}}{{c}}{{{_tex(d)}}}" for d, cols in groups) + r" \\",
-             "L & " + " & ".join(_tex(h) for _, cols in groups for h, _ in cols) + r" \\", r"\midrule"]
+             "L & " + " & ".join(_tex(h) for _, cols in groups for h, _ in cols) + r" \\",
+             "trained & " + " & ".join(_tex(_budget_of(table, d, h)) for d, cols in groups for h, _ in cols) + r" \\",
+             r"\midrule"]
     for length in table.lengths:
         lines.append(f"{length} & " + " & ".join(_tex(f(length)) for _, cols in groups for _, f in cols) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
@@ -180,15 +228,18 @@ def render_latex(table: Table3) -> str:
 def render_csv(table: Table3) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["dataset", "train_length", "length", "method", "mode", "ppl_mean", "ppl_std", "loss_mean",
-                     "seeds", "reference", "p_value", "paired_over", "pairs", "dagger", "skipped", "paper"])
+    writer.writerow(["dataset", "train_length", "length", "method", "train_steps", "train_tokens", "mode", "ppl_mean",
+                     "ppl_std", "loss_mean", "seeds", "reference", "p_value", "paired_over", "pairs", "dagger",
+                     "across_budgets", "skipped", "paper"])
     for (dataset, method, length), c in sorted(table.cells.items(),
                                                key=lambda kv: (kv[0][0], kv[0][2], method_sort_key(kv[0][1]))):
         comp = c.comparison
-        writer.writerow([dataset, table.train_length.get(dataset), length, method, table.mode, c.ppl_mean,
-                         c.ppl_std, c.loss_mean, c.seeds, table.reference, comp.p_value if comp else None,
-                         comp.over if comp else None, comp.pairs if comp else None,
-                         comp.dagger if comp else None, c.skipped, c.paper])
+        budget = table.budgets.get((dataset, method)) or [(None, None)]
+        writer.writerow([dataset, table.train_length.get(dataset), length, method.display,
+                         "/".join(str(b[0]) for b in budget), "/".join(str(b[1]) for b in budget), table.mode,
+                         c.ppl_mean, c.ppl_std, c.loss_mean, c.seeds, getattr(table.reference, "display", table.reference),
+                         comp.p_value if comp else None, comp.over if comp else None, comp.pairs if comp else None,
+                         comp.dagger if comp else None, c.across_budgets, c.skipped, c.paper])
     return buffer.getvalue()
 
 
@@ -213,10 +264,13 @@ def _paper_map(items):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", help="folder of result files written by evaluate.py")
+    add_selection_arguments(parser)
     parser.add_argument("--mode", default="nonoverlap", choices=mode_names(),
                         help="evaluation mode to read (megatron/evaluation/modes/)")
-    parser.add_argument("--reference", default="kerple_log", help="method the daggers compare against")
+    parser.add_argument("--reference", default="kerple_log", help="run (label or method) the daggers compare against")
+    parser.add_argument("--test-across-budgets", action="store_true",
+                        help="also test runs trained for another budget (steps, tokens) than the reference; marked "
+                             + ACROSS_BUDGETS)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the t-test")
     parser.add_argument("--paper", nargs="*", metavar="OURS=PAPER",
                         help="add the paper's numbers beside ours; default map " +
@@ -230,8 +284,8 @@ def main(argv=None):
     if problem:  # before the tables are computed and printed
         raise ResultFileError(problem)
 
-    table = build_table3(load_results(args.results), args.mode, args.reference, args.alpha,
-                         _paper_map(args.paper))
+    table = build_table3(selected_documents(args), args.mode, args.reference, args.alpha,
+                         _paper_map(args.paper), args.test_across_budgets)
     print(RENDERERS[args.format](table))
     speeds = speed_table(args.train_logs) if args.train_logs else None
     if speeds:

@@ -1,4 +1,5 @@
-"""What every figure shares: a fixed colour per method, and saving as PNG + PDF
+"""What every figure shares: a fixed colour per base method, a line style and marker per variant of it
+(its hybrid, its DAPE wrapper, its windowed or named runs), and saving as PNG + PDF
 (megatron/evaluation/figures.py, which evaluate.py draws with too)."""
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -17,6 +18,27 @@ def method_color(method: Method):
 
 def method_linestyle(method: Method) -> str:
     return "--" if method.window else "-"
+
+
+# The k-th run of one base method (in the tables' order) is drawn with the k-th style and marker; the
+# two sequences have coprime lengths, so the pairs repeat only after 20 variants of one method.
+VARIANT_LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1, 1, 1)))
+VARIANT_MARKERS = ("o", "s", "^", "D")
+
+
+def variant_styles(methods) -> dict:
+    """{method: (linestyle, marker)}: the variants of one base method (same colour) told apart."""
+    styles, count = {}, {}
+    for method in methods:  # in the order given, which callers sort with results_index.method_sort_key
+        k = count.get(method.pos_emb, 0)
+        count[method.pos_emb] = k + 1
+        styles[method] = (VARIANT_LINESTYLES[k % len(VARIANT_LINESTYLES)], VARIANT_MARKERS[k % len(VARIANT_MARKERS)])
+    return styles
+
+
+def legend_outside(ax, **kwargs) -> None:
+    """The legend right of the axes, never over the data (save_figure's tight box keeps it in the file)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, **kwargs)
 
 
 def plain_numbers(axis) -> None:

@@ -1,6 +1,12 @@
-"""Perplexity versus evaluation length, one line per method (mean over seeds, band = ± std).
+"""Perplexity versus evaluation length, one line per run label (mean over seeds).
 
-    python -m tools.analysis.plot_lengths eval_results/ --out docs/images/ppl_vs_length [--mode nonoverlap]
+    python -m tools.analysis.plot_lengths eval_results/a eval_results/b --out docs/images/ppl_vs_length
+        [--mode nonoverlap] [--method/--name/--seed/--length ...] [--rename OLD=NEW ...]
+
+One colour per base method, a line style and marker per variant of it (plot_common.variant_styles), the
+legend right of the panels, the training length a dotted line. The band is ± one standard deviation over
+seeds where a run has several; a run with one seed gets the 95% bootstrap interval over its evaluation
+chunks (the chunk losses every record carries), so every line says how sure it is.
 """
 import argparse
 
@@ -9,9 +15,35 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from megatron.neox_arguments import run_cli
 from megatron.evaluation.modes import mode_names
-from megatron.evaluation.results import ResultFileError, load_results
-from .plot_common import method_color, method_linestyle, plain_numbers, plt, save_figure
+from megatron.evaluation.results import ResultFileError
+from .plot_common import legend_outside, method_color, plain_numbers, plt, save_figure, variant_styles
+from .result_selection import add_selection_arguments, selected_documents
 from .results_index import index_results, method_sort_key, train_lengths
+
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0  # fixed: the same files always draw the same figure
+
+
+def chunk_bootstrap(record: dict, level: float = 0.95) -> tuple[float, float]:
+    """(low, high) perplexity: the `level` percentile interval of exp(mean chunk loss) over resampled chunks."""
+    losses = np.asarray(record["chunk_losses"], dtype=np.float64)
+    if len(losses) < 2:
+        return record["ppl"], record["ppl"]
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = losses[rng.integers(0, len(losses), (BOOTSTRAP_SAMPLES, len(losses)))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.exp(low)), float(np.exp(high))
+
+
+def _point(records: list[dict]):
+    """(mean perplexity, band low, band high) over the seeds' records at one length."""
+    ppl = np.array([r["ppl"] for r in records])
+    if len(ppl) > 1:
+        # spread as a factor (std of log ppl = of the loss): a band that cannot cross zero on the log
+        # axis, however far one seed blew up
+        spread = np.exp(np.std(np.log(ppl), ddof=1))
+        return ppl.mean(), ppl.mean() / spread, ppl.mean() * spread
+    return (ppl[0], *chunk_bootstrap(records[0]))
 
 
 def plot_perplexity_vs_length(documents, mode="nonoverlap"):
@@ -20,24 +52,26 @@ def plot_perplexity_vs_length(documents, mode="nonoverlap"):
     if not index:
         raise ResultFileError(f"no {mode} records in the result files; pick another --mode")
     trained = train_lengths(documents)
-    fig, axes = plt.subplots(1, len(index), figsize=(5.5 * len(index), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(index), figsize=(6.5 * len(index), 4.2), squeeze=False)
+    bands = set()
     for ax, dataset in zip(axes[0], sorted(index)):
-        for method in sorted(index[dataset], key=method_sort_key):
+        methods = sorted(index[dataset], key=method_sort_key)
+        styles = variant_styles(methods)
+        for method in methods:
             points = []
             for length, runs in sorted(index[dataset][method].items()):
-                ppl = [r["ppl"] for r in runs.values() if "skipped" not in r]
-                if ppl:
-                    # spread as a factor (std of log ppl = of the loss): a band that cannot cross zero
-                    # on the log axis, however far one seed blew up
-                    spread = np.exp(np.std(np.log(ppl), ddof=1)) if len(ppl) > 1 else 1.0
-                    points.append((length, np.mean(ppl), spread))
+                scored = [r for r in runs.values() if "skipped" not in r]
+                if scored:
+                    points.append((length, *_point(scored)))
             if not points:
                 continue
-            x, mean, spread = map(np.array, zip(*points))
+            x, mean, low, high = map(np.array, zip(*points))
             seeds = max(len(runs) for runs in index[dataset][method].values())
-            ax.plot(x, mean, marker="o", color=method_color(method), linestyle=method_linestyle(method),
-                    label=f"{method} ({seeds} seed{'s' if seeds > 1 else ''})")
-            ax.fill_between(x, mean / spread, mean * spread, color=method_color(method), alpha=0.15)
+            bands.add("seeds" if seeds > 1 else "chunks")
+            linestyle, marker = styles[method]
+            ax.plot(x, mean, marker=marker, markersize=4, color=method_color(method), linestyle=linestyle,
+                    label=f"{method.display} ({seeds} seed{'s' if seeds > 1 else ''})")
+            ax.fill_between(x, low, high, color=method_color(method), alpha=0.12, linewidth=0)
         if trained.get(dataset):
             ax.axvline(trained[dataset], color="grey", linestyle=":", linewidth=1, label="train length")
         ax.set_xscale("log", base=2)
@@ -48,21 +82,24 @@ def plot_perplexity_vs_length(documents, mode="nonoverlap"):
         plain_numbers(ax.yaxis)
         ax.set_xlabel("evaluation length L (tokens)")
         ax.set_ylabel(f"perplexity ({mode})")
-        ax.set_title(dataset)
+        ax.set_title(dataset + (f" (trained at {trained[dataset]})" if trained.get(dataset) else ""))
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        legend_outside(ax)
+    what = {"seeds": "± 1 std over seeds", "chunks": "95% bootstrap interval over chunks (one seed)"}
+    fig.text(0.01, -0.02, "bands: " + "; ".join(what[b] for b in sorted(bands, reverse=True)), fontsize=8,
+             ha="left", va="top")
     fig.tight_layout()
     return fig
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Perplexity versus evaluation length (PNG + PDF).")
-    parser.add_argument("results", help="folder of result files written by evaluate.py")
+    add_selection_arguments(parser)
     parser.add_argument("--out", required=True, help="output path without extension")
     parser.add_argument("--mode", default="nonoverlap", choices=mode_names(),
                         help="evaluation mode to read (megatron/evaluation/modes/)")
     args = parser.parse_args(argv)
-    for path in save_figure(plot_perplexity_vs_length(load_results(args.results), args.mode), args.out):
+    for path in save_figure(plot_perplexity_vs_length(selected_documents(args), args.mode), args.out):
         print(f"wrote {path}")
 
 

@@ -2,6 +2,7 @@
 log-probability with paired tests against a reference method.
 
     python -m tools.analysis.probe_table eval_results/*.json [--mode passkey] [--reference kerple_log]
+        [--method/--name/--seed/--length ...] [--rename OLD=NEW ...]
 
 Accuracy is greedy exact match (teacher-forced top-1 where greedy decoding was off), the mean over the
 grid's depths and samples, then mean ± std over seeds. The answer NLL is the answer tokens' mean negative
@@ -10,14 +11,14 @@ alone), so sample i of one run pairs with sample i of another: the dagger marks 
 reference's NLL is significantly lower (paired t-test over (seed, sample) pairs, p < alpha).
 """
 import argparse
-import pathlib
 import sys
 
 import numpy as np
 from scipy import stats
 
-from megatron.evaluation.results import ResultFileError, load_result, load_results
+from megatron.evaluation.results import ResultFileError
 from megatron.neox_arguments import run_cli
+from .result_selection import add_selection_arguments, selected_documents
 from .results_index import index_results, method_sort_key
 
 DAGGER = "†"
@@ -71,11 +72,11 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
         methods = sorted(index[dataset], key=method_sort_key)
         lengths = sorted({L for m in methods for L in index[dataset][m]})
         records = [r for m in methods for by_seed in index[dataset][m].values() for r in by_seed.values()]
-        header = "| length | " + " | ".join(methods) + " |\n|---|" + "---|" * len(methods)
+        header = "| length | " + " | ".join(m.display for m in methods) + " |\n|---|" + "---|" * len(methods)
         accuracy, nll = [header], [header]
         for L in lengths:
             acc_cells, nll_cells = [], []
-            ref = next((index[dataset][m].get(L, {}) for m in methods if m == reference), {})
+            ref = next((index[dataset][m].get(L, {}) for m in methods if reference in (m, m.display)), {})
             for m in methods:
                 by_seed = index[dataset][m].get(L, {})
                 if not by_seed:
@@ -87,7 +88,7 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
                 acc_cells.append(f"{np.mean(per_seed):.2f}{spread}")
                 losses = np.mean([r["loss"] for r in by_seed.values()])
                 dagger = ""
-                if ref and m != reference:
+                if ref and reference not in (m, m.display):
                     a, b = paired(ref, by_seed)
                     p = paired_p(a, b)
                     dagger = DAGGER if p is not None and p < alpha and a.mean() < b.mean() else ""
@@ -105,13 +106,12 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", nargs="+", help="result files or folders of them")
+    add_selection_arguments(parser)
     parser.add_argument("--mode", help="the probe mode (default: every probe mode in the files)")
     parser.add_argument("--reference", default="kerple_log", help="method the daggers compare against")
     parser.add_argument("--alpha", type=float, default=0.05)
     args = parser.parse_args(argv)
-    documents = [d for path in args.results
-                 for d in (load_results(path) if pathlib.Path(path).is_dir() else [load_result(path)])]
+    documents = selected_documents(args)
     modes = [args.mode] if args.mode else probe_modes(documents)
     if not modes:
         raise ResultFileError("none of these result files has probe records; evaluate with a probe mode "
