@@ -159,10 +159,10 @@ def test_pending_readme_changes_are_still_pending():
 
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory) -> pathlib.Path:
-    """The working tree's files (tracked and new, not ignored) in a temporary folder: nothing of the demo's
-    data, checkpoints or results, and the virtualenv only by a link."""
+    """The files git tracks, in a temporary folder: nothing a documented command wrote in the working tree
+    (data, checkpoints, results, exports, a method or mode a reader added), and the virtualenv only by a link."""
     root = tmp_path_factory.mktemp("readme") / "repo"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=REPO,
                             capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, listed):
         source = REPO / name
