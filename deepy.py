@@ -242,10 +242,18 @@ def launch(runner_argv):
     forwarded = []
 
     def forward(signum, _frame):
+        """To the ranks only, once they run: DeepSpeed's runner and launch.py exit when their ranks do, and
+        a SIGINT of their own would print a KeyboardInterrupt traceback beside the ranks' clean message."""
         forwarded.append(signum)
+        group = [p for p in psutil.process_iter(["status", "cmdline"]) if _in_group(p, child.pid)]
+        ranks = [p for p in group if "deepspeed.launcher" not in " ".join(p.info["cmdline"] or [])]
         try:
-            os.killpg(child.pid, signum)
-        except ProcessLookupError:
+            if ranks:
+                for rank in ranks:
+                    rank.send_signal(signum)
+            else:  # not started yet: stop the launch itself
+                os.killpg(child.pid, signum)
+        except (ProcessLookupError, psutil.NoSuchProcess):
             pass
 
     for signum in (signal.SIGTERM, signal.SIGINT):

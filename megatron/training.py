@@ -72,6 +72,10 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
     train_set, valid_set, test_set = build_train_valid_test_datasets(neox_args, tokenizer)
     engine, optimizer = setup_model_and_optimizer(neox_args, tokenizer.padded_vocab_size)
     iteration, consumed = load_checkpoint(neox_args, engine)
+    if iteration >= neox_args.train_iters and neox_args.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
+        print(f"the checkpoint in {neox_args.load} is at step {iteration}, already train-iters "
+              f"({neox_args.train_iters}): nothing to train; the final validation runs on it. Raise train-iters "
+              f"(--set train-iters=N) to train further, or name another save/load folder to start anew.", flush=True)
     with torch.random.fork_rng(devices=[]):  # starting a DataLoader draws a seed: keep dropout's stream
         train_batches = iter(build_data_loader(train_set, neox_args, consumed))
 

@@ -1,4 +1,4 @@
-"""A positional method is one file: README's example, saved into a copy of the project with nothing
+"""A positional method is one file: docs/positional-methods.md's example, saved into a copy of the project with nothing
 else changed, is accepted by `deepy.py --dry-run`, listed in the config reference, trained by
 `train.py`, covered by the registry-parametrised tests, and its initialisation-only option is ignored
 when a checkpoint is loaded. Everything runs in subprocesses of the copy, as a user would run it."""
@@ -14,12 +14,12 @@ from test_training_support import REPO_ROOT, child_environment, set_flags, tiny_
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 
-SECTION = "### Adding a method"
+GUIDE, SECTION = "docs/positional-methods.md", "## Adding a method"
 
 
 def readme_example() -> str:
-    """The first ```python block of README's "Adding a method" section."""
-    section = (REPO_ROOT / "README.md").read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
+    """The first ```python block of the guide's "Adding a method" section."""
+    section = (REPO_ROOT / GUIDE).read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -30,13 +30,16 @@ OPTION, DEFAULT = re.search(r"(\w+): float = option\(([\d.]+)", EXAMPLE).groups(
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A copy of the project (code, configs, tests, entry points) plus the example as a new file."""
+    """A copy of the project (the files git tracks in its code, configs, tests, docs and entry points)
+    plus the example as a new file."""
     copy = tmp_path_factory.mktemp("project")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("megatron", "tools", "configs", "tests"):
-        shutil.copytree(REPO_ROOT / folder, copy / folder, ignore=ignore)
-    for name in ("deepy.py", "train.py", "evaluate.py", "README.md", "pyproject.toml"):
-        shutil.copy(REPO_ROOT / name, copy / name)
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "megatron", "tools", "configs", "tests", "docs",
+                             "deepy.py", "train.py", "evaluate.py", "README.md", "pyproject.toml"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (REPO_ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO_ROOT / name, copy / name)
     (copy / "megatron" / "model" / "positional_embeddings" / f"{METHOD}.py").write_text(EXAMPLE)
     return copy
 
@@ -50,11 +53,15 @@ def run(project, *argv, timeout=600):
 
 
 def test_the_example_adds_a_method_and_nothing_else(project):
-    assert not (REPO_ROOT / "megatron" / "model" / "positional_embeddings" / f"{METHOD}.py").exists()
-    changed = subprocess.run(["diff", "-rq", "-x", "__pycache__", str(REPO_ROOT / "megatron"),
-                              str(project / "megatron")],
-                             capture_output=True, text=True).stdout.strip().splitlines()
-    assert changed == [f"Only in {project / 'megatron' / 'model' / 'positional_embeddings'}: {METHOD}.py"]
+    tracked = subprocess.run(["git", "ls-files", "megatron"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    tracked = [name for name in tracked if (REPO_ROOT / name).is_file()]
+    copied = sorted(str(p.relative_to(project)) for p in (project / "megatron").rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts)
+    example = f"megatron/model/positional_embeddings/{METHOD}.py"
+    assert example not in tracked
+    assert copied == sorted(tracked + [example])
+    assert all((project / name).read_bytes() == (REPO_ROOT / name).read_bytes() for name in tracked)
 
 
 def test_dry_run_accepts_the_method_and_its_option(project):

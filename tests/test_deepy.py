@@ -83,9 +83,11 @@ def test_two_process_cpu_launch_runs_the_script_on_both_ranks(repo_root, tmp_pat
                           "all_reduce_sum": 3.0}
 
 
-def test_sigterm_to_deepy_alone_reaches_the_ranks_which_save(stdlib_data, tmp_path, repo_root):
-    """A scheduler that signals only the launcher process: the ranks still save, and deepy.py returns
-    after they have."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_deepy_alone_reaches_the_ranks_which_save(signum, stdlib_data, tmp_path, repo_root):
+    """A scheduler that signals only the launcher process, or Ctrl-C in a terminal (the runner is in its
+    own process group, so the terminal's SIGINT reaches deepy.py alone): the ranks still save, deepy.py
+    returns after they have, and no launcher prints a KeyboardInterrupt traceback."""
     overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=100_000, log_interval=1, master_port=free_port())
     process = subprocess.Popen([sys.executable, "deepy.py", "train.py", str(TINY), *set_flags(overrides)],
                                cwd=repo_root, env=child_environment(), stdout=subprocess.PIPE,
@@ -93,9 +95,11 @@ def test_sigterm_to_deepy_alone_reaches_the_ranks_which_save(stdlib_data, tmp_pa
     for line in process.stdout:
         if line.startswith("step") and " 3/100000" in line:
             break
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     output, _ = process.communicate(timeout=180)
-    assert "received SIGTERM: stopping after step " in output, output[-3000:]
-    stopped = int(output.split("received SIGTERM: stopping after step ")[1].split()[0])
+    name = signal.Signals(signum).name
+    assert f"received {name}: stopping after step " in output, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    stopped = int(output.split(f"received {name}: stopping after step ")[1].split()[0])
     assert (tmp_path / "ckpt" / "latest").read_text() == f"global_step{stopped}"
     assert (tmp_path / "ckpt" / f"global_step{stopped}" / "mp_rank_00_model_states.pt").is_file()

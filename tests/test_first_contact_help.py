@@ -114,10 +114,9 @@ COMMAND = ("python eval.py configs/tiny.yml --set load=checkpoints/tiny/kerple_l
 
 
 def test_readme_holds_the_local_task_example_as_tested_here():
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme.split("## lm-evaluation-harness", 1)[-1].split("\n## ", 1)[0]
+    guide = (REPO_ROOT / "docs" / "lm-eval.md").read_text()
     for text in (TASK_FILE, DATA_FILE, COMMAND):
-        assert text in section, f"README.md's lm-evaluation-harness section lacks:\n{text}"
+        assert text in guide, f"docs/lm-eval.md lacks:\n{text}"
 
 
 @pytest.mark.launches

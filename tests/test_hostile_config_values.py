@@ -150,8 +150,7 @@ def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
             "mapping or list that contains it")
 
 
-def test_a_huge_value_is_quoted_cut_in_every_message(tmp_path, deadline):
-    deadline(20)
+def test_a_huge_value_is_quoted_cut_in_every_message(tmp_path):
     long_list = "[" + ", ".join(["-1"] * 50_000) + "]"
     message = refused(tmp_path, BASE + f"eval_lengths: {long_list}\n",
                       "eval-lengths: must be a list of positive integers, got [-1, -1", "...(cut)")

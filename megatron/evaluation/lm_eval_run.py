@@ -49,7 +49,39 @@ def task_manager_for(neox_args):
         said = "; ".join(f"{t!r}" + (f" (did you mean {', '.join(h)}?)" if h else "") for t, h in hints.items())
         raise EvaluationError(f"eval-tasks: unknown lm-eval task(s) {said}. `lm-eval ls tasks` lists the "
                               "installed ones; a task of your own is a YAML file in a folder named by eval-task-paths.")
+    check_hub_reachable([t for t in tasks if not is_local_task(manager, t, paths)])
     return manager, tasks
+
+
+def is_local_task(manager, task: str, paths: list[str]) -> bool:
+    """Whether the task's YAML file lies in one of eval-task-paths (its data beside it, not on the hub)."""
+    entry = manager.task_index.get(task)
+    yaml_path = getattr(entry, "yaml_path", None) or (entry.get("yaml_path") if isinstance(entry, dict) else None)
+    if not yaml_path:
+        return False
+    found = pathlib.Path(yaml_path).resolve()
+    return any(pathlib.Path(folder).resolve() in found.parents for folder in paths)
+
+
+HUB = ("huggingface.co", 443)
+
+
+def check_hub_reachable(hub_tasks: list[str]) -> None:
+    """lm-eval's built-in tasks download their data from the Hugging Face hub; offline, `datasets` retries
+    for minutes and ends in a long ConnectionError. Said in one paragraph before the model loads instead.
+    HF_DATASETS_OFFLINE=1 (data already in the cache) skips the check, as it skips the download."""
+    import os
+    import socket
+    if not hub_tasks or os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1":
+        return
+    try:
+        socket.create_connection(HUB, timeout=5).close()
+    except OSError as err:
+        raise EvaluationError(
+            f"eval-tasks: {', '.join(hub_tasks)} read their data from the Hugging Face hub, and {HUB[0]} cannot be "
+            f"reached from this machine ({err.strerror or err}). Run a local task instead: an lm-eval task YAML file "
+            "with its data, in a folder named by eval-task-paths (docs/lm-eval.md, \"A task of your own, offline\"); "
+            "or, if the task's data is already in your Hugging Face cache, set HF_DATASETS_OFFLINE=1.") from None
 
 
 def earlier_task_results(path: pathlib.Path, evaluation: dict, run: dict) -> dict | None:

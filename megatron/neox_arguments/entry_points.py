@@ -64,8 +64,8 @@ def field_default(f: dataclasses.Field):
 def main_keys_text(keys, width: int | None = None) -> str:
     """The epilog of an entry point's --help: each key, its default and its meaning, from groups.py."""
     width = width or min(shutil.get_terminal_size().columns, 100)
-    lines = textwrap.wrap("main config keys (set them in a YAML file or with --set KEY=VALUE; README.md's config "
-                          "reference lists every key):", width=width)
+    lines = textwrap.wrap("main config keys (set them in a YAML file or with --set KEY=VALUE; docs/config-reference.md "
+                          "lists every key):", width=width)
     for key in keys:
         f = _FIELDS[key.replace("-", "_")]
         default = field_default(f)

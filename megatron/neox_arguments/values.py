@@ -35,8 +35,8 @@ def _unknown_key_message(raw_key, where, known) -> str:
     else:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f" Did you mean '{close[0].replace('_', '-')}'?" if close else ""
-    return (f"{where}: {quote(str(raw_key))} is not a known config key.{hint} Fix or remove it; README.md's config "
-            f"reference lists all {len(dashed)} keys.")
+    return (f"{where}: {quote(str(raw_key))} is not a known config key.{hint} Fix or remove it; docs/config-reference.md "
+            f"lists all {len(dashed)} keys.")
 
 
 EXACT_FLOAT_INTEGERS = 2 ** 53  # every integer up to this has a float of its own; beyond, floats skip some

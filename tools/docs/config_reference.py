@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Print the config reference (Markdown) from the typed config groups, for README.md.
+"""Print the config reference (Markdown) from the typed config groups, for docs/config-reference.md.
 
-`python tools/docs/config_reference.py` prints it; `--write README.md` replaces README's copy (between
-the CONFIG-REFERENCE markers); `--check README.md` fails when that copy is out of date. Keys an owner
+`python tools/docs/config_reference.py` prints it; `--write` replaces the copy in docs/config-reference.md
+(between the CONFIG-REFERENCE markers; `--write FILE` another file's); `--check` fails when that copy is
+out of date. Keys an owner
 declares are listed where the groups put them: the positional methods' options in the positional group
 (megatron/model/positional_embeddings), the evaluation modes' in the evaluation group
 (megatron/evaluation/modes), the probe training mix's in the data group (megatron/evaluation/probes).
@@ -16,6 +17,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from megatron.neox_arguments.groups import GROUPS  # noqa: E402
 
+PAGE = "docs/config-reference.md"
 BEGIN, END = "<!-- CONFIG-REFERENCE:BEGIN -->", "<!-- CONFIG-REFERENCE:END -->"
 
 
@@ -37,14 +39,18 @@ def reference() -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", metavar="README", help="fail if this file's reference is stale")
-    parser.add_argument("--write", metavar="README", help="replace this file's reference")
+    parser.add_argument("--check", metavar="FILE", nargs="?", const=PAGE,
+                        help=f"fail if this file's reference is stale (default {PAGE})")
+    parser.add_argument("--write", metavar="FILE", nargs="?", const=PAGE,
+                        help=f"replace this file's reference (default {PAGE})")
     args = parser.parse_args()
     text = reference()
     if not (args.check or args.write):
         print(text, end="")
         return 0
     path = pathlib.Path(args.check or args.write)
+    if not path.is_absolute() and not path.exists():  # run from another folder: the page in this checkout
+        path = pathlib.Path(__file__).resolve().parents[2] / path
     readme = path.read_text()
     if BEGIN not in readme or END not in readme:
         print(f"{path}: no {BEGIN} ... {END} markers to hold the config reference; add them where it "

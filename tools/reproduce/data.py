@@ -67,7 +67,7 @@ def _tokenizer_files(dataset: Dataset) -> str:
     gpt2 = {pathlib.Path(m).name for m in missing} <= {"gpt2-vocab.json", "gpt2-merges.txt"} and len(folders) == 1
     flags = "" if folders == {pathlib.Path("data")} else f" --data-dir {folders.pop()}"
     return (f" (it reads {' and '.join(missing)}, not here" + (f": `python {PREPARE_DATA} gpt2{flags}` fetches "
-            f"them, or copy them from {SHARED}data/gpt2/" if gpt2 else "") + ")")
+            "them" if gpt2 else "") + ")")
 
 
 def _absent(dataset: Dataset) -> str:

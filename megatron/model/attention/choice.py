@@ -33,7 +33,7 @@ def memory_budget_bytes(device: torch.device, budget_mb: int | None) -> int:
 
 
 def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
-    """The paths `auto` tries, fastest first, from measurements on CPU (README, Performance):
+    """The paths `auto` tries, fastest first, from measurements on CPU (docs/performance.md):
     - without terms or a window, `sdpa`: fused causal kernels, no L x L tensor;
     - on CPU, a distance-only method without dropout: `blocked`, which there materialises nothing
       (Toeplitz) and was the fastest path at every length measured, with gradients or not; for a

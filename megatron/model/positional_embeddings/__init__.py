@@ -1,6 +1,6 @@
 """Positional methods, one file each, registered by name and selected by the `pos-emb` key.
 
-Adding a method means adding one file here with one `@register("name")` class (README, "Adding a
+Adding a method means adding one file here with one `@register("name")` class (docs/positional-methods.md, "Adding a
 method"): every module of this package is imported below, and the config's `pos-emb` choices and
 option keys, the config reference and the checkpoint check are read from the registry.
 """

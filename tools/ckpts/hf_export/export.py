@@ -49,6 +49,9 @@ def export_model(source: Source, output_dir, target: str = "auto") -> str:
         mask = os.umask(0)
         os.umask(mask)
         partial.chmod(0o777 & ~mask)  # mkdtemp makes 0700; the folder gets the usual permissions
+        for path in partial.rglob("*"):  # and every file (safetensors writes its weights 0600)
+            if path.is_file():
+                path.chmod(0o666 & ~mask)
         try:
             os.rename(partial, out)
         except OSError as err:  # something appeared at --output_dir while exporting

@@ -1,0 +1,277 @@
+"""The docs cannot drift: every shell command of README.md and docs/ (each fenced bash block, every page
+in reading order) is run as written by this test, in a copy of the files git tracks, after `make demo` at a
+few steps; or it is listed with the reason it is not run here (a GPU, the internet, the paper's data,
+minutes of CPU) and, where another test runs it in a reduced form, that test's name. A command that fails
+here fails this test.
+
+Each command is handled by the first RULE its text matches, and a command no rule matches fails the test:
+a new documented command needs a rule (run it, or say why not). Commands are changed only to be cheap:
+`--set` values replaced or added (TINY sizes), a free rendezvous port for deepy.py (the machine is
+shared). Commands that read the paper's data (configs/kerple_log.yml) must fail with the message naming
+tools/datasets/prepare_data.py. A command already run earlier in the docs (the demo, an export to the
+same folder, a training that differs only in what was cheapened) is not run twice.
+"""
+import dataclasses
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from megatron.neox_arguments.yaml_loader import normalise_key
+from test_training_support import free_port
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# README first (its quick start trains the demo the rest use), then the guides in reading order, then any
+# other page of docs/ (sorted). The published reports (docs/reproduction/) and generated tables
+# (docs/images/) hold no commands to follow.
+READING_ORDER = ("README.md", "docs/training.md", "docs/positional-methods.md", "docs/evaluation.md",
+                 "docs/generation-and-export.md", "docs/lm-eval.md", "docs/reproduction.md",
+                 "docs/coming-from-neox.md", "docs/performance.md")
+
+
+def doc_pages(root: pathlib.Path = REPO) -> list[str]:
+    pages = sorted(str(p.relative_to(root)) for p in (root / "docs").rglob("*.md")
+                   if p.relative_to(root / "docs").parts[0] not in ("reproduction", "images"))
+    return [name for name in READING_ORDER if (root / name).is_file()] + \
+        [name for name in pages if name not in READING_ORDER]
+
+
+@dataclasses.dataclass
+class Run:
+    """Run the command; it must exit 0. `sets`: --set values to replace or add; `args`: words to append."""
+    sets: dict = dataclasses.field(default_factory=dict)
+    args: tuple = ()
+    stdin: str | None = None
+    output: str | None = None          # text its output must hold
+
+
+@dataclasses.dataclass
+class Refused:
+    """The command needs files this checkout does not have: it must fail (exit 2, one paragraph, no
+    traceback) naming them and what creates them."""
+    says: tuple
+
+
+@dataclasses.dataclass
+class NotRun:
+    reason: str
+
+
+# The demo's steps, and the same for the docs' training commands on tiny.yml: `python train.py
+# configs/tiny.yml` after `make demo` resumes its checkpoint at its last step, so trains nothing (8 = 8),
+# and the demo's evaluation stays the only result file of that run (make_tables refuses two).
+TRAIN = {"train-iters": 8, "checkpoint-factor": 8, "eval-interval": 8, "eval-iters": 1, "log-interval": 2}
+GENERATE = {"maximum_tokens": 8, "num-samples": 1}
+DEMO_TRAIN = " ".join(f"--set {key}={value}" for key, value in TRAIN.items())
+PAPER_DATA = Refused(("data/github/github_text_document", "python tools/datasets/prepare_data.py github"))
+GPU = NotRun("needs a GPU machine (docs/gpu/README.md); `make gpu-check` runs there")
+BENCHMARK = NotRun("a benchmark: minutes on a quiet machine, whose numbers are the table beside it")
+
+RULES = [
+    (r"^make demo$", Run(args=("-o", ".venv/.installed", f"PY={sys.executable}", f"DEMO_TRAIN_ARGS={DEMO_TRAIN}",
+                               "DEMO_EVAL_ARGS=--set eval-chunks=2"),
+                         output="perplexity against evaluation length: eval_results/tiny/ppl_vs_length.png")),
+    (r"^make test$", NotRun("the whole test suite, which holds this test")),
+    (r"configs/kerple_log\.yml .*--dry-run$", Run(output="python tools/datasets/prepare_data.py github")),
+    (r"configs/kerple_log\.yml", PAPER_DATA),
+    (r"^python tools/datasets/prepare_data\.py$", Run(output="openwebtext2")),
+    (r"^python tools/datasets/prepare_data\.py ", NotRun("downloads the paper's corpora (needs the internet); "
+                                                        "tests/test_prepare_data.py runs it against a local server")),
+    (r"^python tools/datasets/preprocess_data\.py --input data/owt2/",
+     Refused(("vocab-file data/gpt2-vocab.json does not exist",))),
+    (r"^python tools/datasets/(build_default_corpus\.py|download_pile\.py --help)$", Run()),
+    (r"--set pos-emb=learned_slopes", NotRun("needs the guide's example method saved first; "
+                                             "tests/test_adding_a_method.py saves it in a copy and trains it")),
+    (r"^python train\.py configs/tiny\.yml$", Run(sets=TRAIN, output="already train-iters (8): nothing to train")),
+    (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
+    (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
+    (r"^python evaluate\.py configs/tiny\.yml configs/eval/probe\.yml",
+     Run(sets={"eval-lengths": "[128, 256]", "probe-depths": "[0.0, 1.0]", "probe-samples": 1})),
+    (r"^python -m tools\.analysis\.make_tables eval_results/tiny --train-logs", Run(output="sec/step")),
+    (r"^python -m tools\.analysis\.", Run()),
+    (r"--set text-gen-type=interactive", Run(sets=GENERATE, stdin="def main():\n")),
+    (r"^python (deepy\.py )?generate\.py ", Run(sets=GENERATE)),
+    (r"^python tools/ckpts/convert_to_hf\.py ", Run()),
+    (r"--eval_tasks lambada_openai", NotRun("lm-eval's hub tasks download their data (needs the internet)")),
+    (r"--eval_tasks python_mc", NotRun("needs the guide's two task files saved in my_tasks/; "
+                                       "tests/test_first_contact_help.py saves them and runs this command")),
+    (r"^make reproduce", NotRun("21 trainings and their evaluations: about an hour on 2 cores; "
+                                "tests/test_reproduce*.py run the sweep at toy sizes")),
+    (r"^python -m tools\.reproduce configs/reproduce/paper\.yml$", NotRun("the paper's 162M grid: GPUs and its data")),
+    (r"^python -m tools\.reproduce configs/reproduce/\S+ --dry-run$", Run()),
+    (r"^python deepy\.py train\.py -d ", NotRun("needs a GPT-NeoX or KERPLE-fork config folder; "
+                                               "tests/test_neox_compat_configs.py runs the fork's configs")),
+    (r"tools[./]ckpts[./]import_neox|imported/RUN",
+     NotRun("needs a GPT-NeoX checkpoint (the released ones are a download); "
+            "tests/test_import_neox_checkpoint.py writes one and imports it")),
+    (r"^(OMP_NUM_THREADS=1 )?python benchmarks/", BENCHMARK),
+    (r"^OMP_NUM_THREADS=1 /usr/bin/time -v python evaluate\.py .*eval-lengths=\[131072\]",
+     Run(sets={"eval-lengths": "[256]"})),   # 131,072 tokens take 77 s and 845 MiB: the same command at 256
+    (r"^export TORCHINDUCTOR_CACHE_DIR|^cat > repro\.py|python repro\.py$",
+     NotRun("reproduces a torch bug of the compiled CPU flex kernel "
+            "(docs/known-issues.md): compiles kernels for minutes")),
+    (r"^(make gpu-|\.venv/bin/python -m tools\.gpu_check --device cpu)",
+     NotRun("the GPU check; tests/test_gpu_check.py runs its CPU smoke form")),
+    (r"^(cp \.\./shared|\.venv/bin/python -c|python3 -m pip install)", GPU),
+]
+
+
+def strip_comment(line: str) -> str:
+    """The line without its shell comment (a # outside quotes, at the start or after a blank)."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def doc_commands(text: str) -> list[str]:
+    """Every command of the text's fenced bash blocks, in order; continuation lines joined, comments
+    dropped, a here-document kept with the command that opens it."""
+    commands, block, pending, heredoc = [], None, "", None
+    for line in text.splitlines():
+        if heredoc is not None:
+            pending += line + "\n"
+            heredoc = None if line.strip() == heredoc else heredoc
+            if heredoc is None:
+                commands.append(pending.strip())
+                pending = ""
+            continue
+        if line.startswith("```"):
+            block = None if block else (line[3:].strip() or "plain")
+        elif block == "bash":
+            line = strip_comment(line)
+            if line.endswith("\\"):
+                pending += line[:-1].strip() + " "
+                continue
+            opened = re.search(r"<<\s*'?(\w+)'?", line)
+            if opened:
+                heredoc, pending = opened.group(1), pending + line + "\n"
+                continue
+            command = " ".join((pending + line.strip()).split())
+            pending = ""
+            if command:
+                commands.append(command)
+    return commands
+
+
+def all_commands(root: pathlib.Path = REPO) -> list[tuple[str, str]]:
+    """(file, command) of every documented command, in reading order."""
+    return [(name, command) for name in doc_pages(root) for command in doc_commands((root / name).read_text())]
+
+
+def rule(command: str):
+    for pattern, action in RULES:
+        if re.search(pattern, command):
+            return action
+    return None
+
+
+def with_sets(command: str, sets: dict) -> str:
+    """The command with each `--set KEY=...` of `sets` replaced (same key, '-' or '_') or added at the end."""
+    words = shlex.split(command)
+    for key, value in sets.items():
+        for i in range(len(words) - 1):
+            if words[i] == "--set" and normalise_key(words[i + 1].split("=", 1)[0]) == normalise_key(key):
+                words[i + 1] = f"{key}={value}"
+                break
+        else:
+            words += ["--set", f"{key}={value}"]
+    env = []
+    while words and re.match(r"^[A-Z_]+=", words[0]):  # VAR=value prefixes stay shell words
+        env.append(words.pop(0))
+    return " ".join(env + [shlex.join(words)])
+
+
+def test_every_documented_command_has_a_rule():
+    commands = all_commands()
+    assert any(command == "make demo" for name, command in commands if name == "README.md")
+    unknown = [f"{name}: {command}" for name, command in commands if rule(command) is None]
+    assert not unknown, f"documented commands this test has no rule for (add one to RULES): {unknown}"
+
+
+def test_the_commands_not_run_here_say_why():
+    listed = {command: action.reason for _, command in all_commands()
+              if isinstance(action := rule(command), NotRun)}
+    assert all(len(reason) > 20 for reason in listed.values()), listed
+    print("\n".join(f"not run: {command}\n    {reason}" for command, reason in listed.items()))
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> pathlib.Path:
+    """The files git tracks, in a temporary folder: nothing a documented command wrote in the working tree
+    (data, checkpoints, results, exports, a method or mode a reader added), and the virtualenv only by a link."""
+    root = tmp_path_factory.mktemp("docs") / "repo"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    (root / ".venv").symlink_to(REPO / ".venv")
+    return root
+
+
+@pytest.mark.launches
+def test_documented_commands_work_as_written(copy):
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "OMP_NUM_THREADS": "1", "NEOX_PROGRESS": "0"}
+    (copy / "prompts.txt").write_text("def main():\nclass Config:\n")  # what the input-file example reads
+    failures, ran, done_before = [], [], set()
+    for name, command in all_commands(copy):
+        action = rule(command)
+        if action is None or isinstance(action, NotRun):  # no rule: test_every_documented_command_has_a_rule says
+            continue
+        if isinstance(action, Run):
+            command = with_sets(command, action.sets) if action.sets else command
+            command = " ".join([command, *map(shlex.quote, action.args)])
+        if command in done_before:  # the same command once cheapened (the demo; one training in two guides)
+            continue
+        done_before.add(command)
+        if "deepy.py" in command:
+            command = with_sets(command, {"master_port": free_port()})
+        began = time.time()
+        done = subprocess.run(["bash", "-c", command], cwd=copy, env=env, input=getattr(action, "stdin", None),
+                              capture_output=True, text=True, timeout=900)
+        seconds, output = time.time() - began, done.stdout + done.stderr
+        ran.append(f"{seconds:5.1f} s  {command}")
+        where = f"[{name}] {command}"
+        if isinstance(action, Run):
+            if done.returncode != 0:
+                failures.append(f"{where}: exit {done.returncode}:\n{output[-2000:]}")
+            elif action.output and action.output not in output:
+                failures.append(f"{where}: its output lacks {action.output!r}:\n{output[-2000:]}")
+        else:
+            said = [s for s in action.says if s not in done.stderr]
+            if done.returncode != 2 or said or "Traceback" in output:
+                failures.append(f"{where}: expected a refusal (exit 2, no traceback) saying {list(action.says)}; "
+                                f"got exit {done.returncode}:\n{output[-2000:]}")
+    print("\n".join(ran))
+    assert not failures, "\n\n".join(failures)
+    assert (copy / "eval_results/tiny/ppl_vs_length.png").stat().st_size > 10_000
+    assert (copy / "hf/tiny-kerple-log/config.json").is_file()
+    mask = os.umask(0)
+    os.umask(mask)
+    export = copy / "hf/tiny-kerple-log"
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in export.iterdir() if p.is_file()}
+    assert set(modes.values()) == {oct(0o666 & ~mask)}, f"the export's files have the usual permissions: {modes}"
+    tracked = set(filter(None, subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=REPO, capture_output=True,
+                                              text=True, check=True).stdout.split("\0")))
+    new = sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file() and ".venv" not in p.parts
+                 and "__pycache__" not in p.parts and str(p.relative_to(copy)) not in tracked)
+    checked = subprocess.run(["git", "check-ignore", "--no-index", "--stdin", "-v", "-n"], cwd=REPO,
+                             input="\n".join(new), capture_output=True, text=True).stdout.splitlines()
+    not_ignored = [line.split("\t", 1)[1] for line in checked if line.startswith("::")]
+    # prompts.txt is this test's own input, written above; everything else a documented command wrote
+    assert not not_ignored, f"what documented commands write and git does not ignore (add it to .gitignore): {not_ignored}"
