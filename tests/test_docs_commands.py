@@ -91,6 +91,7 @@ RULES = [
     (r"^python train\.py configs/tiny\.yml$", Run(sets=TRAIN, output="already train-iters (8): nothing to train")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
+    (r"^python evaluate\.py --set load=checkpoints/variants/", Run(sets={"eval-chunks": 2})),  # a checkpoint alone
     (r"^python evaluate\.py configs/tiny\.yml configs/eval/probe\.yml",
      Run(sets={"eval-lengths": "[128, 256]", "probe-depths": "[0.0, 1.0]", "probe-samples": 1})),
     (r"^python -m tools\.analysis\.make_tables eval_results/tiny --train-logs", Run(output="sec/step")),
