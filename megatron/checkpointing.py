@@ -27,7 +27,7 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 from megatron.checkpoint_folder import TAG, CheckpointError, checkpoint_steps, resolve_tag  # noqa: F401 (re-exported)
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
-from megatron.plain_load import NotPlainData, load_plain, verify_folder, weights_only_engine
+from megatron.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
 from megatron.quoting import quote
 
 PARTIAL = ".global_step*.partial"  # a save being written (or left by a crashed one): `.{tag}.partial`
@@ -177,7 +177,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
         "iteration": iteration,
         "consumed_train_samples": consumed_samples,
         "model_config": ModelConfig.from_args(neox_args, engine.module.vocab_size).record(),
-        "neox_args": {k: v for k, v in neox_args.to_dict().items() if k != "config_files"},
+        "neox_args": as_plain_data({k: v for k, v in neox_args.to_dict().items() if k != "config_files"}),
         "rng_state": rng_state(),
     }
     # Every write happens before anything is renamed; a failure on any rank is shared, so every rank

@@ -10,6 +10,7 @@ DeepSpeed reads its own files (engine.load_checkpoint, zero_to_fp32) with weight
 makes DeepSpeed's checkpoint engine read them this way too (the bytes it reads are the bytes checked).
 """
 import contextlib
+import dataclasses
 import pickle
 import re
 import zipfile
@@ -49,6 +50,18 @@ def load_plain(path, mmap: bool = True):
             if "weights only" not in str(err).lower():
                 raise
             raise NotPlainData(_refusal(path, str(err))) from None
+
+
+def as_plain_data(value):
+    """`value` with every dataclass instance (an upstream config's `Note`s, ...) written out as a dict:
+    what this project saves must read back through `load_plain`, which builds no class."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_plain_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: as_plain_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(as_plain_data(v) for v in value)
+    return value
 
 
 def _refusal(path, reason: str) -> str:
