@@ -160,15 +160,16 @@ class RulerRun:
         return max(self.lengths)
 
     def evaluate(self, lm, tokenizer) -> dict:
-        """{"results": lm-eval's results merged over lengths, "ruler": {task: {length: summary}}}."""
+        """{"results": lm-eval's results merged over lengths, "ruler": {task: {length: summary}},
+        "samples": {task: {length: lm-eval's logged samples}} (the generations; not written)}."""
         import lm_eval
         from megatron.tokenizer.hf_files import export_tokenizer
-        results, records = {}, {}
+        results, records, logged = {}, {}, {}
         with tempfile.TemporaryDirectory(prefix="ruler-tokenizer-") as folder, offline():
             export_tokenizer(tokenizer, pathlib.Path(folder))
             import_ruler_offline()
             for task in self.tasks:
-                merged, records[task] = {}, {}
+                merged, records[task], logged[task] = {}, {}, {}
                 for length in self.lengths:
                     manager = ruler_manager({**self.user_metadata, "tokenizer": folder, "max_seq_lengths": [length]})
                     try:
@@ -183,13 +184,14 @@ class RulerRun:
                                                       "(prompt template + answer reserve): " + quote(str(err))}
                         print(f"{task} at {length} tokens: no sample fits (lm-eval: {str(err)[:200]})", flush=True)
                         continue
+                    logged[task][str(length)] = output["samples"][task]
                     ids, scores = per_length_scores(output["samples"][task], length)
                     records[task][str(length)] = {**summary(scores, self.seed), "doc_ids": ids, "scores": scores}
                     theirs = output["results"][task]
                     merged.update({k: v for k, v in theirs.items() if k == "alias" or k.split(",")[0]
                                    in (str(length), f"{length}_stderr")})
                 results[task] = merged
-        return {"results": results, "ruler": records}
+        return {"results": results, "ruler": records, "samples": logged}
 
 
 def ruler_table(records: dict) -> str:

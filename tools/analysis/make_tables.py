@@ -233,6 +233,10 @@ def main(argv=None):
     table = build_table3(load_results(args.results), args.mode, args.reference, args.alpha,
                          _paper_map(args.paper))
     print(RENDERERS[args.format](table))
+    # --- RULER and effective-length tables (issue 37): printed where eval.py wrote RULER results ---
+    from .long_context_tables import long_context_tables
+    print(long_context_tables(args.results, args.reference, args.alpha), end="")
+    # --- end of the RULER hook ---
     speeds = speed_table(args.train_logs) if args.train_logs else None
     if speeds:
         print(render_table4(speeds, args.format, args.paper is not None))
