@@ -36,6 +36,9 @@ GROUP = "ruler"  # lm-eval's group of the 13
 ESSAYS = "baber/paul_graham_essays"
 LADDER = (1, 2, 4, 8, 16, 32)  # multiples of seq-length when neither metadata nor eval-lengths names lengths
 BOOTSTRAP_DRAWS = 1000
+# lm-eval 0.4.13's variable-tracking sampler did not finish at 1,024 byte-level tokens (it printed "reduces chain
+# length for not enough noises" for minutes); RULER's own shortest length is 4,096.
+SHORTEST = {"ruler_vt": 4096}
 NOT_METADATA = ("tokenizer", "pretrained", "model")  # eval.py hands lm-eval the run's own tokenizer
 
 
@@ -154,6 +157,12 @@ class RulerRun:
         self.user_metadata = {k: v for k, v in (neox_args.eval_task_metadata or {}).items() if k != "max_seq_lengths"}
         self.limit, self.seed = neox_args.eval_task_limit, neox_args.eval_seed
         refuse_unavailable(tasks)
+        too_short = [(t, SHORTEST[t]) for t in tasks if t in SHORTEST and self.lengths[0] < SHORTEST[t]]
+        if too_short:
+            said = ", ".join(f"{t} below {n:,} tokens" for t, n in too_short)
+            raise EvaluationError(f"eval-tasks: {said} is not run: lm-eval 0.4.13's sampler for it did not finish at "
+                                  f"1,024 tokens. The lengths asked are {self.lengths}; ask for that task at RULER's "
+                                  "lengths (eval-task-metadata: {max_seq_lengths: [4096, ...]}) or leave it out.")
 
     @property
     def longest(self) -> int:

@@ -144,7 +144,8 @@ def estimates(folder, threshold: float = THRESHOLD, ppl_factor: float = PPL_FACT
     """{measure: {method: estimate}} with the train length of each under "train_length"."""
     out = defaultdict(dict)
     for curve in curves(folder):
-        out[curve.measure][curve.method] = {**estimate(curve, threshold, ppl_factor), "train_length": curve.train_length}
+        found = estimate(curve, threshold, ppl_factor)
+        out[curve.measure][curve.method] = {**found, "train_length": curve.train_length}
     return out
 
 

@@ -47,6 +47,7 @@ def plot_effective_length(by_measure: dict, threshold: float, ppl_factor: float)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(np.arange(len(measures)), measures, rotation=20, ha="right")
+    ax.set_xlim(-0.5, len(measures) - 0.5)
     ax.set_ylabel("effective length (tokens)")
     ax.set_title(f"Effective length by method (perplexity within {ppl_factor:g}x, scores >= {threshold:g}x the "
                  "reference)", fontsize=9)

@@ -1,5 +1,6 @@
 """RULER score against length, one panel per task, one line per method (seeds averaged, band = the
-bootstrap 95% interval), the training length marked; lengths where no sample fits are left out.
+bootstrap 95% interval; methods drawn slightly apart along x so equal scores stay visible), the training
+length marked; lengths where no sample fits are left out.
 
     python -m tools.analysis.plot_ruler eval_results/tiny --out eval_results/tiny/ruler_vs_length
 """
@@ -21,11 +22,13 @@ def plot_ruler(documents):
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         every = sorted({n for runs in index[task].values() for n in runs} | ({trained} if trained else set()))
-        for method in sorted(index[task], key=method_sort_key):
+        methods = sorted(index[task], key=method_sort_key)
+        for j, method in enumerate(methods):
             points = [(n, *seed_mean(runs)) for n, runs in sorted(index[task][method].items()) if seed_mean(runs)]
             if not points:
                 continue
             x, score, low, high = map(np.array, zip(*points))
+            x = x * 1.04 ** (j - (len(methods) - 1) / 2)  # methods side by side: equal scores stay visible
             seeds = max(len(runs) for runs in index[task][method].values())
             ax.plot(x, score, marker="o", color=method_color(method), linestyle=method_linestyle(method),
                     label=f"{method} ({seeds} seed{'s' if seeds > 1 else ''})")

@@ -32,7 +32,8 @@ def load_ruler(folder) -> list[dict]:
             document = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ResultFileError(f"cannot read lm-eval result {path}: {err}") from None
-        if not (isinstance(document, dict) and document.get("schema") == SCHEMA and isinstance(document.get("run"), dict)):
+        if not (isinstance(document, dict) and document.get("schema") == SCHEMA
+                and isinstance(document.get("run"), dict)):
             raise ResultFileError(f"{path} is not an lm-eval result file of schema {SCHEMA}; eval.py writes them.")
         if isinstance(document.get("ruler"), dict) and document["ruler"]:
             document["path"] = str(path)
