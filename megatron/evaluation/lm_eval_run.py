@@ -39,9 +39,10 @@ def task_manager_for(neox_args):
     for folder in paths:
         if not pathlib.Path(folder).is_dir():
             raise EvaluationError(f"eval-task-paths: {folder} is not a folder; give folders of lm-eval task YAML files.")
-    manager = TaskManager(include_path=paths, include_defaults=False) if paths else None
+    metadata = neox_args.eval_task_metadata  # eval-task-metadata, for every task (RULER's: ruler.py)
+    manager = TaskManager(include_path=paths, include_defaults=False, metadata=metadata) if paths else None
     if manager is None or not set(tasks) <= set(manager.all_tasks):
-        manager = TaskManager(include_path=paths or None)
+        manager = TaskManager(include_path=paths or None, metadata=metadata)
     known = set(manager.all_tasks)
     unknown = [t for t in tasks if t not in known]
     if unknown:
