@@ -170,3 +170,14 @@ def test_eval_py_writes_ruler_results_and_make_tables_prints_them(run, tmp_path)
     assert table.returncode == 0, table.stderr
     assert re.search(r"\| 256 \(4×\) \| no sample fits \|", table.stdout)
     assert re.search(r"\| 512 \(8×\) \| \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=2 \|", table.stdout)
+
+
+def test_eval_task_metadata_is_checked_with_the_config(tmp_path):
+    from megatron.errors import NeoXArgsError
+    with pytest.raises(NeoXArgsError, match=r"eval-task-metadata: max_seq_lengths must be a non-empty list of "
+                       r"positive token counts, e.g. \[64, 128, 256\], got \[512, 0\]"):
+        tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [512, 0]})
+    with pytest.raises(NeoXArgsError, match=r"eval-task-metadata: sets pretrained, but eval.py hands lm-eval"):
+        tiny_args("unused-data", tmp_path, eval_task_metadata={"pretrained": "gpt2"})
+    assert tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [512]}).eval_task_metadata == {
+        "max_seq_lengths": [512]}
