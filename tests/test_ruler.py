@@ -15,7 +15,7 @@ from test_training_support import REPO_ROOT, child_environment, tiny_args
 
 from lm_eval.api.model import LM
 from megatron.evaluation.identity import Method
-from megatron.evaluation.ruler import RulerRun, import_ruler_offline, offline, refuse_unavailable, ruler_manager
+from megatron.evaluation.ruler import RulerRun, go_offline, import_ruler_offline, refuse_unavailable, ruler_manager
 from megatron.evaluation.run import EvaluationError
 from megatron.tokenizer.hf_files import export_tokenizer
 from tools.analysis.effective_length import Curve, effective_length, estimate
@@ -31,10 +31,9 @@ def tokenizer_folder(run, tmp_path_factory):  # noqa: F811
 
 
 def _docs(task: str, length: int, folder: str):
-    with offline():
-        import_ruler_offline()
-        manager = ruler_manager({"tokenizer": folder, "max_seq_lengths": [length]})
-        loaded = manager.load([task])["tasks"]
+    go_offline()
+    import_ruler_offline()
+    loaded = ruler_manager({"tokenizer": folder, "max_seq_lengths": [length]}).load([task])["tasks"]
     task_object = loaded[task] if task in loaded else next(iter(loaded.values()))
     return list(task_object.test_docs()), task_object.config.generation_kwargs["max_gen_toks"]
 

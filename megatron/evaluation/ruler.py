@@ -64,8 +64,7 @@ def _missing_essays() -> list[str]:
         missing.append("NLTK's punkt_tab (sentence splitter)")
     try:
         import datasets
-        with offline():
-            datasets.load_dataset(ESSAYS, split="train")
+        datasets.load_dataset(ESSAYS, split="train")  # offline (go_offline): from the cache or not at all
     except Exception:  # noqa: BLE001 - any failure to load from the cache means "not here"
         missing.append(f"the Hugging Face dataset {ESSAYS}")
     return missing
@@ -95,20 +94,11 @@ def refuse_unavailable(tasks: list[str]) -> None:
             f"and NLTK_DATA at copies). The RULER tasks that need no data are {', '.join(SYNTHETIC)}.")
 
 
-@contextlib.contextmanager
-def offline():
-    """Hugging Face's hub and datasets offline: a dataset not in the cache fails at once, no retries."""
-    keys = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    before = {k: os.environ.get(k) for k in keys}
-    os.environ.update({k: "1" for k in keys})
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def go_offline() -> None:
+    """Hugging Face's hub and datasets offline for the rest of this process, so a dataset not in the cache
+    fails at once (online, the hub client retries an unreachable host for about a minute). Set before
+    huggingface_hub and datasets are first imported: they read these variables then, not later."""
+    os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
 
 
 def import_ruler_offline() -> None:
@@ -156,6 +146,7 @@ class RulerRun:
         self.tasks, self.lengths = tasks, ruler_lengths(neox_args)
         self.user_metadata = {k: v for k, v in (neox_args.eval_task_metadata or {}).items() if k != "max_seq_lengths"}
         self.limit, self.seed = neox_args.eval_task_limit, neox_args.eval_seed
+        go_offline()
         refuse_unavailable(tasks)
         too_short = [(t, SHORTEST[t]) for t in tasks if t in SHORTEST and self.lengths[0] < SHORTEST[t]]
         if too_short:
@@ -174,7 +165,7 @@ class RulerRun:
         import lm_eval
         from megatron.tokenizer.hf_files import export_tokenizer
         results, records, logged = {}, {}, {}
-        with tempfile.TemporaryDirectory(prefix="ruler-tokenizer-") as folder, offline():
+        with tempfile.TemporaryDirectory(prefix="ruler-tokenizer-") as folder:
             export_tokenizer(tokenizer, pathlib.Path(folder))
             import_ruler_offline()
             for task in self.tasks:
