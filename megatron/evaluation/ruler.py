@@ -39,7 +39,6 @@ BOOTSTRAP_DRAWS = 1000
 # lm-eval 0.4.13's variable-tracking sampler did not finish at 1,024 byte-level tokens (it printed "reduces chain
 # length for not enough noises" for minutes); RULER's own shortest length is 4,096.
 SHORTEST = {"ruler_vt": 4096}
-NOT_METADATA = ("tokenizer", "pretrained", "model")  # eval.py hands lm-eval the run's own tokenizer
 
 
 def ruler_tasks(tasks) -> list[str]:
@@ -195,7 +194,7 @@ class RulerRun:
 
 
 def ruler_table(records: dict) -> str:
-    """Task x length, score ± 95% interval half-width (what eval.py prints after lm-eval's table)."""
+    """Task x length: score [bootstrap 95% interval] (n samples), what eval.py prints after its run."""
     lengths = sorted({int(n) for per_task in records.values() for n in per_task})
     head = "| task | " + " | ".join(str(n) for n in lengths) + " |"
     rows = [head, "|" + "---|" * (len(lengths) + 1)]
