@@ -126,9 +126,11 @@ def test_tasks_whose_data_is_not_here_are_refused_in_one_paragraph(tmp_path):
     with pytest.raises(EvaluationError, match=r"ruler_qa_squad cannot run here: lm-eval 0.4.13 downloads its "
                        r"questions on every run .*rajpurkar.*the RULER tasks that need no data are niah_single_1"):
         refuse_unavailable(["niah_single_1", "ruler_qa_squad"])
-    args = tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [1024, 4096]})
-    with pytest.raises(EvaluationError, match=r"ruler_vt below 4,096 tokens is not run: lm-eval 0.4.13's sampler"):
-        RulerRun(args, ["niah_single_1", "ruler_vt"])
+    args = tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [512, 1024]})
+    with pytest.raises(EvaluationError, match=r"ruler_vt below 4,096 tokens, ruler_cwe below 1,024 tokens is not run: "
+                       r"lm-eval 0.4.13's sampler for it did not finish at such lengths. "
+                       r"The lengths asked are \[512, 1024\]"):
+        RulerRun(args, ["niah_single_1", "ruler_vt", "ruler_cwe"])
     import nltk
     try:
         nltk.data.find("tokenizers/punkt_tab")
