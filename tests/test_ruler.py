@@ -154,7 +154,8 @@ def test_eval_py_writes_ruler_results_and_make_tables_prints_them(run, tmp_path)
     assert "Traceback" not in refused.stderr and "Generating" not in refused.stderr  # before any data is made
     bad = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-metadata={tokenizer: gpt2}"],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "eval-task-metadata: sets tokenizer, but eval.py hands lm-eval the run's own tokenizer" in bad.stderr
+    assert bad.returncode == 2
+    assert "eval-task-metadata: sets tokenizer, but eval.py hands lm-eval the run's own tokenizer" in bad.stderr
     done = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-limit=2",
                                   "--set", "eval-task-metadata={max_seq_lengths: [256, 512]}"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
