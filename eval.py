@@ -11,6 +11,9 @@ examples:
   python eval.py configs/tiny.yml --set load=checkpoints/tiny/kerple_log --eval_tasks my_task \
     --set 'eval-task-paths=[my_tasks]' --set eval-task-length=256
   python deepy.py eval.py configs/kerple_log.yml --eval_tasks lambada_openai hellaswag
+  # RULER (megatron/evaluation/ruler.py, docs/ruler.md): at eval-lengths (here 64 ... 2048) with the run's tokenizer
+  python eval.py configs/tiny.yml configs/eval/tiny.yml --set load=checkpoints/tiny/kerple_log \
+    --eval_tasks niah_single_1 --set eval-task-limit=20 [--set 'eval-task-metadata={max_seq_lengths: [512, 1024]}']
 """
 from megatron.neox_arguments import NeoXArgs, run_cli
 

@@ -19,12 +19,13 @@ from megatron.preflight import folder_problem
 from .lm_eval_adapter import NeoXLM
 from .merge import CHECKPOINT_FIELDS, differences
 from .results import ResultFileError, folder_locked, write_atomic
+from .ruler import RulerRun, ruler_table, ruler_tasks
 from .run import EvaluationError, checked_plan, run_record
 
 SCHEMA = "neox-lm-eval/1"
 # `evaluation` fields that decide what a task's numbers mean; results scored under different values do not mix.
 SAME_SETTINGS = ("max_length", "stride", "limit", "num_fewshot", "seed", "lm_eval")
-MERGED_BY_TASK = ("results", "n-shot", "versions")  # the document's per-task dictionaries
+MERGED_BY_TASK = ("results", "n-shot", "versions", "ruler")  # the document's per-task dictionaries
 
 
 def task_manager_for(neox_args):
@@ -39,9 +40,10 @@ def task_manager_for(neox_args):
     for folder in paths:
         if not pathlib.Path(folder).is_dir():
             raise EvaluationError(f"eval-task-paths: {folder} is not a folder; give folders of lm-eval task YAML files.")
-    manager = TaskManager(include_path=paths, include_defaults=False) if paths else None
+    metadata = neox_args.eval_task_metadata  # eval-task-metadata, for every task (RULER's: ruler.py)
+    manager = TaskManager(include_path=paths, include_defaults=False, metadata=metadata) if paths else None
     if manager is None or not set(tasks) <= set(manager.all_tasks):
-        manager = TaskManager(include_path=paths or None)
+        manager = TaskManager(include_path=paths or None, metadata=metadata)
     known = set(manager.all_tasks)
     unknown = [t for t in tasks if t not in known]
     if unknown:
@@ -129,7 +131,13 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
         raise EvaluationError(problem)
     state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
     device, _ = inference_device_and_dtype(neox_args)
-    length = neox_args.eval_task_length or neox_args.seq_length
+    asked_ruler = ruler_tasks(neox_args.eval_tasks or [])
+    ruler = RulerRun(neox_args, asked_ruler) if asked_ruler else None  # refuses unavailable data before loading
+    length = neox_args.eval_task_length or (ruler.longest if ruler else neox_args.seq_length)
+    if ruler and length < ruler.longest:
+        raise EvaluationError(f"eval-task-length {length} is shorter than the longest RULER length {ruler.longest}: "
+                              "its prompts would lose their beginning (and the needle). Leave eval-task-length unset "
+                              f"(eval.py then uses {ruler.longest}) or set it to at least {ruler.longest}.")
     run = run_record(neox_args, state["neox_args"], state["iteration"])
     path = results_dir / f"{run['name']}.json"
     import lm_eval
@@ -139,7 +147,9 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     earlier = earlier_task_results(path, evaluation, run)
     from lm_eval.utils import make_table
 
-    manager, tasks = task_manager_for(neox_args)
+    tasks = list(neox_args.eval_tasks or [])
+    others = [t for t in tasks if not (ruler and (t in ruler.tasks or t == "ruler"))]
+    manager = task_manager_for(neox_args)[0] if others or not ruler else None
     loaded = load(neox_args.load, neox_args, device)
     model, tokenizer, iteration = loaded.model, loaded.tokenizer, loaded.step
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
@@ -147,16 +157,25 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
         raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb {neox_args.pos_emb} "
                               f"can embed; set eval-task-length <= {limit}.")
     lm = NeoXLM(model, tokenizer, max_length=length, stride=neox_args.eval_stride, device=device)
-    output = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=neox_args.eval_task_limit,
-                                     num_fewshot=neox_args.eval_task_num_fewshot, log_samples=False,
-                                     random_seed=neox_args.eval_seed, numpy_random_seed=neox_args.eval_seed,
-                                     torch_random_seed=neox_args.eval_seed, fewshot_random_seed=neox_args.eval_seed)
-    print(make_table(output), flush=True)
+    output = {"results": {}}
+    if others:
+        output = lm_eval.simple_evaluate(model=lm, tasks=others, task_manager=manager, limit=neox_args.eval_task_limit,
+                                         num_fewshot=neox_args.eval_task_num_fewshot, log_samples=False,
+                                         random_seed=neox_args.eval_seed, numpy_random_seed=neox_args.eval_seed,
+                                         torch_random_seed=neox_args.eval_seed, fewshot_random_seed=neox_args.eval_seed)
+        print(make_table(output), flush=True)
+    if ruler:  # each task at each length (megatron/evaluation/ruler.py)
+        measured = ruler.evaluate(lm, tokenizer)
+        output = dict(output, results={**output["results"], **measured["results"]}, ruler=measured["ruler"])
+        print(ruler_table(measured["ruler"]), flush=True)
     run = run_record(neox_args, state["neox_args"], iteration)
     document = {"schema": SCHEMA, "run": run,
                 "evaluation": {"tasks": tasks, **evaluation, "device": str(device),
                                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
                 "results": output["results"], "n-shot": output.get("n-shot"), "versions": output.get("versions")}
+    if ruler:
+        document["evaluation"]["ruler"] = {"lengths": ruler.lengths, "task_metadata": ruler.user_metadata}
+        document["ruler"] = output["ruler"]
     with folder_locked(results_dir):  # read again: another eval.py may have written the file since
         document, kept = merged_tasks(earlier_task_results(path, evaluation, run),
                                       json.loads(json.dumps(document, default=str)))

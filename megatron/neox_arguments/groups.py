@@ -283,6 +283,9 @@ class _LmEvalKeys:
                                          path="dir")
     eval_task_limit: Optional[float] = arg(None, "eval.py: examples per task (lm-eval's `limit`); default all.")
     eval_task_num_fewshot: Optional[int] = arg(None, "eval.py: few-shot examples; default each task's own.")
+    eval_task_metadata: Optional[dict] = arg(
+        None, "eval.py: lm-eval task metadata (TaskManager's `metadata`), e.g. {max_seq_lengths: [64, 128]} for "
+        "RULER's lengths (default eval-lengths); the tokenizer is always the run's own.")
 
 
 EvaluationArgs = _with_owned("EvaluationArgs", _ScoringKeys, owned_options(

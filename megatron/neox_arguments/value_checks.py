@@ -81,6 +81,25 @@ def _check_eval_task_keys(args, fail) -> None:
     if limit is not None and not (0 < limit < 1 or (limit >= 1 and float(limit).is_integer())):
         fail("eval_task_limit", f"must be a whole number of documents per task (>= 1) or a fraction of them in "
              f"(0, 1), as lm-eval reads it, got {quote(limit)}. Leave it unset (null) to score every document.")
+    _check_eval_task_metadata(args.eval_task_metadata, fail)
+
+
+def _check_eval_task_metadata(metadata, fail) -> None:
+    """lm-eval's task metadata: string keys, never a tokenizer (RULER would size its samples with one the
+    model was not trained on), and RULER's lengths a non-empty list of positive token counts."""
+    if metadata is None:
+        return
+    if any(not isinstance(k, str) for k in metadata):
+        fail("eval_task_metadata", f"must map names to values, got keys {quote(list(metadata))}.")
+    given = [k for k in ("tokenizer", "pretrained", "model") if k in metadata]
+    if given:
+        fail("eval_task_metadata", f"sets {', '.join(given)}, but eval.py hands lm-eval the run's own tokenizer "
+             "(RULER sizes its samples with it); remove the key.")
+    lengths = metadata.get("max_seq_lengths")
+    if lengths is not None and not (isinstance(lengths, list) and lengths and all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths)):
+        fail("eval_task_metadata", f"max_seq_lengths must be a non-empty list of positive token counts, e.g. "
+             f"[64, 128, 256], got {quote(lengths)}.")
 
 
 _SUFFIX = {"prefix": ".bin"}  # a dataset prefix's files are PREFIX.bin and PREFIX.idx

@@ -287,6 +287,10 @@ def main(argv=None):
     table = build_table3(selected_documents(args), args.mode, args.reference, args.alpha,
                          _paper_map(args.paper), args.test_across_budgets)
     print(RENDERERS[args.format](table))
+    # --- RULER and effective-length tables (issue 37): printed where eval.py wrote RULER results ---
+    from .long_context_tables import long_context_tables
+    print(long_context_tables(args.results, args.reference, args.alpha), end="")
+    # --- end of the RULER hook ---
     speeds = speed_table(args.train_logs) if args.train_logs else None
     if speeds:
         print(render_table4(speeds, args.format, args.paper is not None))

@@ -1,0 +1,185 @@
+"""RULER through eval.py (megatron/evaluation/ruler.py) and the effective length (tools/analysis/effective_length.py):
+every sample lm-eval makes is as long as asked, measured with this project's tokenizer; the project's
+scores are lm-eval's scoring of the generations; the effective length of a hand-worked example; data
+that is not here is refused in one paragraph; eval.py writes RULER results that make_tables prints."""
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_lm_eval import MODEL, run  # noqa: F401 (`run`: the module's checkpoint fixture)
+from test_training_support import REPO_ROOT, child_environment, tiny_args
+
+from lm_eval.api.model import LM
+from megatron.evaluation.identity import Method
+from megatron.evaluation.ruler import RulerRun, go_offline, import_ruler_offline, refuse_unavailable, ruler_manager
+from megatron.evaluation.run import EvaluationError
+from megatron.tokenizer.hf_files import export_tokenizer
+from tools.analysis.effective_length import Curve, effective_length, estimate
+
+LENGTHS = [512, 1024]  # RULER's shortest niah_single_1 prompt is ~505 byte-level tokens with its 128-token reserve
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folder(run, tmp_path_factory):  # noqa: F811
+    folder = tmp_path_factory.mktemp("ruler_tokenizer")
+    export_tokenizer(run["tokenizer"], folder)
+    return str(folder)
+
+
+def _docs(task: str, length: int, folder: str):
+    go_offline()
+    import_ruler_offline()
+    loaded = ruler_manager({"tokenizer": folder, "max_seq_lengths": [length]}).load([task])["tasks"]
+    task_object = loaded[task] if task in loaded else next(iter(loaded.values()))
+    return list(task_object.test_docs()), task_object.config.generation_kwargs["max_gen_toks"]
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize("task,length", [("niah_single_1", 512), ("niah_multikey_2", 512), ("niah_multikey_3", 1024),
+                                         ("ruler_fwe", 1024)])
+def test_every_sample_is_as_long_as_asked_with_the_projects_tokenizer(run, tokenizer_folder,  # noqa: F811
+                                                                      task, length):
+    """lm-eval sizes a sample as its prompt's tokens + the answer reserve (the task's max_gen_toks) and keeps
+    it when that is <= the length asked; its haystack grows in steps, so a sample falls short of the length
+    by less than one step. Here the prompt is re-tokenized with this project's own tokenizer. (ruler_cwe
+    takes ~80 s to make its 500 samples at 1,024 tokens on a busy core, so it is left out; ruler_vt is refused
+    below 4,096, see test_tasks_whose_data_is_not_here_are_refused_in_one_paragraph.)"""
+    tokenizer = run["tokenizer"]
+    docs, reserve = _docs(task, length, tokenizer_folder)
+    assert docs, (task, length)
+    for doc in docs:
+        ours = len(tokenizer.tokenize(doc["input"])) + reserve
+        assert doc["max_length"] == length
+        assert ours <= length
+        if task.startswith("niah"):  # its sampler records the length it measured (with the exported folder)
+            assert doc["length"] == ours
+        # lm-eval keeps a sample within one step of its haystack (niah: 5 sentences or needles, fwe: words)
+        assert ours > length / 2, (task, length, ours)
+    if task == "niah_single_1":  # step = 5 repetitions of the 89-byte sentence and their newlines
+        step = 5 * (len(tokenizer.tokenize("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+                                           "There and back again.")) + 1)
+        assert min(len(tokenizer.tokenize(d["input"])) + reserve for d in docs) > length - step
+
+
+class Retriever(LM):
+    """An lm-eval model that answers every other niah prompt with its needle (read from the prompt) and
+    the rest with a wrong number: scores that are neither all 0 nor all 1."""
+
+    def generate_until(self, requests, disable_tqdm=False):
+        out = []
+        for i, request in enumerate(requests):
+            needle = re.search(r"is: (\d+)\.", request.args[0]).group(1)
+            out.append(f" {needle}." if i % 2 == 0 else " 1234567.")
+        return out
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+
+@pytest.mark.launches
+def test_scores_and_intervals_are_lm_evals_scoring_of_the_generations(run, tmp_path):  # noqa: F811
+    from lm_eval.tasks.ruler.common_utils import postprocess_pred
+    args = tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": LENGTHS}, eval_task_limit=6)
+    measured = RulerRun(args, ["niah_single_1"]).evaluate(Retriever(), run["tokenizer"])
+    for length in LENGTHS:
+        record = measured["ruler"]["niah_single_1"][str(length)]
+        samples = measured["samples"]["niah_single_1"][str(length)]
+        # RULER's string_match_all written out: the share of the answers found in the stripped prediction
+        predictions = [postprocess_pred([s["resps"][0][0]])[0].lower() for s in samples]
+        again = [float(np.mean([a.lower() in p for a in s["doc"]["outputs"]])) for p, s in zip(predictions, samples)]
+        assert record["scores"] == again and record["n"] == 6 and 0 < record["score"] < 1
+        assert record["score"] == pytest.approx(measured["results"]["niah_single_1"][f"{length},none"], abs=1e-12)
+        assert record["stderr"] == pytest.approx(measured["results"]["niah_single_1"][f"{length}_stderr,none"])
+        assert record["stderr"] == pytest.approx(np.std(again, ddof=1) / np.sqrt(len(again)))
+        assert record["ci95"][0] <= record["score"] <= record["ci95"][1]
+
+
+def test_effective_length_of_a_hand_worked_example():
+    """Scores 0.80, 0.78, 0.70, 0.60, 0.75, 0.20 at 64 ... 2048 with threshold 0.85: 0.85 x 0.80 = 0.68, so 128
+    (0.78) and 256 (0.70) keep it, 512 (0.60) does not: 256, though 1024 (0.75) would pass again.
+    Perplexity 10, 10.5, 11.9, 12.5 with factor 1.2: the bound is 12, so 256 (11.9) is the last."""
+    scores = dict(zip([64, 128, 256, 512, 1024, 2048], [0.80, 0.78, 0.70, 0.60, 0.75, 0.20]))
+    assert effective_length(scores, 64, lower_is_better=False, threshold=0.85, ppl_factor=1.2) == 256
+    assert effective_length(scores, 64, lower_is_better=False, threshold=0.70, ppl_factor=1.2) == 1024
+    ppl = dict(zip([64, 128, 256, 512], [10.0, 10.5, 11.9, 12.5]))
+    assert effective_length(ppl, 64, lower_is_better=True, threshold=0.85, ppl_factor=1.2) == 256
+    assert effective_length({512: 0.0, 1024: 0.0}, 512, lower_is_better=False, threshold=0.85, ppl_factor=1.2) is None
+    # The bootstrap: 20 samples per length, 0/1 scores with the shares above; every draw of a length whose
+    # samples are all equal is that length's share, so only 128-512 move. With no sample at 64 (a task that
+    # cannot be measured at the training length) the reference is the shortest length measured, 128.
+    values = {n: {1: np.array([1.0] * round(20 * s) + [0.0] * (20 - round(20 * s)))} for n, s in scores.items()}
+    e = estimate(Curve("task", Method("kerple_log", None, None), False, values, 64), 0.85, 1.2, draws=200)
+    assert e["reference"] == 64 and e["effective"] == 256 and e["low"] <= 256 <= e["high"]
+    del values[64]
+    e = estimate(Curve("task", Method("kerple_log", None, None), False, values, 64), 0.85, 1.2, draws=200)
+    assert e["reference"] == 128 and e["effective"] == 256  # 0.85 x 0.8 (16 of 20) = 0.68 <= 0.70; 0.60 fails
+
+
+def test_tasks_whose_data_is_not_here_are_refused_in_one_paragraph(tmp_path):
+    with pytest.raises(EvaluationError, match=r"ruler_qa_squad cannot run here: lm-eval 0.4.13 downloads its "
+                       r"questions on every run .*rajpurkar.*the RULER tasks that need no data are niah_single_1"):
+        refuse_unavailable(["niah_single_1", "ruler_qa_squad"])
+    args = tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [512, 1024]})
+    with pytest.raises(EvaluationError, match=r"ruler_vt below 4,096 tokens, ruler_cwe below 1,024 tokens is not run: "
+                       r"lm-eval 0.4.13's sampler for it did not finish at such lengths. "
+                       r"The lengths asked are \[512, 1024\]"):
+        RulerRun(args, ["niah_single_1", "ruler_vt", "ruler_cwe"])
+    import nltk
+    try:
+        nltk.data.find("tokenizers/punkt_tab")
+        pytest.skip("punkt_tab is installed here")
+    except LookupError:
+        pass
+    with pytest.raises(EvaluationError, match=r"niah_single_2 build their haystack from Paul Graham's essays, and "
+                       r"NLTK's punkt_tab .*(and the Hugging Face dataset baber/paul_graham_essays )?.*not on this "
+                       r"machine .*nltk.download\('punkt_tab'\)"):
+        refuse_unavailable(["niah_single_2"])
+
+
+@pytest.mark.launches
+def test_eval_py_writes_ruler_results_and_make_tables_prints_them(run, tmp_path):  # noqa: F811
+    results = tmp_path / "results"
+    base = [sys.executable, "eval.py", str(run["config"]), "--set", f"eval-results-dir={results}"]
+    env = child_environment()
+    refused = subprocess.run(base + ["--eval_tasks", "niah_single_1", "ruler_qa_hotpot"], cwd=REPO_ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "ruler_qa_hotpot cannot run here" in refused.stderr
+    assert "Traceback" not in refused.stderr and "Generating" not in refused.stderr  # before any data is made
+    bad = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-metadata={tokenizer: gpt2}"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert "eval-task-metadata: sets tokenizer, but eval.py hands lm-eval the run's own tokenizer" in bad.stderr
+    done = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-limit=2",
+                                  "--set", "eval-task-metadata={max_seq_lengths: [256, 512]}"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (written,) = (results / "lm_eval").glob("*.json")
+    document = json.loads(written.read_text())
+    assert document["evaluation"]["max_length"] == 512 and document["evaluation"]["ruler"]["lengths"] == [256, 512]
+    ruler = document["ruler"]["niah_single_1"]
+    assert ruler["256"]["score"] is None and "no sample fits" in ruler["256"]["note"]
+    assert ruler["512"]["n"] == 2 and len(ruler["512"]["scores"]) == 2
+    assert "512,none" in document["results"]["niah_single_1"]
+    table = subprocess.run([sys.executable, "-m", "tools.analysis.ruler_table", str(results)], cwd=REPO_ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert re.search(r"\| 256 \(4×\) \| no sample fits \|", table.stdout)
+    assert re.search(r"\| 512 \(8×\) \| \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=2 \|", table.stdout)
+
+
+def test_eval_task_metadata_is_checked_with_the_config(tmp_path):
+    from megatron.errors import NeoXArgsError
+    with pytest.raises(NeoXArgsError, match=r"eval-task-metadata: max_seq_lengths must be a non-empty list of "
+                       r"positive token counts, e.g. \[64, 128, 256\], got \[512, 0\]"):
+        tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [512, 0]})
+    with pytest.raises(NeoXArgsError, match=r"eval-task-metadata: sets pretrained, but eval.py hands lm-eval"):
+        tiny_args("unused-data", tmp_path, eval_task_metadata={"pretrained": "gpt2"})
+    assert tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [512]}).eval_task_metadata == {
+        "max_seq_lengths": [512]}

@@ -1,0 +1,66 @@
+"""RULER score against length, one panel per task, one line per method (seeds averaged, band = the
+bootstrap 95% interval; methods drawn slightly apart along x so equal scores stay visible), the training
+length marked; lengths where no sample fits are left out.
+
+    python -m tools.analysis.plot_ruler eval_results/tiny --out eval_results/tiny/ruler_vs_length
+"""
+import argparse
+
+import numpy as np
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from megatron.evaluation.results import ResultFileError
+from megatron.neox_arguments import run_cli
+from .plot_common import method_color, method_linestyle, plt, save_figure
+from .results_index import method_sort_key
+from .ruler_table import index_ruler, load_ruler, seed_mean, train_length
+
+
+def plot_ruler(documents):
+    index, trained = index_ruler(documents), train_length(documents)
+    tasks = sorted(index)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        every = sorted({n for runs in index[task].values() for n in runs} | ({trained} if trained else set()))
+        methods = sorted(index[task], key=method_sort_key)
+        for j, method in enumerate(methods):
+            points = [(n, *seed_mean(runs)) for n, runs in sorted(index[task][method].items()) if seed_mean(runs)]
+            if not points:
+                continue
+            x, score, low, high = map(np.array, zip(*points))
+            x = x * 1.04 ** (j - (len(methods) - 1) / 2)  # methods side by side: equal scores stay visible
+            seeds = max(len(runs) for runs in index[task][method].values())
+            ax.plot(x, score, marker="o", color=method_color(method), linestyle=method_linestyle(method),
+                    label=f"{method} ({seeds} seed{'s' if seeds > 1 else ''})")
+            ax.fill_between(x, low, high, color=method_color(method), alpha=0.15)
+        if trained:
+            ax.axvline(trained, color="grey", linestyle=":", linewidth=1, label=f"train length {trained}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(every)
+        ax.set_xlim(min(every) / 1.3, max(every) * 1.3)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("RULER length (tokens, prompt + answer reserve)")
+        ax.set_ylabel("score (share of answers found)")
+        ax.set_title(task)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="RULER score against length (PNG + PDF).")
+    parser.add_argument("results", help="eval-results-dir (eval.py wrote its RULER results into its lm_eval/)")
+    parser.add_argument("--out", required=True, help="output path without extension")
+    args = parser.parse_args(argv)
+    documents = load_ruler(args.results)
+    if not documents:
+        raise ResultFileError(f"no RULER results in {args.results}/lm_eval; run eval.py with a RULER task first.")
+    for path in save_figure(plot_ruler(documents), args.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    run_cli(main)
