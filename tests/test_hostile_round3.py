@@ -3,6 +3,8 @@ mask is not a loss of zero, a NaN result is not a result, a step is the one its 
 values are checked before anything is allocated from them, every message quotes at most 200
 characters, a link loop is called one."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -231,3 +233,23 @@ def test_a_checkpoint_pruned_between_finding_and_reading_is_called_pruned(traine
     with pytest.raises(CheckpointError, match="was removed while it was being read: the run writing .* keeps only "
                                               "its newest checkpoints"):
         read_client_state(ckpt, tag)
+
+
+# -------------------------------------------------------------------- the flex kernel's compile folder
+@pytest.mark.parametrize("where", ["a file", "a full disk"])
+def test_an_unwritable_inductor_folder_is_one_paragraph_before_anything_compiles(where, trained, tmp_path,
+                                                                                  stdlib_data, request):
+    if where == "a file":
+        folder = tmp_path / "not-a-folder"
+        folder.write_text("a file")
+    else:
+        disk = request.getfixturevalue("full_disk")
+        fill(disk)
+        folder = disk / "inductor"
+    values = {"eval_lengths": "[64]", "eval_chunks": 2, "load": str(trained), "data_path": stdlib_data,
+              "eval_results_dir": str(tmp_path / "r"), "attention_impl": "flex"}
+    env = {**child_environment(), "TORCHINDUCTOR_CACHE_DIR": str(folder)}
+    result = subprocess.run([sys.executable, "evaluate.py", str(TINY), *set_flags(values)], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    message = assert_clear_error(result, f"TORCHINDUCTOR_CACHE_DIR='{folder}' cannot be written")
+    assert "'auto' or 'blocked'" in message and not list((tmp_path / "r").rglob("*.json"))
