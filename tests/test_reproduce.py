@@ -71,7 +71,7 @@ def test_sweep_end_to_end_then_resume(tmp_path):
         assert f"({figure}.png)" in report
     rows = list(csv.DictReader(open(report_dir / "table3.csv")))
     assert {(r["method"], int(r["length"])) for r in rows} == {
-        (m, L) for m in ("kerple_log", "kerple_log+window64") for L in (64, 128)}
+        (m, L) for m in ("kerple_log", "kerple_log + window 64") for L in (64, 128)}
     # Both runs scored the same chunks of the same stream: the windowed baseline differs only past 64.
     results = {json.loads(p.read_text())["run"]["method"]: json.loads(p.read_text())
                for p in (tmp_path / "work/code").glob("*/seed7/eval/*.json")}
