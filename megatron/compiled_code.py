@@ -13,10 +13,6 @@ code that compiles or builds (attention's flex kernel, the process-group start-u
 """
 import os
 import sys
-import tempfile
-
-from megatron.errors import NeoXArgsError
-from megatron.quoting import quote
 
 # The inductor folder this module chose. A child process inherits it with TORCHINDUCTOR_CACHE_DIR; when
 # the two still agree the folder was ours, not the user's, and the child chooses for its own CPU code path.
@@ -52,21 +48,3 @@ def keep_compiled_code_apart() -> None:
         if venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
 
-
-def check_inductor_dir_writable() -> None:
-    """torch makes TORCHINDUCTOR_CACHE_DIR when its compiler is imported (megatron-core imports it in every
-    entry point) and writes kernels there when the flex path compiles; a folder it cannot write (a file,
-    read-only, a full disk) ends in chained tracebacks deep in torch. Called at start-up when the variable is
-    set, and before compiling: the folder is made and a block written and removed, or one paragraph says why not."""
-    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or inductor_cache_dir()
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-", buffering=0) as probe:
-            probe.write(b"\0" * 4096)  # a full disk still lets an empty file be made
-    except OSError as err:
-        raise NeoXArgsError(
-            f"TORCHINDUCTOR_CACHE_DIR={quote(folder)} cannot be written ({quote(err.strerror or str(err))}): torch "
-            "creates that folder when its compiler is imported, and attention-impl 'flex' compiles its kernels "
-            "there; nothing was run. Point TORCHINDUCTOR_CACHE_DIR at a writable folder with free space, or unset "
-            "it (torch's default is under the temporary folder); attention-impl 'auto' or 'blocked' compile "
-            "nothing and give the same numbers.") from None

@@ -215,9 +215,8 @@ def run_cli(main):
     print it N times); the other ranks exit with the same status."""
     name_the_cpu_accelerator()  # before anything imports DeepSpeed
     try:
-        if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):  # one the user set: torch makes it on import
-            from megatron.compiled_code import check_inductor_dir_writable
-            check_inductor_dir_writable()
+        from megatron.neox_arguments.inductor_dir import check_inductor_dir_writable
+        check_inductor_dir_writable()  # before megatron-core imports torch's compiler, which makes the folder
         return main()
     except NeoXArgsError as err:
         if int(os.environ.get("RANK", 0)) == 0:

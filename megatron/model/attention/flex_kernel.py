@@ -19,7 +19,7 @@ import warnings
 import torch
 from torch.nn.attention.flex_attention import FlexKernelOptions, flex_attention
 
-from megatron.compiled_code import check_inductor_dir_writable, keep_compiled_code_apart
+from megatron.compiled_code import keep_compiled_code_apart
 from megatron.errors import NeoXArgsError
 
 # Largest |compiled - eager| accepted, per dtype: both compute in fp32 internally, so a right kernel
@@ -53,7 +53,6 @@ def compiled_flex_attention():
     global _compiled
     if _compiled is None:
         keep_compiled_code_apart()
-        check_inductor_dir_writable()
         _compiled = torch.compile(flex_attention, dynamic=False)
     return _compiled
 
