@@ -172,15 +172,21 @@ def render_table(by_measure: dict, threshold: float, ppl_factor: float) -> str:
     return "\n".join(rows)
 
 
+def estimates_of_args(args) -> dict:
+    """`estimates` of a command line's results folder and criteria (both tools' one reading of them)."""
+    check_criteria(args.threshold, args.ppl_factor)
+    by_measure = estimates(args.results, args.threshold, args.ppl_factor)
+    if not by_measure:
+        raise ResultFileError(f"no perplexity, probe or RULER results in {args.results}; run evaluate.py / eval.py.")
+    return by_measure
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="eval-results-dir: evaluate.py's files and eval.py's lm_eval/ folder")
     add_criteria_arguments(parser)
     args = parser.parse_args(argv)
-    check_criteria(args.threshold, args.ppl_factor)
-    by_measure = estimates(args.results, args.threshold, args.ppl_factor)
-    if not by_measure:
-        raise ResultFileError(f"no perplexity, probe or RULER results in {args.results}; run evaluate.py / eval.py.")
+    by_measure = estimates_of_args(args)
     print(render_table(by_measure, args.threshold, args.ppl_factor))
 
 

@@ -9,9 +9,8 @@ import argparse
 import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from megatron.evaluation.results import ResultFileError
 from megatron.neox_arguments import run_cli
-from .effective_length import add_criteria_arguments, check_criteria, estimates
+from .effective_length import add_criteria_arguments, estimates_of_args
 from .plot_common import method_color, plt, save_figure
 from .results_index import method_sort_key
 
@@ -62,10 +61,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output path without extension")
     add_criteria_arguments(parser)
     args = parser.parse_args(argv)
-    check_criteria(args.threshold, args.ppl_factor)
-    by_measure = estimates(args.results, args.threshold, args.ppl_factor)
-    if not by_measure:
-        raise ResultFileError(f"no perplexity, probe or RULER results in {args.results}; run evaluate.py / eval.py.")
+    by_measure = estimates_of_args(args)
     for path in save_figure(plot_effective_length(by_measure, args.threshold, args.ppl_factor), args.out):
         print(path)
 
