@@ -183,6 +183,25 @@ def test_learned_export_refuses_positions_past_its_table(tmp_path):
         load(folder)(torch.zeros(1, 65, dtype=torch.long))
 
 
+@pytest.mark.parametrize("method", ["kerple_log", "learned"])
+def test_the_exported_length_limit_is_the_models_own(method, tmp_path, capfd):
+    """config.json's max_position_embeddings is what transformers warns past and caps a default max_length
+    at: a relative method has no such limit (None, so generating past the training config's key neither
+    warns nor stops), a learned table has its rows."""
+    torch.set_num_threads(1)
+    source, folder = exported(method, tmp_path / "hf")
+    config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    limit = source.model.positional_embeddings()[0].max_length
+    assert config.max_position_embeddings == limit == (4 * TRAIN_LENGTH if method == "learned" else None)
+    assert config.neox_max_position_embeddings == source.neox_args.max_position_embeddings
+    if method == "kerple_log":
+        prompt = torch.randint(0, 256, (1, source.neox_args.max_position_embeddings + 4))
+        with torch.no_grad():
+            out = load(folder).generate(prompt, do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert out.shape[1] == prompt.shape[1] + 20  # transformers' default: 20 new tokens, not capped
+        assert "maximum length" not in capfd.readouterr().err
+
+
 # ------------------------------------------------------------------------------------ the project's own code
 @pytest.mark.parametrize("method", ["kerple_log", "mep_kerple", "rotary"])
 def test_the_export_carries_the_projects_positional_files_unchanged(method, tmp_path):

@@ -105,6 +105,11 @@ def positional_modules(model) -> list[dict]:
              "dape": kind.dape} for kind in model.module_kinds]
 
 
+def longest_input(model) -> int | None:
+    """The most positions the model can embed (a learned table's rows), None when no method limits it."""
+    return min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
+
+
 def custom_config(neox_args, model, tokenizer) -> dict:
     options = {name: getattr(neox_args, name) for name in option_names(neox_args.pos_emb)}
     vocab_size = model.vocab_size
@@ -119,7 +124,8 @@ def custom_config(neox_args, model, tokenizer) -> dict:
         "pos_emb_per_layer": neox_args.pos_emb_per_layer, "pos_emb_options": options,
         "layer_pattern": neox_args.layer_pattern, "positional_modules": positional_modules(model),
         "layer_module": list(model.layer_module),
-        "max_position_embeddings": neox_args.max_position_embeddings, "train_length": neox_args.seq_length,
+        "max_position_embeddings": longest_input(model), "train_length": neox_args.seq_length,
+        "neox_max_position_embeddings": neox_args.max_position_embeddings,
         "initializer_range": neox_args.init_method_std, "use_cache": True, "tie_word_embeddings": False,
         "bos_token_id": tokenizer.eod, "eos_token_id": tokenizer.eod, "pad_token_id": tokenizer.pad,
         "dtype": "float32", "transformers_version": transformers.__version__,

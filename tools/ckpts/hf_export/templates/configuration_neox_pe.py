@@ -31,7 +31,12 @@ class NeoXPEConfig(PreTrainedConfig):
     layer_pattern: list | None = None     # hybrid layers as the run gave them, for the record
     positional_modules: list | None = None  # [{pos_emb, window, options}] as the decoder builds them
     layer_module: list | None = None      # the positional module of each layer
-    max_position_embeddings: int | None = None  # rows of a `learned` table; informational otherwise
+    # The longest input the model can embed: a `learned` table's rows; None for a relative method, which has no
+    # such limit. transformers reads this field to warn past it and to cap a default `max_length`, so it must
+    # not hold the run's max-position-embeddings key when that key limits nothing.
+    max_position_embeddings: int | None = None
+    # The run's max-position-embeddings key, which the methods build from (learned's rows, ssmax's initial scale)
+    neox_max_position_embeddings: int | None = None
     train_length: int | None = None      # seq-length the model was trained at (for the record)
     initializer_range: float = 0.02
     use_cache: bool = True

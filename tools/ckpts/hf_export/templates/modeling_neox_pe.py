@@ -38,7 +38,7 @@ def build_positional(config, module):
                          f"{sorted(METHODS)}; export the checkpoint again rather than editing config.json.")
     method = METHODS[module["pos_emb"]]
     shape = ModelShape(config.num_attention_heads, config.hidden_size // config.num_attention_heads,
-                       config.hidden_size, config.max_position_embeddings, config.initializer_range)
+                       config.hidden_size, config.neox_max_position_embeddings, config.initializer_range)
     return daped(tempered(method(shape, method.Options(**module["options"])), module.get("temperature"), module["window"]),
                  module.get("dape"))
 
