@@ -76,6 +76,7 @@ class Dape(PositionalEmbedding):
         self.hidden, self.kernel = given.get("hidden", 32), given.get("kernel", 3)
         self.name, self.max_length, self.distance_only = base.name, base.max_length, False  # reads the scores
         self.uses_max_positions, self.cache_exact = base.uses_max_positions, getattr(base, "cache_exact", True)
+        self.scales_queries = base.scales_queries
         heads = base.num_heads
         if self.version == 1:
             self.dape_in, self.dape_out = nn.Linear(2 * heads, self.hidden), nn.Linear(self.hidden, heads)
@@ -89,6 +90,9 @@ class Dape(PositionalEmbedding):
 
     def rotate_qk(self, q, k, q_positions, k_positions):
         return self.base.rotate_qk(q, k, q_positions, k_positions)
+
+    def query_scale(self, keys_seen):
+        return self.base.query_scale(keys_seen)
 
     def distance_tables(self, length):
         return self.base.distance_tables(length)
