@@ -84,6 +84,13 @@ def test_bad_values_are_one_paragraph(values, message):
     assert message in str(err.value)
 
 
+def test_results_never_share_the_plain_rotary_row():
+    from megatron.evaluation.identity import evaluation_variant
+    base = {"train-micro-batch-size-per-gpu": 1, "pos-emb": "rotary"}
+    assert evaluation_variant(NeoXArgs.from_dict(base)) is None
+    assert evaluation_variant(NeoXArgs.from_dict({**base, "rotary-unrotated-fraction": 0.25})) == "prope0.75"
+
+
 def test_cached_generation_is_recompute_to_4x():
     model = tiny_model("rotary", rotary_pct=1.0, rotary_unrotated_fraction=0.5)
     new = 3 * TRAIN_LENGTH
