@@ -117,7 +117,7 @@ class AttentionPlan:
         if g is None:
             return self
         plan = copy.copy(self)
-        plan.token_terms = g.float().cumsum(dim=-1)
+        plan.token_terms = g.to(torch.promote_types(g.dtype, torch.float32)).cumsum(dim=-1)
         return plan
 
     def __repr__(self):
