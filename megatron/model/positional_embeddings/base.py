@@ -109,6 +109,9 @@ class PositionalEmbedding(nn.Module):
     per_layer: bool = False  # its parameters are each layer's own: one module per layer (fox)
     modifies_scores: bool = False  # rewrites the pre-softmax score matrix (modify_scores)
     scales_queries: bool = False  # query_scale gives each query's row a factor (attention-temperature ssmax)
+    # modify_scores of a row reads keys past its own, so only the whole score matrix of the forward at once
+    # gives its numbers (dape's authors' V2): the planner offers it only the strategies that write that out.
+    reads_whole_matrix: bool = False
 
     @dataclass
     class Options:
