@@ -227,20 +227,38 @@ def test_no_template_implements_a_positional_method():
 @pytest.mark.parametrize("scaling,target", [({"type": "linear", "factor": 2.0}, "GPTNeoXForCausalLM"),
                                             ({"type": "yarn", "factor": 4.0, "original-max-position": 16},
                                              "GPTNeoXForCausalLM"),
+                                            ({"type": "llama3", "factor": 8.0, "original-max-position": 16,
+                                              "low-freq-factor": 1, "high-freq-factor": 4}, "GPTNeoXForCausalLM"),
+                                            ({"type": "longrope", "factor": 4.0, "original-max-position": 16,
+                                              "short-factor": [1.0, 1.5], "long-factor": [2.0, 7.0]},
+                                             "GPTNeoXForCausalLM"),
                                             ({"type": "ntk", "factor": 8.0}, "NeoXPEForCausalLM"),
                                             ({"type": "dynamic_ntk", "factor": 2.0, "original-max-position": 16},
                                              "NeoXPEForCausalLM")])
 def test_rotary_scaling_exports_with_the_logits_of_the_scaled_model(scaling, target, tmp_path):
-    """linear and yarn as transformers' own rope_parameters; the others in the project's rotary.py."""
+    """linear, yarn, llama3 and longrope as transformers' own rope_parameters (its rope_type); the others in the
+    project's rotary.py."""
     source, folder = exported("rotary", tmp_path / "hf", rotary_scaling=scaling)
     plain = tiny_source("rotary").model
     model = load(folder)
     assert type(model).__name__ == target
+    if target == "GPTNeoXForCausalLM":  # transformers' own rope_type, computed by its modeling_rope_utils
+        assert model.config.rope_parameters["rope_type"] == scaling["type"]
     ids = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits = model(ids).logits
         torch.testing.assert_close(logits, source.model(ids), atol=1e-5, rtol=0)
         assert (logits - plain(ids)).abs().max() > 4e-5  # the scaling is applied, not dropped (4x atol)
+
+
+def test_p_rope_exports_as_the_projects_rotary_with_the_same_logits(tmp_path):
+    """rotary-unrotated-fraction (p-RoPE): GPT-NeoX rotates every frequency, so the folder runs rotary.py."""
+    source, folder = exported("rotary", tmp_path / "hf", rotary_pct=1.0, rotary_unrotated_fraction=0.5)
+    model = load(folder)
+    assert type(model).__name__ == "NeoXPEForCausalLM"
+    ids = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, source.model(ids), atol=1e-5, rtol=0)
 
 
 def test_a_method_file_the_export_cannot_carry_is_refused_by_line(tmp_path):

@@ -32,7 +32,8 @@ METHODS = {
     "none": {}, "learned": {}, "sinusoidal": {}, "rotary": {"rotary_pct": 1.0}, "xpos": {}, "alibi": {},
     "sandwich": {}, "kerple_log": {}, "t5": {}, "kerple_bias_weight": {}, "fire": {},
     "alibi+ssmax": {"attention_temperature": {"type": "ssmax"}}, "fox": {}, "cope": {},
-    "kerple_log+dape2": {"dape": {"version": 2, "hidden": 8}},
+    "kerple_log+dape2": {"dape": {"version": 2, "hidden": 8}}, "cable": {},
+    "rotary+ssmax": {"rotary_pct": 1.0, "attention_temperature": {"type": "ssmax"}},
 }
 
 
@@ -107,6 +108,18 @@ def test_a_packed_sample_gives_the_logits_of_each_document_alone(method, impl):
     model = model_of(method, attention_impl=impl).eval()
     with torch.no_grad():
         alone, packed = alone_and_packed(model, packed_rows())
+    torch.testing.assert_close(packed, alone, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "blocked", "auto"])
+@pytest.mark.parametrize("method", ["alibi+ssmax", "rotary+ssmax", "alibi", "fox", "cable"])
+def test_running_positions_give_each_document_alone_for_relative_methods(method, impl):
+    """reset-attention-mask without reset-position-ids: positions run on across documents, which a relative
+    method does not see; ssmax's n is the keys a query sees in its own document (issue 38: it was the
+    position + 1, 0.056 off), so these rows too give each document's logits alone."""
+    model = model_of(method, attention_impl=impl).eval()
+    with torch.no_grad():
+        alone, packed = alone_and_packed(model, packed_rows(), reset_positions=False)
     torch.testing.assert_close(packed, alone, atol=2e-5, rtol=0)
 
 

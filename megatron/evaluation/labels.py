@@ -40,6 +40,8 @@ def trained_parts(trained) -> list[str]:
         parts.append(str(_plain(temperature).get("type")) + _settings(temperature, ("type",)))
     if dape := value_of(trained, "dape"):
         parts.append(f"dape{_plain(dape).get('version')}" + _settings(dape, ("version",)))
+    if fraction := value_of(trained, "rotary_unrotated_fraction"):
+        parts.append(f"p-RoPE p={1 - fraction:.4g}")
     if limit := value_of(trained, "random_positions"):
         parts.append(f"random positions <{limit}")
     if value_of(trained, "reset_attention_mask"):

@@ -29,13 +29,13 @@ class LayerKV:
 
     def __init__(self, capacity: int, window: int | None = None):
         self.capacity, self.window, self.keys, self.values = capacity, window, None, None
-        self.token_terms = None  # F [b, H, slots] fp32: cumulative per-token terms (fox) of the cached slots
+        self.token_terms = None  # F [b, H, slots] fp32 (or wider): cumulative per-token terms (fox) of the cached slots
 
     def store_token_terms(self, g, start: int):
         """Per-token terms g [b, H, s] of slots start.. -> (F of those slots [b, H, s], F of the slots a
         query of them can see, as `store` keeps them): F runs on from the last cached slot, so a decoding
         step appends one value and F_i - F_j equals a full forward's. Kept like the keys (O(W) windowed)."""
-        g = g.float()
+        g = g.to(torch.promote_types(g.dtype, torch.float32))
         if self.window is not None:
             kept = self.token_terms
             new = g.cumsum(dim=-1) + (0 if kept is None or kept.shape[-1] == 0 else kept[..., -1:])

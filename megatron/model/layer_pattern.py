@@ -153,8 +153,8 @@ def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
     """The positional module of one layer kind."""
     shape = ModelShape(neox_args.num_attention_heads, neox_args.hidden_size // neox_args.num_attention_heads,
                        neox_args.hidden_size, neox_args.max_position_embeddings, neox_args.init_method_std)
-    return daped(tempered(lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options)), kind.temperature,
-                          kind.window), kind.dape)
+    return daped(tempered(lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options)), kind.temperature),
+                 kind.dape)
 
 
 def positional_parameter_count(neox_args) -> int:

@@ -114,8 +114,10 @@ def _positional_group():
             ("dape", Optional[dict], arg(
                 None, "DAPE over the run's method (its bias B, zeros without one): logits = A + B + f([A; B]), A the "
                 "scaled q.k, f learned across the heads: {version: 1, hidden: 32} an MLP per (i, j); {version: 2, "
-                "hidden: 32, kernel: 3} a 1 x kernel convolution along the keys of each query's visible scores. "
-                "Needs the written-out score matrix (blocked or sdpa path). A layer-pattern entry may set its own."))]
+                "hidden: 32, kernel: 3} a 1 x kernel convolution along the keys of each query's visible scores; "
+                "version 2 with form: authors is the DAPE authors' exact form (its hidden map not masked, so a row's "
+                "logits depend on the forward's length; sdpa path only). Needs the written-out score matrix "
+                "(blocked or sdpa path). A layer-pattern entry may set its own."))]
     keys += [(o.name, o.type, arg(o.default, o.spec.help + (INIT_ONLY_NOTE if o.spec.init_only else "")
                                   + (PER_RUN_NOTE if o.spec.per_run else ""))) for o in declared_options()]
     return make_dataclass("PositionalArgs", keys)

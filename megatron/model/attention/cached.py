@@ -41,6 +41,10 @@ class CachedPlan:
         self.bias, self.weight = bias, weight  # [b or 1, H, s, visible keys] each, or None
         self.allowed = allowed            # bool [b, 1, s, visible keys]
         self.token_terms = None           # g [b, H, s] of one layer (with_token_terms), or None
+        # t [b, H, s] on each new query's row (pe.query_scale: ssmax), from the cached keys it sees, or None
+        self.query_scale = pe.query_scale(allowed[:, 0].sum(-1)) if pe.scales_queries else None
+        if self.query_scale is not None and bias is not None:
+            self.bias = bias * self.query_scale[..., None]
 
     def with_token_terms(self, g):
         """This plan for one layer whose method gives per-token terms g [b, H, s] (fox): a shallow copy;
@@ -83,6 +87,8 @@ class CachedPlan:
         """q, k, v [b, H, s, D] of the new tokens -> [b, H, s, D]; their keys and values join `kv`."""
         q, k = per_row(lambda positions, q_, k_: self.pe.rotate_qk(q_, k_, positions, positions),
                        self.q_positions, q, k)
+        if self.query_scale is not None:
+            q = (q.float() * self.query_scale[..., None]).to(q.dtype)
         keys, values = kv.store(k, v, self.start)
         bias = self.bias
         if self.token_terms is not None:

@@ -47,10 +47,13 @@ def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
       tokens/s against 3.9k on `sdpa`'s written-out matrix, dape V2 1.4k against 0.9k; equal at 512).
       With gradients `sdpa` (blocks recomputed in the backward: cope 5.4k against 4.1k tokens/s in
       training at L = 512, batch 4);
+    - a score rewrite that needs the whole matrix at once (dape's authors' V2): `sdpa` alone;
     - otherwise `sdpa`, then `flex` on CUDA (no L x L tensor at all), then `blocked`.
     Never `flex` on CPU: compiling it costs about 7 s per new length, more than the work;
     `attention-impl: flex` still runs it there."""
     if not (inputs.has_terms or inputs.windowed or inputs.documents):
+        return ("sdpa",)
+    if inputs.whole_matrix:  # only the written-out matrix gives it (past the budget: the budget's refusal)
         return ("sdpa",)
     if inputs.device_type == "cpu" and inputs.distance_only and inputs.dropout_p == 0 and not inputs.documents:
         return ("blocked",)

@@ -29,6 +29,7 @@ class AttentionInputs:
     token_terms: bool = False  # per-token terms F_i - F_j from the hidden states (pe.token_terms: fox), per layer
     modifies_scores: bool = False  # pe.modify_scores rewrites the written-out score matrix (cope, dape)
     score_bytes: int = 0           # pe.score_bytes(): what it allocates per (query, key) pair, head and sequence
+    whole_matrix: bool = False     # pe.reads_whole_matrix: its score edit needs the forward's whole matrix at once
 
     @property
     def has_terms(self) -> bool:
@@ -67,7 +68,7 @@ class AttentionInputs:
                    pairwise_bytes=pe.pairwise_bytes(needs_grad), windowed=window is not None,
                    consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
                    documents=documents, token_terms=pe.uses_token_terms, modifies_scores=pe.modifies_scores,
-                   score_bytes=pe.score_bytes())
+                   score_bytes=pe.score_bytes(), whole_matrix=pe.reads_whole_matrix)
 
 
 def terms_by_distance(pe, bias_table) -> bool:

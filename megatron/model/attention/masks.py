@@ -27,6 +27,27 @@ def same_document(documents, q_slice: slice, k_slice: slice):
     return (documents[:, q_slice, None] == documents[:, None, k_slice])[:, None]
 
 
+def keys_seen(positions, window, documents=None):
+    """float32 [b | 1, s]: how many keys each query sees (the n of attention-temperature's ssmax): the keys
+    up to it by index, in its own packed document (documents [b, s], ids nondecreasing along a row) and
+    within `window` positions of it. Positions ascend (the index, or random-positions' sorted draws), so a
+    query's visible keys are one run first..i: O(s log s), nothing [s, s]."""
+    index = torch.arange(positions.shape[0], device=positions.device)
+    if not bool((positions.diff() > 0).all()):  # positions that do not ascend: count the visible keys
+        allowed = allowed_keys(positions, positions, index, window)
+        if documents is not None:
+            allowed = allowed & (documents[:, :, None] == documents[:, None, :])
+        return allowed.sum(-1).float().reshape(-1, positions.shape[0])
+    first = torch.zeros_like(index) if window is None else torch.searchsorted(positions, positions - window,
+                                                                             right=True)
+    first = first[None]
+    if documents is not None:  # each token's document starts at the last index where the id changed
+        starts = torch.ones_like(documents, dtype=torch.bool)
+        starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+        first = torch.maximum(first, (index * starts).cummax(dim=1).values)
+    return (index + 1 - first).float()
+
+
 def gather_by_distance(table, q_positions, k_positions):
     """table [H, span] -> [H, q, k] at d = clamp(q_pos - k_pos, 0) (masked entries read d = 0)."""
     if table is None:

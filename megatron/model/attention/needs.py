@@ -10,6 +10,8 @@ NEEDS = {
     "cpu": "a CPU device (it calls torch's CPU flash kernel directly)",
     # channels of the positional protocol
     "score_rewrite": "a method that rewrites the whole score matrix (pe.modify_scores: cope, dape)",
+    "whole_matrix": "a score rewrite whose rows read past their own keys, so only the forward's whole matrix at "
+                    "once gives its numbers (pe.reads_whole_matrix: dape's authors' V2)",
     "query_terms": "terms that depend on the query position itself, not on i - j alone (pe.pairwise)",
     "token_terms": "per-token terms F_i - F_j (pe.token_terms: fox's forget gate)",
     "bias_table": "a per-distance bias table",
@@ -32,6 +34,7 @@ def needs_of(inputs: AttentionInputs) -> frozenset:
     flags = {
         "cpu": cpu,
         "score_rewrite": inputs.modifies_scores,
+        "whole_matrix": inputs.whole_matrix,
         "query_terms": not inputs.distance_only,
         "token_terms": inputs.token_terms,
         "bias_table": inputs.distance_only and inputs.has_bias,

@@ -5,10 +5,11 @@ Face decoder (tools/ckpts/hf_export copies this file into the export, beside the
 Per head h, query i and key j, with rotated q and k (`pe.rotate_qk`) and the method's terms for those
 positions (`pe.pairwise` -> bias, weight; `pe.token_terms` -> g, F = cumsum(g)):
 
-    logits[h, i, j] = (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j]
+    logits[h, i, j] = t[h, i] * ((q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j]) + F[h, i] - F[h, j]
     out_i = softmax_j(logits[h, i, j] over the keys visible to i) . v_j
 
-or, for a method that rewrites the score matrix (`pe.modify_scores`: cope, a dape wrapper), the softmax
+with t = `pe.query_scale(n)` (1 without one; ssmax: n_i the keys visible to query i), or, for a method
+that rewrites the score matrix (`pe.modify_scores`: cope, a dape wrapper), the softmax
 of what it makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias (F_i - F_j included).
 Key j is visible to query i when j <= i (by index), i - j < the window (by position) when there is one,
 and both lie in the same packed document when documents are masked. Every [q, k] matrix is written out
@@ -50,6 +51,11 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     if weight is not None:
         scores = scores * weight.to(dtype)
+    if pe is not None and pe.scales_queries:  # t_i times query i's row, n_i = its visible keys
+        visible_count = visible.sum(-1).reshape(visible.shape[0], -1, visible.shape[-2])[:, 0]  # [b | 1, q]
+        scale = pe.query_scale(visible_count).to(dtype)[..., None]
+        scores = scores * scale
+        bias = None if bias is None else bias.to(dtype) * scale
     if token_differences is not None:
         token_differences = token_differences.to(dtype)
         bias = token_differences if bias is None else bias.to(dtype) + token_differences

@@ -142,8 +142,9 @@ class SdpaWrittenOut(AttentionPlan):
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
 
-    handles = frozenset({"cpu", "score_rewrite", "query_terms", "bias_table", "weight", "bias_gradient", "gradients",
-                         "cpu_gradients", "dropout", "scattered_positions", "documents", "window"})  # token terms: `sdpa`
+    handles = frozenset({"cpu", "score_rewrite", "whole_matrix", "query_terms", "bias_table", "weight", "bias_gradient",
+                         "gradients", "cpu_gradients", "dropout", "scattered_positions", "documents",
+                         "window"})  # token terms: `sdpa`
 
     @classmethod
     def memory_bytes(cls, inputs):

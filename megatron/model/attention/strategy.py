@@ -14,7 +14,7 @@ import copy
 import torch
 
 from megatron.model.attention.inputs import AttentionInputs, terms_by_distance
-from megatron.model.attention.masks import allowed_keys, same_document
+from megatron.model.attention.masks import allowed_keys, keys_seen, same_document
 from megatron.model.attention.needs import NEEDS, needs_of
 
 
@@ -42,13 +42,19 @@ class AttentionPlan:
         # by 1 inside a document, where `positions` (the index) has the same differences: the tables are
         # exact at `positions`, and only methods that read a position itself (rotate_qk, pairwise) need these.
         self.row_positions = row_positions
+        # t [b | 1, H, s] on each query's logits row (pe.query_scale: ssmax), from the keys it sees, or None.
+        self.query_scale = pe.query_scale(keys_seen(positions, window, documents)) if pe.scales_queries else None
 
     def rotate(self, q, k):
-        """q, k [b, H, s, D] rotated by the method (rotary) at each row's positions."""
+        """q, k [b, H, s, D] rotated by the method (rotary) at each row's positions, q times query_scale."""
         if self.row_positions is None:
-            return self.pe.rotate_qk(q, k, self.positions, self.positions)
-        rows = [self.pe.rotate_qk(q[r:r + 1], k[r:r + 1], p, p) for r, p in enumerate(self.row_positions)]
-        return torch.cat([q_ for q_, _ in rows]), torch.cat([k_ for _, k_ in rows])
+            q, k = self.pe.rotate_qk(q, k, self.positions, self.positions)
+        else:
+            rows = [self.pe.rotate_qk(q[r:r + 1], k[r:r + 1], p, p) for r, p in enumerate(self.row_positions)]
+            q, k = torch.cat([q_ for q_, _ in rows]), torch.cat([k_ for _, k_ in rows])
+        if self.query_scale is not None:
+            q = (q.float() * self.query_scale[..., None]).to(q.dtype)
+        return q, k
 
     def visible(self, queries: slice, keys: slice):
         """bool [q, k] (or [b, 1, q, k] with documents): key j is visible to query i, for the queries and
@@ -61,11 +67,15 @@ class AttentionPlan:
 
     def pairwise(self, queries: slice, keys: slice):
         """The method's (bias, weight) for these index ranges from pe.pairwise: [H, q, k] each, or
-        [b, H, q, k] with per-row positions (either None when the method has none)."""
+        [b | 1, H, q, k] with per-row positions or a query_scale (either None when the method has none)."""
         if self.row_positions is None:
-            return self.pe.pairwise(self.positions[queries], self.positions[keys])
-        rows = [self.pe.pairwise(p[queries], p[keys]) for p in self.row_positions]
-        return tuple(None if terms[0] is None else torch.stack(terms) for terms in zip(*rows))
+            bias, weight = self.pe.pairwise(self.positions[queries], self.positions[keys])
+        else:
+            rows = [self.pe.pairwise(p[queries], p[keys]) for p in self.row_positions]
+            bias, weight = (None if terms[0] is None else torch.stack(terms) for terms in zip(*rows))
+        if bias is not None and self.query_scale is not None:  # t_i scales the whole row: [b | 1, H, q, k]
+            bias = bias * self.query_scale[:, :, queries, None]
+        return bias, weight
 
     @classmethod
     def can_run(cls, inputs: AttentionInputs) -> str | None:
@@ -107,7 +117,7 @@ class AttentionPlan:
         if g is None:
             return self
         plan = copy.copy(self)
-        plan.token_terms = g.float().cumsum(dim=-1)
+        plan.token_terms = g.to(torch.promote_types(g.dtype, torch.float32)).cumsum(dim=-1)
         return plan
 
     def __repr__(self):

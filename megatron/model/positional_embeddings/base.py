@@ -28,6 +28,11 @@ A fifth, also "nothing" by default, is for methods that rewrite the score matrix
 A method's options are the fields of its `Options` dataclass, each declared with `option(...)`:
 default, help text, check and whether it only sets initial values. The config keys, the config
 reference and the checkpoint check are all read from these declarations (registry.py).
+A sixth, also "nothing" by default, is for a factor on a query's whole logits row that depends on how
+many keys it sees (`scales_queries`: attention-temperature's ssmax):
+- `query_scale(keys_seen)` -> t [b | 1, H, s]: logits(i, j) = t_i * (scores + bias). Attention counts the
+  keys each query sees (causality, its packed document, the window, the cache) and multiplies q (after
+  `rotate_qk`) and the method's bias by t; the method never has to guess the count from a position.
 """
 import copy
 from dataclasses import dataclass, field
@@ -103,6 +108,10 @@ class PositionalEmbedding(nn.Module):
     uses_token_terms: bool = False  # token_terms returns per-token terms (fox): the planner's class
     per_layer: bool = False  # its parameters are each layer's own: one module per layer (fox)
     modifies_scores: bool = False  # rewrites the pre-softmax score matrix (modify_scores)
+    scales_queries: bool = False  # query_scale gives each query's row a factor (attention-temperature ssmax)
+    # modify_scores of a row reads keys past its own, so only the whole score matrix of the forward at once
+    # gives its numbers (dape's authors' V2): the planner offers it only the strategies that write that out.
+    reads_whole_matrix: bool = False
 
     @dataclass
     class Options:
@@ -166,6 +175,11 @@ class PositionalEmbedding(nn.Module):
         query and nothing later can be visible, so an edit that reads only a row's visible entries gives
         the same numbers for a block of queries, the full matrix and a KV-cache step."""
         return scores if bias is None else scores + bias
+
+    def query_scale(self, keys_seen: torch.Tensor) -> torch.Tensor | None:
+        """t [b | 1, H, s] float32 multiplying query i's whole logits row (q_i and its bias), from keys_seen
+        [b | 1, s]: the number of keys query i sees (attention counts them); None: no such factor."""
+        return None
 
     def score_bytes(self) -> int:
         """Bytes `modify_scores` allocates at its peak per (query, key) pair, per head and sequence (the

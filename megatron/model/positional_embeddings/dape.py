@@ -1,6 +1,7 @@
 """`dape`: Data-Adaptive Positional Encoding (Zheng et al., NeurIPS 2024; V2: "DAPE V2: Process Attention
 Score as Feature Map for Length Extrapolation", 2025), a wrapper over the run's method, set as
-`dape: {version: 1 | 2, hidden: 32, kernel: 3}` next to `pos-emb` (the base, e.g. kerple_log):
+`dape: {version: 1 | 2, hidden: 32, kernel: 3, form: project | authors}` next to `pos-emb` (the base, e.g.
+kerple_log):
 
     logits = A + B + f([A; B])
 
@@ -25,6 +26,20 @@ last of the forward (its length, not its content), and a KV-cache step (always t
 disagree with the full forward. Version 1 mixes nothing across keys. Initialisation: torch's
 defaults for Linear and Conv2d, as theirs.
 
+`form: authors` (version 2) is their exact form, for reproducing their numbers: the hidden map is not
+zeroed, so row i reads LeakyReLU(conv1) at keys i + 1 .. i + kernel // 2, which exist unless i is among the
+forward's last rows (zero padding there). A row's logits then depend on how long the forward pass is (and,
+with packed documents, on the next document's first entries: zero features, but not zero hidden), so it
+runs only where the forward's whole score matrix is written out at once (`reads_whole_matrix`: the
+`sdpa_written_out` strategy; a KV-cache step, whose queries are the forward's last rows; the exported
+decoder). The hidden map is zeroed only at keys before the row's first visible key (left padding, an
+earlier packed document, keys past the window), which their full causal matrix never has, so a padded
+row scores as that row alone. A KV-cache step computes its rows as the last rows of the forward so far,
+which one layer's cached step matches exactly; with more layers a row cached as the last one is not the
+last in a later full forward, so the later layers' cached keys and values differ from a recompute:
+`cache_exact` is False (the probes decode with `recompute`), as for rotary's dynamic_ntk. With identical weights the two forms' outputs differ on every row but the
+last (docs/positional-methods.md gives the size).
+
 A wrapper, like attention-temperature (temperature.py), not a method per base: it adds a score-matrix
 edit (base.py's `modify_scores`) to whatever method `pos-emb` is and delegates everything else to it.
 """
@@ -35,7 +50,8 @@ from torch import nn
 from .base import PositionalEmbedding, PositionalEmbeddingError, quote
 
 EXAMPLE = "dape: {version: 2, hidden: 32, kernel: 3}"
-KEYS = ("version", "hidden", "kernel")
+KEYS = ("version", "hidden", "kernel", "form")
+FORMS = ("project", "authors")  # version 2's hidden map zeroed past the visible keys (project) or not (authors)
 
 
 def dape_problem(value) -> str | None:
@@ -58,6 +74,12 @@ def dape_problem(value) -> str | None:
         return f"kernel must be odd (padding kernel // 2 keeps the key axis), got {given['kernel']}."
     if given["version"] == 1 and "kernel" in given:
         return "kernel is version 2's (version 1 mixes no keys); remove it or set version 2."
+    if given.get("form", "project") not in FORMS:
+        return (f"form is {quote(given.get('form'))}; choose project (version 2's hidden map zeroed past a row's "
+                f"visible keys, the default) or authors (the DAPE authors' exact version 2, not zeroed).")
+    if given["version"] == 1 and given.get("form", "project") != "project":
+        return ("form authors is version 2's (version 1, an MLP per (i, j), is the authors' form already); remove "
+                "form or set version 2.")
     return None
 
 
@@ -74,8 +96,13 @@ class Dape(PositionalEmbedding):
         given = {str(k).replace("-", "_"): v for k, v in dape.items()}
         self.base, self.version = base, given["version"]
         self.hidden, self.kernel = given.get("hidden", 32), given.get("kernel", 3)
+        self.form = given.get("form", "project")
+        self.reads_whole_matrix = self.form == "authors"  # a row reads the hidden map past its own keys
         self.name, self.max_length, self.distance_only = base.name, base.max_length, False  # reads the scores
-        self.uses_max_positions, self.cache_exact = base.uses_max_positions, getattr(base, "cache_exact", True)
+        self.uses_max_positions = base.uses_max_positions
+        # authors' form: a row cached as the last of the forward is not the last later (the module's text)
+        self.cache_exact = getattr(base, "cache_exact", True) and self.form == "project"
+        self.scales_queries = base.scales_queries
         heads = base.num_heads
         if self.version == 1:
             self.dape_in, self.dape_out = nn.Linear(2 * heads, self.hidden), nn.Linear(self.hidden, heads)
@@ -89,6 +116,9 @@ class Dape(PositionalEmbedding):
 
     def rotate_qk(self, q, k, q_positions, k_positions):
         return self.base.rotate_qk(q, k, q_positions, k_positions)
+
+    def query_scale(self, keys_seen):
+        return self.base.query_scale(keys_seen)
 
     def distance_tables(self, length):
         return self.base.distance_tables(length)
@@ -114,7 +144,10 @@ class Dape(PositionalEmbedding):
         else:  # along the key axis, invisible entries (future keys) zeroed first
             features = features.masked_fill(~visible, 0)
             padding = (0, self.kernel // 2)
-            hidden = F.leaky_relu(F.conv2d(features, *params[:2], padding=padding)).masked_fill(~visible, 0)
+            hidden = F.leaky_relu(F.conv2d(features, *params[:2], padding=padding))
+            # project: each row's own visible keys; authors: from the row's first visible key on, later keys too
+            kept = visible if self.form == "project" else visible.int().cummax(dim=-1).values.bool()
+            hidden = hidden.masked_fill(~kept, 0)
             extra = F.conv2d(hidden, *params[2:], padding=padding)
         return scores + bias + extra
 

@@ -11,7 +11,9 @@ the model builds one `fox` module per layer, each its own w [H, hidden], b [H] (
 implied). The projection could have lived in the attention layer instead, but then attention would
 hold parameters that only one method reads; here the method stays one file and attention only calls
 the protocol. b starts at `fox-gate-bias-init` (5: f ~ 0.993, little forgetting at first, as
-x-transformers' DataDependentAlibi, which tests/model/positional/test_fox.py checks against); w ~ N(0, init-method-std).
+x-transformers' DataDependentAlibi, which tests/model/positional/test_fox.py checks against; the official FoX
+code, github.com/zhixuan-lin/forgetting-transformer, starts the bias at 0: set fox-gate-bias-init: 0 for its
+start); w ~ N(0, init-method-std).
 """
 from dataclasses import dataclass
 
@@ -31,7 +33,8 @@ class ForgetGate(PositionalEmbedding):
     @dataclass
     class Options:
         fox_gate_bias_init: float = option(5.0, "`fox`: initial bias b_h of the forget gate f = sigmoid(w.x + b) "
-                                                "(5: f ~ 0.993, little forgetting at first).", init_only=True)
+                                                "(5: f ~ 0.993, little forgetting at first, as x-transformers; the "
+                                                "official FoX code starts it at 0: f ~ 0.5).", init_only=True)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

@@ -6,16 +6,29 @@ Positions and angles are float32 (an upstream NeoX bug computed them in bf16).
 choice of the run, not of the weights, so a checkpoint trained without it loads with it.
 `dynamic_ntk` depends on the number of positions n of the forward (the largest position + 1): a full
 forward rotates every token with the frequencies of its n, but the KV cache keeps each key as it was
-rotated when it was added (as transformers' cache does). Hence `cache_exact`: False for dynamic_ntk,
-whose cached generation can differ from `recompute` once n passes original-max-position."""
+rotated when it was added (as transformers' cache does). Hence `cache_exact`: False for dynamic_ntk and
+longrope, whose cached generation can differ from `recompute` once n passes original-max-position.
+
+`rotary-unrotated-fraction: u` is p-RoPE (Barbero et al. 2024, arXiv 2410.06205, "Round and Round We Go",
+p = 1 - u): the lowest-frequency floor(u * rotated dims / 2) frequency pairs get frequency 0 (left
+unrotated, carrying no position: semantic channels), the others keep plain RoPE's frequencies
+base^(-2i/d) over the rotated dims d. Not `rotary-pct`, which rotates fewer dims but still spans the
+whole range of frequencies down to the lowest (its frequencies are computed over the fewer dims)."""
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from .rope_scaling import inverse_frequencies, parse_scaling, scaling_problem
-from .base import PositionalEmbedding, PositionalEmbeddingError, fraction, option
+from .rope_scaling import SEQUENCE_DEPENDENT, inverse_frequencies, parse_scaling, scaling_problem
+from .base import PositionalEmbedding, PositionalEmbeddingError, fraction, option, quote
 from .registry import register
+
+
+def unrotated_fraction_problem(value) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        return (f"must be a number in [0, 1): the fraction of rotary's frequency pairs, lowest first, left "
+                f"unrotated (p-RoPE), got {quote(value)}.")
+    return None
 
 
 @register("rotary")
@@ -25,10 +38,15 @@ class Rotary(PositionalEmbedding):
         rotary_pct: float = option(1.0, "Fraction of each head's dimensions that `rotary` rotates.", check=fraction)
         rotary_emb_base: int = option(10000, "Base of the rotary frequencies.")
         rotary_scaling: Optional[dict] = option(
-            None, "`rotary` RoPE scaling for lengths past training: {type: linear | ntk | dynamic_ntk | yarn, "
-            "factor, original-max-position (default max-position-embeddings), beta-fast, beta-slow, "
-            "attention-factor (yarn)}; null is plain rotary.",
+            None, "`rotary` RoPE scaling for lengths past training: {type: linear | ntk | dynamic_ntk | yarn | "
+            "llama3 | longrope, factor, original-max-position (default max-position-embeddings), beta-fast, "
+            "beta-slow, attention-factor (yarn, longrope), low-freq-factor, high-freq-factor (llama3: 1, 4), "
+            "short-factor, long-factor (longrope: one number per rotated frequency pair)}; null is plain rotary.",
             check=scaling_problem, per_run=True, exclusive=True)
+        rotary_unrotated_fraction: float = option(
+            0.0, "`rotary` p-RoPE (arXiv 2410.06205): the fraction of rotated frequency pairs, the lowest "
+            "frequencies, left unrotated (frequency 0); 0 is plain rotary. Not rotary-pct, which keeps the lowest "
+            "frequencies.", check=unrotated_fraction_problem, exclusive=True)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
@@ -39,23 +57,46 @@ class Rotary(PositionalEmbedding):
                 f"pos-emb '{self.name}': rotary-pct={rotary_pct} of head dim {shape.head_dim} gives {self.rotary_dims} "
                 f"rotated dims; it must be a positive even number. Choose rotary-pct so that it is.")
         self.base = self.options.rotary_emb_base
-        self.scaling = self._scaling(self.options.rotary_scaling, shape.max_positions)
-        self.cache_exact = self.scaling is None or self.scaling.type != "dynamic_ntk"
+        self.scaling = self._scaling(self.options.rotary_scaling, shape.max_positions, self.rotary_dims)
+        self.cache_exact = self.scaling is None or self.scaling.type not in SEQUENCE_DEPENDENT
+        self.unrotated_pairs = self._unrotated_pairs(self.options.rotary_unrotated_fraction, self.rotary_dims)
 
     @staticmethod
-    def _scaling(value, max_positions):
+    def _scaling(value, max_positions, rotary_dims):
         if value is None:
             return None
         scaling = parse_scaling(value, max_positions)
-        if scaling.original_max_position is None and scaling.type in ("dynamic_ntk", "yarn"):
+        if scaling.original_max_position is None and scaling.type in ("dynamic_ntk", "yarn", "llama3", "longrope"):
             raise PositionalEmbeddingError(
                 f"pos-emb 'rotary': rotary-scaling type {scaling.type} needs original-max-position (the "
                 "training length), and max-position-embeddings is not set either. Add it to rotary-scaling.")
+        for key in ("short_factor", "long_factor"):
+            factors = getattr(scaling, key)
+            if factors is not None and len(factors) != rotary_dims // 2:
+                raise PositionalEmbeddingError(
+                    f"pos-emb 'rotary': rotary-scaling {key.replace('_', '-')} has {len(factors)} numbers, but "
+                    f"rotary rotates {rotary_dims} dims of each head (head dim x rotary-pct), {rotary_dims // 2} "
+                    f"frequency pairs: give one number per pair.")
         return scaling
 
+    @staticmethod
+    def _unrotated_pairs(fraction, rotary_dims) -> int:
+        pairs = int(fraction * (rotary_dims // 2))
+        if fraction > 0 and pairs == 0:
+            raise PositionalEmbeddingError(
+                f"pos-emb 'rotary': rotary-unrotated-fraction {fraction} of {rotary_dims // 2} rotated frequency "
+                f"pairs leaves none unrotated (floor({fraction} x {rotary_dims // 2}) = 0); raise it to at least "
+                f"{1 / (rotary_dims // 2):.4g} or set 0 for plain rotary.")
+        return pairs
+
     def frequencies(self, seq_len: int | None = None):
-        """(inv_freq [rotary_dims/2] float32, attention factor) for a forward over seq_len positions."""
-        return inverse_frequencies(self.scaling, self.rotary_dims, self.base, seq_len)
+        """(inv_freq [rotary_dims/2] float32, attention factor) for a forward over seq_len positions; the
+        lowest `unrotated_pairs` frequencies 0 (p-RoPE)."""
+        inv_freq, attention_factor = inverse_frequencies(self.scaling, self.rotary_dims, self.base, seq_len)
+        if self.unrotated_pairs:
+            inv_freq = inv_freq.clone()
+            inv_freq[len(inv_freq) - self.unrotated_pairs:] = 0.0
+        return inv_freq, attention_factor
 
     def _rotate(self, x, positions, inv_freq, attention_factor):
         half = self.rotary_dims // 2
@@ -69,7 +110,7 @@ class Rotary(PositionalEmbedding):
 
     def rotate_qk(self, q, k, q_positions, k_positions):
         seq_len = None
-        if self.scaling is not None and self.scaling.type == "dynamic_ntk":  # the only one that reads it
+        if self.scaling is not None and self.scaling.type in SEQUENCE_DEPENDENT:  # the only ones that read it
             seq_len = int(max(q_positions.max(), k_positions.max())) + 1
         inv_freq, attention_factor = self.frequencies(seq_len)
         return (self._rotate(q, q_positions, inv_freq, attention_factor),

@@ -3,13 +3,17 @@
     logits_h(i, j) = t_h(i) * ((q_i . k_j / sqrt(D)) * weight + bias)
 
 - `ssmax` (Scalable-Softmax, Nakanishi 2025; the log-n scaling of length extrapolation):
-  t_h(i) = s_h * ln(n_i), n_i = the keys query i sees (i + 1, at most the attention window), s_h learned.
+  t_h(i) = s_h * ln(n_i), n_i = the keys query i sees, s_h learned. Attention counts n_i (base.py's
+  `query_scale`): the keys up to i in its own packed document, within the attention window, in the KV
+  cache; never from i's position, which random-positions draws and running positions carry across
+  documents (so the temperature a model trains with is the one it is evaluated with).
   `init` null starts s_h at 1 / ln(max-position-embeddings): the plain softmax at the training length.
 - `head_scale` (the per-head learned scale of NoPE length generalisation, Wang et al. 2024): t_h = s_h.
 
 The score term is scaled through q (q_i * t_h(i)), so a method without a bias keeps every attention path
 and its O(L) memory; a bias is scaled with it: per head for `head_scale` (still a per-distance table),
-per query for `ssmax` (then the terms depend on i, and attention builds them pairwise).
+per query for `ssmax` (then the terms depend on i, and attention builds them pairwise and scales them
+with q by `query_scale`).
 """
 import math
 
@@ -43,13 +47,14 @@ def temperature_problem(value) -> str | None:
 class Tempered(PositionalEmbedding):
     """`base` with its attention logits multiplied by a learned temperature (see the module's text)."""
 
-    def __init__(self, base: PositionalEmbedding, temperature: dict, window: int | None = None):
+    def __init__(self, base: PositionalEmbedding, temperature: dict):
         super().__init__(base.shape, base.options)
         if base.modifies_scores:  # it scales q, which the method's own reading of the scores would see
             raise PositionalEmbeddingError(f"attention-temperature cannot wrap pos-emb {base.name!r}, which rewrites "
                                            "the score matrix itself.")
         given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
-        self.base, self.type, self.window = base, given["type"], window
+        self.base, self.type = base, given["type"]
+        self.scales_queries = self.type == "ssmax"  # t_h(i) from the keys i sees: attention counts them
         self.name, self.max_length = base.name, base.max_length
         self.uses_max_positions, self.cache_exact = base.uses_max_positions, getattr(base, "cache_exact", True)
         init = given.get("init")
@@ -63,22 +68,21 @@ class Tempered(PositionalEmbedding):
         # A per-query temperature times a bias depends on i, not on i - j alone.
         self.distance_only = base.distance_only and not (self.type == "ssmax" and self.has_bias)
 
-    def temperature(self, q_positions: torch.Tensor) -> torch.Tensor:
-        """t [H, q], float32."""
-        s = self.temperature_scale.float()[:, None]
-        if self.type == "head_scale":
-            return s.expand(-1, q_positions.shape[0])
-        seen = q_positions.float() + 1
-        if self.window is not None:
-            seen = seen.clamp(max=self.window)
-        return s * seen.log()[None, :]
+    def query_scale(self, keys_seen: torch.Tensor) -> torch.Tensor | None:
+        """ssmax: t [b | 1, H, s] = s_h ln(n_i), keys_seen n [b | 1, s] (at least 1: a padding query of an
+        export that sees no key gets t = 0, not -inf); head_scale: None (rotate_qk scales q)."""
+        if self.type != "ssmax":
+            return None
+        return self.temperature_scale.float()[None, :, None] * keys_seen.float().clamp(min=1).log()[:, None, :]
 
     def add_to_embeddings(self, x, positions):
         return self.base.add_to_embeddings(x, positions)
 
     def rotate_qk(self, q, k, q_positions, k_positions):
         q, k = self.base.rotate_qk(q, k, q_positions, k_positions)
-        return (q.float() * self.temperature(q_positions)[None, :, :, None]).to(q.dtype), k
+        if self.type != "head_scale":  # ssmax: attention multiplies q by query_scale
+            return q, k
+        return (q.float() * self.temperature_scale.float()[None, :, None, None]).to(q.dtype), k
 
     def distance_tables(self, length):
         bias, weight = self.base.distance_tables(length)
@@ -88,8 +92,8 @@ class Tempered(PositionalEmbedding):
 
     def pairwise(self, q_positions, k_positions):
         bias, weight = self.base.pairwise(q_positions, k_positions)
-        if bias is not None:
-            bias = bias * self.temperature(q_positions)[:, :, None]
+        if bias is not None and self.type == "head_scale":  # ssmax: attention scales it by query_scale
+            bias = bias * self.temperature_scale.float()[:, None, None]
         return bias, weight
 
     def pairwise_bytes(self, needs_grad):
@@ -99,11 +103,11 @@ class Tempered(PositionalEmbedding):
         return {**self.base.kernel_parameters(), "temperature_s": self.temperature_scale.float()}
 
 
-def tempered(base: PositionalEmbedding, temperature: dict | None, window: int | None = None) -> PositionalEmbedding:
+def tempered(base: PositionalEmbedding, temperature: dict | None) -> PositionalEmbedding:
     """`base`, or `base` under `temperature` when one is given."""
     if temperature is not None and base.uses_token_terms:
         raise PositionalEmbeddingError(
             f"attention-temperature is set, but pos-emb {base.name!r} adds per-token terms F_i - F_j (a forget "
             "gate) that the temperature would have to scale too, which is not implemented. Remove "
             "attention-temperature for this method.")
-    return base if temperature is None else Tempered(base, temperature, window)
+    return base if temperature is None else Tempered(base, temperature)

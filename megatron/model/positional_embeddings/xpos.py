@@ -43,6 +43,7 @@ class XPos(Rotary):
         xpos_scale_base: int = option(512, "`xpos`: scale base B; a query-key pair at distance n - m gets the "
                                            "factor zeta_k^((n-m)/B) on rotated dim pair k.", check=positive)
         rotary_scaling = None  # a class attribute, not an option: Rotary reads it, plain frequencies
+        rotary_unrotated_fraction = 0.0  # likewise: every frequency rotated
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

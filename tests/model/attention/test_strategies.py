@@ -30,7 +30,7 @@ def make_pe(method: str, window):
     pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
                                     max_position_embeddings=4 * LENGTH)
     if wrapper == "ssmax":
-        pe = tempered(pe, {"type": "ssmax"}, window)
+        pe = tempered(pe, {"type": "ssmax"})
     elif wrapper == "dape":
         pe = daped(pe, {"version": 2, "hidden": 4})
     with torch.no_grad():  # off the initial values, so nothing is special

@@ -48,7 +48,7 @@ def test_every_path_equals_the_float64_formula(kind, method, impl):
     torch.manual_seed(0)
     window = 40 if method == "none" else None
     base = build_positional_embedding(method, num_heads=H, head_dim=D, hidden_size=H * D, max_position_embeddings=32)
-    pe = Tempered(base, {"type": kind}, window)
+    pe = Tempered(base, {"type": kind})
     with torch.no_grad():
         pe.temperature_scale.copy_(torch.rand(H) + 0.5)
     q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
@@ -60,8 +60,7 @@ def test_every_path_equals_the_float64_formula(kind, method, impl):
         return
     plan = plan_attention(pe, positions, impl=impl, window=window, block_size=32, needs_grad=False, dropout_p=0.0)
     with torch.no_grad(), reference_math():
-        q2, k2 = pe.rotate_qk(q, k, positions, positions)
-        ours = attend(q2, k2, v, plan)
+        ours = attend(*plan.rotate(q, k), v, plan)
         if method == "rotary":  # rotary's own rotation (tested against transformers elsewhere), then the formula
             q, k = base.rotate_qk(q, k, positions, positions)
     params = base.kernel_parameters()
@@ -79,15 +78,14 @@ def test_the_scale_learns_on_the_blocked_path():
     q, k, v = (torch.randn(1, H, L, D, requires_grad=True) for _ in range(3))
     positions = torch.arange(L)
     plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=32, needs_grad=True, dropout_p=0.0)
-    q2, k2 = pe.rotate_qk(q, k, positions, positions)
-    attend(q2, k2, v, plan).square().sum().backward()
+    attend(*plan.rotate(q, k), v, plan).square().sum().backward()
     assert pe.temperature_scale.grad is not None and pe.temperature_scale.grad.abs().sum() > 0
 
 
 def test_ssmax_starts_at_the_plain_softmax_at_the_training_length():
     base = build_positional_embedding("none", num_heads=H, head_dim=D, hidden_size=H * D, max_position_embeddings=64)
-    t = Tempered(base, {"type": "ssmax"}).temperature(torch.tensor([63]))
-    torch.testing.assert_close(t, torch.ones(H, 1))
+    t = Tempered(base, {"type": "ssmax"}).query_scale(torch.tensor([[64]]))
+    torch.testing.assert_close(t, torch.ones(1, H, 1))
 
 
 def model_with(temperature, method="kerple_log", seed=0):

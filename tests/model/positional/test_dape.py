@@ -23,10 +23,10 @@ from tools.ckpts.hf_export import Source, export_model
 H, D, HIDDEN = 3, 8, 5
 
 
-def dape(version, kernel=3, base="kerple_log", seed=0):
+def dape(version, kernel=3, base="kerple_log", seed=0, form="project"):
     torch.manual_seed(seed)
     pe = Dape(build_positional_embedding(base, num_heads=H, head_dim=D, hidden_size=H * D),
-              {"version": version, "hidden": HIDDEN, **({"kernel": kernel} if version == 2 else {})})
+              {"version": version, "hidden": HIDDEN, **({"kernel": kernel, "form": form} if version == 2 else {})})
     with torch.no_grad():
         for p in pe.parameters():
             p.add_(0.3 * torch.rand_like(p))
@@ -39,7 +39,10 @@ def leaky(x):
 
 def formula_logits(q, k, pe, window=None):
     """float64 logits [b, H, L, L] (visible entries) from the definitions, one (i, j) and channel at a time:
-    A = q.k / sqrt(D), B = -r1 log(1 + r2 (i - j)) (kerple_log), logits = A + B + f([A; B])."""
+    A = q.k / sqrt(D), B = -r1 log(1 + r2 (i - j)) (kerple_log), logits = A + B + f([A; B]). Version 2 in the
+    authors' form (their Kerple_DAPEV2: x + bias + mlp2(tril([x; bias])) over the whole L x L matrix): the
+    hidden map is not zeroed past row i's keys, only outside the matrix (the convolution's zero padding) and,
+    with a window (which they had not), before the row's first visible key."""
     q, k = q.double(), k.double()
     b, heads, length, d = q.shape
     r = {name: value.detach().double() for name, value in pe.base.kernel_parameters().items()}
@@ -72,7 +75,8 @@ def formula_logits(q, k, pe, window=None):
                     half = pe.kernel // 2
 
                     def h(u, jj):  # the hidden map at key jj: 0 past the visible keys (and padding)
-                        if not visible(i, jj):
+                        first = 0 if window is None else max(0, i - window + 1)  # row i's first visible key
+                        if not visible(i, jj) if pe.form == "project" else not first <= jj < length:
                             return 0.0
                         return leaky(float(b1[u]) + sum(float(w1[u, c, 0, t]) * feature(n, c, i, jj + t - half)
                                                         for c in range(2 * heads) for t in range(pe.kernel)))
@@ -172,12 +176,79 @@ def test_the_export_gives_the_same_logits_at_4x(version, tmp_path):
         assert generated.tolist() == ours.tolist()
 
 
+# ----------------------------------------------------------- version 2 in the authors' exact form (issue 38)
+@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_the_authors_form_equals_their_float64_formula_where_the_whole_matrix_is_written_out(kernel, window):
+    pe, length = dape(2, kernel, form="authors"), 13
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, H, length, D) for _ in range(3))
+    expected = formula_attention(q, k, v, pe, window)
+    for impl in ("sdpa", "auto"):
+        plan = plan_attention(pe, torch.arange(length), impl=impl, window=window, block_size=4, needs_grad=False,
+                              dropout_p=0.0)
+        assert plan.name == "sdpa_written_out"
+        with torch.no_grad():
+            torch.testing.assert_close(attend(q, k, v, plan).double(), expected, atol=1e-5, rtol=0)
+    # a block of rows cannot give it (its last row would read the padding, not the next key's hidden map)
+    with pytest.raises(NeoXArgsError, match=r"attention-impl is 'blocked', but .*it does not handle a score rewrite "
+                                            r"whose rows read past their own keys"):
+        plan_attention(pe, torch.arange(length), impl="blocked", window=window, block_size=4, needs_grad=False,
+                       dropout_p=0.0)
+
+
+def test_in_the_authors_form_a_rows_logits_depend_on_the_forwards_length_and_by_how_much():
+    """Row i of a forward over L tokens against row i as the last of a forward over i + 1: equal in the
+    project's form, not in the authors' (but the last row always equal); and the two forms' outputs with
+    identical weights, the size docs/positional-methods.md states."""
+    torch.manual_seed(4)
+    length = 24
+    q, k, v = (torch.randn(1, H, length, D) for _ in range(3))
+    outputs = {}
+    for form in ("project", "authors"):
+        pe = dape(2, form=form)
+        with torch.no_grad():
+            whole = attend(q, k, v, plan_attention(pe, torch.arange(length), impl="sdpa", window=None, block_size=8,
+                                                   needs_grad=False, dropout_p=0.0))
+            prefix = attend(q[:, :, :10], k[:, :, :10], v[:, :, :10],
+                            plan_attention(pe, torch.arange(10), impl="sdpa", window=None, block_size=8,
+                                           needs_grad=False, dropout_p=0.0))
+        row_9_moves = (whole[:, :, 9] - prefix[:, :, 9]).abs().max()
+        assert (row_9_moves > 1e-3) if form == "authors" else (row_9_moves < 1e-6)
+        torch.testing.assert_close(whole[:, :, :9], prefix[:, :, :9], atol=1e-6, rtol=0) if form == "project" else None
+        outputs[form] = whole
+    difference = (outputs["authors"] - outputs["project"]).abs().amax(dim=(0, 1, 3))  # per row
+    # row 0 sees one key (its output is v_0 whatever its logit); the last row reads the padding in both forms
+    assert difference[0] < 1e-6 and difference[-1] < 1e-6 and bool((difference[1:-1] > 1e-3).all())
+
+
+def test_the_authors_form_generates_with_the_cache_as_a_full_forward_and_exports(tmp_path):
+    """A cached step's queries are the forward's last rows: with one layer cached generation (left-padded
+    rows of different lengths) equals a full forward of each row at every step; with more layers a row
+    cached as the last is not the last later, so the method says its cache is inexact. The export's
+    logits equal ours."""
+    model = tiny_model("kerple_log", num_layers=1, dape={"version": 2, "hidden": 8, "form": "authors"})
+    assert_cache_matches_full_forward(model, PROMPTS, 20)
+    assert not any(pe.cache_exact for pe in model.positional_embeddings())
+    assert all(pe.cache_exact for pe in tiny_model("kerple_log", dape={"version": 2}).positional_embeddings())
+    args = NeoXArgs.from_dict(tiny_config("kerple_log") | {"dape": {"version": 2, "hidden": 8, "form": "authors"}})
+    torch.manual_seed(0)
+    ours = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    export_model(Source(args, ours, build_tokenizer(args), step=1), tmp_path / "hf")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
+    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(tokens).logits, ours(tokens), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("value, message", [
     ({"version": 3}, r"dape: version is 3; choose 1"),
     ({"version": 2, "kernel": 4}, r"dape: kernel must be odd"),
     ({"version": 1, "kernel": 3}, r"dape: kernel is version 2's"),
     ({"version": 1, "width": 3}, r"dape: unknown key\(s\) \['width'\]"),
     ("yes", r"dape must be a mapping"),
+    ({"version": 2, "form": "paper"}, r"dape: form is 'paper'; choose project .* or authors"),
+    ({"version": 1, "form": "authors"}, r"dape: form authors is version 2's"),
 ])
 def test_a_bad_dape_is_one_paragraph(value, message):
     with pytest.raises(NeoXArgsError, match=message):

@@ -120,7 +120,8 @@ def test_build_from_config(name):
                                "pos_emb": name, "kerple_eps": 0.05, "rotary_pct": 0.5, "rpe_num_buckets": 16})
     pe = build_positional_embedding_from_args(args)
     assert (pe.name, pe.num_heads, pe.head_dim) == (name, 4, 16)
-    assert all(v.min() >= 0.05 for v in pe.kernel_parameters().values())
+    if name != "cable":  # its offset c_h is unconstrained (it starts at 0, as the released code's)
+        assert all(v.min() >= 0.05 for v in pe.kernel_parameters().values())
     if name == "learned":
         assert pe.max_length == 32
     if name == "rotary":

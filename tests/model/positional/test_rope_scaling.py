@@ -137,7 +137,16 @@ BASE = {"train-micro-batch-size-per-gpu": 1, "pos-emb": "rotary"}
     ({"pos-emb": "alibi", "rotary-scaling": {"type": "yarn", "factor": 4}},
      "rotary-scaling: is set, but pos-emb is 'alibi', which has no such option (only rotary does)"),
     ({"rotary-scaling": {"type": "ntk_by_parts", "factor": 4}},
-     "rotary-scaling: type is 'ntk_by_parts'; choose one of ['linear', 'ntk', 'dynamic_ntk', 'yarn']"),
+     "rotary-scaling: type is 'ntk_by_parts'; choose one of ['linear', 'ntk', 'dynamic_ntk', 'yarn', 'llama3', "
+     "'longrope']"),
+    ({"rotary-scaling": {"type": "llama3", "factor": 8, "low-freq-factor": 4, "high-freq-factor": 4}},
+     "rotary-scaling: low-freq-factor (4) must be below high-freq-factor (4)"),
+    ({"rotary-scaling": {"type": "yarn", "factor": 8, "high-freq-factor": 4}},
+     "rotary-scaling: high-freq-factor is read by type llama3 only; remove it or set type: llama3."),
+    ({"rotary-scaling": {"type": "longrope", "factor": 8, "short-factor": [1, 1]}},
+     "rotary-scaling: type longrope needs long-factor: a list of positive numbers, one per rotated frequency pair"),
+    ({"rotary-scaling": {"type": "longrope", "factor": 8, "short-factor": [1, 0], "long-factor": [1, 2]}},
+     "rotary-scaling: type longrope needs short-factor: a list of positive numbers"),
     ({"rotary-scaling": {"type": "linear", "factor": 0.5}}, "rotary-scaling: factor must be a number >= 1"),
     ({"rotary-scaling": {"type": "linear", "factor": 2, "scale": 3}}, "rotary-scaling: unknown key(s) ['scale']"),
     ({"rotary-scaling": {"type": "yarn", "factor": 2, "original-max-position": 0}},
@@ -156,3 +165,98 @@ def test_rotary_scaling_is_a_flat_key_with_nested_command_line_override(tmp_path
     args = NeoXArgs.from_ymls([config], overrides={"rotary-scaling.factor": 8})
     assert args.rotary_scaling == {"type": "yarn", "factor": 8, "original-max-position": 128}
     assert NeoXArgs.from_dict({**BASE, "pos-emb": "alibi"}).rotary_scaling is None  # unset elsewhere: fine
+
+
+# ------------------------------------------------------------------ llama3 and longrope (issue 38)
+LLAMA3_CASES = [(8.0, 1.0, 4.0), (4.0, 2.0, 8.0), (32.0, 1.0, 4.0), (1.0, 1.0, 4.0)]
+
+
+def llama3(factor, low, high):
+    return {"type": "llama3", "factor": factor, "original-max-position": ORIGINAL, "low-freq-factor": low,
+            "high-freq-factor": high}
+
+
+def llama3_hf(factor, low, high, pct=1.0):
+    return hf_config("llama3", factor, pct, original_max_position_embeddings=ORIGINAL, low_freq_factor=low,
+                     high_freq_factor=high)
+
+
+def longrope_factors(pct=1.0):
+    pairs = int(HEAD_DIM * pct) // 2
+    return [1.0 + 0.05 * i for i in range(pairs)], [1.0 + 0.9 * i ** 1.5 for i in range(pairs)]
+
+
+def longrope(factor, pct=1.0, attention=None):
+    short, long = longrope_factors(pct)
+    scaling = {"type": "longrope", "factor": factor, "original-max-position": ORIGINAL, "short-factor": short,
+               "long-factor": long}
+    return scaling if attention is None else {**scaling, "attention-factor": attention}
+
+
+def longrope_hf(factor, pct=1.0, attention=None):
+    short, long = longrope_factors(pct)
+    extra = {} if attention is None else {"attention_factor": attention}
+    return hf_config("longrope", factor, pct, max_positions=int(factor * ORIGINAL),
+                     original_max_position_embeddings=ORIGINAL, short_factor=short, long_factor=long, **extra)
+
+
+@pytest.mark.parametrize("pct", [1.0, 0.5])
+@pytest.mark.parametrize("factor,low,high", LLAMA3_CASES)
+def test_llama3_frequencies_match_transformers(factor, low, high, pct):
+    expected, attention = ROPE_INIT_FUNCTIONS["llama3"](llama3_hf(factor, low, high, pct), "cpu")
+    got, got_attention = ours(llama3(factor, low, high), pct).frequencies()
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+    assert got_attention == attention == 1.0
+
+
+@pytest.mark.parametrize("pct", [1.0, 0.5])
+@pytest.mark.parametrize("seq_len", [None, 1, ORIGINAL, ORIGINAL + 1, 4 * ORIGINAL, 32 * ORIGINAL])
+@pytest.mark.parametrize("factor,attention", [(4.0, None), (16.0, None), (8.0, 1.3), (1.0, None)])
+def test_longrope_frequencies_and_attention_factor_match_transformers_at_every_length(factor, attention, seq_len,
+                                                                                     pct):
+    expected, expected_attention = ROPE_INIT_FUNCTIONS["longrope"](longrope_hf(factor, pct, attention), "cpu",
+                                                                   seq_len=seq_len)
+    got, got_attention = ours(longrope(factor, pct, attention), pct).frequencies(seq_len)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+    assert got_attention == pytest.approx(expected_attention, rel=1e-12)
+
+
+@pytest.mark.parametrize("length", [ORIGINAL, ORIGINAL + 1, 4 * ORIGINAL, 32 * ORIGINAL])
+@pytest.mark.parametrize("kind", ["llama3", "longrope"])
+def test_llama3_and_longrope_rotate_as_llamas_rotary_embedding_at_every_position(kind, length):
+    """A whole forward over `length` positions: Llama's rotary module (longrope picks its long factors once
+    the largest position passes the original length) and its rotary application, against ours. float32
+    angles up to 32 x 64 rad: the tolerance is that of the angle's rounding."""
+    config = llama3_hf(8.0, 1.0, 4.0) if kind == "llama3" else longrope_hf(4.0)
+    scaling = llama3(8.0, 1.0, 4.0) if kind == "llama3" else longrope(4.0)
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 1, HEADS, length, HEAD_DIM, dtype=torch.float32).unbind(0)
+    positions = torch.arange(length)
+    cos, sin = LlamaRotaryEmbedding(config)(q, positions[None])
+    expected = apply_rotary_pos_emb(q, k, cos, sin)
+    got = ours(scaling).rotate_qk(q, k, positions, positions)
+    tolerance = 5e-5 * max(1, length / 200)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=tolerance)
+
+
+def test_longrope_past_the_original_length_is_another_rotation_and_declares_its_cache_inexact():
+    pe = ours(longrope(4.0))
+    assert not pe.cache_exact and ours(llama3(8.0, 1.0, 4.0)).cache_exact
+    short, _ = pe.frequencies(ORIGINAL)
+    long, _ = pe.frequencies(ORIGINAL + 1)
+    assert not torch.allclose(short, long)
+
+
+def test_llama3_cached_generation_is_recompute_past_the_training_length():
+    model = tiny_model("rotary", rotary_scaling={"type": "llama3", "factor": 4, "original-max-position": TRAIN_LENGTH,
+                                                 "low-freq-factor": 1, "high-freq-factor": 4})
+    new = 3 * TRAIN_LENGTH
+    assert generate_tokens(model, PROMPTS, max_new_tokens=new) == \
+        generate_tokens(model, PROMPTS, max_new_tokens=new, recompute=True)
+
+
+def test_longrope_factors_of_the_wrong_length_name_the_pairs():
+    with pytest.raises(NeoXArgsError, match=r"rotary-scaling short-factor has 3 numbers, but rotary rotates 32 dims "
+                                            r"of each head \(head dim x rotary-pct\), 16 frequency pairs"):
+        ours({"type": "longrope", "factor": 4, "short-factor": [1, 1, 1], "long-factor": [1, 1, 1]})

@@ -12,7 +12,9 @@ NATIVE_METHODS = ("rotary", "none")
 # logits are compared in tests/test_hf_export.py). Not mapped: `ntk` (static NTK; transformers has no such
 # type) and `dynamic_ntk` (transformers keeps the frequencies of the longest input seen across calls, this
 # project uses each forward's own length); those export as the custom folder, which runs rotary.py itself.
-ROPE_TYPES = {"linear": "linear", "yarn": "yarn"}
+# `longrope` is mapped: transformers, as this project, picks short or long factors from each forward's own
+# largest position.
+ROPE_TYPES = {"linear": "linear", "yarn": "yarn", "llama3": "llama3", "longrope": "longrope"}
 
 
 def native_problems(neox_args) -> list[str]:
@@ -35,6 +37,9 @@ def native_problems(neox_args) -> list[str]:
     if scaling is not None and scaling.type not in ROPE_TYPES:
         problems.append(f"rotary-scaling type is {scaling.type!r} (transformers' GPT-NeoX computes "
                         f"{' and '.join(ROPE_TYPES)} as this project does)")
+    if neox_args.pos_emb == "rotary" and neox_args.rotary_unrotated_fraction:
+        problems.append(f"rotary-unrotated-fraction is {neox_args.rotary_unrotated_fraction} (p-RoPE; transformers' "
+                        "GPT-NeoX rotates every frequency of its rotated dims)")
     if neox_args.attention_window is not None:
         problems.append(f"attention-window is {neox_args.attention_window} (GPT-NeoX attends to every earlier token)")
     return problems
@@ -58,6 +63,14 @@ def rope_parameters(neox_args) -> dict | None:
                       beta_slow=scaling.beta_slow)
         if scaling.attention_factor is not None:
             params["attention_factor"] = scaling.attention_factor
+    if scaling.type == "llama3":
+        params.update(original_max_position_embeddings=scaling.original_max_position,
+                      low_freq_factor=float(scaling.low_freq_factor), high_freq_factor=float(scaling.high_freq_factor))
+    if scaling.type == "longrope":
+        params.update(original_max_position_embeddings=scaling.original_max_position,
+                      short_factor=list(scaling.short_factor), long_factor=list(scaling.long_factor))
+        if scaling.attention_factor is not None:
+            params["attention_factor"] = float(scaling.attention_factor)
     return params
 
 

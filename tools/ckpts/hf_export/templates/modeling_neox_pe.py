@@ -39,7 +39,7 @@ def build_positional(config, module):
     method = METHODS[module["pos_emb"]]
     shape = ModelShape(config.num_attention_heads, config.hidden_size // config.num_attention_heads,
                        config.hidden_size, config.neox_max_position_embeddings, config.initializer_range)
-    return daped(tempered(method(shape, method.Options(**module["options"])), module.get("temperature"), module["window"]),
+    return daped(tempered(method(shape, method.Options(**module["options"])), module.get("temperature")),
                  module.get("dape"))
 
 
