@@ -8,7 +8,7 @@ import copy
 import torch
 
 from megatron.model.attention.masks import attend_materialised
-from megatron.model.attention.sdpa import score_edit
+from megatron.model.attention.sdpa import normaliser, score_edit
 
 
 def first_visible_slot(start: int, window: int | None) -> int:
@@ -90,7 +90,8 @@ class CachedPlan:
             differences = new[..., :, None] - visible[..., None, :]
             bias = differences if bias is None else bias + differences
         return attend_materialised(q, keys, values, bias, self.weight, self.allowed, 0.0,
-                                   score_edit(self.pe, self.q_positions, self.k_positions))
+                                   score_edit(self.pe, self.q_positions, self.k_positions),
+                                   normaliser(self.pe, self.q_positions, self.k_positions))
 
 
 def plan_cached(pe, cache: "KVCache", s: int, window: int | None) -> CachedPlan:
