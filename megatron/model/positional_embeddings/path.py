@@ -70,5 +70,6 @@ class PaTH(PositionalEmbedding):
         return F.logsigmoid(F.linear(x, self.gate_weight.to(x.dtype), self.gate_bias.to(x.dtype))).transpose(1, 2)
 
     def kernel_parameters(self):
-        return {"beta_bias": self.beta_bias.float(), **({"gate_bias": self.gate_bias.float()} if self.uses_token_terms
-                                                          else {})}
+        """Logged per head: beta where u . x_t = 0 (2 sigmoid(c), 1 at first), and the gate's bias."""
+        beta = {"beta_at_zero": 2 * torch.sigmoid(self.beta_bias.float())}
+        return {**beta, "gate_bias": self.gate_bias.float()} if self.uses_token_terms else beta
