@@ -1,6 +1,7 @@
 """Every attention strategy against the reference (megatron/model/attention/reference.py), in float64.
 
-Every strategy x every registered method (and the two wrappers, attention-temperature and dape), forced
+Every strategy x every registered method (and the two wrappers, attention-temperature and dape, and path's
+forget gate and stick-breaking's own token as options), forced
 by name: forward, and where it takes gradients, the gradients of q, k, v and of the method's parameters.
 A strategy that cannot compute a case is skipped with its own reason (`can_run`), and the last test checks
 that each strategy computed at least one method here. The layouts: whole sequences, a window, and packed
@@ -19,7 +20,8 @@ from megatron.model.positional_embeddings.dape import daped
 from megatron.model.positional_embeddings.temperature import tempered
 
 HEADS, HEAD_DIM, LENGTH, BLOCK, WINDOW = 2, 8, 24, 16, 7  # 24 = a full block and a partial one
-METHODS = available() + ("kerple_log+ssmax", "alibi+dape")
+METHODS = available() + ("kerple_log+ssmax", "alibi+dape", "path+forget_gate", "stickbreaking+attend_current")
+OPTIONS = {"forget_gate": {"path_forget_gate": True}, "attend_current": {"stickbreaking_attend_current": True}}
 LAYOUTS = ("sequence", "window", "documents")
 MODES = ("forward", "gradients")
 
@@ -28,7 +30,7 @@ def make_pe(method: str, window):
     name, _, wrapper = method.partition("+")
     torch.manual_seed(0)
     pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
-                                    max_position_embeddings=4 * LENGTH)
+                                    max_position_embeddings=4 * LENGTH, **OPTIONS.get(wrapper, {}))
     if wrapper == "ssmax":
         pe = tempered(pe, {"type": "ssmax"}, window)
     elif wrapper == "dape":
