@@ -199,6 +199,12 @@ def test_dry_run_plans_show_the_blocked_strategy():
     assert "blocked" in training_plans(args)[0]
 
 
+
+def test_a_checkpoint_records_the_option_that_changes_the_attention():
+    from megatron.model.positional_embeddings import checkpoint_options
+    assert checkpoint_options("path") == ("path_forget_gate",)  # a checkpoint loaded with the other value is refused
+
+
 @pytest.mark.launches
 def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
     train_and_evaluate_at_4x("path", stdlib_data, tmp_path)
