@@ -105,7 +105,6 @@ class CachedPlan:
                                    score_edit(self.pe, self.q_positions, self.k_positions),
                                    normaliser(self.pe, self.q_positions, self.k_positions))
 
-
     def attend_transformed(self, q, k, v, kv, bias):
         """`attend` for a method that transforms the keys (path): one new token at a time, its transform
         H_t applied to every cached key (which then holds H_t ... H_{j+1} k_j), its own key stored as it is,
