@@ -130,7 +130,8 @@ def test_the_method_makes_unit_w_and_beta_in_0_2_from_the_layer_input():
     torch.testing.assert_close(w[0, 1, 3], expected[D:] / expected[D:].norm())
     torch.testing.assert_close(beta[0, 1, 3], 2 * torch.sigmoid(pe.beta_weight[1] @ x[0, 3] + pe.beta_bias[1]))
     g = pe.token_terms(x)
-    torch.testing.assert_close(g[0, 1, 3], torch.nn.functional.logsigmoid(pe.gate_weight[1] @ x[0, 3] + pe.gate_bias[1]))
+    gate = torch.nn.functional.logsigmoid(pe.gate_weight[1] @ x[0, 3] + pe.gate_bias[1])
+    torch.testing.assert_close(g[0, 1, 3], gate)
     assert pe_for().token_terms(x) is None and not pe_for().uses_token_terms
 
 
@@ -202,7 +203,8 @@ def test_dry_run_plans_show_the_blocked_strategy():
 
 def test_a_checkpoint_records_the_option_that_changes_the_attention():
     from megatron.model.positional_embeddings import checkpoint_options
-    assert checkpoint_options("path") == ("path_forget_gate",)  # a checkpoint loaded with the other value is refused
+    # a checkpoint loaded with the other value is refused
+    assert checkpoint_options("path") == ("path_forget_gate",)
 
 
 @pytest.mark.launches

@@ -172,7 +172,8 @@ def test_dry_run_plans_show_the_blocked_strategy():
 
 def test_a_checkpoint_records_the_option_that_changes_the_attention():
     from megatron.model.positional_embeddings import checkpoint_options
-    assert checkpoint_options("stickbreaking") == ("stickbreaking_attend_current",)  # a checkpoint loaded with the other value is refused
+    # a checkpoint loaded with the other value is refused
+    assert checkpoint_options("stickbreaking") == ("stickbreaking_attend_current",)
 
 
 @pytest.mark.launches
