@@ -92,7 +92,8 @@ def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
                             "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
                             "typing-extensions", "rotary-embedding-torch",
                             "x-transformers", "einx", "loguru", "frozendict", "torch-einops-utils",  # test_fox.py
-                            "wonderwords"}  # lm-eval's RULER tasks (eval.py)
+                            "wonderwords",  # lm-eval's RULER tasks (eval.py)
+                            "fla-core"}  # test_stickbreaking.py's and test_path.py's naive references
     pins = pinned_requirements()
     assert carried["deepspeed"] == pins["deepspeed"] and carried["megatron-core"] == pins["megatron-core"]
     assert "torch" not in carried and "transformers" not in carried  # the image's own

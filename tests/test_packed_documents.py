@@ -34,6 +34,7 @@ METHODS = {
     "alibi+ssmax": {"attention_temperature": {"type": "ssmax"}}, "fox": {}, "cope": {},
     "kerple_log+dape2": {"dape": {"version": 2, "hidden": 8}}, "cable": {},
     "rotary+ssmax": {"rotary_pct": 1.0, "attention_temperature": {"type": "ssmax"}},
+    "stickbreaking": {}, "path": {"path_forget_gate": True},
 }
 
 
@@ -125,7 +126,7 @@ def test_running_positions_give_each_document_alone_for_relative_methods(method,
 
 @pytest.mark.parametrize("impl", ["sdpa", "blocked"])
 @pytest.mark.parametrize("method", ["rotary", "kerple_log", "t5", "kerple_bias_weight", "fire", "alibi+ssmax",
-                                    "learned", "fox", "cope", "kerple_log+dape2"])
+                                    "learned", "fox", "cope", "kerple_log+dape2", "stickbreaking", "path"])
 def test_and_the_gradients_of_each_document_alone(method, impl):
     """Training: the gradient of every parameter through the packed sample equals the sum over its documents run
     alone (the learnable tables' gradients on the side included: table_gradient.py with per-row masks)."""

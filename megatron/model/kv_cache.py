@@ -49,6 +49,22 @@ class LayerKV:
         self.token_terms[..., start:end] = new
         return new, self.token_terms[..., :end]
 
+    def transform_keys(self, w, beta, start: int):
+        """PaTH (pe.key_transforms): H = I - beta w w^T (w [b, H, D], beta [b, H]) applied in place to every
+        cached key before slot `start`, so a cached key j holds H_t ... H_{j+1} k_j after token t's step
+        (computed in fp32 or wider, stored in the keys' dtype)."""
+        if self.keys is None:
+            return
+        keys = self.keys if self.window is not None else self.keys[:, :, :start]
+        wide = keys.to(torch.promote_types(keys.dtype, torch.float32))
+        w, beta = w.to(wide.dtype), beta.to(wide.dtype)
+        reach = (wide @ w[..., :, None]) * beta[..., None, None]  # [b, H, slots, 1]
+        transformed = (wide - reach * w[:, :, None, :]).to(keys.dtype)
+        if self.window is not None:  # a new tensor: the kept keys may be a view of the caller's k
+            self.keys = transformed
+        else:
+            self.keys[:, :, :start] = transformed
+
     def store(self, k, v, start: int):
         """Write k, v [b, H, s, D] at slots start.. and return the keys and values a query of them can see:
         all slots up to them, or for a windowed layer slots max(0, start - (W - 1)) .. start + s."""

@@ -25,6 +25,9 @@ Each strategy is a small class, one file each (registry.py lists them by path):
   gathered blocks (learnable_table.py, megatron/model/attention/table_gradient.py); for a learnable bias with a
   learnable weight, their Toeplitz rows with the softmax written out a block of queries at a time and
   recomputed in the backward (megatron/model/attention/weighted_table_attention.py).
+A method that replaces the softmax (pe.normalise: stickbreaking) or transforms the keys by the tokens in
+between (pe.key_transforms: path, its dot products in householder.py) runs only on the strategies that
+write the scores out (`sdpa_written_out`, `blocked`) and the cached step; every other one refuses (needs.py).
 The KV cache's decoding step is one more (cached.py; the storage is megatron/model/kv_cache.py). Which strategy a forward
 takes (`attention-impl`, `auto`'s rule) is megatron/model/attention/choice.py's job; attention never
 names a positional method.

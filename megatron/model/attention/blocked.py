@@ -6,7 +6,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention.masks import attend_materialised, gather_by_distance, token_term_differences
-from megatron.model.attention.sdpa import score_edit, written_scores_bytes
+from megatron.model.attention.householder import dot_products_for
+from megatron.model.attention.sdpa import normaliser, score_edit, written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
 
 
@@ -14,8 +15,9 @@ class Blocked(AttentionPlan):
     name = path = "blocked"
     # Every need there is (the last strategy of its path): listed, so that a need added to needs.py later
     # is handled here only once this class computes it.
-    handles = frozenset({"cpu", "score_rewrite", "query_terms", "token_terms", "bias_table", "weight", "bias_gradient",
-                         "gradients", "cpu_gradients", "dropout", "scattered_positions", "documents", "window"})
+    handles = frozenset({"cpu", "score_rewrite", "query_terms", "token_terms", "normaliser", "key_transforms",
+                         "bias_table", "weight", "bias_gradient", "gradients", "cpu_gradients", "dropout",
+                         "scattered_positions", "documents", "window"})
 
     def __init__(self, pe, positions, *, bias_table, weight_table, **common):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
@@ -33,7 +35,8 @@ class Blocked(AttentionPlan):
             per_pair += (inputs.pairwise_bytes + inputs.element_size * inputs.heads) * inputs.mask_rows
         if inputs.token_terms:  # the block's F_i - F_j [b, H, block, L] in fp32, and with the bias added
             per_pair += inputs.batch * inputs.heads * 2 * 4
-        if inputs.has_weight or inputs.modifies_scores or (inputs.needs_grad and inputs.learnable_bias):
+        if (inputs.has_weight or inputs.modifies_scores or inputs.replaces_softmax or inputs.key_transforms
+                or (inputs.needs_grad and inputs.learnable_bias)):
             per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads,
                                              element_size=inputs.element_size, needs_grad=inputs.needs_grad)
         block = min(inputs.block_size, inputs.length)
@@ -67,4 +70,6 @@ class Blocked(AttentionPlan):
             bias = differences if bias is None else bias + differences
         allowed = self.visible(queries, keys)
         return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed,
-                                   dropout_p, score_edit(self.pe, q_positions, k_positions))
+                                   dropout_p, score_edit(self.pe, q_positions, k_positions),
+                                   normaliser(self.pe, q_positions, k_positions),
+                                   dot_products_for(self.key_transforms, start, end))

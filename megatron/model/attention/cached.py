@@ -8,7 +8,7 @@ import copy
 import torch
 
 from megatron.model.attention.masks import attend_materialised
-from megatron.model.attention.sdpa import score_edit
+from megatron.model.attention.sdpa import normaliser, score_edit
 
 
 def first_visible_slot(start: int, window: int | None) -> int:
@@ -45,6 +45,7 @@ class CachedPlan:
         self.query_scale = pe.query_scale(allowed[:, 0].sum(-1)) if pe.scales_queries else None
         if self.query_scale is not None and bias is not None:
             self.bias = bias * self.query_scale[..., None]
+        self.key_transforms = None        # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
 
     def with_token_terms(self, g):
         """This plan for one layer whose method gives per-token terms g [b, H, s] (fox): a shallow copy;
@@ -53,6 +54,15 @@ class CachedPlan:
             return self
         plan = copy.copy(self)
         plan.token_terms = g
+        return plan
+
+    def with_key_transforms(self, transforms):
+        """This plan for one layer whose method transforms the keys (path): a shallow copy; `attend` applies
+        each new token's transform to the cached keys (LayerKV.transform_keys) before its query reads them."""
+        if transforms is None:
+            return self
+        plan = copy.copy(self)
+        plan.key_transforms = transforms
         return plan
 
     @staticmethod
@@ -89,14 +99,38 @@ class CachedPlan:
                        self.q_positions, q, k)
         if self.query_scale is not None:
             q = (q.float() * self.query_scale[..., None]).to(q.dtype)
-        keys, values = kv.store(k, v, self.start)
         bias = self.bias
         if self.token_terms is not None:
             new, visible = kv.store_token_terms(self.token_terms, self.start)  # [b, H, s], [b, H, visible keys]
             differences = new[..., :, None] - visible[..., None, :]
             bias = differences if bias is None else bias + differences
+        if self.key_transforms is not None:
+            return self.attend_transformed(q, k, v, kv, bias)
+        keys, values = kv.store(k, v, self.start)
         return attend_materialised(q, keys, values, bias, self.weight, self.allowed, 0.0,
-                                   score_edit(self.pe, self.q_positions, self.k_positions))
+                                   score_edit(self.pe, self.q_positions, self.k_positions),
+                                   normaliser(self.pe, self.q_positions, self.k_positions))
+
+    def attend_transformed(self, q, k, v, kv, bias):
+        """`attend` for a method that transforms the keys (path): one new token at a time, its transform
+        H_t applied to every cached key (which then holds H_t ... H_{j+1} k_j), its own key stored as it is,
+        and its query read against them: q_t . (cached key j) is PaTH's score. O(L D) per token."""
+        w, beta = self.key_transforms
+        first = self.start + q.shape[2] - self.allowed.shape[-1]  # the cache slot of the plan's first key column
+        outputs = []
+        for t in range(q.shape[2]):
+            slot = self.start + t
+            kv.transform_keys(w[:, :, t], beta[:, :, t], slot)
+            keys, values = kv.store(k[:, :, t:t + 1], v[:, :, t:t + 1], slot)  # slots slot + 1 - n .. slot
+            columns = slice(slot + 1 - keys.shape[2] - first, slot + 1 - first)
+
+            def row(terms):  # query t's row of [b | 1, H | 1, s, keys] terms, at these keys
+                return None if terms is None else terms[:, :, t:t + 1, columns]
+            outputs.append(attend_materialised(
+                q[:, :, t:t + 1], keys, values, row(bias), row(self.weight), row(self.allowed), 0.0,
+                score_edit(self.pe, self.q_positions[:, t:t + 1], self.k_positions[:, columns]),
+                normaliser(self.pe, self.q_positions[:, t:t + 1], self.k_positions[:, columns])))
+        return torch.cat(outputs, dim=2)
 
 
 def plan_cached(pe, cache: "KVCache", s: int, window: int | None) -> CachedPlan:

@@ -30,13 +30,15 @@ class AttentionInputs:
     modifies_scores: bool = False  # pe.modify_scores rewrites the written-out score matrix (cope, dape)
     score_bytes: int = 0           # pe.score_bytes(): what it allocates per (query, key) pair, head and sequence
     whole_matrix: bool = False     # pe.reads_whole_matrix: its score edit needs the forward's whole matrix at once
+    replaces_softmax: bool = False  # pe.normalise gives the weights in place of the softmax (stickbreaking)
+    key_transforms: bool = False    # pe.key_transforms: Householder products between key and query (path), per layer
 
     @property
     def has_terms(self) -> bool:
         """Anything beyond causal attention: a bias or weight, terms pe.pairwise builds, per-token terms or
         a rewrite of the scores."""
         return (not self.distance_only or self.has_bias or self.has_weight or self.token_terms
-                or self.modifies_scores)
+                or self.modifies_scores or self.replaces_softmax or self.key_transforms)
 
     @property
     def mask_rows(self) -> int:
@@ -44,8 +46,13 @@ class AttentionInputs:
         return self.batch if self.documents else 1
 
     def score_edit_bytes(self, queries: int, keys: int) -> int:
-        """What pe.modify_scores allocates for `queries` x `keys` pairs of every head and sequence (0 without)."""
-        return self.batch * self.heads * queries * keys * self.score_bytes if self.modifies_scores else 0
+        """What pe.modify_scores, pe.normalise or the key transforms allocate for `queries` x `keys` pairs of
+        every head and sequence (0 without): the method's score_bytes, and for key transforms the transformed
+        query of each (query, key) pair that the backward keeps (D in fp32 or wider)."""
+        per_pair = self.score_bytes if (self.modifies_scores or self.replaces_softmax) else 0
+        if self.key_transforms:
+            per_pair += self.head_dim * max(self.element_size, 4) * (2 if self.needs_grad else 1)
+        return self.batch * self.heads * queries * keys * per_pair
 
     @property
     def qkv_bytes(self) -> int:
@@ -68,7 +75,8 @@ class AttentionInputs:
                    pairwise_bytes=pe.pairwise_bytes(needs_grad), windowed=window is not None,
                    consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
                    documents=documents, token_terms=pe.uses_token_terms, modifies_scores=pe.modifies_scores,
-                   score_bytes=pe.score_bytes(), whole_matrix=pe.reads_whole_matrix)
+                   score_bytes=pe.score_bytes(), whole_matrix=pe.reads_whole_matrix,
+                   replaces_softmax=pe.replaces_softmax, key_transforms=pe.uses_key_transforms)
 
 
 def terms_by_distance(pe, bias_table) -> bool:

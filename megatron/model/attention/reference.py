@@ -10,7 +10,10 @@ positions (`pe.pairwise` -> bias, weight; `pe.token_terms` -> g, F = cumsum(g)):
 
 with t = `pe.query_scale(n)` (1 without one; ssmax: n_i the keys visible to query i), or, for a method
 that rewrites the score matrix (`pe.modify_scores`: cope, a dape wrapper), the softmax
-of what it makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias (F_i - F_j included).
+of what it makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias (F_i - F_j included). A method
+that `replaces_softmax` (stickbreaking) gives the weights itself (`pe.normalise`, in place of softmax_j);
+one with key transforms (`pe.key_transforms`: path) has q_i . k_j replaced by q_i^T H_i ... H_{j+1} k_j,
+H_t = I - beta_t w_t w_t^T (D x D matrices, multiplied out for each query below).
 Key j is visible to query i when j <= i (by index), i - j < the window (by position) when there is one,
 and both lie in the same packed document when documents are masked. Every [q, k] matrix is written out
 whole, in the wider of q's dtype and float32; nothing is fused, blocked or cached.
@@ -37,18 +40,40 @@ def token_term_differences(F, K=None):
     return F[..., :, None] - (F if K is None else K)[..., None, :]
 
 
+def householder_dot_products(q, k, w, beta):
+    """q [b, H, n, D] (the last n of the m keys' positions), k, w [b, H, m, D], beta [b, H, m] -> [b, H, n, m]:
+    q_i^T H_i H_{i-1} ... H_{j+1} k_j for j <= i (0 for later keys, which the mask removes), with the product
+    of D x D matrices accumulated for each query from its own position back to key 0."""
+    n, m, D = q.shape[2], k.shape[2], q.shape[3]
+    eye = torch.eye(D, dtype=q.dtype, device=q.device)
+    H = eye - beta[..., None, None] * w[..., :, None] * w[..., None, :]  # [b, H, m, D, D]
+    scores = q.new_zeros(q.shape[0], q.shape[1], n, m)
+    for a in range(n):
+        i = m - n + a
+        product = eye.expand(q.shape[0], q.shape[1], D, D)  # H_i ... H_{j+1}, empty for j = i
+        for j in range(i, -1, -1):
+            scores[:, :, a, j] = (q[:, :, a, None, :] @ product @ k[:, :, j, :, None])[..., 0, 0]
+            product = product @ H[:, :, j]
+    return scores
+
+
 def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=None, token_differences=None,
-           finite_mask: bool = False):
+           finite_mask: bool = False, key_transforms=None):
     """q [b, H, q, D], k, v [b, H, k, D] (q and k already rotated) -> [b, H, q, D] in v's dtype.
 
     pe: the positional method (None: no method, only `bias`); bias, weight: the method's terms for these positions (pe.pairwise), broadcastable to [b, H, q, k], or
     None; token_differences: F_i - F_j [b, H, q, k] or None; positions [q], [k] (or [b, q], [b, k]: what
     pe.modify_scores reads); visible: bool broadcastable to [b, H, q, k]. An invisible key's logit is -inf,
     or with `finite_mask` the dtype's minimum (a padding query that sees no key then gets a uniform row,
-    not NaN)."""
+    not NaN); key_transforms: (w [b, H, k, D], beta [b, H, k]) of the keys' tokens (pe.key_transforms), the
+    queries being the last q of them, or None."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k = q.to(dtype), k.to(dtype)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if key_transforms is None:
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    else:
+        w, beta = (t.to(dtype) for t in key_transforms)
+        scores = householder_dot_products(q, k, w, beta) / math.sqrt(q.shape[-1])
     if weight is not None:
         scores = scores * weight.to(dtype)
     if pe is not None and pe.scales_queries:  # t_i times query i's row, n_i = its visible keys
@@ -64,16 +89,19 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     elif bias is not None:
         scores = scores + bias.to(dtype)
     scores = scores.masked_fill(~visible, torch.finfo(dtype).min if finite_mask else float("-inf"))
-    return (scores.softmax(dim=-1) @ v.to(dtype)).to(v.dtype)
+    weights = pe.normalise(scores, visible, q_positions, k_positions) if pe is not None else scores.softmax(dim=-1)
+    return (weights @ v.to(dtype)).to(v.dtype)
 
 
-def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positions=None, token_terms=None):
+def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positions=None, token_terms=None,
+              key_transforms=None):
     """One forward over whole sequences: q, k, v [b, H, s, D] (not yet rotated) -> [b, H, s, D].
 
     positions [s]: the tokens' positions (the sequence index for packed rows); row_positions [b, s]: each
     row's own (restarting in each document), read by the method in place of `positions`; documents [b, s]:
     each token's packed document (keys of other documents invisible); token_terms: the layer's g [b, H, s]
-    (pe.token_terms), or None. Each row is computed alone."""
+    (pe.token_terms), or None; key_transforms: the layer's (w [b, H, s, D], beta [b, H, s]) (pe.key_transforms),
+    or None. Each row is computed alone."""
     index = torch.arange(q.shape[2], device=q.device)
     rows = []
     for r in range(q.shape[0]):
@@ -86,6 +114,7 @@ def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positi
         if token_terms is not None:
             differences = token_term_differences(token_terms[r:r + 1].to(torch.promote_types(q.dtype, torch.float32))
                                                  .cumsum(dim=-1))
+        transforms = None if key_transforms is None else tuple(t[r:r + 1] for t in key_transforms)
         rows.append(attend(q_r, k_r, v[r:r + 1], pe, p, p, visible.reshape(1, 1, *visible.shape[-2:]),
-                           bias=bias, weight=weight, token_differences=differences))
+                           bias=bias, weight=weight, token_differences=differences, key_transforms=transforms))
     return torch.cat(rows)

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from megatron.model.attention import cpu_flash
+from megatron.model.attention.householder import dot_products_for
 from megatron.model.attention.masks import (additive_mask, attend_materialised, distance_mask, fused_mask,
                                             same_document, token_term_differences)
 from megatron.model.attention.strategy import AttentionPlan
@@ -142,20 +143,28 @@ class SdpaWrittenOut(AttentionPlan):
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
 
-    handles = frozenset({"cpu", "score_rewrite", "whole_matrix", "query_terms", "bias_table", "weight", "bias_gradient",
-                         "gradients", "cpu_gradients", "dropout", "scattered_positions", "documents",
-                         "window"})  # token terms: `sdpa`
+    handles = frozenset({"cpu", "score_rewrite", "whole_matrix", "normaliser", "key_transforms", "query_terms",
+                         "token_terms", "bias_table", "weight", "bias_gradient", "gradients", "cpu_gradients",
+                         "dropout", "scattered_positions", "documents", "window"})  # token terms alone: `sdpa` first
 
     @classmethod
     def memory_bytes(cls, inputs):
         return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
                           element_size=inputs.element_size, pairwise_bytes=inputs.pairwise_bytes,
                           writes_scores=True, needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows) \
-            + inputs.score_edit_bytes(inputs.length, inputs.length)
+            + inputs.score_edit_bytes(inputs.length, inputs.length) \
+            + (8 * inputs.batch * inputs.heads * inputs.length ** 2 if inputs.token_terms else 0)  # F_i - F_j, + bias
 
     def attend(self, q, k, v, dropout_p):
-        return attend_materialised(q, k, v, self.bias, self.weight, self.allowed, dropout_p,
-                                   score_edit(self.pe, self.positions, self.positions))
+        bias = self.bias
+        if self.token_terms is not None:  # this layer's F_i - F_j [b, H, L, L]
+            every = slice(None)
+            differences = token_term_differences(self.token_terms, every, every)
+            bias = differences if bias is None else bias + differences
+        return attend_materialised(q, k, v, bias, self.weight, self.allowed, dropout_p,
+                                   score_edit(self.pe, self.positions, self.positions),
+                                   normaliser(self.pe, self.positions, self.positions),
+                                   dot_products_for(self.key_transforms, 0, k.shape[2]))
 
 
 def score_edit(pe, q_positions, k_positions):
@@ -163,3 +172,10 @@ def score_edit(pe, q_positions, k_positions):
     if not pe.modifies_scores:
         return None
     return lambda scores, bias, q, k, visible: pe.modify_scores(scores, bias, q, k, q_positions, k_positions, visible)
+
+
+def normaliser(pe, q_positions, k_positions):
+    """pe.normalise with these positions bound, for attend_materialised; None for the softmax."""
+    if not pe.replaces_softmax:
+        return None
+    return lambda logits, visible: pe.normalise(logits, visible, q_positions, k_positions)

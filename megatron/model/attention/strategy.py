@@ -27,6 +27,7 @@ class AttentionPlan:
     handles: frozenset = frozenset()  # the needs (needs.py) it computes, listed: any other, a new one too, refuses it
     requires: frozenset = frozenset()  # the needs it exists for; a forward without one refuses it
     token_terms = None        # F [b, H, s] fp32 of one layer (with_token_terms), or None
+    key_transforms = None     # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
 
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
                  dtype: torch.dtype, bias_table, weight_table, documents=None, row_positions=None):
@@ -118,6 +119,15 @@ class AttentionPlan:
             return self
         plan = copy.copy(self)
         plan.token_terms = g.to(torch.promote_types(g.dtype, torch.float32)).cumsum(dim=-1)
+        return plan
+
+    def with_key_transforms(self, transforms) -> "AttentionPlan":
+        """The plan for one layer whose method transforms the keys (pe.key_transforms: (w, beta)): a shallow
+        copy holding them. Itself when None. Strategies that cannot apply them refuse in `can_run`."""
+        if transforms is None:
+            return self
+        plan = copy.copy(self)
+        plan.key_transforms = transforms
         return plan
 
     def __repr__(self):

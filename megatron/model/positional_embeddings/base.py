@@ -24,6 +24,16 @@ A fifth, also "nothing" by default, is for methods that rewrite the score matrix
   (the planner reads the flag and `score_bytes`; attention still never names a method), so its
   edit of row i may read only row i's visible entries. Such a method is not `distance_only` (its
   edit reads the scores themselves), so no per-distance table path is offered to it.
+A sixth, "the softmax" by default, is for methods that replace the softmax:
+- `normalise(logits, visible, q_positions, k_positions)` -> attention weights: the default is the softmax
+  over the visible keys; `stickbreaking` gives each key the share of the stick left by the keys nearer
+  the query. A method with its own sets `replaces_softmax`; it runs only on the strategies that write
+  the weights out (never SDPA's or flex's fused softmax), so it too may read only row i's visible entries.
+A seventh, "nothing" by default, is for methods that transform the keys between key and query by the
+tokens in between (PaTH's Householder products):
+- `key_transforms(x)` -> (w [b, H, s, D] unit vectors, beta [b, H, s]) from the layer's attention input:
+  score(i, j) = q_i^T (H_i H_{i-1} ... H_{j+1}) k_j / sqrt(D) with H_t = I - beta_t w_t w_t^T. A method
+  with them sets `uses_key_transforms` (and `per_layer`: the projections are each layer's own).
 
 A method's options are the fields of its `Options` dataclass, each declared with `option(...)`:
 default, help text, check and whether it only sets initial values. The config keys, the config
@@ -112,6 +122,8 @@ class PositionalEmbedding(nn.Module):
     # modify_scores of a row reads keys past its own, so only the whole score matrix of the forward at once
     # gives its numbers (dape's authors' V2): the planner offers it only the strategies that write that out.
     reads_whole_matrix: bool = False
+    replaces_softmax: bool = False  # its own weights in place of the softmax (normalise: stickbreaking)
+    uses_key_transforms: bool = False  # key_transforms returns Householder transforms (path)
 
     @dataclass
     class Options:
@@ -179,6 +191,16 @@ class PositionalEmbedding(nn.Module):
     def query_scale(self, keys_seen: torch.Tensor) -> torch.Tensor | None:
         """t [b | 1, H, s] float32 multiplying query i's whole logits row (q_i and its bias), from keys_seen
         [b | 1, s]: the number of keys query i sees (attention counts them); None: no such factor."""
+        return None
+
+    def normalise(self, logits, visible, q_positions, k_positions):
+        """The attention weights [b, H, q, k] from the logits (masked: -inf, or the dtype's minimum, where
+        not `visible`); positions as in modify_scores. The softmax, unless the method `replaces_softmax`."""
+        return logits.softmax(dim=-1)
+
+    def key_transforms(self, x: torch.Tensor):
+        """(w [b, H, s, D], beta [b, H, s]) (float32, differentiable) from the attention input x [b, s, hidden]:
+        score(i, j) uses q_i^T H_i ... H_{j+1} k_j, H_t = I - beta_t w_t w_t^T; None: no such transforms."""
         return None
 
     def score_bytes(self) -> int:

@@ -160,4 +160,10 @@ class Dape(PositionalEmbedding):
 
 def daped(base: PositionalEmbedding, dape: dict | None) -> PositionalEmbedding:
     """`base`, or `base` under DAPE when `dape` is given."""
+    if dape is not None and (base.replaces_softmax or base.uses_key_transforms):
+        raise PositionalEmbeddingError(
+            f"dape is set, but pos-emb {base.name!r} "
+            f"{'replaces the softmax' if base.replaces_softmax else 'transforms the keys by the tokens in between'}, "
+            "which the DAPE wrapper does not pass on (it would silently attend with a plain softmax). Remove "
+            "dape for this method.")
     return base if dape is None else Dape(base, dape)

@@ -110,4 +110,10 @@ def tempered(base: PositionalEmbedding, temperature: dict | None) -> PositionalE
             f"attention-temperature is set, but pos-emb {base.name!r} adds per-token terms F_i - F_j (a forget "
             "gate) that the temperature would have to scale too, which is not implemented. Remove "
             "attention-temperature for this method.")
+    if temperature is not None and (base.replaces_softmax or base.uses_key_transforms):
+        raise PositionalEmbeddingError(
+            f"attention-temperature is set, but pos-emb {base.name!r} "
+            f"{'replaces the softmax' if base.replaces_softmax else 'transforms the keys by the tokens in between'}, "
+            "which this wrapper does not pass on (it would silently attend with a plain softmax). Remove "
+            "attention-temperature for this method.")
     return base if temperature is None else Tempered(base, temperature)

@@ -60,7 +60,8 @@ def test_every_path_matches_the_float64_reference(name, window):
     pe, (q, k, v) = make_pe(name), qkv()
     expected = reference_attention(pe, q, k, v, window)
     with torch.no_grad(), flex_kernel.reference_math():
-        for impl in ("sdpa", "blocked", "flex") if pe.distance_only else ("sdpa", "blocked"):
+        flex_runs = pe.distance_only and not (pe.replaces_softmax or pe.uses_key_transforms)  # flex: a softmax of q.k
+        for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             out = run_path(pe, impl, q, k, v, window)
             torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5, msg=f"path {impl}")
 
@@ -340,7 +341,8 @@ def test_paths_agree_at_a_realistic_size(window):
         pe = build_positional_embedding(name, num_heads=heads, head_dim=head_dim)
         q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))
         outputs, grads = {}, {}
-        for impl in ("sdpa", "blocked", "flex") if pe.distance_only else ("sdpa", "blocked"):
+        flex_runs = pe.distance_only and not (pe.replaces_softmax or pe.uses_key_transforms)  # flex: a softmax of q.k
+        for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             needs_grad = impl != "flex"
             pe.zero_grad()
             inputs = [t.clone().requires_grad_(needs_grad) for t in (q, k, v)]

@@ -381,6 +381,139 @@ fox+documents        cuda  yes  0.1     no     no   blocked
 fox+documents        cuda  yes  0.1     yes    yes  sdpa
 fox+documents        cuda  yes  0.1     yes    no   blocked
 """
+# The channels of the frontier methods (issue 38): a method that replaces the softmax (stickbreaking) and one
+# that transforms the keys (path) run only where the weights are written out: `sdpa_written_out` where its
+# L x L estimate fits (or with dropout on CPU), else `blocked`; never a fused kernel, never flex.
+EXPECTED_FRONTIER = """
+stickbreaking           cpu   no   0.0     no     yes  blocked
+stickbreaking           cpu   no   0.0     no     no   blocked
+stickbreaking           cpu   no   0.0     yes    yes  blocked
+stickbreaking           cpu   no   0.0     yes    no   blocked
+stickbreaking           cpu   no   0.1     no     yes  sdpa_written_out
+stickbreaking           cpu   no   0.1     no     no   blocked
+stickbreaking           cpu   no   0.1     yes    yes  sdpa_written_out
+stickbreaking           cpu   no   0.1     yes    no   blocked
+stickbreaking           cpu   yes  0.0     no     yes  blocked
+stickbreaking           cpu   yes  0.0     no     no   blocked
+stickbreaking           cpu   yes  0.0     yes    yes  blocked
+stickbreaking           cpu   yes  0.0     yes    no   blocked
+stickbreaking           cpu   yes  0.1     no     yes  sdpa_written_out
+stickbreaking           cpu   yes  0.1     no     no   blocked
+stickbreaking           cpu   yes  0.1     yes    yes  sdpa_written_out
+stickbreaking           cpu   yes  0.1     yes    no   blocked
+stickbreaking           cuda  no   0.0     no     yes  sdpa_written_out
+stickbreaking           cuda  no   0.0     no     no   blocked
+stickbreaking           cuda  no   0.0     yes    yes  sdpa_written_out
+stickbreaking           cuda  no   0.0     yes    no   blocked
+stickbreaking           cuda  no   0.1     no     yes  sdpa_written_out
+stickbreaking           cuda  no   0.1     no     no   blocked
+stickbreaking           cuda  no   0.1     yes    yes  sdpa_written_out
+stickbreaking           cuda  no   0.1     yes    no   blocked
+stickbreaking           cuda  yes  0.0     no     yes  sdpa_written_out
+stickbreaking           cuda  yes  0.0     no     no   blocked
+stickbreaking           cuda  yes  0.0     yes    yes  sdpa_written_out
+stickbreaking           cuda  yes  0.0     yes    no   blocked
+stickbreaking           cuda  yes  0.1     no     yes  sdpa_written_out
+stickbreaking           cuda  yes  0.1     no     no   blocked
+stickbreaking           cuda  yes  0.1     yes    yes  sdpa_written_out
+stickbreaking           cuda  yes  0.1     yes    no   blocked
+path                    cpu   no   0.0     no     yes  blocked
+path                    cpu   no   0.0     no     no   blocked
+path                    cpu   no   0.0     yes    yes  blocked
+path                    cpu   no   0.0     yes    no   blocked
+path                    cpu   no   0.1     no     yes  sdpa_written_out
+path                    cpu   no   0.1     no     no   blocked
+path                    cpu   no   0.1     yes    yes  sdpa_written_out
+path                    cpu   no   0.1     yes    no   blocked
+path                    cpu   yes  0.0     no     yes  blocked
+path                    cpu   yes  0.0     no     no   blocked
+path                    cpu   yes  0.0     yes    yes  blocked
+path                    cpu   yes  0.0     yes    no   blocked
+path                    cpu   yes  0.1     no     yes  sdpa_written_out
+path                    cpu   yes  0.1     no     no   blocked
+path                    cpu   yes  0.1     yes    yes  sdpa_written_out
+path                    cpu   yes  0.1     yes    no   blocked
+path                    cuda  no   0.0     no     yes  sdpa_written_out
+path                    cuda  no   0.0     no     no   blocked
+path                    cuda  no   0.0     yes    yes  sdpa_written_out
+path                    cuda  no   0.0     yes    no   blocked
+path                    cuda  no   0.1     no     yes  sdpa_written_out
+path                    cuda  no   0.1     no     no   blocked
+path                    cuda  no   0.1     yes    yes  sdpa_written_out
+path                    cuda  no   0.1     yes    no   blocked
+path                    cuda  yes  0.0     no     yes  sdpa_written_out
+path                    cuda  yes  0.0     no     no   blocked
+path                    cuda  yes  0.0     yes    yes  sdpa_written_out
+path                    cuda  yes  0.0     yes    no   blocked
+path                    cuda  yes  0.1     no     yes  sdpa_written_out
+path                    cuda  yes  0.1     no     no   blocked
+path                    cuda  yes  0.1     yes    yes  sdpa_written_out
+path                    cuda  yes  0.1     yes    no   blocked
+stickbreaking+documents cpu   no   0.0     no     yes  sdpa_written_out
+stickbreaking+documents cpu   no   0.0     no     no   blocked
+stickbreaking+documents cpu   no   0.0     yes    yes  sdpa_written_out
+stickbreaking+documents cpu   no   0.0     yes    no   blocked
+stickbreaking+documents cpu   no   0.1     no     yes  sdpa_written_out
+stickbreaking+documents cpu   no   0.1     no     no   blocked
+stickbreaking+documents cpu   no   0.1     yes    yes  sdpa_written_out
+stickbreaking+documents cpu   no   0.1     yes    no   blocked
+stickbreaking+documents cpu   yes  0.0     no     yes  sdpa_written_out
+stickbreaking+documents cpu   yes  0.0     no     no   blocked
+stickbreaking+documents cpu   yes  0.0     yes    yes  sdpa_written_out
+stickbreaking+documents cpu   yes  0.0     yes    no   blocked
+stickbreaking+documents cpu   yes  0.1     no     yes  sdpa_written_out
+stickbreaking+documents cpu   yes  0.1     no     no   blocked
+stickbreaking+documents cpu   yes  0.1     yes    yes  sdpa_written_out
+stickbreaking+documents cpu   yes  0.1     yes    no   blocked
+stickbreaking+documents cuda  no   0.0     no     yes  sdpa_written_out
+stickbreaking+documents cuda  no   0.0     no     no   blocked
+stickbreaking+documents cuda  no   0.0     yes    yes  sdpa_written_out
+stickbreaking+documents cuda  no   0.0     yes    no   blocked
+stickbreaking+documents cuda  no   0.1     no     yes  sdpa_written_out
+stickbreaking+documents cuda  no   0.1     no     no   blocked
+stickbreaking+documents cuda  no   0.1     yes    yes  sdpa_written_out
+stickbreaking+documents cuda  no   0.1     yes    no   blocked
+stickbreaking+documents cuda  yes  0.0     no     yes  sdpa_written_out
+stickbreaking+documents cuda  yes  0.0     no     no   blocked
+stickbreaking+documents cuda  yes  0.0     yes    yes  sdpa_written_out
+stickbreaking+documents cuda  yes  0.0     yes    no   blocked
+stickbreaking+documents cuda  yes  0.1     no     yes  sdpa_written_out
+stickbreaking+documents cuda  yes  0.1     no     no   blocked
+stickbreaking+documents cuda  yes  0.1     yes    yes  sdpa_written_out
+stickbreaking+documents cuda  yes  0.1     yes    no   blocked
+path+documents          cpu   no   0.0     no     yes  sdpa_written_out
+path+documents          cpu   no   0.0     no     no   blocked
+path+documents          cpu   no   0.0     yes    yes  sdpa_written_out
+path+documents          cpu   no   0.0     yes    no   blocked
+path+documents          cpu   no   0.1     no     yes  sdpa_written_out
+path+documents          cpu   no   0.1     no     no   blocked
+path+documents          cpu   no   0.1     yes    yes  sdpa_written_out
+path+documents          cpu   no   0.1     yes    no   blocked
+path+documents          cpu   yes  0.0     no     yes  sdpa_written_out
+path+documents          cpu   yes  0.0     no     no   blocked
+path+documents          cpu   yes  0.0     yes    yes  sdpa_written_out
+path+documents          cpu   yes  0.0     yes    no   blocked
+path+documents          cpu   yes  0.1     no     yes  sdpa_written_out
+path+documents          cpu   yes  0.1     no     no   blocked
+path+documents          cpu   yes  0.1     yes    yes  sdpa_written_out
+path+documents          cpu   yes  0.1     yes    no   blocked
+path+documents          cuda  no   0.0     no     yes  sdpa_written_out
+path+documents          cuda  no   0.0     no     no   blocked
+path+documents          cuda  no   0.0     yes    yes  sdpa_written_out
+path+documents          cuda  no   0.0     yes    no   blocked
+path+documents          cuda  no   0.1     no     yes  sdpa_written_out
+path+documents          cuda  no   0.1     no     no   blocked
+path+documents          cuda  no   0.1     yes    yes  sdpa_written_out
+path+documents          cuda  no   0.1     yes    no   blocked
+path+documents          cuda  yes  0.0     no     yes  sdpa_written_out
+path+documents          cuda  yes  0.0     no     no   blocked
+path+documents          cuda  yes  0.0     yes    yes  sdpa_written_out
+path+documents          cuda  yes  0.0     yes    no   blocked
+path+documents          cuda  yes  0.1     no     yes  sdpa_written_out
+path+documents          cuda  yes  0.1     no     no   blocked
+path+documents          cuda  yes  0.1     yes    yes  sdpa_written_out
+path+documents          cuda  yes  0.1     yes    no   blocked
+"""
 HEADS, HEAD_DIM, LENGTH = 4, 8, 256
 FITS, DOES_NOT_FIT = 2**62, 0  # budgets in bytes
 
@@ -545,3 +678,22 @@ def test_a_new_need_is_refused_by_every_strategy_until_it_says_it_handles_it(mon
         reason = strategy.can_run(inputs)
         assert reason is not None and ("a new kind of term" in reason or "runs only with" in reason), (name, reason)
     assert STRATEGIES["blocked"].can_run(inputs) == "it does not handle a new kind of term"
+
+
+def test_the_frontier_table_covers_every_combination_once():
+    keys = [row[:6] for row in rows(EXPECTED_FRONTIER)]
+    assert len(keys) == len(set(keys)) == 4 * 2 * 2 * 2 * 2 * 2
+
+
+@pytest.mark.parametrize("kind", ["stickbreaking", "path", "stickbreaking+documents", "path+documents"])
+def test_auto_decides_for_a_new_normaliser_and_key_transforms_as_the_table_says(kind):
+    wrong = []
+    for row_kind, device, grad, dropout, window, fits, expected in rows(EXPECTED_FRONTIER):
+        if row_kind != kind:
+            continue
+        inputs = inputs_for(kind, device, grad, dropout, window)
+        strategy = choose_strategy("auto", inputs, FITS if fits else DOES_NOT_FIT)
+        assert strategy.can_run(inputs) is None  # auto never takes what cannot run
+        if strategy.name != expected:
+            wrong.append((device, grad, dropout, window, fits, strategy.name, expected))
+    assert not wrong, f"{kind}: (device, grad, dropout, window, fits, chosen, expected): {wrong}"

@@ -1,6 +1,7 @@
 """Every attention strategy against the reference (megatron/model/attention/reference.py), in float64.
 
-Every strategy x every registered method (and the two wrappers, attention-temperature and dape), forced
+Every strategy x every registered method (and the two wrappers, attention-temperature and dape, and path's
+forget gate and stick-breaking's own token as options), forced
 by name: forward, and where it takes gradients, the gradients of q, k, v and of the method's parameters.
 A strategy that cannot compute a case is skipped with its own reason (`can_run`), and the last test checks
 that each strategy computed at least one method here. The layouts: whole sequences, a window, and packed
@@ -19,7 +20,8 @@ from megatron.model.positional_embeddings.dape import daped
 from megatron.model.positional_embeddings.temperature import tempered
 
 HEADS, HEAD_DIM, LENGTH, BLOCK, WINDOW = 2, 8, 24, 16, 7  # 24 = a full block and a partial one
-METHODS = available() + ("kerple_log+ssmax", "alibi+dape")
+METHODS = available() + ("kerple_log+ssmax", "alibi+dape", "path+forget_gate", "stickbreaking+attend_current")
+OPTIONS = {"forget_gate": {"path_forget_gate": True}, "attend_current": {"stickbreaking_attend_current": True}}
 LAYOUTS = ("sequence", "window", "documents")
 MODES = ("forward", "gradients")
 
@@ -28,7 +30,7 @@ def make_pe(method: str, window):
     name, _, wrapper = method.partition("+")
     torch.manual_seed(0)
     pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
-                                    max_position_embeddings=4 * LENGTH)
+                                    max_position_embeddings=4 * LENGTH, **OPTIONS.get(wrapper, {}))
     if wrapper == "ssmax":
         pe = tempered(pe, {"type": "ssmax"})
     elif wrapper == "dape":
@@ -64,14 +66,15 @@ def run(pe, strategy, layout_name, needs_grad):
     q, k, v, x = inputs(pe, needs_grad)
     positions = torch.arange(LENGTH)
     with torch.set_grad_enabled(needs_grad), flex_kernel.reference_math():
-        g = pe.token_terms(x)
+        g, transforms = pe.token_terms(x), pe.key_transforms(x)
         if strategy is None:
             out = reference.attention(q, k, v, pe, positions, window=window, documents=documents,
-                                      row_positions=row_positions, token_terms=g)
+                                      row_positions=row_positions, token_terms=g, key_transforms=transforms)
         else:
             plan = plan_attention(pe, positions, impl="auto", window=window, block_size=BLOCK, needs_grad=needs_grad,
                                   dropout_p=0.0, dtype=torch.float64, batch=2, documents=documents,
                                   row_positions=row_positions, strategy=strategy).with_token_terms(g)
+            plan = plan.with_key_transforms(transforms)
             assert plan.name == strategy
             out = plan.attend(*plan.rotate(q, k), v, 0.0)
     if not needs_grad:
@@ -138,13 +141,16 @@ def test_the_cached_step_matches_the_reference(method, window):
     pe = make_pe(method, window)
     q, k, v, x = inputs(pe, False)
     with torch.no_grad():
-        g = pe.token_terms(x)
+        g, transforms = pe.token_terms(x), pe.key_transforms(x)
         cache = KVCache(num_layers=1, batch_size=2, capacity=LENGTH, windows=[window])
         outputs = []
         for start, end in ((0, 10), (10, 11), (11, LENGTH)):
             cache.append(None, end - start)
             plan = plan_cached(pe, cache, end - start, window).with_token_terms(None if g is None else g[..., start:end])
+            plan = plan.with_key_transforms(None if transforms is None else
+                                            (transforms[0][:, :, start:end], transforms[1][:, :, start:end]))
             outputs.append(attend_cached(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], plan,
                                          cache.layers[0]))
-        expected = reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window, token_terms=g)
+        expected = reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window, token_terms=g,
+                                       key_transforms=transforms)
     torch.testing.assert_close(torch.cat(outputs, dim=2), expected, atol=1e-7, rtol=1e-6)

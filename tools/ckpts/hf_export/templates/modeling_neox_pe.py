@@ -4,7 +4,7 @@ the files of its package it imports. Needs torch and transformers only: load it 
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
 The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`,
-`pairwise`, `token_terms` and `modify_scores`, and attends with the training project's reference
+`pairwise`, `token_terms`, `modify_scores`, `normalise` and `key_transforms`, and attends with the training project's reference
 attention (reference.py, copied unchanged), which gives, per head h, query i and visible key j (j <= i,
 i - j < the layer's window when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
@@ -72,6 +72,22 @@ def token_term_differences(gates, cache, layer_idx):
     return new[..., :, None] - every[..., None, :]
 
 
+def key_transform_history(transforms, cache, layer_idx):
+    """(w, beta) of every key's token [b, H, keys, D], [b, H, keys]: the protocol's key transforms (base.py,
+    `key_transforms`: path) of the new tokens after those of the cached ones, which the cache keeps per layer
+    beside their keys (an attribute of this model's own on the cache object, as the per-token terms)."""
+    if transforms is None or cache is None:
+        return transforms
+    kept = getattr(cache, "neox_pe_key_transforms", None)
+    if kept is None:
+        kept = cache.neox_pe_key_transforms = {}
+    previous = kept.get(layer_idx)
+    if previous is not None:
+        transforms = tuple(torch.cat([old, new], dim=2) for old, new in zip(previous, transforms))
+    kept[layer_idx] = transforms
+    return transforms
+
+
 def build_norm(config):
     norm = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}[config.norm]
     return norm(config.hidden_size, eps=config.layer_norm_eps)
@@ -96,10 +112,11 @@ class SelfAttention(nn.Module):
         bias, weight = terms
         gates = pe.token_terms(x)  # per-token terms g [b, H, s] from this layer's input (fox), or None
         differences = None if gates is None else token_term_differences(gates, cache, self.layer_idx)
+        transforms = key_transform_history(pe.key_transforms(x), cache, self.layer_idx)  # (w, beta) or None
         # The project's reference attention (reference.py, copied beside this file); a finite mask, not
         # -inf: a padding query that sees no key gets a uniform row instead of NaN.
         y = attend(q, k, v, pe, positions, key_positions, allowed[:, None], bias=bias, weight=weight,
-                   token_differences=differences, finite_mask=True)
+                   token_differences=differences, finite_mask=True, key_transforms=transforms)
         return self.dense(y.transpose(1, 2).reshape(b, s, hidden))
 
 
