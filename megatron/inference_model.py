@@ -9,6 +9,7 @@ import torch
 from megatron.checkpoint_folder import CheckpointError, resolve_tag, split_checkpoint_path
 from megatron.checkpointing import load_model_weights, read_client_state, stored_model_config
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.model_config import ModelConfig
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.resolved import RESOLVED_NAME
@@ -51,7 +52,7 @@ def load(checkpoint, neox_args: NeoXArgs | None = None, device=None, dtype: torc
                                        {**neox_args.nested_sources, **neox_args.config_sources},
                                        neox_args.config_files, neox_args.world_size)
     tokenizer = build_tokenizer(neox_args)
-    model = GPTModel(neox_args, tokenizer.padded_vocab_size)
+    model = GPTModel(model_config(neox_args, tokenizer.padded_vocab_size))
     step = load_model_weights(neox_args, model)  # checks the config against `saved` first
     device, default_dtype = inference_device_and_dtype(neox_args, device)
     model = model.to(device=device, dtype=dtype or default_dtype).eval()
