@@ -123,12 +123,18 @@ def load_model_weights(neox_args, model: torch.nn.Module) -> int:
                               "training run (and `iteration` to pick a step other than the latest).")
     tag = resolve_tag(neox_args.load, neox_args.iteration)
     where = pathlib.Path(neox_args.load) / tag
-    state = read_client_state(neox_args.load, tag)
+    return load_weights_of(read_client_state(neox_args.load, tag), where, neox_args, model)
+
+
+def load_weights_of(state: dict, where, neox_args, model: torch.nn.Module) -> int:
+    """load_model_weights for checkpoint folder `where` whose model-states file was read already (`state`:
+    read_client_state's): checked against `neox_args`'s model, loaded exactly; returns the step."""
+    where = pathlib.Path(where)
     _check_compatible(state, neox_args, model, where)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         verify_folder(where)  # zero_to_fp32 unpickles every file it reads
-        weights = get_fp32_state_dict_from_zero_checkpoint(neox_args.load, tag=tag)
+        weights = get_fp32_state_dict_from_zero_checkpoint(str(where.parent), tag=where.name)
     else:
         weights = state["module"]
     _load_exactly(model, weights, where)

@@ -86,7 +86,7 @@ def test_left_padded_batches_score_like_unpadded_sequences(method, tmp_path):
 def test_rotary_round_trip_through_gpt_neox(tmp_path):
     source, folder = exported("rotary", tmp_path / "hf", no_weight_tying=True, gpt_j_residual=True)
     theirs = transformers.GPTNeoXForCausalLM.from_pretrained(folder).state_dict()
-    back = GPTModel(model_config(source.neox_args, source.model.vocab_size)).eval()
+    back = GPTModel(source.model.config).eval()
     back.load_state_dict(from_gpt_neox_state(theirs, 2, 4, tied=False), strict=True)
     ids = torch.randint(0, 256, (1, 40))
     with torch.no_grad():

@@ -87,6 +87,11 @@ class GPTModel(nn.Module):
     def positional_embeddings(self) -> list[nn.Module]:
         return list(self.pos_embs)
 
+    def position_limit(self) -> int | None:
+        """The most positions this model embeds: the fewest of its positional modules' `max_length` (a
+        position table's rows, `learned`); None: any number (relative methods extrapolate)."""
+        return min((pe.max_length for pe in self.pos_embs if pe.max_length), default=None)
+
     def layer_windows(self) -> list[int | None]:
         """Each layer's attention window (None: every earlier token)."""
         return [self.windows[module] for module in self.layer_module]
