@@ -285,6 +285,11 @@ def parameter_count(config: ModelConfig) -> int:
     return layers * per_layer + embeddings + positional_parameter_count(config)
 
 
+def run_parameter_count(neox_args, vocab_size: int) -> int:
+    """parameter_count of the model a run's config builds with `vocab_size` embedding rows."""
+    return parameter_count(model_config(neox_args, vocab_size))
+
+
 def available_bytes() -> tuple[int, str]:
     from deepspeed.accelerator import get_accelerator  # here: the preprocessing tool imports this module too
     accelerator = get_accelerator()

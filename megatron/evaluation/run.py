@@ -97,7 +97,7 @@ def run_record(neox_args, record: TrainingRecord) -> dict:
     by train.py), not from the evaluating config, which may be launched differently."""
     trained, iteration = record.config, record.step
     identity = RunIdentity(dataset_name(neox_args), neox_args.pos_emb, neox_args.attention_window,
-                           trained["seed"], config_hash(trained), evaluation_variant(neox_args, trained))
+                           trained["seed"], config_hash(trained, neox_args.trained_keys()), evaluation_variant(neox_args, trained))
     return {**run_labels(neox_args, trained), **training_budget(record),
         "name": identity.file_stem(iteration),
         "method": identity.method, "pos_emb": identity.pos_emb, "attention_window": identity.window,

@@ -6,7 +6,7 @@ declarations; what no declaration says is written here."""
 import difflib
 
 from megatron.evaluation.modes import mode_names, mode_options
-from megatron.evaluation.probes import TrainOptions as ProbeTrainOptions
+from megatron.probes import TrainOptions as ProbeTrainOptions
 from megatron.model.attention.config import AttentionConfigError
 from megatron.model.layer_pattern import LayerPatternError, layer_kinds
 from megatron.model.positional_embeddings.dape import dape_problem
