@@ -4,7 +4,7 @@ config itself."""
 from megatron.model.attention.config import AttentionConfig
 from megatron.model.layer_pattern import pattern_methods
 from megatron.model.model_config import ARCHITECTURE_KEYS, LENGTH_KEYS, TOKENIZER_FILES, ModelConfig, model_options
-from megatron.model.positional_embeddings import declared_options, option_names
+from megatron.model.positional_embeddings import PositionalEmbedding, build_positional_embedding, declared_options, option_names
 
 INIT_KEYS = ("init_method", "output_layer_init_method", "init_method_std")
 RUN_MODEL_KEYS = ("hidden_dropout", "checkpoint_activations")
@@ -39,3 +39,12 @@ def _model_config(neox_args, vocab_rows, recorded, others) -> ModelConfig:
                        **{k: getattr(neox_args, k) for k in INIT_KEYS + RUN_MODEL_KEYS},
                        run_options={k: getattr(neox_args, k) for k in others},
                        attention=attention_config(neox_args))
+
+
+def positional_embedding(neox_args) -> PositionalEmbedding:
+    """The run's method (`pos-emb`) alone, built with its options' config values."""
+    return build_positional_embedding(
+        neox_args.pos_emb, num_heads=neox_args.num_attention_heads,
+        head_dim=neox_args.hidden_size // neox_args.num_attention_heads, hidden_size=neox_args.hidden_size,
+        max_position_embeddings=neox_args.max_position_embeddings, init_method_std=neox_args.init_method_std,
+        **{o: getattr(neox_args, o) for o in option_names(neox_args.pos_emb)})
