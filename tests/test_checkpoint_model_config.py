@@ -79,6 +79,21 @@ def test_load_builds_the_trained_model_from_the_checkpoint_alone(alibi_run, stdl
 
 
 @pytest.mark.launches
+def test_load_reads_the_checkpoint_once_and_returns_its_training_record(alibi_run, monkeypatch):
+    from megatron import checkpointing, inference_model
+    reads, read = [], checkpointing.read_client_state
+    counted = lambda *args: reads.append(args) or read(*args)  # noqa: E731 (the real reader, counted)
+    for module in (checkpointing, inference_model):
+        monkeypatch.setattr(module, "read_client_state", counted)
+    loaded = load(alibi_run, device="cpu")
+    assert len(reads) == 1, reads
+    trained = loaded.trained
+    assert (trained.step, trained.config["pos_emb"], trained.config["seq_length"]) == (2, "alibi", 64)
+    assert trained.consumed_train_samples == 2 * trained.config["train_batch_size"]
+    assert loaded.model.config == loaded.config and loaded.model.position_limit() is None  # alibi: any length
+
+
+@pytest.mark.launches
 def test_the_checkpoint_records_a_versioned_flat_model_config(alibi_run):
     record = torch.load(alibi_run / "global_step2" / MODEL_STATES, weights_only=False)["model_config"]
     assert record["schema"] == 2

@@ -77,12 +77,12 @@ def test_building_a_model_from_its_config_imports_no_run_config():
 
 
 # A checkpoint's record as checkpoints before `schema` wrote it (schema 1: no schema, no tokenizer files, no
-# attention-temperature or dape), written out as literals: it must keep reading as the same model.
+# layer-pattern, attention-temperature or dape), written out as literals: it must keep reading as the same model.
 SCHEMA_1_RECORD = {
     "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": None,
     "padded_vocab_size": 384, "tokenizer_type": "ByteLevelTokenizer", "norm": "layernorm", "layernorm_epsilon": 1e-05,
     "activation": "gelu", "no_weight_tying": True, "gpt_j_residual": False, "pos_emb": "kerple_log",
-    "pos_emb_per_layer": False, "layer_pattern": None, "seq_length": 64, "max_position_embeddings": 64,
+    "pos_emb_per_layer": False, "seq_length": 64, "max_position_embeddings": 64,
     "seq_length_val": 64, "attention_window": None, "kerple_eps": 0.01,
 }
 
@@ -95,7 +95,7 @@ def test_a_schema_1_record_reads_as_the_model_it_describes():
     assert config.lengths == {"seq_length": 64, "max_position_embeddings": 64, "seq_length_val": 64,
                               "attention_window": None}
     assert {k: v for k, v in config.record().items() if k != "schema"} == \
-        {**SCHEMA_1_RECORD, "attention_temperature": None, "dape": None}
+        {**SCHEMA_1_RECORD, "layer_pattern": None, "attention_temperature": None, "dape": None}
     model = GPTModel(config)
     assert model.word_embeddings.weight.shape == (384, 64) and model.output_head is not None
     assert differences(config, replace(config, num_layers=3)) == ["num-layers: checkpoint 2, this run 3"]
