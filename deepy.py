@@ -25,6 +25,7 @@ import typing
 
 from megatron.model.layer_pattern import describe_layers, per_layer_modules, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
+from megatron.neox_arguments.to_model import model_config
 from megatron.preflight import READS, PreflightError, check_inputs, reads
 from megatron.progress import switched_on
 
@@ -181,14 +182,17 @@ def main(argv=None):
     if cli.dry_run:
         print("# NeoX config (key, value, where it was set)")
         print(neox_args.describe())
-        if neox_args.layer_pattern or per_layer_modules(neox_args):  # a pattern, or a gate per layer (fox)
+        model = model_config(neox_args, None)  # its layers: the embedding rows are the tokenizer's, built by the ranks
+        if neox_args.layer_pattern or per_layer_modules(model):  # a pattern, or a gate per layer (fox)
             print("\n# Layers (layer-pattern, or a method with each layer's own parameters: each layer's method, "
                   "options away from their defaults, window)")
-            print(describe_layers(neox_args))
+            print(describe_layers(model))
         documents = " with packed documents masked (reset-attention-mask)" if neox_args.reset_attention_mask else ""
         print(f"\n# Attention at seq-length {neox_args.seq_length} in training{documents}, as chosen on this "
               "machine's CPU:")
-        print("\n".join(f"# {line}" for line in training_plans(neox_args)))
+        plans = training_plans(model, neox_args.seq_length, neox_args.train_micro_batch_size_per_gpu or 1,
+                               neox_args.reset_attention_mask)
+        print("\n".join(f"# {line}" for line in plans))
         print("\n# DeepSpeed config")
         print(json.dumps(neox_args.deepspeed_config(), indent=2))
         print("\n# Launcher command")

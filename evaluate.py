@@ -13,7 +13,7 @@ examples:
   python evaluate.py configs/tiny.yml configs/eval/probe.yml --set load=checkpoints/tiny/kerple_log
   python deepy.py evaluate.py configs/kerple_log.yml configs/eval/extrapolation.yml   # every rank a share
 """
-from megatron.evaluation.probes import TASKS as PROBE_TASKS
+from megatron.probes import TASKS as PROBE_TASKS
 from megatron.neox_arguments import NeoXArgs, run_cli
 
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.measure import PeakMemory  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import attend, plan_attention  # noqa: E402
 from megatron.model.positional_embeddings import available, build_positional_embedding  # noqa: E402
 from megatron.neox_arguments import NeoXArgs  # noqa: E402
@@ -40,7 +41,7 @@ MEMORY_HEADS, MEMORY_HEAD_DIM = 12, 64
 def build_model(name: str, impl: str) -> GPTModel:
     args = NeoXArgs.from_dict(SMALL_MODEL | {"pos_emb": name, "attention_impl": impl})
     torch.manual_seed(0)
-    return GPTModel(args, VOCAB)
+    return GPTModel(model_config(args, VOCAB))
 
 
 def training_step_seconds(model: GPTModel, ids: torch.Tensor) -> float:

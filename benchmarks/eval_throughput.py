@@ -34,6 +34,7 @@ from benchmarks.measure import PROCESS_TIME_HELP, PeakMemory, alternating_rounds
 
 from megatron.inference_model import inference_device_and_dtype  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available  # noqa: E402
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
@@ -66,7 +67,7 @@ def build_forward(cli, name: str, max_length: int):
         forward = build_peer_forward(args, tokenizer.padded_vocab_size, args.rotary_pct, max_length, device, dtype)
     else:
         torch.manual_seed(args.seed)
-        forward = GPTModel(args, tokenizer.padded_vocab_size).to(device=device, dtype=dtype).eval()
+        forward = GPTModel(model_config(args, tokenizer.padded_vocab_size)).to(device=device, dtype=dtype).eval()
     return forward, args, tokenizer.vocab_size, device
 
 

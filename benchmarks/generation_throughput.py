@@ -36,6 +36,7 @@ import transformers  # noqa: E402
 from benchmarks.measure import PeakMemory, alternating_rounds  # noqa: E402
 
 from megatron.model import GPTModel  # noqa: E402
+from megatron.neox_arguments.to_model import model_config
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.text_generation import generate_tokens  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
@@ -63,7 +64,7 @@ def build(cli, method: str, folder: pathlib.Path):
     args = NeoXArgs.from_ymls(cli.configs, overrides)
     tokenizer = build_tokenizer(args)
     torch.manual_seed(args.seed)
-    ours = GPTModel(args, tokenizer.padded_vocab_size).eval()
+    ours = GPTModel(model_config(args, tokenizer.padded_vocab_size)).eval()
     export_model(Source(args, ours, tokenizer, step=0), folder / method)
     peer = transformers.AutoModelForCausalLM.from_pretrained(folder / method, trust_remote_code=True).eval()
     prompt = torch.randint(0, tokenizer.vocab_size, (PROMPT,), generator=torch.Generator().manual_seed(0)).tolist()

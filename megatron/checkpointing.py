@@ -27,6 +27,7 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 from megatron.checkpoint_folder import TAG, CheckpointError, checkpoint_steps, resolve_tag  # noqa: F401 (re-exported)
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
+from megatron.neox_arguments.to_model import model_config
 from megatron.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
 from megatron.quoting import quote
 
@@ -85,7 +86,7 @@ def stored_model_config(state: dict, where) -> ModelConfig:
 
 
 def _check_compatible(state: dict, neox_args, model, where) -> None:
-    mismatches = differences(stored_model_config(state, where), ModelConfig.from_args(neox_args, model.vocab_size))
+    mismatches = differences(stored_model_config(state, where), model_config(neox_args, model.vocab_size))
     if mismatches and _config_came_from(neox_args, pathlib.Path(where) / RESOLVED_NAME):
         # The advice below would send the user back to the file this run already used.
         raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
@@ -122,12 +123,18 @@ def load_model_weights(neox_args, model: torch.nn.Module) -> int:
                               "training run (and `iteration` to pick a step other than the latest).")
     tag = resolve_tag(neox_args.load, neox_args.iteration)
     where = pathlib.Path(neox_args.load) / tag
-    state = read_client_state(neox_args.load, tag)
+    return load_weights_of(read_client_state(neox_args.load, tag), where, neox_args, model)
+
+
+def load_weights_of(state: dict, where, neox_args, model: torch.nn.Module) -> int:
+    """load_model_weights for checkpoint folder `where` whose model-states file was read already (`state`:
+    read_client_state's): checked against `neox_args`'s model, loaded exactly; returns the step."""
+    where = pathlib.Path(where)
     _check_compatible(state, neox_args, model, where)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         verify_folder(where)  # zero_to_fp32 unpickles every file it reads
-        weights = get_fp32_state_dict_from_zero_checkpoint(neox_args.load, tag=tag)
+        weights = get_fp32_state_dict_from_zero_checkpoint(str(where.parent), tag=where.name)
     else:
         weights = state["module"]
     _load_exactly(model, weights, where)
@@ -176,7 +183,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     client_state = {
         "iteration": iteration,
         "consumed_train_samples": consumed_samples,
-        "model_config": ModelConfig.from_args(neox_args, engine.module.vocab_size).record(),
+        "model_config": model_config(neox_args, engine.module.vocab_size).record(),
         "neox_args": as_plain_data({k: v for k, v in neox_args.to_dict().items() if k != "config_files"}),
         "rng_state": rng_state(),
     }

@@ -15,8 +15,8 @@ from megatron.data import build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import already_scored, earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
-from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, planned_starts, run_record,
-                                     scored_record, skipped_records, trained_config)
+from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, open_run, planned_starts,
+                                     scored_record, skipped_records)
 from megatron.evaluation_logging import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
@@ -44,13 +44,13 @@ def evaluate_run(neox_args) -> pathlib.Path:
         if mode.check:
             mode.check(neox_args, tokenizer, stream, lengths)
 
-    loaded = load(neox_args.load, neox_args)
+    opened, run = open_run(neox_args)
+    loaded = load(opened, neox_args)
     model, iteration = loaded.model, loaded.step
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
-    limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
+    limit = model.position_limit()
     check_position_range(model, lengths, dtype)
 
-    run = run_record(neox_args, trained_config(neox_args), iteration)
     path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
     evaluation = {
         "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,

@@ -1,17 +1,19 @@
 """The one way a trained model is loaded for inference (evaluation, generation, lm-eval, export, plots):
-`load(checkpoint)` reads the model the checkpoint describes (its ModelConfig and merged config), builds it,
-loads its weights exactly, and puts it on one device in one dtype by one rule."""
+`load(checkpoint)` reads the checkpoint once (`open_checkpoint`: its model-states file, weights memory-mapped)
+and returns the model its ModelConfig describes with its weights loaded exactly, the tokenizer, the config
+and the training record, the model on one device in one dtype by one rule."""
 import pathlib
 from dataclasses import dataclass
 
 import torch
 
 from megatron.checkpoint_folder import CheckpointError, resolve_tag, split_checkpoint_path
-from megatron.checkpointing import load_model_weights, read_client_state, stored_model_config
+from megatron.checkpointing import load_weights_of, read_client_state, stored_model_config
 from megatron.model import GPTModel
 from megatron.model.model_config import ModelConfig
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.resolved import RESOLVED_NAME
+from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import Tokenizer, build_tokenizer
 
 
@@ -25,37 +27,58 @@ def inference_device_and_dtype(neox_args, device=None) -> tuple[torch.device, to
     return device, dtype if device.type == "cuda" else torch.float32
 
 
+@dataclass(frozen=True)
+class TrainingRecord:
+    """What a checkpoint says of the run that wrote it (train.py's client state)."""
+    step: int                            # the step its model-states file says (checked against its folder on load)
+    consumed_train_samples: int | None   # None: a checkpoint that does not count them
+    config: dict | None                  # the run's config as train.py stored it (client state `neox_args`)
+
+
+@dataclass
+class OpenCheckpoint:
+    """A checkpoint folder read once: its model-states (weights memory-mapped), the model and run it records."""
+    where: pathlib.Path      # the global_stepN folder
+    state: dict              # read_client_state's
+    config: ModelConfig      # what the checkpoint says the model is
+    trained: TrainingRecord
+
+
+def open_checkpoint(checkpoint, iteration: int | None = None) -> OpenCheckpoint:
+    """Checkpoint `checkpoint`: a `save` folder (its `latest`, or `iteration`) or one `global_stepN` folder."""
+    load_dir, iteration = split_checkpoint_path(checkpoint, iteration)
+    where = load_dir / resolve_tag(load_dir, iteration)
+    state = read_client_state(load_dir, where.name)
+    trained = TrainingRecord(state.get("iteration"), state.get("consumed_train_samples"), state.get("neox_args"))
+    return OpenCheckpoint(where, state, stored_model_config(state, where), trained)
+
+
 @dataclass
 class LoadedModel:
     model: GPTModel          # in eval mode, on `device` in `dtype`
     tokenizer: Tokenizer
-    neox_args: NeoXArgs      # the config it was built with (`load` and `iteration` name the checkpoint)
+    neox_args: NeoXArgs      # the config it was built with
     config: ModelConfig      # what the checkpoint says the model is
     step: int
+    trained: TrainingRecord  # what the checkpoint says of its run
 
 
 def load(checkpoint, neox_args: NeoXArgs | None = None, device=None, dtype: torch.dtype | None = None) -> LoadedModel:
-    """The model of `checkpoint`: a `save` folder (its `latest`, or `neox_args.iteration`) or one
-    `global_stepN` folder. Without `neox_args` the config is the checkpoint's own merged config; a config
-    given must agree with the checkpoint on the model (a CheckpointError names every difference), and
-    keeps its per-run choices (attention-window, rotary-scaling, attention-impl). `device` and `dtype`
-    default to `inference_device_and_dtype`'s rule."""
-    load_dir, iteration = split_checkpoint_path(checkpoint, neox_args.iteration if neox_args else None)
-    where = load_dir / resolve_tag(load_dir, iteration)
-    saved = stored_model_config(read_client_state(load_dir, where.name), where)
-    step = int(where.name.removeprefix("global_step"))
+    """The model of `checkpoint`: a `save` folder (its `latest`, or `neox_args.iteration`), one `global_stepN`
+    folder, or an OpenCheckpoint already read. Without `neox_args` the config is the checkpoint's own merged
+    config; a config given must agree with the checkpoint on the model (a CheckpointError names every
+    difference), and keeps its per-run choices (attention-window, rotary-scaling, attention-impl), which
+    its ModelConfig carries. `device` and `dtype` default to `inference_device_and_dtype`'s rule."""
+    opened = checkpoint if isinstance(checkpoint, OpenCheckpoint) else \
+        open_checkpoint(checkpoint, neox_args.iteration if neox_args else None)
     if neox_args is None:
-        neox_args = _checkpoint_args(where, saved)
-    elif (pathlib.Path(neox_args.load or "") != load_dir) or neox_args.iteration not in (None, step):
-        neox_args = NeoXArgs.from_dict({**neox_args.user_values(), "load": str(load_dir), "iteration": step},
-                                       {**neox_args.nested_sources, **neox_args.config_sources},
-                                       neox_args.config_files, neox_args.world_size)
+        neox_args = _checkpoint_args(opened.where, opened.config)
     tokenizer = build_tokenizer(neox_args)
-    model = GPTModel(neox_args, tokenizer.padded_vocab_size)
-    step = load_model_weights(neox_args, model)  # checks the config against `saved` first
+    model = GPTModel(model_config(neox_args, tokenizer.padded_vocab_size))
+    step = load_weights_of(opened.state, opened.where, neox_args, model)  # checks the model against the record first
     device, default_dtype = inference_device_and_dtype(neox_args, device)
     model = model.to(device=device, dtype=dtype or default_dtype).eval()
-    return LoadedModel(model, tokenizer, neox_args, saved, step)
+    return LoadedModel(model, tokenizer, neox_args, opened.config, step, opened.trained)
 
 
 def _checkpoint_args(where: pathlib.Path, saved: ModelConfig) -> NeoXArgs:

@@ -25,7 +25,9 @@ import torch
 
 from megatron.errors import NeoXArgsError
 from megatron.model.layer_pattern import positional_parameter_count
+from megatron.model.model_config import ModelConfig
 from megatron.model.positional_embeddings import lookup
+from megatron.neox_arguments.to_model import model_config
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK_NAME = ".lock"  # in the save folder; flock'ed while a run trains into it (released when it exits)
@@ -272,15 +274,20 @@ def check_inputs(neox_args, script: str) -> list[Input]:
 
 
 # ------------------------------------------------------------------------------------------ memory
-def parameter_count(neox_args, vocab_size: int) -> int:
-    """Parameter count of the decoder, from the config (biases and norms left out: a lower bound)."""
-    h, layers = neox_args.hidden_size, neox_args.num_layers
-    ffn = neox_args.intermediate_size or 4 * h
+def parameter_count(config: ModelConfig) -> int:
+    """Parameter count of the decoder `config` describes (biases and norms left out: a lower bound)."""
+    h, layers = config.hidden_size, config.num_layers
+    ffn = config.intermediate_size or 4 * h
     per_layer = 4 * h * h + 2 * h * ffn
-    embeddings = vocab_size * h * (2 if neox_args.no_weight_tying else 1)
-    if lookup(neox_args.pos_emb).uses_max_positions:  # a table of max-position-embeddings rows (learned)
-        embeddings += neox_args.max_position_embeddings * h
-    return layers * per_layer + embeddings + positional_parameter_count(neox_args)
+    embeddings = config.padded_vocab_size * h * (2 if config.no_weight_tying else 1)
+    if lookup(config.pos_emb).uses_max_positions:  # a table of max-position-embeddings rows (learned)
+        embeddings += config.max_position_embeddings * h
+    return layers * per_layer + embeddings + positional_parameter_count(config)
+
+
+def run_parameter_count(neox_args, vocab_size: int) -> int:
+    """parameter_count of the model a run's config builds with `vocab_size` embedding rows."""
+    return parameter_count(model_config(neox_args, vocab_size))
 
 
 def available_bytes() -> tuple[int, str]:
@@ -298,7 +305,8 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     Training: fp32 weights, gradients and two Adam moments (16 bytes a parameter, ZeRO stages shard
     them, so they are divided by the ranks), one hidden state per layer and the logits of a micro-batch.
     Evaluation: fp32 weights and the logits of one forward at the longest length."""
-    params, positional = parameter_count(neox_args, vocab_size), positional_parameter_count(neox_args)
+    model = model_config(neox_args, vocab_size)
+    params, positional = parameter_count(model), positional_parameter_count(model)
     if training:
         shards = neox_args.world_size if neox_args.zero_optimization.get("stage", 0) else 1
         state = 16 * params // shards

@@ -20,6 +20,7 @@ from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
 from megatron.preflight import check_training
@@ -105,7 +106,7 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
     """The DeepSpeed engine around the model (`vocab_size` embedding rows), our optimizer and LR
     schedule (the DeepSpeed JSON's own `optimizer` entry is dropped: the optimizer built here carries
     the weight-decay groups)."""
-    model = GPTModel(neox_args, vocab_size)
+    model = GPTModel(model_config(neox_args, vocab_size))
     optimizer = build_optimizer(neox_args, model)
     scheduler = build_lr_scheduler(neox_args, optimizer)
     config = {k: v for k, v in neox_args.deepspeed_config().items() if k not in ("optimizer", "scheduler")}

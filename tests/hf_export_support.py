@@ -2,6 +2,7 @@
 import torch
 
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.neox_arguments import NeoXArgs
 from megatron.tokenizer import build_tokenizer
 from tools.ckpts.hf_export import Source, export_model
@@ -23,7 +24,7 @@ def tiny_source(method: str, seed: int = 0, **overrides) -> Source:
     args = NeoXArgs.from_dict(tiny_config(method, **overrides))
     tokenizer = build_tokenizer(args)
     torch.manual_seed(seed)
-    model = GPTModel(args, tokenizer.padded_vocab_size).eval()
+    model = GPTModel(model_config(args, tokenizer.padded_vocab_size)).eval()
     with torch.no_grad():
         for pe in model.positional_embeddings():
             for p in pe.parameters():

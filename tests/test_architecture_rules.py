@@ -218,3 +218,80 @@ def test_importing_an_attention_kernel_does_not_build_the_model():
              "print(sorted(m for m in sys.modules if m.startswith('megatron') and 'attention' not in m))")
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert eval(loaded) == ["megatron", "megatron.compiled_code", "megatron.errors", "megatron.model"], loaded
+
+
+CONFIG = MEGATRON / "neox_arguments"
+PROBES = MEGATRON / "probes"
+# The config package's one remaining import of evaluation: the modes registry, whose modes declare their own
+# config keys (groups.py builds the evaluation keys from them). Nothing else of evaluation.
+CONFIG_READS_OF_EVALUATION = ("megatron.evaluation.modes",)
+PROBE_LEAVES = ("megatron.errors", "megatron.quoting", "megatron.model.positional_embeddings.base")
+
+
+def test_the_config_package_imports_nothing_of_evaluation_but_its_modes_registry():
+    found = sorted({f"{where(path, line)} imports {module}" for path in python_files(CONFIG)
+                    for module, line, _ in imports(path) if under(module, "megatron.evaluation")
+                    and not any(under(module, allowed) for allowed in CONFIG_READS_OF_EVALUATION)})
+    assert not found, ("megatron/neox_arguments imports nothing of megatron/evaluation but the modes' registry "
+                       "(probe generators: megatron/probes; a config hash's keys: NeoXArgs.trained_keys):\n"
+                       + "\n".join(found))
+
+
+def test_the_probe_generators_are_a_leaf_package():
+    found = sorted({f"{where(path, line)} imports {module}" for path in python_files(PROBES)
+                    for module, line, _ in imports(path) if under(module, "megatron")
+                    and not any(under(module, leaf) for leaf in ("megatron.probes",) + PROBE_LEAVES)})
+    assert not found, ("megatron/probes (used by the training mix and by evaluation) imports only itself and "
+                       + ", ".join(PROBE_LEAVES) + ":\n" + "\n".join(found))
+
+
+MUTATORS = {"update", "append", "extend", "setdefault", "add", "insert", "clear", "pop", "remove"}
+
+
+def writes_into_other_modules(source: str, own: str = "") -> list[tuple[int, str]]:
+    """(line, statement) of each module-level statement that changes another project module: an assignment
+    to an attribute (or item) of a name imported from `megatron`, or a mutating call on one of its attributes
+    (`identity.TRAINED_KEYS.update(...)`)."""
+    tree = ast.parse(source)
+    project = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            project |= {(a.asname or a.name).split(".")[0] for a in node.names if under(a.name, "megatron")}
+        elif isinstance(node, ast.ImportFrom) and (node.level or under(node.module or "", "megatron")):
+            project |= {a.asname or a.name for a in node.names}
+
+    def root(node):
+        while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    found = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if any(isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) in project for t in targets):
+            found.append((node.lineno, ast.unparse(node)[:80]))
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr in MUTATORS and \
+                    isinstance(func.value, (ast.Attribute, ast.Subscript)) and root(func.value) in project:
+                found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_no_module_writes_into_another_at_import_time():
+    found = [f"{where(path, line)}: {statement}" for path in python_files(MEGATRON) + [ROOT / n for n in ENTRY_POINTS]
+             for line, statement in writes_into_other_modules(path.read_text())]
+    assert not found, ("a module changes another when it is imported (import order then decides behaviour); give "
+                       "the value through a function instead:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("source, hits", [
+    ("from megatron.evaluation import identity\nidentity.TRAINED_KEYS.update({'a': 1})\n", [2]),
+    ("import megatron.evaluation.identity as identity\nidentity.KEYS = {}\n", [2]),
+    ("from . import registry\nregistry.OPTIONS['x'] = 1\n", [2]),
+    ("import os\nos.environ['A'] = '1'\nTABLE = {}\nTABLE.update(a=1)\n", []),  # not a project module
+    ("from megatron.evaluation import identity\ndef f():\n    identity.KEYS.update({})\n", []),  # at call time
+])
+def test_a_write_into_another_module_is_found(source, hits):
+    assert [line for line, _ in writes_into_other_modules(source)] == hits

@@ -14,6 +14,7 @@ import torch
 from megatron.checkpointing import CheckpointError, load_model_weights, save_checkpoint
 from megatron.initialize import initialize_megatron
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available, lookup
 from megatron.tokenizer import build_tokenizer
 from megatron.training import pretrain, setup_model_and_optimizer
@@ -74,7 +75,7 @@ def test_signal_saves_a_checkpoint_and_exits_with_128_plus_the_signal(signum, st
     assert (tmp_path / "ckpt" / "latest").read_text() == f"global_step{stopped}"
     assert (tmp_path / "ckpt" / f"global_step{stopped}" / "configs" / "tiny.yml").read_text() == TINY.read_text()
     args = tiny_args(stdlib_data, tmp_path)
-    assert load_model_weights(args, GPTModel(args, build_tokenizer(args).padded_vocab_size)) == stopped
+    assert load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == stopped
 
 
 # ------------------------------------------------------------------------------------ atomicity
@@ -99,7 +100,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_in_charge(stdlib_data, tmp
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "latest").read_text() == "global_step2"
     assert not (ckpt / "global_step4").exists() and not (ckpt / ".global_step4.partial").exists()
-    fresh = GPTModel(args, build_tokenizer(args).padded_vocab_size)
+    fresh = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
     assert load_model_weights(args, fresh) == 2
 
     monkeypatch.setattr(engine.checkpoint_engine, "save", real_save)
@@ -124,7 +125,7 @@ def test_killed_mid_run_never_leaves_latest_unloadable(stdlib_data, tmp_path):
         process.kill()
         process.wait()
         if (tmp_path / "ckpt" / "latest").exists():
-            steps.append(load_model_weights(args, GPTModel(args, build_tokenizer(args).padded_vocab_size)))
+            steps.append(load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))))
     assert steps and steps == sorted(steps)
 
 
@@ -139,7 +140,7 @@ def test_relative_methods_load_at_any_length(method, stdlib_data, tmp_path):
     save_checkpoint(trained, engine, 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb=method, hidden_size=32, num_attention_heads=2,
                        seq_length=256, seq_length_val=256)
-    model = GPTModel(longer, build_tokenizer(longer).padded_vocab_size)
+    model = GPTModel(model_config(longer, build_tokenizer(longer).padded_vocab_size))
     assert load_model_weights(longer, model) == 1
     tokens = torch.randint(0, 256, (1, 200))
     engine.module.eval(), model.eval()
@@ -152,9 +153,9 @@ def test_learned_needs_the_trained_table_size(stdlib_data, tmp_path):
     save_checkpoint(trained, _engine(trained), 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb="learned", seq_length=256)
     with pytest.raises(CheckpointError, match=r"max-position-embeddings: checkpoint 64, this run 256"):
-        load_model_weights(longer, GPTModel(longer, build_tokenizer(longer).padded_vocab_size))
+        load_model_weights(longer, GPTModel(model_config(longer, build_tokenizer(longer).padded_vocab_size)))
     same_table = tiny_args(stdlib_data, tmp_path, pos_emb="learned", max_position_embeddings=64)
-    assert load_model_weights(same_table, GPTModel(same_table, build_tokenizer(same_table).padded_vocab_size)) == 1
+    assert load_model_weights(same_table, GPTModel(model_config(same_table, build_tokenizer(same_table).padded_vocab_size))) == 1
 
 
 @pytest.fixture
@@ -167,7 +168,7 @@ def saved(stdlib_data, tmp_path):
 
 def _load(stdlib_data, tmp_path, **overrides):
     args = tiny_args(stdlib_data, tmp_path, **overrides)
-    return load_model_weights(args, GPTModel(args, build_tokenizer(args).padded_vocab_size))
+    return load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)))
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -12,6 +12,7 @@ from megatron.checkpoint_folder import CheckpointError
 from megatron.checkpointing import load_model_weights
 from megatron.inference_model import load
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
@@ -35,7 +36,7 @@ def alibi_run(stdlib_data, tmp_path_factory):
 def reference_model(stdlib_data, ckpt):
     """The trained model built from the training config itself, weights straight from the file."""
     args = tiny_args(stdlib_data, ckpt.parent, pos_emb="alibi")
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
     model.load_state_dict(torch.load(ckpt / "global_step2" / MODEL_STATES, weights_only=False)["module"])
     return model.eval()
 
@@ -71,10 +72,25 @@ def test_load_builds_the_trained_model_from_the_checkpoint_alone(alibi_run, stdl
     for where in (alibi_run, alibi_run / "global_step2"):
         loaded = load(where)
         assert (loaded.neox_args.pos_emb, loaded.config.pos_emb, loaded.step) == ("alibi", "alibi", 2)
-        assert loaded.config == ModelConfig.from_args(tiny_args(stdlib_data, alibi_run.parent, pos_emb="alibi"),
+        assert loaded.config == model_config(tiny_args(stdlib_data, alibi_run.parent, pos_emb="alibi"),
                                                       reference.vocab_size)
         assert next(loaded.model.parameters()).dtype == torch.float32 and not loaded.model.training
         assert_same_model(loaded.model, reference)
+
+
+@pytest.mark.launches
+def test_load_reads_the_checkpoint_once_and_returns_its_training_record(alibi_run, monkeypatch):
+    from megatron import checkpointing, inference_model
+    reads, read = [], checkpointing.read_client_state
+    counted = lambda *args: reads.append(args) or read(*args)  # noqa: E731 (the real reader, counted)
+    for module in (checkpointing, inference_model):
+        monkeypatch.setattr(module, "read_client_state", counted)
+    loaded = load(alibi_run, device="cpu")
+    assert len(reads) == 1, reads
+    trained = loaded.trained
+    assert (trained.step, trained.config["pos_emb"], trained.config["seq_length"]) == (2, "alibi", 64)
+    assert trained.consumed_train_samples == 2 * trained.config["train_batch_size"]
+    assert loaded.model.config == loaded.config and loaded.model.position_limit() is None  # alibi: any length
 
 
 @pytest.mark.launches
@@ -115,7 +131,7 @@ def test_checkpoints_written_before_model_config_still_load(alibi_run, stdlib_da
     old = old_layout(ckpt)
     assert "schema" not in old and ModelConfig.from_record(old).pos_emb == "alibi"
     args = tiny_args(stdlib_data, tmp_path, pos_emb="alibi")
-    assert load_model_weights(args, GPTModel(args, build_tokenizer(args).padded_vocab_size)) == 2
+    assert load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == 2
     assert_same_model(load(ckpt).model, reference)
     with pytest.raises(CheckpointError, match=r"made by a different model: pos-emb: checkpoint 'alibi', this run "
                                               r"'kerple_log'\. Load it with the config it was trained with"):
@@ -137,20 +153,20 @@ def test_a_config_without_a_model_names_the_missing_checkpoint(tmp_path):
 def test_differences_name_every_key_in_the_old_words(tmp_path):
     stdlib_data = "unused-data"
     args = tiny_args(stdlib_data, tmp_path)
-    saved = ModelConfig.from_args(tiny_args(stdlib_data, tmp_path, num_layers=3, hidden_size=32), 384)
-    assert differences(saved, ModelConfig.from_args(args, 256)) == [
+    saved = model_config(tiny_args(stdlib_data, tmp_path, num_layers=3, hidden_size=32), 384)
+    assert differences(saved, model_config(args, 256)) == [
         "num-layers: checkpoint 3, this run 2", "hidden-size: checkpoint 32, this run 64",
         "padded-vocab-size: checkpoint 384, this run 256"]
     learned = tiny_args(stdlib_data, tmp_path, pos_emb="learned", max_position_embeddings=128)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb="learned", max_position_embeddings=256)
-    assert differences(ModelConfig.from_args(learned, 384), ModelConfig.from_args(longer, 384)) == [
+    assert differences(model_config(learned, 384), model_config(longer, 384)) == [
         "max-position-embeddings: checkpoint 128, this run 256"]
-    assert differences(ModelConfig.from_args(args, 384), ModelConfig.from_args(
+    assert differences(model_config(args, 384), model_config(
         tiny_args(stdlib_data, tmp_path, seq_length=256, attention_window=64), 384)) == []  # lengths are free
     # A record of schema 1 lacks nothing that is compared: the same model reads as the same.
-    old = {k: v for k, v in ModelConfig.from_args(args, 384).record().items()
+    old = {k: v for k, v in model_config(args, 384).record().items()
            if k not in ("schema", "vocab_file", "merge_file")}
-    assert differences(ModelConfig.from_record(old), ModelConfig.from_args(args, 384)) == []
+    assert differences(ModelConfig.from_record(old), model_config(args, 384)) == []
 
 
 # ----------------------------------------------------------------------------- the four commands

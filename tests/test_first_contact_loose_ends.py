@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from megatron.evaluation.probes.kv_retrieval import pairs_problem
+from megatron.probes.kv_retrieval import pairs_problem
 from megatron.model.positional_embeddings import OptionError, make_options, rope_scaling
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.value_checks import path_problem

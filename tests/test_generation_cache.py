@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention.cached import plan_cached
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments import NeoXArgs
@@ -27,7 +28,7 @@ def tiny_model(pos_emb="kerple_log", **overrides) -> GPTModel:
     # bias depends on the query position i past i = L, so within these lengths.
     values = {"pos_emb": pos_emb, "seq_length": TRAIN_LENGTH, "max_position_embeddings": 4 * TRAIN_LENGTH,
               "attention_impl": "sdpa", "attention_block_size": 8, "fire_init_L": 8.0, **overrides}
-    model = GPTModel(NeoXArgs.from_ymls([TINY], values), 384).eval()
+    model = GPTModel(model_config(NeoXArgs.from_ymls([TINY], values), 384)).eval()
     with torch.no_grad():  # random kernel parameters, not the identical initial ones, so heads differ
         for pe in model.positional_embeddings():
             for parameter in pe.parameters():

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import attend, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgs
@@ -114,7 +115,7 @@ def test_gpu_mini_sweep_is_the_papers_recipe_at_30m_parameters():
     assert first.tokenizer_type == "GPT2BPETokenizer" and first.no_weight_tying
     assert sweep.evaluation["eval_lengths"] == [512, 1024, 2048, 4096, 8192, 16384]
     with torch.device("meta"):  # GPT-2's 50257 tokens padded to 128
-        parameters = sum(p.numel() for p in GPTModel(first, 50304).parameters())
+        parameters = sum(p.numel() for p in GPTModel(model_config(first, 50304)).parameters())
     assert 20e6 <= parameters <= 40e6 and f"{parameters / 1e6:.1f}M-parameter" in sweep.scale
 
     plan = subprocess.run([sys.executable, "-m", "tools.reproduce", "configs/reproduce/gpu-mini.yml", "--dry-run"],
@@ -218,7 +219,7 @@ def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
     def run(impl, device):
         args = NeoXArgs.from_dict(config | {"attention_impl": impl})
         torch.manual_seed(0)
-        model = GPTModel(args, 128).to(device)
+        model = GPTModel(model_config(args, 128)).to(device)
         logits = model(ids.to(device))
         logits.float().square().mean().backward()
         return logits.detach().double().cpu(), {n: p.grad.double().cpu() for n, p in model.named_parameters()

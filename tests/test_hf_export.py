@@ -17,6 +17,7 @@ from megatron.checkpointing import load_model_weights, save_checkpoint
 from megatron.initialize import initialize_megatron
 from megatron.text_generation import generate_tokens
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available
 from megatron.tokenizer import (ByteLevelTokenizer, CharLevelTokenizer, build_tokenizer, make_tokenizer)
 from megatron.tokenizer.train_bpe import train_bpe_tokenizer
@@ -85,7 +86,7 @@ def test_left_padded_batches_score_like_unpadded_sequences(method, tmp_path):
 def test_rotary_round_trip_through_gpt_neox(tmp_path):
     source, folder = exported("rotary", tmp_path / "hf", no_weight_tying=True, gpt_j_residual=True)
     theirs = transformers.GPTNeoXForCausalLM.from_pretrained(folder).state_dict()
-    back = GPTModel(source.neox_args, source.model.vocab_size).eval()
+    back = GPTModel(source.model.config).eval()
     back.load_state_dict(from_gpt_neox_state(theirs, 2, 4, tied=False), strict=True)
     ids = torch.randint(0, 256, (1, 40))
     with torch.no_grad():
@@ -149,7 +150,7 @@ def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=8, do_sample=False)
     assert out.shape[1] > ids["input_ids"].shape[1]
-    ours = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    ours = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
     load_model_weights(args, ours)
     tokens = torch.randint(0, 256, (1, 256))  # 4x the training length
     with torch.no_grad():

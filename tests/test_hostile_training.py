@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from megatron.evaluation.probes import kv_retrieval, passkey
-from megatron.evaluation.probes.common import ProbeError
+from megatron.probes import kv_retrieval, passkey
+from megatron.probes.common import ProbeError
 from megatron.evaluating import evaluate_run
 from megatron.preflight import SaveFolderLock
 from megatron.tokenizer.tokenizer import ByteLevelTokenizer

@@ -22,6 +22,7 @@ from megatron.evaluation.results import ResultFileError
 from megatron.evaluation.run import EvaluationError
 from megatron.evaluation.results import _umask as current_umask
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.output_paths import new_file_problem, new_folder_problem
 from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import GenerationError, generate_tokens
@@ -234,7 +235,7 @@ def test_a_temperature_that_is_not_finite_is_refused(value, tmp_path):
     with pytest.raises(GenerationError, match=rf"temperature: must be a finite number >= 0 \(0 is greedy\), "
                                               rf"got {value}"):
         generate_run(args)
-    model = GPTModel(args, 258).eval()
+    model = GPTModel(model_config(args, 258)).eval()
     with pytest.raises(GenerationError, match=r"bad generation settings: temperature must be a finite number"):
         generate_tokens(model, [[1, 2]], max_new_tokens=4, temperature=value)
 
@@ -263,7 +264,7 @@ def test_a_kv_cache_that_cannot_fit_is_refused_with_its_size_before_loading(tmp_
     # What fits is not refused (the checkpoint is then looked for), and the library call checks it too.
     with pytest.raises(CheckpointError):
         generate_run(generation_args(tmp_path, maximum_tokens=100_000))
-    model = GPTModel(generation_args(tmp_path), 258).eval()
+    model = GPTModel(model_config(generation_args(tmp_path), 258)).eval()
     with pytest.raises(GenerationError, match=r"maximum-tokens 1,000,000,000 cannot fit: .* KV cache \(keys and "
                        r"values of 2 layers x 1 prompt\(s\) x 1,000,000,002 tokens"):
         generate_tokens(model, [[1, 2]], max_new_tokens=1_000_000_000)
@@ -324,7 +325,7 @@ def test_eval_py_refuses_an_eval_task_limit_of_zero_in_one_paragraph(run, tmp_pa
 def adapter(tmp_path, max_length, stride=None):
     args = tiny_args("unused-data", tmp_path)
     torch.manual_seed(0)
-    return NeoXLM(GPTModel(args, 258).eval(), build_tokenizer(args), max_length=max_length, stride=stride)
+    return NeoXLM(GPTModel(model_config(args, 258)).eval(), build_tokenizer(args), max_length=max_length, stride=stride)
 
 
 def test_a_short_document_is_one_window_of_its_own_length_at_any_eval_task_length(tmp_path):

@@ -1,4 +1,4 @@
-"""The kv-retrieval probe (megatron/evaluation/probes/kv_retrieval.py) against brute force: the queried
+"""The kv-retrieval probe (megatron/probes/kv_retrieval.py) against brute force: the queried
 pair once, at the requested depth; the answer recoverable by looking its key up in the prompt; keys
 distinct; byte-identical prompts across runs; the one-message errors; that it fits 64 tokens; and its
 mode's record (the same fields as passkey's) and heatmap."""
@@ -10,7 +10,7 @@ import torch
 
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.modes import get_mode
-from megatron.evaluation.probes.kv_retrieval import ProbeError, fixed_tokens, make_grid, make_sample
+from megatron.probes.kv_retrieval import ProbeError, fixed_tokens, make_grid, make_sample
 from megatron.evaluation.probes.scoring import teacher_forced
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer

@@ -15,6 +15,7 @@ from test_training_support import run_script, set_flags, tiny_overrides
 from megatron.errors import NeoXArgsError
 from megatron.inference_model import load
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.kv_cache import KVCache
@@ -48,7 +49,7 @@ def args_of(name, **overrides):
 def hybrid(name, seed=0, **overrides):
     args = args_of(name, **overrides)
     torch.manual_seed(seed)
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
     with torch.no_grad():  # positional parameters away from their initial values, as a trained model's are
         for pe in model.positional_embeddings():
             for p in pe.parameters():
@@ -85,7 +86,7 @@ def test_a_hybrid_model_equals_one_assembled_from_single_method_models(name):
             single_args = NeoXArgs.from_dict(tiny_config(kind.pos_emb) | {
                 "num_layers": args.num_layers, "attention_window": kind.window, "rotary_pct": 1.0,
                 **kind.options})
-            single = GPTModel(single_args, model.vocab_size).eval()
+            single = GPTModel(model_config(single_args, model.vocab_size)).eval()
             single.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("pos_embs.")},
                                    strict=False)
             single.pos_embs[0].load_state_dict(model.pos_embs[model.layer_module[i]].state_dict())
@@ -133,17 +134,17 @@ def test_the_export_gives_the_hybrid_models_logits(name, tmp_path):
 
 def test_the_checkpoints_model_config_carries_the_pattern():
     args, model = hybrid("gemma_5_to_1")
-    saved = ModelConfig.from_args(args, model.vocab_size)
+    saved = model_config(args, model.vocab_size)
     assert ModelConfig.from_record(saved.record()) == saved
     plain = NeoXArgs.from_dict(tiny_config("rotary") | {"num_layers": 6, "rotary_pct": 1.0})
-    assert differences(saved, ModelConfig.from_args(plain, model.vocab_size)) == [
+    assert differences(saved, model_config(plain, model.vocab_size)) == [
         f"layer-pattern: checkpoint {PATTERNS['gemma_5_to_1']['layer_pattern']!r}, this run None"]
 
 
 def test_a_plain_model_is_unchanged_by_the_pattern_machinery():
     """No pattern: one positional module named pos_embs.0, as checkpoints before patterns have it."""
     args = NeoXArgs.from_dict(tiny_config("kerple_log"))
-    model = GPTModel(args, 384)
+    model = GPTModel(model_config(args, 384))
     assert [k for k in model.state_dict() if k.startswith("pos_embs.")] == ["pos_embs.0.raw_r1", "pos_embs.0.raw_r2"]
     assert model.layer_module == [0, 0] and model.windows == [None]
 
@@ -213,10 +214,11 @@ def test_the_dry_run_lists_each_layer_and_each_modules_training_path():
     from megatron.model.attention.registry import STRATEGIES
     from megatron.model.layer_pattern import describe_layers, training_plans
     args = args_of("kerple_global_alibi_window")
-    lines = describe_layers(args).splitlines()
+    model = model_config(args, None)
+    lines = describe_layers(model).splitlines()
     assert [line.split("#")[0].split(None, 2)[2].strip() for line in lines] == \
         ["alibi, window 6", "kerple_log", "alibi, window 6", "kerple_log"]
     assert [line.rsplit(" ", 1)[1] for line in lines] == ["0", "1", "0", "1"]
-    plans = training_plans(args)
+    plans = training_plans(model, args.seq_length, args.train_micro_batch_size_per_gpu, args.reset_attention_mask)
     names = set(STRATEGIES)
     assert len(plans) == 2 and all(line.split(": ", 1)[1].split(",")[0] in names for line in plans), plans

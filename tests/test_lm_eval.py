@@ -26,6 +26,7 @@ from megatron.evaluation.modes import get_mode  # noqa: E402
 from megatron.evaluation.run import EvaluationError  # noqa: E402
 from megatron.initialize import initialize_megatron  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
+from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer  # noqa: E402
 from megatron.training import setup_model_and_optimizer  # noqa: E402
 from tools.ckpts.hf_export import export_checkpoint  # noqa: E402
@@ -71,7 +72,7 @@ def run(tmp_path_factory):
     for name, (data, body) in TASKS.items():
         (tasks / f"{name}.yaml").write_text(f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
                                             f"    test: {tasks / data}\ntest_split: test\n{body}")
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
     load_model_weights(args, model)
     return {"root": root, "config": config, "tasks": tasks, "model": model, "tokenizer": build_tokenizer(args)}
 

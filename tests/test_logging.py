@@ -17,6 +17,7 @@ from wandb.proto import wandb_internal_pb2
 
 from megatron.checkpointing import load_model_weights
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.monitor import kernel_scalars
 from megatron.tokenizer import build_tokenizer
 from megatron.training import pretrain
@@ -58,7 +59,7 @@ def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_
     interval_means = {2: (result.losses[1] + result.losses[2]) / 2, 4: (result.losses[3] + result.losses[4]) / 2}
 
     # The kernel parameters of the trained model, from its checkpoint (written at step 4).
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
     load_model_weights(args, model)
     kernel = {name: values.float() for name, values in model.positional_embeddings()[0].kernel_parameters().items()}
     assert set(kernel) == {"r1", "r2"}  # KERPLE-log
@@ -85,7 +86,7 @@ def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_
 
 def test_kernel_scalars_name_each_layer_when_not_shared(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, pos_emb_per_layer=True)
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
     with torch.no_grad():
         for p in model.positional_embeddings()[1].parameters():  # make layer 1 differ from layer 0
             p.add_(1.0)

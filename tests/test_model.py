@@ -8,6 +8,7 @@ import torch
 import transformers
 
 from megatron.model import GPTModel, get_params_for_weight_decay_optimization
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import flex_kernel
 from megatron.model.positional_embeddings import PositionalEmbeddingError, available, lookup
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
@@ -27,7 +28,7 @@ def make_args(**overrides):
 
 def make_model(seed=0, **overrides):
     torch.manual_seed(seed)
-    model = GPTModel(make_args(**overrides), VOCAB)
+    model = GPTModel(model_config(make_args(**overrides), VOCAB))
     with torch.no_grad():  # move kernel parameters off their initial values
         for pe in model.positional_embeddings():
             for p in pe.parameters():
@@ -222,7 +223,7 @@ def test_vocabulary_is_padded_by_the_tokenizer(shared_dir):
     before = args.to_dict()
     tokenizer = build_tokenizer(args)
     assert tokenizer.padded_vocab_size == 50304
-    model = GPTModel(args, tokenizer.padded_vocab_size)
+    model = GPTModel(model_config(args, tokenizer.padded_vocab_size))
     assert args.to_dict() == before  # neither the tokenizer nor the model writes into the config
     assert model.word_embeddings.num_embeddings == 50304  # 50257 rounded up to a multiple of 128
     logits = model(torch.tensor([tokenizer.tokenize("Hello world")]))

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from megatron.model.positional_embeddings import build_positional_embedding_from_args
+from megatron.neox_arguments.to_model import positional_embedding
 from megatron.neox_arguments import POS_EMB_CHOICES, NeoXArgs, NeoXArgsError
 
 
@@ -148,9 +148,9 @@ def test_error_names_the_file_and_line_of_the_bad_value(tmp_path):
 
 
 def test_a_method_option_set_in_the_config_reaches_the_built_method():
-    default = build_positional_embedding_from_args(NeoXArgs.from_dict(minimal(pos_emb="kerple_log"))).options.kerple_eps
+    default = positional_embedding(NeoXArgs.from_dict(minimal(pos_emb="kerple_log"))).options.kerple_eps
     args = NeoXArgs.from_dict(minimal(pos_emb="kerple_log", **{"kerple-eps": 2 * default}))  # flat, NeoX-style keys
-    assert build_positional_embedding_from_args(args).options.kerple_eps == 2 * default
+    assert positional_embedding(args).options.kerple_eps == 2 * default
 
 
 @pytest.mark.parametrize("alias, canonical", [("kerple_power_ap_", "kerple_power"), ("rpe", "t5")])

@@ -15,6 +15,7 @@ from megatron.data import build_train_valid_test_datasets
 from megatron.data.packed_documents import document_ids, positions_in_documents
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import FLEX_BLOCK, flex_block_mask
 from megatron.neox_arguments import NeoXArgs
 from megatron.tokenizer import build_tokenizer
@@ -72,7 +73,7 @@ def model_of(method, **overrides):
     config = tiny_config(name, attention_block_size=8, max_position_embeddings=4 * LENGTH) | METHODS[method]
     args = NeoXArgs.from_dict(config | overrides)
     torch.manual_seed(0)
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
     with torch.no_grad():  # positional parameters away from their initial values, as a trained model's are
         for pe in model.positional_embeddings():
             for p in pe.parameters():

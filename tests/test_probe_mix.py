@@ -11,10 +11,12 @@ import torch
 from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.data.probe_mix import ProbeMix
 from megatron.evaluation.identity import config_hash
-from megatron.evaluation.probes.common import ProbeError
-from megatron.neox_arguments import NeoXArgsError
+from megatron.probes.common import ProbeError
+from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer
 from test_data import make_args, write_with_megatron_core
+
+KEYS = NeoXArgs.trained_keys()  # what a config hash is computed over
 
 TOKENIZER = ByteLevelTokenizer()
 PAIR = re.compile(r" \[([a-z]{3})=(\d{4})\]")
@@ -91,8 +93,8 @@ def test_the_mix_is_part_of_the_training_config_hash(tmp_path):
     plain = make_args(tmp_path).to_dict()
     mixed = make_args(tmp_path, probe_train_task="kv-retrieval", probe_train_fraction=0.5).to_dict()
     other = make_args(tmp_path, probe_train_task="kv-retrieval", probe_train_fraction=0.25).to_dict()
-    assert len({config_hash(plain), config_hash(mixed), config_hash(other)}) == 3
-    assert config_hash(plain) == config_hash(make_args(tmp_path, probe_kv_pairs=5).to_dict())  # evaluation only
+    assert len({config_hash(plain, KEYS), config_hash(mixed, KEYS), config_hash(other, KEYS)}) == 3
+    assert config_hash(plain, KEYS) == config_hash(make_args(tmp_path, probe_kv_pairs=5).to_dict(), KEYS)  # evaluation only
 
 
 def test_probe_train_kv_pairs_sets_the_pairs_of_every_training_prompt_and_the_config_hash(corpus, tmp_path):
@@ -102,7 +104,7 @@ def test_probe_train_kv_pairs_sets_the_pairs_of_every_training_prompt_and_the_co
         (pair,) = PAIR.finditer(text)
         assert text.endswith(f" [{pair.group(1)}={pair.group(2)}")
     mix = {"probe_train_task": "kv-retrieval", "probe_train_fraction": 0.5}
-    one, three = (config_hash(make_args(tmp_path, **mix, probe_train_kv_pairs=n).to_dict()) for n in (1, 3))
+    one, three = (config_hash(make_args(tmp_path, **mix, probe_train_kv_pairs=n).to_dict(), KEYS) for n in (1, 3))
     assert one != three
 
 
@@ -133,7 +135,7 @@ class OneText(torch.utils.data.Dataset):
 def test_a_sample_whose_text_holds_the_drawn_value_everywhere_gets_the_next_draw():
     """A table of numbers can hold a drawn value at every filler offset; the run must go on with the
     next key draw (seed, 0, index, 2), not stop."""
-    from megatron.evaluation.probes.kv_retrieval import make_sample
+    from megatron.probes.kv_retrieval import make_sample
     clean = np.array(TOKENIZER.tokenize("x = f(y) + g(z)\n" * 8))
     first = make_sample(clean, TOKENIZER, 64, 0.5, (7, 0, 3, 1), pairs=1).key  # the value draw 1 would use
     table = (f"{first}," * 20)[:65]

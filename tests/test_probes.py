@@ -1,11 +1,11 @@
-"""The passkey probe (megatron/evaluation/probes): the generator against brute force (one needle, at
+"""The passkey probe (megatron/probes): the generator against brute force (one needle, at
 the requested depth, the answer recoverable from the prompt, byte-identical prompts across runs) and
 the scorers against per-prefix forwards and step-by-step greedy decoding; the config's errors."""
 import numpy as np
 import pytest
 import torch
 
-from megatron.evaluation.probes.passkey import PasskeySample, ProbeError, fixed_tokens, make_grid, make_sample
+from megatron.probes.passkey import PasskeySample, ProbeError, fixed_tokens, make_grid, make_sample
 from megatron.evaluation.probes.scoring import greedy_exact, teacher_forced
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments import NeoXArgsError
 from megatron.optimizer import build_lr_scheduler, build_optimizer
@@ -68,7 +69,7 @@ def test_lr_schedule_rejects_min_lr_above_lr(stdlib_data, tmp_path):
 
 def test_weight_decay_spares_norms_biases_and_kernel_parameters(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, weight_decay=0.1)
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size)
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
     optimizer = build_optimizer(args, model)
     build_lr_scheduler(args, optimizer).step(1)  # the scheduler writes weight_decay into each group
     decay_of = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}

@@ -3,7 +3,7 @@ ask whether a skill learned at the training length carries to longer ones: tiny 
 retrieve zero-shot.
 
 Training sample i is replaced, with probability probe-train-fraction, by one probe sample of the same
-length made by the evaluation mode's own generator (megatron/evaluation/probes), its filler taken from
+length made by the evaluation mode's own generator (megatron/probes), its filler taken from
 sample i's own tokens (training never sees evaluation text), its depth uniform in [0, 1]. Whether,
 where and which key all come from rng(seed, 0, i): deterministic by index, so a run resumed by
 consumed samples sees exactly the samples an uninterrupted one would. An evaluation prompt's seed is
@@ -13,9 +13,9 @@ every training draw apart from every evaluation prompt's.
 import numpy as np
 import torch
 
-from megatron.evaluation.probes import generator
-from megatron.evaluation.probes.common import ProbeError, shortest_length
-from megatron.evaluation.probes.kv_retrieval import DEFAULT_PAIRS
+from megatron.probes import generator
+from megatron.probes.common import ProbeError, shortest_length
+from megatron.probes.kv_retrieval import DEFAULT_PAIRS
 
 KEY_DRAWS = 10  # keys/values drawn for one training sample before its text is called unusable
 

@@ -127,22 +127,14 @@ class RunIdentity:
         return f"{self.dataset}_{self.method}_seed{self.seed}_step{step}_{self.config_hash[:8]}"
 
 
-# key -> default of every config key that decides what is trained. The config package fills it when it
-# is imported (megatron/neox_arguments/neox_args.py): it reads this package's mode and probe registries,
-# so this package cannot import it.
-TRAINED_KEYS: dict = {}
-
-
-def config_hash(config: dict) -> str:
-    """sha256 of a training config's values of TRAINED_KEYS that differ from their defaults.
+def config_hash(config: dict, trained_keys: dict) -> str:
+    """sha256 of a training config's values of `trained_keys` ({key: default}: NeoXArgs.trained_keys(), the
+    config keys that decide what is trained) that differ from their defaults.
 
     `config` is NeoXArgs.to_dict() (the sweep) or the copy train.py stores in the checkpoint
     (evaluation): both give the same hash. Defaults stay out so that a key added to the config system
     later does not change the hash of runs trained before it."""
-    if not TRAINED_KEYS:
-        raise RuntimeError("config_hash needs the config package imported first (megatron.neox_arguments "
-                           "declares the keys it hashes)")
-    kept = {name: config[name] for name, default in TRAINED_KEYS.items() if name in config and config[name] != default}
+    kept = {name: config[name] for name, default in trained_keys.items() if name in config and config[name] != default}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 

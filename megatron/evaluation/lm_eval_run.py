@@ -12,7 +12,6 @@ import difflib
 import json
 import pathlib
 
-from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import reported_write
 from megatron.preflight import folder_problem
@@ -20,7 +19,7 @@ from .lm_eval_adapter import NeoXLM
 from .merge import CHECKPOINT_FIELDS, differences
 from .results import ResultFileError, folder_locked, write_atomic
 from .ruler import RulerRun, ruler_table, ruler_tasks
-from .run import EvaluationError, checked_plan, run_record
+from .run import EvaluationError, checked_plan, open_run
 
 SCHEMA = "neox-lm-eval/1"
 # `evaluation` fields that decide what a task's numbers mean; results scored under different values do not mix.
@@ -129,7 +128,6 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
                                                                                           "the config"))
     if problem:
         raise EvaluationError(problem)
-    state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
     device, _ = inference_device_and_dtype(neox_args)
     asked_ruler = ruler_tasks(neox_args.eval_tasks or [])
     ruler = RulerRun(neox_args, asked_ruler) if asked_ruler else None  # refuses unavailable data before loading
@@ -138,7 +136,7 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
         raise EvaluationError(f"eval-task-length {length} is shorter than the longest RULER length {ruler.longest}: "
                               "its prompts would lose their beginning (and the needle). Leave eval-task-length unset "
                               f"(eval.py then uses {ruler.longest}) or set it to at least {ruler.longest}.")
-    run = run_record(neox_args, state["neox_args"], state["iteration"])
+    opened, run = open_run(neox_args)
     path = results_dir / f"{run['name']}.json"
     import lm_eval
     evaluation = {"max_length": length, "stride": neox_args.eval_stride or length, "limit": neox_args.eval_task_limit,
@@ -150,9 +148,9 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     tasks = list(neox_args.eval_tasks or [])
     others = [t for t in tasks if not (ruler and (t in ruler.tasks or t == "ruler"))]
     manager = task_manager_for(neox_args)[0] if others or not ruler else None
-    loaded = load(neox_args.load, neox_args, device)
-    model, tokenizer, iteration = loaded.model, loaded.tokenizer, loaded.step
-    limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
+    loaded = load(opened, neox_args, device)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    limit = model.position_limit()
     if limit is not None and length > limit:
         raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb {neox_args.pos_emb} "
                               f"can embed; set eval-task-length <= {limit}.")
@@ -168,7 +166,6 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
         measured = ruler.evaluate(lm, tokenizer)
         output = dict(output, results={**output["results"], **measured["results"]}, ruler=measured["ruler"])
         print(ruler_table(measured["ruler"]), flush=True)
-    run = run_record(neox_args, state["neox_args"], iteration)
     document = {"schema": SCHEMA, "run": run,
                 "evaluation": {"tasks": tasks, **evaluation, "device": str(device),
                                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},

@@ -1,5 +1,6 @@
 """The pieces of one run's evaluation that evaluate.py (megatron/evaluating.py) and eval.py
-(lm_eval_run.py) share: the checked plan, one (length, mode) record, and the result file's `run`."""
+(lm_eval_run.py) share: the checked plan, opening the run (its checkpoint, read once, and the result file's
+`run`), one (length, mode) record."""
 import json
 import pathlib
 import resource
@@ -7,8 +8,8 @@ import resource
 import torch
 
 from megatron.checkpoint_folder import missing_why
-from megatron.checkpointing import read_client_state, resolve_tag
 from megatron.errors import NeoXArgsError
+from megatron.inference_model import OpenCheckpoint, TrainingRecord, open_checkpoint
 from megatron.quoting import quote
 from .chunks import chunk_starts
 from .identity import RunIdentity, config_hash, dataset_name, evaluation_variant
@@ -83,17 +84,21 @@ def _peak_memory_mb(device) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: kilobytes
 
 
-def trained_config(neox_args) -> dict:
-    """The config the checkpoint was trained with (stored in it by train.py): seed, train length and
-    config hash come from here, not from the evaluating config, which may be launched differently."""
-    return read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))["neox_args"]
+def open_run(neox_args) -> tuple[OpenCheckpoint, dict]:
+    """The checkpoint `load` names (at `iteration`), read once, and the result file's `run` for it: how both
+    evaluation drivers open a run. `load(opened, neox_args)` then builds its model without reading it again."""
+    opened = open_checkpoint(neox_args.load, neox_args.iteration)
+    return opened, run_record(neox_args, opened.trained)
 
 
-def run_record(neox_args, trained: dict, iteration: int) -> dict:
-    """The result file's `run`: the identity (identity.py) and what else describes the checkpoint."""
+def run_record(neox_args, record: TrainingRecord) -> dict:
+    """The result file's `run`: the identity (identity.py) and what else describes the checkpoint. The
+    seed, train length and config hash come from the config the checkpoint was trained with (stored in it
+    by train.py), not from the evaluating config, which may be launched differently."""
+    trained, iteration = record.config, record.step
     identity = RunIdentity(dataset_name(neox_args), neox_args.pos_emb, neox_args.attention_window,
-                           trained["seed"], config_hash(trained), evaluation_variant(neox_args, trained))
-    return {**run_labels(neox_args, trained), **training_budget(neox_args, trained, iteration),
+                           trained["seed"], config_hash(trained, neox_args.trained_keys()), evaluation_variant(neox_args, trained))
+    return {**run_labels(neox_args, trained), **training_budget(record),
         "name": identity.file_stem(iteration),
         "method": identity.method, "pos_emb": identity.pos_emb, "attention_window": identity.window,
         "variant": identity.variant,
@@ -128,11 +133,10 @@ def run_labels(neox_args, trained: dict) -> dict:
             "readable_label": readable}
 
 
-def training_budget(neox_args, trained: dict, iteration: int) -> dict:
+def training_budget(record: TrainingRecord) -> dict:
     """Steps and tokens the checkpoint was trained for: tables show them, and significance tests refuse
     runs of different budgets (tools/analysis/significance.py)."""
-    state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
-    samples = state.get("consumed_train_samples")
+    trained, iteration, samples = record.config, record.step, record.consumed_train_samples
     if samples is None:  # a checkpoint that does not count them: every step took one global batch
         samples = int(iteration) * int(trained.get("train_batch_size") or 0)
     return {"train_steps": int(iteration), "train_tokens": int(samples) * int(trained["seq_length"])}

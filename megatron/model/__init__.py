@@ -1,4 +1,4 @@
-"""The model: `GPTModel(neox_args, vocab_size)` and its optimizer parameter groups.
+"""The model: `GPTModel(config: ModelConfig)` and its optimizer parameter groups.
 
 Both are loaded on first use, not at import: importing a leaf of this package (an attention kernel,
 a positional method) must not build GPTModel's whole module graph first."""

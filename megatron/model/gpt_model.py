@@ -5,11 +5,11 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention import plan_attention
-from megatron.model.attention.config import AttentionConfig
 from megatron.model.init_functions import init_normal_
 from megatron.model.attention.cached import per_row, plan_cached
 from megatron.model.kv_cache import KVCache
 from megatron.model.layer_pattern import build_kind, layer_kinds, per_layer_modules
+from megatron.model.model_config import ModelConfig
 from megatron.model.norms import build_norm
 from megatron.model.positional_embeddings import PositionalEmbedding
 from megatron.model.transformer import TransformerLayer
@@ -47,44 +47,50 @@ def shared_and_row_positions(position_ids, document_ids, b: int, s: int, device)
 
 
 class GPTModel(nn.Module):
-    def __init__(self, neox_args, vocab_size: int):
-        """`neox_args`: a validated config, read and never changed; `vocab_size`: the embedding rows,
-        the tokenizer's vocabulary padded (`build_tokenizer(neox_args).padded_vocab_size`)."""
+    def __init__(self, config: ModelConfig):
+        """`config`: the model (megatron/model/model_config.py; a run's config gives it with
+        megatron.neox_arguments.to_model.model_config); its `padded_vocab_size` is the embedding rows,
+        the tokenizer's vocabulary padded."""
         super().__init__()
-        self.vocab_size = vocab_size
-        self.attention_config = AttentionConfig.from_args(neox_args)
-        self.checkpoint_activations = neox_args.checkpoint_activations
+        self.config = config
+        self.vocab_size = vocab_size = config.padded_vocab_size
+        self.attention_config = config.attention
+        self.checkpoint_activations = config.checkpoint_activations
 
-        self.word_embeddings = nn.Embedding(vocab_size, neox_args.hidden_size)
-        init_normal_(self.word_embeddings.weight, neox_args.init_method, neox_args)
-        self.embedding_dropout = nn.Dropout(neox_args.hidden_dropout)
+        self.word_embeddings = nn.Embedding(vocab_size, config.hidden_size)
+        init_normal_(self.word_embeddings.weight, config.init_method, config)
+        self.embedding_dropout = nn.Dropout(config.hidden_dropout)
         # One positional module per kind of layer (layer_pattern.py; one kind without a pattern), shared by
         # the layers of that kind (the paper's setting), or one per layer (pos-emb-per-layer, or a method
         # whose parameters are each layer's own, such as fox's forget gate: per_layer_modules).
-        self.layer_kinds = layer_kinds(neox_args)
-        per_layer = per_layer_modules(neox_args)
+        self.layer_kinds = layer_kinds(config)
+        per_layer = per_layer_modules(config)
         kinds = self.layer_kinds if per_layer else list(dict.fromkeys(self.layer_kinds))
         self.module_kinds = kinds
-        self.pos_embs = nn.ModuleList(build_kind(kind, neox_args) for kind in kinds)
+        self.pos_embs = nn.ModuleList(build_kind(kind, config) for kind in kinds)
         self.windows = [kind.window for kind in kinds]  # each module's attention window
         # Layer i reads module layer_module[i] and its plan.
         self.layer_module = list(range(len(kinds))) if per_layer else \
             [kinds.index(kind) for kind in self.layer_kinds]
-        if neox_args.pos_emb_per_layer and adds_to_embeddings(self.pos_embs[0]):
+        if config.pos_emb_per_layer and adds_to_embeddings(self.pos_embs[0]):
             raise NeoXArgsError(
-                f"pos-emb-per-layer is set, but pos-emb {neox_args.pos_emb!r} adds positions to the "
+                f"pos-emb-per-layer is set, but pos-emb {config.pos_emb!r} adds positions to the "
                 "token embeddings once, before the first layer, so it has nothing to give each layer. "
                 "Remove pos-emb-per-layer (it is meant for methods that act inside attention).")
-        self.layers = nn.ModuleList(TransformerLayer(neox_args, self.attention_config)
-                                    for _ in range(neox_args.num_layers))
-        self.final_layernorm = build_norm(neox_args)
+        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.num_layers))
+        self.final_layernorm = build_norm(config)
         self.output_head = None
-        if neox_args.no_weight_tying:
-            self.output_head = nn.Linear(neox_args.hidden_size, vocab_size, bias=False)
-            init_normal_(self.output_head.weight, neox_args.init_method, neox_args)
+        if config.no_weight_tying:
+            self.output_head = nn.Linear(config.hidden_size, vocab_size, bias=False)
+            init_normal_(self.output_head.weight, config.init_method, config)
 
     def positional_embeddings(self) -> list[nn.Module]:
         return list(self.pos_embs)
+
+    def position_limit(self) -> int | None:
+        """The most positions this model embeds: the fewest of its positional modules' `max_length` (a
+        position table's rows, `learned`); None: any number (relative methods extrapolate)."""
+        return min((pe.max_length for pe in self.pos_embs if pe.max_length), default=None)
 
     def layer_windows(self) -> list[int | None]:
         """Each layer's attention window (None: every earlier token)."""

@@ -18,9 +18,10 @@ INIT_STDS = {
 }
 
 
-def init_std(method: str, neox_args) -> float:
-    return INIT_STDS[method](neox_args.init_method_std, neox_args.num_layers, neox_args.hidden_size)
+def init_std(method: str, config) -> float:
+    """The std of `method` for model `config` (a ModelConfig)."""
+    return INIT_STDS[method](config.init_method_std, config.num_layers, config.hidden_size)
 
 
-def init_normal_(weight, method: str, neox_args):
-    nn.init.normal_(weight, mean=0.0, std=init_std(method, neox_args))
+def init_normal_(weight, method: str, config):
+    nn.init.normal_(weight, mean=0.0, std=init_std(method, config))

@@ -74,23 +74,24 @@ def normalise(entry) -> dict:
     return {str(key).replace("-", "_"): value for key, value in entry.items()}
 
 
-def layer_kinds(neox_args) -> list[LayerKind]:
-    """Every layer's kind, in order: from `layer-pattern`, or the run's method and window for each."""
-    pattern = getattr(neox_args, "layer_pattern", None)
+def layer_kinds(config) -> list[LayerKind]:
+    """Every layer's kind, in order (`config`: a ModelConfig): from `layer-pattern`, or the model's method
+    and window for each."""
+    pattern = config.layer_pattern
     entries = [normalise(entry) for entry in pattern] if pattern else [{}]
-    kinds = [_kind(neox_args, entry, index, len(entries)) for index, entry in enumerate(entries)]
+    kinds = [_kind(config, entry, index, len(entries)) for index, entry in enumerate(entries)]
     if pattern:
         _check_mix(kinds)
-    return [kinds[i % len(kinds)] for i in range(neox_args.num_layers)]
+    return [kinds[i % len(kinds)] for i in range(config.num_layers)]
 
 
-def _kind(neox_args, entry: dict, index: int, count: int) -> LayerKind:
+def _kind(config, entry: dict, index: int, count: int) -> LayerKind:
     where = f"entry {index + 1} of {count}"
     if not isinstance(entry, dict):
         raise LayerPatternError(f"{where} is {quote(entry)}; each entry is a mapping such as "
                                 "{pos-emb: rotary, attention-window: 512, rotary-emb-base: 10000}.")
     try:
-        name = lookup(entry.get("pos_emb", neox_args.pos_emb)).name
+        name = lookup(entry.get("pos_emb", config.pos_emb)).name
     except NeoXArgsError as err:
         raise LayerPatternError(f"{where}: {err}") from None
     accepted = set(option_names(name))
@@ -100,14 +101,14 @@ def _kind(neox_args, entry: dict, index: int, count: int) -> LayerKind:
             f"{where} sets {', '.join(k.replace('_', '-') for k in unknown)}, which pos-emb {name!r} does not take; "
             f"an entry takes pos-emb, attention-window, attention-temperature, dape and the options of its method "
             f"({', '.join(o.replace('_', '-') for o in sorted(accepted)) or 'none for this method'}).")
-    window = entry.get(WINDOW_KEY, neox_args.attention_window)
+    window = entry.get(WINDOW_KEY, config.attention.window)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise LayerPatternError(f"{where}: attention-window is {quote(window)}; it must be a positive number of "
                                 "tokens, or null for every earlier token.")
-    temperature = entry.get(TEMPERATURE_KEY, getattr(neox_args, TEMPERATURE_KEY, None))
+    temperature = entry.get(TEMPERATURE_KEY, config.attention_temperature)
     if (problem := temperature_problem(temperature)) is not None:
         raise LayerPatternError(f"{where}: attention-temperature {problem}")
-    dape = entry.get(DAPE_KEY, getattr(neox_args, DAPE_KEY, None))
+    dape = entry.get(DAPE_KEY, config.dape)
     if (problem := dape_problem(dape)) is not None:
         raise LayerPatternError(f"{where}: dape {problem}")
     if lookup(name).modifies_scores and (temperature is not None or dape is not None):
@@ -115,7 +116,7 @@ def _kind(neox_args, entry: dict, index: int, count: int) -> LayerKind:
             f"{where}: pos-emb {name!r} rewrites the score matrix itself; "
             f"{'attention-temperature' if temperature is not None else 'dape'} cannot wrap it (its q-scaling or "
             "score edit would change the method's own reading of the scores). Remove it for this method.")
-    options = {key: entry.get(key, getattr(neox_args, key)) for key in option_names(name)}
+    options = {key: entry.get(key, config.option(key)) for key in option_names(name)}
     try:
         make_options(name, options)
     except OptionError as err:
@@ -142,69 +143,67 @@ def pattern_methods(pos_emb: str, layer_pattern) -> tuple[str, ...]:
     return tuple(dict.fromkeys([lookup(pos_emb).name] + named))
 
 
-def per_layer_modules(neox_args) -> bool:
+def per_layer_modules(config) -> bool:
     """One positional module per layer: `pos-emb-per-layer`, or a method whose parameters are each layer's
     own (`per_layer`: fox's forget gate, computed from that layer's hidden states; the paper gives every
     layer its gate). Then every layer gets its module, whatever the method of the others."""
-    return bool(neox_args.pos_emb_per_layer) or any(lookup(kind.pos_emb).per_layer for kind in layer_kinds(neox_args))
+    return bool(config.pos_emb_per_layer) or any(lookup(kind.pos_emb).per_layer for kind in layer_kinds(config))
 
 
-def build_kind(kind: LayerKind, neox_args) -> PositionalEmbedding:
-    """The positional module of one layer kind."""
-    shape = ModelShape(neox_args.num_attention_heads, neox_args.hidden_size // neox_args.num_attention_heads,
-                       neox_args.hidden_size, neox_args.max_position_embeddings, neox_args.init_method_std)
+def build_kind(kind: LayerKind, config) -> PositionalEmbedding:
+    """The positional module of one layer kind of model `config`."""
+    shape = ModelShape(config.num_attention_heads, config.hidden_size // config.num_attention_heads,
+                       config.hidden_size, config.max_position_embeddings, config.init_method_std)
     return daped(tempered(lookup(kind.pos_emb)(shape, make_options(kind.pos_emb, kind.options)), kind.temperature),
                  kind.dape)
 
 
-def positional_parameter_count(neox_args) -> int:
+def positional_parameter_count(config) -> int:
     """Parameters of the positional modules (cope's table, FIRE's MLP, T5's buckets, ...), counted on the meta
     device: the config's sizes (cope-max-positions: 1e9) are checked against memory before anything is
     allocated from them. Methods that add a table to the embeddings (`learned`) are the caller's to count."""
     import torch
-    kinds, per_layer = layer_kinds(neox_args), per_layer_modules(neox_args)
+    kinds, per_layer = layer_kinds(config), per_layer_modules(config)
     modules = kinds if per_layer else list(dict.fromkeys(kinds))
     with torch.device("meta"):
         return sum(p.numel() for kind in modules if not lookup(kind.pos_emb).uses_max_positions
-                   for p in build_kind(kind, neox_args).parameters())
+                   for p in build_kind(kind, config).parameters())
 
 
-def describe_layers(neox_args) -> str:
+def describe_layers(config) -> str:
     """Each layer's kind and positional module, one line each (`deepy.py --dry-run`)."""
-    kinds, per_layer = layer_kinds(neox_args), per_layer_modules(neox_args)
+    kinds, per_layer = layer_kinds(config), per_layer_modules(config)
     modules = kinds if per_layer else list(dict.fromkeys(kinds))
     return "\n".join(f"layer {i:<4}{kind.describe():<60}# positional module "
                      f"{i if per_layer else modules.index(kind)}" for i, kind in enumerate(kinds))
 
 
-def rewrites_scores(neox_args) -> bool:
+def rewrites_scores(config) -> bool:
     """Some layer's method rewrites the score matrix (cope, or a `dape` wrapper): it runs only where the
     scores are written out, so `--dry-run` shows the strategy and its memory."""
-    return any(lookup(kind.pos_emb).modifies_scores or kind.dape is not None for kind in layer_kinds(neox_args))
+    return any(lookup(kind.pos_emb).modifies_scores or kind.dape is not None for kind in layer_kinds(config))
 
 
-def training_plans(neox_args) -> list[str]:
-    """Each positional module's attention strategy at seq-length in training on this machine's CPU, and
-    the memory that strategy estimates for one layer's forward (`--dry-run`; GPU ranks may choose
-    otherwise: `auto` prefers other strategies on CUDA)."""
+def training_plans(config, seq_length: int, batch: int, documents: bool) -> list[str]:
+    """Each positional module's attention strategy at `seq_length` in training on this machine's CPU (micro-batch
+    `batch`, packed `documents` masked or not), and the memory that strategy estimates for one layer's forward
+    (`--dry-run`; GPU ranks may choose otherwise: `auto` prefers other strategies on CUDA)."""
     import torch
 
     from megatron.model.attention import AttentionInputs
     from megatron.model.attention.choice import choose_strategy, memory_budget_bytes
 
-    kinds = list(dict.fromkeys(layer_kinds(neox_args)))
-    positions = torch.arange(neox_args.seq_length)
+    kinds, attention = list(dict.fromkeys(layer_kinds(config))), config.attention
+    positions = torch.arange(seq_length)
     lines = []
     for index, kind in enumerate(kinds):
-        pe = build_kind(kind, neox_args)
+        pe = build_kind(kind, config)
         # With gradients, as in training: whether a table takes one decides the strategy (table gradients).
-        bias, weight = pe.distance_tables_at(positions, neox_args.seq_length) or (None, None)
+        bias, weight = pe.distance_tables_at(positions, seq_length) or (None, None)
         inputs = AttentionInputs.describe(
-            pe, positions, bias, weight, window=kind.window, block_size=neox_args.attention_block_size,
-            needs_grad=True, dropout_p=neox_args.attention_dropout, dtype=torch.float32,
-            batch=neox_args.train_micro_batch_size_per_gpu or 1, documents=neox_args.reset_attention_mask)
-        strategy = choose_strategy(neox_args.attention_impl, inputs,
-                                   memory_budget_bytes(positions.device, neox_args.attention_memory_budget))
+            pe, positions, bias, weight, window=kind.window, block_size=attention.block_size,
+            needs_grad=True, dropout_p=attention.dropout, dtype=torch.float32, batch=batch, documents=documents)
+        strategy = choose_strategy(attention.impl, inputs, memory_budget_bytes(positions.device, attention.memory_budget_mb))
         lines.append(f"positional module {index} ({kind.describe()}): {strategy.name}, about "
                      f"{strategy.memory_bytes(inputs) / 2**20:.1f} MB per layer beyond q, k, v")
     return lines

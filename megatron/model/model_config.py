@@ -1,6 +1,12 @@
-"""`ModelConfig`: everything that decides a model's weights and its forward pass, built once from the run's
-config and saved in every checkpoint (client-state key `model_config`), so that a checkpoint describes its
-own model and loading it needs no YAML file that says the same again.
+"""`ModelConfig`: everything that decides a model's weights and its forward pass: `GPTModel(config)` reads
+nothing else. The config package builds it from a run's config (megatron/neox_arguments/to_model.py); it is
+saved in every checkpoint (client-state key `model_config`), so that a checkpoint describes its own model and
+loading it needs no YAML file that says the same again.
+
+Three kinds of field: the architecture (recorded and compared with a checkpoint), how fresh weights are drawn
+(init: a checkpoint's weights replace them), and the run's own choices (attention path and window, dropout,
+per-run options such as rotary-scaling: a run applies its own with `dataclasses.replace`). Only the first kind,
+the lengths and the tokenizer's files are recorded.
 
 The record in a checkpoint is flat, one entry per config key (`num_layers`, `pos_emb`, each of the method's
 options, ...), as checkpoints written before this class had it (schema 1, no `schema` entry); schema 2 adds
@@ -8,8 +14,10 @@ options, ...), as checkpoints written before this class had it (schema 1, no `sc
 """
 from dataclasses import dataclass, field
 
+from megatron.model.attention.config import AttentionConfig
 from megatron.model.layer_pattern import pattern_methods
 from megatron.model.positional_embeddings import checkpoint_options, option_names, per_run_options
+from megatron.model.positional_embeddings.registry import OPTIONS
 
 SCHEMA = 2
 
@@ -48,16 +56,30 @@ class ModelConfig:
     options: dict = field(default_factory=dict)  # the method's checkpoint options: {config key: value}
     tokenizer_files: dict = field(default_factory=dict)  # {vocab_file, merge_file}: as the run gave them
     lengths: dict = field(default_factory=dict)  # LENGTH_KEYS of the run, for the record
+    # How fresh weights are drawn (init_functions.py); never recorded: a checkpoint's weights replace them.
+    # Neither these nor the run's choices below take part in `==`: two configs are equal when they record
+    # the same model.
+    init_method: str = field(default="normal", compare=False)
+    output_layer_init_method: str = field(default="scaled_normal", compare=False)
+    init_method_std: float = field(default=0.02, compare=False)
+    # The run's own choices, never recorded nor compared: the methods' per-run and init-only options
+    # ({config key: value}; a key left out is the option's default), attention, dropout, recomputation.
+    run_options: dict = field(default_factory=dict, compare=False)
+    attention: AttentionConfig = field(default_factory=AttentionConfig, compare=False)
+    hidden_dropout: float = field(default=0.0, compare=False)
+    checkpoint_activations: bool = field(default=False, compare=False)
 
-    @classmethod
-    def from_args(cls, neox_args, vocab_rows: int) -> "ModelConfig":
-        """The model a config builds with `vocab_rows` embedding rows (`tokenizer.padded_vocab_size`)."""
-        values = {key: vocab_rows if key == "padded_vocab_size" else getattr(neox_args, key)
-                  for key in ARCHITECTURE_KEYS}
-        keys = model_options(neox_args.pos_emb, neox_args.layer_pattern)
-        return cls(**values, options={k: getattr(neox_args, k) for k in keys},
-                   tokenizer_files={k: getattr(neox_args, k) for k in TOKENIZER_FILES},
-                   lengths={k: getattr(neox_args, k) for k in LENGTH_KEYS})
+    @property
+    def max_position_embeddings(self) -> int | None:
+        """Rows of a position table (`learned`), recorded among the lengths."""
+        return self.lengths.get("max_position_embeddings")
+
+    def option(self, key: str):
+        """The value of method option `key` (a config key): this model's, else the option's default."""
+        for values in (self.options, self.run_options):
+            if key in values:
+                return values[key]
+        return OPTIONS[key].default
 
     @classmethod
     def from_record(cls, record: dict) -> "ModelConfig":

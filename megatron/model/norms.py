@@ -8,5 +8,6 @@ import torch.nn as nn
 NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
 
 
-def build_norm(neox_args) -> nn.Module:
-    return NORMS[neox_args.norm](neox_args.hidden_size, eps=neox_args.layernorm_epsilon)
+def build_norm(config) -> nn.Module:
+    """The norm of model `config` (a ModelConfig)."""
+    return NORMS[config.norm](config.hidden_size, eps=config.layernorm_epsilon)

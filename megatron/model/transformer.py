@@ -3,23 +3,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from megatron.model.attention import AttentionPlan, attend
-from megatron.model.attention.config import AttentionConfig
 from megatron.model.init_functions import init_normal_
 from megatron.model.attention.cached import attend_cached
+from megatron.model.model_config import ModelConfig
 from megatron.model.norms import build_norm
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, neox_args, attention: AttentionConfig):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        hidden = neox_args.hidden_size
-        self.num_heads = neox_args.num_attention_heads
+        hidden = config.hidden_size
+        self.num_heads = config.num_attention_heads
         self.head_dim = hidden // self.num_heads
-        self.attention_dropout = attention.dropout
+        self.attention_dropout = config.attention.dropout
         self.query_key_value = nn.Linear(hidden, 3 * hidden)
         self.dense = nn.Linear(hidden, hidden)
-        init_normal_(self.query_key_value.weight, neox_args.init_method, neox_args)
-        init_normal_(self.dense.weight, neox_args.output_layer_init_method, neox_args)
+        init_normal_(self.query_key_value.weight, config.init_method, config)
+        init_normal_(self.dense.weight, config.output_layer_init_method, config)
         nn.init.zeros_(self.query_key_value.bias)
         nn.init.zeros_(self.dense.bias)
 
@@ -38,16 +38,16 @@ class SelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, neox_args):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        hidden = neox_args.hidden_size
-        width = neox_args.intermediate_size or 4 * hidden
+        hidden = config.hidden_size
+        width = config.intermediate_size or 4 * hidden
         # swiglu gates the width-wide hidden with a second projection of the same width.
-        self.gated = neox_args.activation == "swiglu"
+        self.gated = config.activation == "swiglu"
         self.dense_h_to_4h = nn.Linear(hidden, 2 * width if self.gated else width)
         self.dense_4h_to_h = nn.Linear(width, hidden)
-        init_normal_(self.dense_h_to_4h.weight, neox_args.init_method, neox_args)
-        init_normal_(self.dense_4h_to_h.weight, neox_args.output_layer_init_method, neox_args)
+        init_normal_(self.dense_h_to_4h.weight, config.init_method, config)
+        init_normal_(self.dense_4h_to_h.weight, config.output_layer_init_method, config)
         nn.init.zeros_(self.dense_h_to_4h.bias)
         nn.init.zeros_(self.dense_4h_to_h.bias)
 
@@ -62,14 +62,14 @@ class MLP(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, neox_args, attention: AttentionConfig):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        self.input_layernorm = build_norm(neox_args)
-        self.attention = SelfAttention(neox_args, attention)
-        self.post_attention_layernorm = build_norm(neox_args)
-        self.mlp = MLP(neox_args)
-        self.hidden_dropout = nn.Dropout(neox_args.hidden_dropout)
-        self.gpt_j_residual = neox_args.gpt_j_residual
+        self.input_layernorm = build_norm(config)
+        self.attention = SelfAttention(config)
+        self.post_attention_layernorm = build_norm(config)
+        self.mlp = MLP(config)
+        self.hidden_dropout = nn.Dropout(config.hidden_dropout)
+        self.gpt_j_residual = config.gpt_j_residual
 
     def forward(self, x, plan: AttentionPlan, kv=None):  # x [b, s, hidden]
         attention_out = self.hidden_dropout(self.attention(self.input_layernorm(x), plan, kv))

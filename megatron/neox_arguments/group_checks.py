@@ -6,8 +6,8 @@ declarations; what no declaration says is written here."""
 import difflib
 
 from megatron.evaluation.modes import mode_names, mode_options
-from megatron.evaluation.probes import TrainOptions as ProbeTrainOptions
-from megatron.model.attention.config import AttentionConfig, AttentionConfigError
+from megatron.probes import TrainOptions as ProbeTrainOptions
+from megatron.model.attention.config import AttentionConfigError
 from megatron.model.layer_pattern import LayerPatternError, layer_kinds
 from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem
@@ -17,6 +17,7 @@ from megatron.quoting import quote
 from .errors import NeoXArgsError
 from .groups import POS_EMB_ALIASES, POS_EMB_CHOICES
 from .owned_options import check_owned
+from .to_model import attention_config, layers_config
 from .value_checks import check_values, non_finite, past_float32
 from .values import _coerce
 
@@ -121,14 +122,18 @@ def check_positional(args, fail):
             fail("layer_pattern", f"is {quote(args.layer_pattern)}; give a non-empty list of entries such as "
                  "[{pos-emb: rotary}, {pos-emb: none}], or null for every layer the same.")
         try:
-            layer_kinds(args)
+            config = layers_config(args)
+        except AttentionConfigError:
+            return  # check_attention names it
+        try:
+            layer_kinds(config)
         except LayerPatternError as err:
             fail(err.key, str(err))
 
 
 def check_attention(args, fail):
     try:
-        AttentionConfig.from_args(args)
+        attention_config(args)
     except AttentionConfigError as err:
         where = args.config_sources.get(err.key, "the config")
         raise NeoXArgsError(f"{where}: {err}") from None

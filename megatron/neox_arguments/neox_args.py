@@ -9,7 +9,6 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
-from megatron.evaluation import identity
 from megatron.progress import follow_config
 
 from .entry_points import argument_parser, flag_overrides, name_the_cpu_accelerator
@@ -36,6 +35,13 @@ class NeoXArgs(*reversed(GROUPS)):
     upstream_notes: list = field(default_factory=list, metadata={"derived": True})  # upstream_compat.Note
 
     # ---------------------------------------------------------------- construction
+    @classmethod
+    def trained_keys(cls) -> dict:
+        """{key: default} of every config key that decides what is trained: the keys a run's config hash
+        (megatron/evaluation/identity.py, config_hash) is computed over."""
+        return {name: f.default_factory() if callable(f.default_factory) else f.default
+                for name, f in cls.user_keys().items() if name not in _UNHASHED_KEYS}
+
     @classmethod
     def user_keys(cls) -> dict:
         """name -> dataclasses.Field of every key a config file may set."""
@@ -192,9 +198,6 @@ class NeoXArgs(*reversed(GROUPS)):
 # hash) and where things are.
 _UNHASHED_KEYS = {"seed", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path"} | {
     f.name for group in (EvaluationArgs, LoggingArgs, LauncherArgs) for f in dataclasses.fields(group)}
-identity.TRAINED_KEYS.update({
-    name: f.default_factory() if callable(f.default_factory) else f.default
-    for name, f in NeoXArgs.user_keys().items() if name not in _UNHASHED_KEYS})
 
 
 def encode_config(args: NeoXArgs) -> str:

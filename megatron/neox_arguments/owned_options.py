@@ -1,5 +1,5 @@
 """Config keys whose owner declares them: an evaluation mode (megatron/evaluation/modes) or a probe's
-training mix (megatron/evaluation/probes) gives a dataclass whose fields are declared with
+training mix (megatron/probes) gives a dataclass whose fields are declared with
 `option(default, help, check=...)`, the declaration positional methods use
 (megatron/model/positional_embeddings/base.py; their registry reads theirs). Here those dataclasses
 become config keys (groups.py) and are checked (`check_owned`)."""

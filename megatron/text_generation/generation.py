@@ -58,7 +58,7 @@ def check_request(model, prompts, max_new_tokens, temperature, top_k, top_p, rec
     problems = setting_problems(max_new_tokens, temperature, top_k, top_p)
     if problems:
         raise GenerationError("bad generation settings: " + " ".join(f"{key} {message}" for key, message in problems))
-    limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
+    limit = model.position_limit()
     longest = max(len(p) for p in prompts)
     # The last token is only chosen, never embedded: positions 0 .. longest + max_new_tokens - 2 are.
     if limit is not None and (longest > limit or longest + max_new_tokens - 1 > limit):

@@ -11,7 +11,7 @@ writes beside each result file.
 """
 import argparse
 
-from megatron.evaluation.probes import TASKS
+from megatron.probes import TASKS
 from megatron.evaluation.probes.heatmap import QUANTITIES, draw_panel, plot_heatmaps  # noqa: F401 (tools.reproduce draws panels)
 from megatron.neox_arguments import run_cli
 from .result_selection import add_selection_arguments, selected_documents

@@ -6,7 +6,7 @@
 out of date. Keys an owner
 declares are listed where the groups put them: the positional methods' options in the positional group
 (megatron/model/positional_embeddings), the evaluation modes' in the evaluation group
-(megatron/evaluation/modes), the probe training mix's in the data group (megatron/evaluation/probes).
+(megatron/evaluation/modes), the probe training mix's in the data group (megatron/probes).
 """
 import argparse
 import dataclasses

@@ -22,6 +22,7 @@ import torch
 from benchmarks.measure import PeakMemory
 from megatron.evaluation.scoring import window_losses
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention.choice import sdpa_bytes
 from .profiles import EVAL_LENGTHS, describe, model_args
 
@@ -41,7 +42,7 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
         args, vocab, padded_vocab = model_args(profile, "kerple_log", attention_impl=impl)
         torch.manual_seed(0)  # the same weights for both paths
         dtype = torch.bfloat16 if device == "cuda" and args.precision == "bf16" else torch.float32
-        models[impl] = GPTModel(args, padded_vocab).to(device=device, dtype=dtype).eval()
+        models[impl] = GPTModel(model_config(args, padded_vocab)).to(device=device, dtype=dtype).eval()
     weights_mb = sum(p.numel() * p.element_size() for p in models["auto"].parameters()) / 2**20
     last = 0.0
     for length in lengths:

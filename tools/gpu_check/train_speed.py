@@ -22,7 +22,8 @@ import torch
 
 from benchmarks.train_throughput import random_batches
 from megatron.initialize import initialize_megatron
-from megatron.model.positional_embeddings import available, build_positional_embedding_from_args
+from megatron.model.positional_embeddings import available
+from megatron.neox_arguments.to_model import positional_embedding
 from megatron.training import lm_loss, setup_model_and_optimizer, train_step
 from .profiles import GPU_MINI_SWEEP, TABLE4_METHODS, describe, model_args
 
@@ -83,7 +84,7 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
     for method in methods:
         chosen.append({"label": method, "method": method, "impl": "auto"})
         args, _, _ = model_args(profile, method)
-        distance_only = build_positional_embedding_from_args(args).distance_only
+        distance_only = positional_embedding(args).distance_only
         if device == "cuda" and distance_only and method != "none":
             chosen.append({"label": f"{method}+flex", "method": method, "impl": "flex"})
     chosen.append({"label": PEER, "method": "rotary", "impl": "transformers sdpa"})

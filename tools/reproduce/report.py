@@ -121,9 +121,10 @@ def _dataset_line(dataset, inputs) -> str:
 
 def _parameter_count(run: Run) -> int:
     from megatron.model import GPTModel
+    from megatron.neox_arguments.to_model import model_config
     from megatron.tokenizer import build_tokenizer
     args = run.args({**run.training_overrides(), "pos_emb": "kerple_log"})
-    return sum(p.numel() for p in GPTModel(args, build_tokenizer(args).padded_vocab_size).parameters())
+    return sum(p.numel() for p in GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).parameters())
 
 
 def _status_section(runs, documents, failures) -> str:

@@ -31,7 +31,7 @@ class Run:
     def identity(self) -> RunIdentity:
         """What evaluate.py writes into this run's result file (identity.py)."""
         return RunIdentity(self.dataset.name, self.method, self.window, self.seed,
-                           config_hash(self.args().to_dict()), self.label.variant)
+                           config_hash(self.args().to_dict(), NeoXArgs.trained_keys()), self.label.variant)
 
     @functools.cached_property
     def written_label(self) -> Method:  # cached: the label reads the run's config (NeoXArgs), once

@@ -1,8 +1,8 @@
 """`kv-retrieval`: the value of one of `probe-kv-pairs` key-value pairs ` [abc=1234]`, the queried one
 at each of `probe-depths`, in `probe-samples` prompts of the evaluated length
-(megatron/evaluation/probes/kv_retrieval.py); the record as every probe's
+(megatron/probes/kv_retrieval.py); the record as every probe's
 (megatron/evaluation/probes/record.py), its `probe_keys` the queried values."""
-from ..probes.kv_retrieval import Options, check_lengths, make_grid
+from megatron.probes.kv_retrieval import Options, check_lengths, make_grid
 from ..probes.record import probe_record
 from . import register
 

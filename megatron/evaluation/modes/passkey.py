@@ -1,7 +1,7 @@
 """`passkey`: retrieval of a 5-digit key hidden at each of `probe-depths` in `probe-samples` prompts of
-the evaluated length (megatron/evaluation/probes/passkey.py); the record as every probe's
+the evaluated length (megatron/probes/passkey.py); the record as every probe's
 (megatron/evaluation/probes/record.py)."""
-from ..probes.passkey import Options, check_lengths, make_grid
+from megatron.probes.passkey import Options, check_lengths, make_grid
 from ..probes.record import probe_record
 from . import register
 

@@ -31,20 +31,14 @@ def check_attention_sizes(window: int | None, block_size: int, memory_budget_mb:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    impl: str               # attention-impl: auto | sdpa | flex | blocked
-    block_size: int         # attention-block-size
-    window: int | None      # attention-window
-    dropout: float          # attention-dropout
-    memory_budget_mb: int | None  # attention-memory-budget
+    impl: str = "auto"             # attention-impl: auto | sdpa | flex | blocked
+    block_size: int = 512          # attention-block-size
+    window: int | None = None      # attention-window
+    dropout: float = 0.0           # attention-dropout
+    memory_budget_mb: int | None = None  # attention-memory-budget
     flex_kernel_options: dict | None = None  # attention-flex-kernel-options (CUDA's flex kernel)
 
     def __post_init__(self):
         check_attention_sizes(self.window, self.block_size, self.memory_budget_mb)
         if (problem := kernel_options_problem(self.flex_kernel_options)) is not None:
             raise AttentionConfigError("attention_flex_kernel_options", f"attention-flex-kernel-options: {problem}")
-
-    @classmethod
-    def from_args(cls, neox_args) -> "AttentionConfig":
-        return cls(neox_args.attention_impl, neox_args.attention_block_size, neox_args.attention_window,
-                   neox_args.attention_dropout, neox_args.attention_memory_budget,
-                   neox_args.attention_flex_kernel_options)

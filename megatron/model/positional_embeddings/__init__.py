@@ -91,16 +91,7 @@ def build_positional_embedding(name: str, num_heads: int, head_dim: int, hidden_
     return lookup(name)(shape, make_options(name, options))
 
 
-def build_positional_embedding_from_args(neox_args) -> PositionalEmbedding:
-    """Build the configured method with its options' config values."""
-    return build_positional_embedding(
-        neox_args.pos_emb, num_heads=neox_args.num_attention_heads,
-        head_dim=neox_args.hidden_size // neox_args.num_attention_heads, hidden_size=neox_args.hidden_size,
-        max_position_embeddings=neox_args.max_position_embeddings, init_method_std=neox_args.init_method_std,
-        **{o: getattr(neox_args, o) for o in option_names(neox_args.pos_emb)})
-
-
 __all__ = ["ALIASES", "LISTING_ORDER", "ModelShape", "Option", "OptionError", "PositionalEmbedding",
            "PositionalEmbeddingError", "available", "build_positional_embedding",
-           "build_positional_embedding_from_args", "checkpoint_options", "declared_options", "fraction",
+           "checkpoint_options", "declared_options", "fraction",
            "lookup", "make_options", "option", "option_names", "positive", "register"]

@@ -11,6 +11,7 @@ from hf_export_support import TRAIN_LENGTH, greedy_reference, tiny_config
 
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import attend, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.model_config import ModelConfig, differences
@@ -91,7 +92,7 @@ def test_ssmax_starts_at_the_plain_softmax_at_the_training_length():
 def model_with(temperature, method="kerple_log", seed=0):
     args = NeoXArgs.from_dict(tiny_config(method) | {"attention_temperature": temperature})
     torch.manual_seed(seed)
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
     with torch.no_grad():
         for pe in model.positional_embeddings():
             for p in pe.parameters():
@@ -114,10 +115,10 @@ def test_cached_generation_and_the_export_follow_the_temperature(kind, tmp_path)
 
 def test_the_checkpoint_records_the_temperature():
     args, model = model_with({"type": "ssmax"})
-    saved = ModelConfig.from_args(args, model.vocab_size)
+    saved = model_config(args, model.vocab_size)
     _, plain = model_with(None)
     plain_args = NeoXArgs.from_dict(tiny_config("kerple_log"))
-    assert differences(saved, ModelConfig.from_args(plain_args, plain.vocab_size)) == [
+    assert differences(saved, model_config(plain_args, plain.vocab_size)) == [
         "attention-temperature: checkpoint {'type': 'ssmax'}, this run None"]
 
 

@@ -13,6 +13,7 @@ from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import attend, plan_attention
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.dape import Dape
@@ -158,7 +159,7 @@ def test_the_export_gives_the_same_logits_at_4x(version, tmp_path):
     torch.set_num_threads(1)
     args = NeoXArgs.from_dict(tiny_config("kerple_log") | {"dape": {"version": version, "hidden": 8}})
     torch.manual_seed(0)
-    model = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
     with torch.no_grad():
         for p in model.positional_embeddings()[0].parameters():
             p.add_(0.3 * torch.rand_like(p))
@@ -270,7 +271,7 @@ def test_the_checkpoint_and_the_results_carry_it():
     from megatron.model.model_config import ModelConfig, differences
     with_dape = NeoXArgs.from_dict(tiny_config("kerple_log") | {"dape": {"version": 2}})
     plain = NeoXArgs.from_dict(tiny_config("kerple_log"))
-    assert differences(ModelConfig.from_args(with_dape, 256), ModelConfig.from_args(plain, 256)) == [
+    assert differences(model_config(with_dape, 256), model_config(plain, 256)) == [
         "dape: checkpoint {'version': 2}, this run None"]
     assert evaluation_variant(with_dape).startswith("dape2-") and evaluation_variant(plain) is None
 

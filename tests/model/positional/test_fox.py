@@ -27,6 +27,7 @@ from megatron.model.attention.sdpa import Sdpa
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.attention.cached import CachedPlan
 from megatron.model.layer_pattern import describe_layers, training_plans
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 from megatron.model.positional_embeddings.temperature import tempered
 from megatron.neox_arguments import NeoXArgs
@@ -230,8 +231,9 @@ def test_dry_run_lines_show_one_module_per_layer_and_the_strategy():
     args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 64,
                                "train_micro_batch_size_per_gpu": 1, "pos_emb": "fox",
                                "tokenizer_type": "ByteLevelTokenizer"})
-    assert describe_layers(args).splitlines()[1].endswith("# positional module 1")
-    assert "blocked_token_terms" in training_plans(args)[0]
+    model = model_config(args, None)
+    assert describe_layers(model).splitlines()[1].endswith("# positional module 1")
+    assert "blocked_token_terms" in training_plans(model, args.seq_length, 1, False)[0]
 
 
 def test_a_temperature_on_top_of_the_gate_is_refused():

@@ -11,13 +11,13 @@ from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbeddin
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from megatron.model.positional_embeddings import (LISTING_ORDER, PositionalEmbedding, PositionalEmbeddingError,
-                                                  available, build_positional_embedding,
-                                                  build_positional_embedding_from_args, checkpoint_options,
+                                                  available, build_positional_embedding, checkpoint_options,
                                                   option, option_names, register)
 from megatron.model.positional_embeddings.registry import OPTIONS, REGISTRY
 from megatron.model.positional_embeddings.temperature import Tempered
 from megatron.errors import NeoXArgsError
 from megatron.neox_arguments import POS_EMB_ALIASES, NeoXArgs
+from megatron.neox_arguments.to_model import positional_embedding
 
 H, D, HIDDEN = 4, 16, 64
 KERPLE = ("kerple_log", "kerple_power", "kerple_log3", "kerple_bias_weight")
@@ -118,7 +118,7 @@ def test_build_from_config(name):
     args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32,
                                "train_micro_batch_size_per_gpu": 1,
                                "pos_emb": name, "kerple_eps": 0.05, "rotary_pct": 0.5, "rpe_num_buckets": 16})
-    pe = build_positional_embedding_from_args(args)
+    pe = positional_embedding(args)
     assert (pe.name, pe.num_heads, pe.head_dim) == (name, 4, 16)
     if name != "cable":  # its offset c_h is unconstrained (it starts at 0, as the released code's)
         assert all(v.min() >= 0.05 for v in pe.kernel_parameters().values())

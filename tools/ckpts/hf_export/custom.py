@@ -105,28 +105,24 @@ def positional_modules(model) -> list[dict]:
              "dape": kind.dape} for kind in model.module_kinds]
 
 
-def longest_input(model) -> int | None:
-    """The most positions the model can embed (a learned table's rows), None when no method limits it."""
-    return min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
-
-
-def custom_config(neox_args, model, tokenizer) -> dict:
-    options = {name: getattr(neox_args, name) for name in option_names(neox_args.pos_emb)}
-    vocab_size = model.vocab_size
+def custom_config(model, tokenizer) -> dict:
+    """config.json of the custom folder: the model's ModelConfig as the decoder reads it."""
+    config = model.config
+    options = {name: config.option(name) for name in option_names(config.pos_emb)}
     return {
         "architectures": ["NeoXPEForCausalLM"], "model_type": "neox_pe", "auto_map": AUTO_MAP,
-        "vocab_size": vocab_size, "hidden_size": neox_args.hidden_size, "num_hidden_layers": neox_args.num_layers,
-        "num_attention_heads": neox_args.num_attention_heads,
-        "intermediate_size": neox_args.intermediate_size or 4 * neox_args.hidden_size,
-        "norm": neox_args.norm, "layer_norm_eps": neox_args.layernorm_epsilon, "activation": neox_args.activation,
-        "gpt_j_residual": neox_args.gpt_j_residual, "no_weight_tying": neox_args.no_weight_tying,
-        "attention_window": neox_args.attention_window, "pos_emb": lookup(neox_args.pos_emb).name,
-        "pos_emb_per_layer": neox_args.pos_emb_per_layer, "pos_emb_options": options,
-        "layer_pattern": neox_args.layer_pattern, "positional_modules": positional_modules(model),
+        "vocab_size": config.padded_vocab_size, "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_attention_heads,
+        "intermediate_size": config.intermediate_size or 4 * config.hidden_size,
+        "norm": config.norm, "layer_norm_eps": config.layernorm_epsilon, "activation": config.activation,
+        "gpt_j_residual": config.gpt_j_residual, "no_weight_tying": config.no_weight_tying,
+        "attention_window": config.attention.window, "pos_emb": lookup(config.pos_emb).name,
+        "pos_emb_per_layer": config.pos_emb_per_layer, "pos_emb_options": options,
+        "layer_pattern": config.layer_pattern, "positional_modules": positional_modules(model),
         "layer_module": list(model.layer_module),
-        "max_position_embeddings": longest_input(model), "train_length": neox_args.seq_length,
-        "neox_max_position_embeddings": neox_args.max_position_embeddings,
-        "initializer_range": neox_args.init_method_std, "use_cache": True, "tie_word_embeddings": False,
+        "max_position_embeddings": model.position_limit(), "train_length": config.lengths.get("seq_length"),
+        "neox_max_position_embeddings": config.max_position_embeddings,
+        "initializer_range": config.init_method_std, "use_cache": True, "tie_word_embeddings": False,
         "bos_token_id": tokenizer.eod, "eos_token_id": tokenizer.eod, "pad_token_id": tokenizer.pad,
         "dtype": "float32", "transformers_version": transformers.__version__,
     }
@@ -141,14 +137,14 @@ def custom_state(model) -> dict:
 
 
 def write_custom(source, out_dir: pathlib.Path) -> None:
-    args, methods = source.neox_args, model_methods(source.model)
+    methods = model_methods(source.model)
     for path in package_files(methods):
         (out_dir / path.name).write_bytes(path.read_bytes())
     (out_dir / REFERENCE_FILE.name).write_bytes(REFERENCE_FILE.read_bytes())
     (out_dir / METHOD_FILE).write_text(method_imports(methods))
     (out_dir / CONFIG_FILE).write_bytes((TEMPLATES / CONFIG_FILE).read_bytes())
     (out_dir / MODELING_FILE).write_bytes((TEMPLATES / MODELING_FILE).read_bytes())
-    config = custom_config(args, source.model, source.tokenizer)
+    config = custom_config(source.model, source.tokenizer)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out_dir / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": source.tokenizer.eod, "eos_token_id": source.tokenizer.eod,

@@ -16,24 +16,24 @@ from .tokenizer import export_tokenizer
 TARGETS = ("auto", "gpt_neox", "custom")
 
 
-def resolve_target(neox_args, target: str) -> str:
-    """`auto`: GPT-NeoX when it holds the whole model, else the custom folder."""
+def resolve_target(config, target: str) -> str:
+    """`auto`: GPT-NeoX when it holds the whole model `config` (a ModelConfig), else the custom folder."""
     if target not in TARGETS:
         raise ExportError(f"--target {target!r} is not one of {', '.join(TARGETS)}.")
-    problems = native_problems(neox_args)
+    problems = native_problems(config)
     if target == "gpt_neox" and problems:
         raise ExportError("--target gpt_neox cannot hold this model: " + "; ".join(problems) + ". Export it with "
                           "--target custom (or auto), which writes a folder that loads with trust_remote_code=True.")
     if target == "custom":  # the methods' files can be carried (ExportError otherwise)
-        package_files(pattern_methods(neox_args.pos_emb, neox_args.layer_pattern))
+        package_files(pattern_methods(config.pos_emb, config.layer_pattern))
     if target == "auto":
-        return "gpt_neox" if not problems else resolve_target(neox_args, "custom")
+        return "gpt_neox" if not problems else resolve_target(config, "custom")
     return target
 
 
 def export_model(source: Source, output_dir, target: str = "auto") -> str:
     """Write `source` as a Hugging Face folder in `output_dir`; returns the target used."""
-    target = resolve_target(source.neox_args, target)
+    target = resolve_target(source.model.config, target)
     out = pathlib.Path(output_dir)
     check_output_dir(out)
     # Written in a hidden folder beside it, renamed into place when complete: a failed export leaves no

@@ -17,44 +17,44 @@ NATIVE_METHODS = ("rotary", "none")
 ROPE_TYPES = {"linear": "linear", "yarn": "yarn", "llama3": "llama3", "longrope": "longrope"}
 
 
-def native_problems(neox_args) -> list[str]:
-    """What GPTNeoXForCausalLM cannot hold of this model (empty: it holds all of it)."""
+def native_problems(config) -> list[str]:
+    """What GPTNeoXForCausalLM cannot hold of model `config` (a ModelConfig; empty: it holds all of it)."""
     problems = []
-    if neox_args.pos_emb not in NATIVE_METHODS:
-        problems.append(f"pos-emb is {neox_args.pos_emb!r}, and GPT-NeoX in transformers has only rotary "
+    if config.pos_emb not in NATIVE_METHODS:
+        problems.append(f"pos-emb is {config.pos_emb!r}, and GPT-NeoX in transformers has only rotary "
                         "positions (rotary, or none as rotary of no dimensions)")
-    if neox_args.layer_pattern is not None:
+    if config.layer_pattern is not None:
         problems.append("layer-pattern is set (GPT-NeoX's layers are all alike)")
-    if neox_args.attention_temperature is not None:
+    if config.attention_temperature is not None:
         problems.append("attention-temperature is set (GPT-NeoX has no learned attention temperature)")
-    if getattr(neox_args, "dape", None) is not None:
+    if config.dape is not None:
         problems.append("dape is set (GPT-NeoX's attention has no learned edit of its scores)")
-    if neox_args.norm != "layernorm":
-        problems.append(f"norm is {neox_args.norm!r} (GPT-NeoX has LayerNorm only)")
-    if neox_args.activation != "gelu":
-        problems.append(f"activation is {neox_args.activation!r} (GPT-NeoX here is exported with exact gelu only)")
-    scaling = rotary_scaling(neox_args)
+    if config.norm != "layernorm":
+        problems.append(f"norm is {config.norm!r} (GPT-NeoX has LayerNorm only)")
+    if config.activation != "gelu":
+        problems.append(f"activation is {config.activation!r} (GPT-NeoX here is exported with exact gelu only)")
+    scaling = rotary_scaling(config)
     if scaling is not None and scaling.type not in ROPE_TYPES:
         problems.append(f"rotary-scaling type is {scaling.type!r} (transformers' GPT-NeoX computes "
                         f"{' and '.join(ROPE_TYPES)} as this project does)")
-    if neox_args.pos_emb == "rotary" and neox_args.rotary_unrotated_fraction:
-        problems.append(f"rotary-unrotated-fraction is {neox_args.rotary_unrotated_fraction} (p-RoPE; transformers' "
-                        "GPT-NeoX rotates every frequency of its rotated dims)")
-    if neox_args.attention_window is not None:
-        problems.append(f"attention-window is {neox_args.attention_window} (GPT-NeoX attends to every earlier token)")
+    if config.pos_emb == "rotary" and config.option("rotary_unrotated_fraction"):
+        problems.append(f"rotary-unrotated-fraction is {config.option('rotary_unrotated_fraction')} (p-RoPE; "
+                        "transformers' GPT-NeoX rotates every frequency of its rotated dims)")
+    if config.attention.window is not None:
+        problems.append(f"attention-window is {config.attention.window} (GPT-NeoX attends to every earlier token)")
     return problems
 
 
-def rotary_scaling(neox_args):
+def rotary_scaling(config):
     """The run's rotary-scaling as a RopeScaling, or None (plain rotary, or not rotary)."""
-    if neox_args.pos_emb != "rotary" or neox_args.rotary_scaling is None:
+    if config.pos_emb != "rotary" or config.option("rotary_scaling") is None:
         return None
-    return parse_scaling(neox_args.rotary_scaling, neox_args.max_position_embeddings)
+    return parse_scaling(config.option("rotary_scaling"), config.max_position_embeddings)
 
 
-def rope_parameters(neox_args) -> dict | None:
+def rope_parameters(config) -> dict | None:
     """transformers' rope_parameters for the run's rotary-scaling (None: plain rotary)."""
-    scaling = rotary_scaling(neox_args)
+    scaling = rotary_scaling(config)
     if scaling is None:
         return None
     params = {"rope_type": ROPE_TYPES[scaling.type], "factor": float(scaling.factor)}
@@ -74,16 +74,16 @@ def rope_parameters(neox_args) -> dict | None:
     return params
 
 
-def gpt_neox_config(neox_args, vocab_size: int, tokenizer) -> transformers.GPTNeoXConfig:
-    rotary = neox_args.pos_emb == "rotary"
-    return transformers.GPTNeoXConfig(rope_parameters=rope_parameters(neox_args),
-        vocab_size=vocab_size, hidden_size=neox_args.hidden_size, num_hidden_layers=neox_args.num_layers,
-        num_attention_heads=neox_args.num_attention_heads,
-        intermediate_size=neox_args.intermediate_size or 4 * neox_args.hidden_size, hidden_act="gelu",
-        rotary_pct=neox_args.rotary_pct if rotary else 0.0,
-        rotary_emb_base=neox_args.rotary_emb_base, max_position_embeddings=neox_args.max_position_embeddings,
-        layer_norm_eps=neox_args.layernorm_epsilon, use_parallel_residual=neox_args.gpt_j_residual,
-        tie_word_embeddings=not neox_args.no_weight_tying, attention_dropout=0.0, hidden_dropout=0.0,
+def gpt_neox_config(config, tokenizer) -> transformers.GPTNeoXConfig:
+    rotary = config.pos_emb == "rotary"
+    return transformers.GPTNeoXConfig(rope_parameters=rope_parameters(config),
+        vocab_size=config.padded_vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size or 4 * config.hidden_size, hidden_act="gelu",
+        rotary_pct=config.option("rotary_pct") if rotary else 0.0,
+        rotary_emb_base=config.option("rotary_emb_base"), max_position_embeddings=config.max_position_embeddings,
+        layer_norm_eps=config.layernorm_epsilon, use_parallel_residual=config.gpt_j_residual,
+        tie_word_embeddings=not config.no_weight_tying, attention_dropout=0.0, hidden_dropout=0.0,
         bos_token_id=tokenizer.eod, eos_token_id=tokenizer.eod, pad_token_id=tokenizer.pad)
 
 
@@ -135,9 +135,9 @@ def from_gpt_neox_state(theirs: dict, num_layers: int, heads: int, tied: bool) -
 
 
 def build_gpt_neox(source) -> transformers.GPTNeoXForCausalLM:
-    args = source.neox_args
-    model = transformers.GPTNeoXForCausalLM(gpt_neox_config(args, source.model.vocab_size, source.tokenizer))
-    state = to_gpt_neox_state(source.model.state_dict(), args.num_layers, args.num_attention_heads)
+    config = source.model.config
+    model = transformers.GPTNeoXForCausalLM(gpt_neox_config(config, source.tokenizer))
+    state = to_gpt_neox_state(source.model.state_dict(), config.num_layers, config.num_attention_heads)
     missing, unexpected = model.load_state_dict(state, strict=False)
     leftover = [k for k in missing if "rotary" not in k and "inv_freq" not in k]
     assert not leftover and not unexpected, (leftover, unexpected)  # the mapping covers every weight

@@ -7,6 +7,7 @@ import pathlib
 
 from megatron.model.model_config import ARCHITECTURE_KEYS
 from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import checkpoint_options
 from megatron.neox_arguments import POS_EMB_ALIASES, NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.upstream_compat import VALUE_MAPS
@@ -118,7 +119,7 @@ def load_fork(source, config_files=None, pos_emb=None, overrides=None):
                                     "is not the embedding stage of a GPT-NeoX checkpoint.")
     rows = stages.embedding["word_embeddings.weight"].shape[0]
     _check_stored_args(stages, args, rows)
-    model = GPTModel(args, rows)
+    model = GPTModel(model_config(args, rows))
     weights, notes = convert(args, stages, model)
     model.load_state_dict(weights)
     return args, model, weights, notes, stages
