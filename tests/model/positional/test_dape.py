@@ -234,7 +234,7 @@ def test_the_authors_form_generates_with_the_cache_as_a_full_forward_and_exports
     assert all(pe.cache_exact for pe in tiny_model("kerple_log", dape={"version": 2}).positional_embeddings())
     args = NeoXArgs.from_dict(tiny_config("kerple_log") | {"dape": {"version": 2, "hidden": 8, "form": "authors"}})
     torch.manual_seed(0)
-    ours = GPTModel(args, build_tokenizer(args).padded_vocab_size).eval()
+    ours = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
     export_model(Source(args, ours, build_tokenizer(args), step=1), tmp_path / "hf")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
     tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))

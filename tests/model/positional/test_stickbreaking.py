@@ -18,6 +18,7 @@ from megatron.model.attention import AttentionInputs, plan_attention
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.registry import STRATEGIES
 from megatron.model.layer_pattern import training_plans
+from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 from megatron.model.positional_embeddings.dape import daped
 from megatron.model.positional_embeddings.temperature import tempered
@@ -166,7 +167,7 @@ def test_dry_run_plans_show_the_blocked_strategy():
     args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 64,
                                "train_micro_batch_size_per_gpu": 1, "pos_emb": "stickbreaking",
                                "stickbreaking_attend_current": True, "tokenizer_type": "ByteLevelTokenizer"})
-    assert "blocked" in training_plans(args)[0]
+    assert "blocked" in training_plans(model_config(args, None), args.seq_length, 1, False)[0]
 
 
 
