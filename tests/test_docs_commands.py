@@ -100,6 +100,7 @@ RULES = [
     (r"^python (deepy\.py )?generate\.py ", Run(sets=GENERATE)),
     (r"^python tools/ckpts/convert_to_hf\.py ", Run()),
     (r"^OMP_NUM_THREADS=1 python eval\.py .*--eval_tasks niah_single_1", Run(sets={"eval-task-limit": 1})),
+    (r"^OMP_NUM_THREADS=1 python eval\.py .*configs/eval/ruler\.yml", Run(sets={"eval-task-limit": 1})),
     (r"--eval_tasks lambada_openai", NotRun("lm-eval's hub tasks download their data (needs the internet)")),
     (r"--eval_tasks python_mc", NotRun("needs the guide's two task files saved in my_tasks/; "
                                        "tests/test_first_contact_help.py saves them and runs this command")),
