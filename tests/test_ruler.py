@@ -66,6 +66,25 @@ def test_every_sample_is_as_long_as_asked_with_the_projects_tokenizer(run, token
         assert min(len(tokenizer.tokenize(d["input"])) + reserve for d in docs) > length - step
 
 
+def test_ruler_generation_goes_through_the_kv_cache(run):  # noqa: F811
+    """What the model's forward sees during generate_until (the path RULER's tasks take): the prompt once
+    (in chunks that add up to it), then one token per step, never the whole sequence again."""
+    from lm_eval.api.instance import Instance
+    from megatron.evaluation.lm_eval_adapter import NeoXLM
+    lm = NeoXLM(run["model"], run["tokenizer"], max_length=2048)
+    prompt = "The grass is green. The sky is blue. " * 40 + "One of the special magic numbers is: 1234567. What is it?"
+    request = Instance(request_type="generate_until", doc={}, arguments=(prompt, {"max_gen_toks": 20, "until": []}),
+                       idx=0)
+    seen = []
+    hook = run["model"].register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[1]))
+    try:
+        lm.generate_until([request])
+    finally:
+        hook.remove()
+    prefill = len(run["tokenizer"].tokenize(prompt))
+    assert sum(seen[:-19]) == prefill and seen[-19:] == [1] * 19  # 20 new tokens: the last needs no step
+
+
 class Retriever(LM):
     """An lm-eval model that answers every other niah prompt with its needle (read from the prompt) and
     the rest with a wrong number: scores that are neither all 0 nor all 1."""
