@@ -59,6 +59,15 @@ def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
     assert rerendered.returncode == 0, rerendered.stdout + rerendered.stderr
     assert "| niah_single_1 |" in (tmp_path / "report/report.md").read_text()
 
+    # RULER added to (or missing from) a finished run: only eval.py runs, not training or evaluate.py
+    for path in (tmp_path / "work/code/kerple_log/seed7/eval/lm_eval").glob("*.json"):
+        path.unlink()
+    third = reproduce(sweep)
+    assert third.returncode == 0, third.stdout + third.stderr
+    logs = {name: (tmp_path / "work/code/kerple_log/seed7" / name).read_text().count("\n$ ")
+            for name in ("train.log", "evaluate.log", "ruler.log")}
+    assert logs == {"train.log": 1, "evaluate.log": 1, "ruler.log": 2}
+
 
 @pytest.mark.parametrize("ruler,message", [
     (["niah_single_1"], r"`ruler`: must be a mapping with keys tasks and \(optional\) limit"),
