@@ -69,6 +69,15 @@ def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
     assert logs == {"train.log": 1, "evaluate.log": 1, "ruler.log": 2}
 
 
+@pytest.mark.launches
+def test_dry_run_says_the_ruler_tasks(tmp_path):
+    planned = subprocess.run([sys.executable, "-m", "tools.reproduce", str(ruler_sweep(tmp_path, {"tasks": [
+        "niah_single_1", "ruler_fwe"]})), "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert ("RULER: niah_single_1, ruler_fwe by eval.py after each evaluation, 20 samples per length at [64, 512]"
+            in planned.stdout)
+
+
 @pytest.mark.parametrize("ruler,message", [
     (["niah_single_1"], r"`ruler`: must be a mapping with keys tasks and \(optional\) limit"),
     ({"tasks": ["niah_single_1"], "samples": 3}, r"`ruler`: must be a mapping with keys tasks"),

@@ -51,6 +51,10 @@ def summary(sweep: Sweep, data_plans, runs, report_dir: pathlib.Path, published:
     lines.append(f"Trainings: {len(trainings)}: {len(trained)} done, {len(to_train)} to do"
                  + (f" ({len(resuming)} of them resume from their last checkpoint)" if resuming else ""))
     lines.append(f"Evaluations: {len(evaluations)}: {len(evaluated)} done, {len(to_evaluate)} to do")
+    if sweep.ruler:
+        lines.append(f"RULER: {', '.join(sweep.ruler['tasks'])} by eval.py after each evaluation, "
+                     f"{sweep.ruler['limit']} samples per length at {sweep.evaluation.get('eval_lengths')} (an "
+                     "evaluation is done when both are)")
     if broken:
         names = ", ".join(str(r) for r in trainings if id(r) in broken)
         lines.append(f"Blocked: {names}: their folders hold checkpoints of a different "
