@@ -68,6 +68,7 @@ class NotRun:
 # and the demo's evaluation stays the only result file of that run (make_tables refuses two).
 TRAIN = {"train-iters": 8, "checkpoint-factor": 8, "eval-interval": 8, "eval-iters": 1, "log-interval": 2}
 GENERATE = {"maximum_tokens": 8, "num-samples": 1}
+RULER = {"eval-task-limit": 1, "eval-task-metadata": "{max_seq_lengths: [512]}"}
 DEMO_TRAIN = " ".join(f"--set {key}={value}" for key, value in TRAIN.items())
 PAPER_DATA = Refused(("data/github/github_text_document", "python tools/datasets/prepare_data.py github"))
 GPU = NotRun("needs a GPU machine (docs/gpu/README.md); `make gpu-check` runs there")
@@ -99,7 +100,9 @@ RULES = [
     (r"--set text-gen-type=interactive", Run(sets=GENERATE, stdin="def main():\n")),
     (r"^python (deepy\.py )?generate\.py ", Run(sets=GENERATE)),
     (r"^python tools/ckpts/convert_to_hf\.py ", Run()),
-    (r"^OMP_NUM_THREADS=1 python eval\.py .*--eval_tasks niah_single_1", Run(sets={"eval-task-limit": 1})),
+    # RULER at one length (512: the shortest a niah sample fits with byte-level tokens), one sample: both
+    # commands score the same way, so the second merges into the first's result file.
+    (r"^OMP_NUM_THREADS=1 python eval\.py .*(--eval_tasks niah_single_1|configs/eval/ruler\.yml)", Run(sets=RULER)),
     (r"--eval_tasks lambada_openai", NotRun("lm-eval's hub tasks download their data (needs the internet)")),
     (r"--eval_tasks python_mc", NotRun("needs the guide's two task files saved in my_tasks/; "
                                        "tests/test_first_contact_help.py saves them and runs this command")),

@@ -2,6 +2,7 @@
 every sample lm-eval makes is as long as asked, measured with this project's tokenizer; the project's
 scores are lm-eval's scoring of the generations; the effective length of a hand-worked example; data
 that is not here is refused in one paragraph; eval.py writes RULER results that make_tables prints."""
+import argparse
 import json
 import pathlib
 import re
@@ -65,6 +66,25 @@ def test_every_sample_is_as_long_as_asked_with_the_projects_tokenizer(run, token
         assert min(len(tokenizer.tokenize(d["input"])) + reserve for d in docs) > length - step
 
 
+def test_ruler_generation_goes_through_the_kv_cache(run):  # noqa: F811
+    """What the model's forward sees during generate_until (the path RULER's tasks take): the prompt once
+    (in chunks that add up to it), then one token per step, never the whole sequence again."""
+    from lm_eval.api.instance import Instance
+    from megatron.evaluation.lm_eval_adapter import NeoXLM
+    lm = NeoXLM(run["model"], run["tokenizer"], max_length=2048)
+    prompt = "The grass is green. The sky is blue. " * 40 + "One of the special magic numbers is: 1234567. What is it?"
+    request = Instance(request_type="generate_until", doc={}, arguments=(prompt, {"max_gen_toks": 20, "until": []}),
+                       idx=0)
+    seen = []
+    hook = run["model"].register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[1]))
+    try:
+        lm.generate_until([request])
+    finally:
+        hook.remove()
+    prefill = len(run["tokenizer"].tokenize(prompt))
+    assert sum(seen[:-19]) == prefill and seen[-19:] == [1] * 19  # 20 new tokens: the last needs no step
+
+
 class Retriever(LM):
     """An lm-eval model that answers every other niah prompt with its needle (read from the prompt) and
     the rest with a wrong number: scores that are neither all 0 nor all 1."""
@@ -126,11 +146,6 @@ def test_tasks_whose_data_is_not_here_are_refused_in_one_paragraph(tmp_path):
     with pytest.raises(EvaluationError, match=r"ruler_qa_squad cannot run here: lm-eval 0.4.13 downloads its "
                        r"questions on every run .*rajpurkar.*the RULER tasks that need no data are niah_single_1"):
         refuse_unavailable(["niah_single_1", "ruler_qa_squad"])
-    args = tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": [512, 1024]})
-    with pytest.raises(EvaluationError, match=r"ruler_vt below 4,096 tokens, ruler_cwe below 1,024 tokens is not run: "
-                       r"lm-eval 0.4.13's sampler for it did not finish at such lengths. "
-                       r"The lengths asked are \[512, 1024\]"):
-        RulerRun(args, ["niah_single_1", "ruler_vt", "ruler_cwe"])
     import nltk
     try:
         nltk.data.find("tokenizers/punkt_tab")
@@ -141,6 +156,51 @@ def test_tasks_whose_data_is_not_here_are_refused_in_one_paragraph(tmp_path):
                        r"NLTK's punkt_tab .*(and the Hugging Face dataset baber/paul_graham_essays )?.*not on this "
                        r"machine .*nltk.download\('punkt_tab'\)"):
         refuse_unavailable(["niah_single_2"])
+
+
+@pytest.fixture(scope="module")
+def byte_level_hf(tmp_path_factory):
+    """The Hugging Face tokenizer lm-eval sizes samples with, made from this project's byte-level tokenizer."""
+    from megatron.tokenizer.tokenizer import ByteLevelTokenizer
+    folder = tmp_path_factory.mktemp("byte_level")
+    export_tokenizer(ByteLevelTokenizer(), folder)
+    go_offline()
+    import_ruler_offline()
+    from lm_eval.tasks.ruler.common_utils import get_tokenizer
+    return get_tokenizer(str(folder))
+
+
+def test_word_and_variable_samplers_are_asked_before_lm_eval_and_agree_with_it(byte_level_hf):
+    """ruler_fit.py says where lm-eval 0.4.13's cwe / fwe / vt samplers make no real sample; where it says so,
+    lm-eval's own sampler makes 0-word lists (cwe); where it says they fit, lm-eval's samples are real and as long
+    as asked. (vt's and fwe's samplers would never end there: only the messages are checked.)
+    The random states the checks draw from are put back."""
+    import random
+    from lm_eval.tasks.ruler import cwe_utils, fwe_utils
+    from megatron.evaluation.ruler_fit import why_no_sample
+    state = random.getstate(), np.random.get_state()[1].copy()
+    assert re.fullmatch(r"its smallest word list \(10 words, with its few-shot example and 120 answer tokens\) needs "
+                        r"\d+-\d+ tokens in 50 draws, more than 1024; lm-eval 0.4.13's sampler would then make lists "
+                        r"of 0 words \(which its scoring divides by\) or never end",
+                        why_no_sample("ruler_cwe", 1024, byte_level_hf))
+    assert random.getstate() == state[0] and (np.random.get_state()[1] == state[1]).all()
+    made = cwe_utils.sys_word_pair_random(num_samples=3, max_seq_length=1024, tokenizer=byte_level_hf)
+    assert [d["outputs"] for d in made] == [[], [], []]
+    assert re.fullmatch(r"its in-context example, made to fit 500 tokens from at least 5 noise sentences, needs \d+ "
+                        r"with this tokenizer: lm-eval 0.4.13's sampler would never end \(at any length\)",
+                        why_no_sample("ruler_vt", 2048, byte_level_hf))
+    assert why_no_sample("ruler_fwe", 128, byte_level_hf) == (
+        "its vocabulary is length / 50 = 2 coded word(s), fewer than the noise word and 3 answers lm-eval 0.4.13's "
+        "sampler needs")
+    assert re.fullmatch(r"its prompt with no words has \d+ tokens: lm-eval 0.4.13's sampler would never end",
+                        why_no_sample("ruler_fwe", 256, byte_level_hf))
+    assert len(byte_level_hf(fwe_utils.TEMPLATE.format(context="", query="")).input_ids) > 256
+    for length in (512, 1024):  # lm-eval's samples: within its 50-token answer reserve, the 3 answers in the text
+        assert why_no_sample("ruler_fwe", length, byte_level_hf) is None
+        made = fwe_utils.sys_kwext(byte_level_hf, length, num_samples=2)
+        assert all(d["length"] <= length + 50 and len(d["outputs"]) == 3 for d in made)
+        assert all(a in d["input"].split() for d in made for a in d["outputs"])
+    assert why_no_sample("niah_single_1", 64, byte_level_hf) is None  # lm-eval's niah samplers say so themselves
 
 
 @pytest.mark.launches
@@ -172,6 +232,17 @@ def test_eval_py_writes_ruler_results_and_make_tables_prints_them(run, tmp_path)
     assert table.returncode == 0, table.stderr
     assert re.search(r"\| 256 \(4×\) \| no sample fits \|", table.stdout)
     assert re.search(r"\| 512 \(8×\) \| \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=2 \|", table.stdout)
+    # make_tables' selection applies to them: --length, --rename (the label shown), --ruler-task
+    from megatron.evaluation.results import ResultFileError
+    from tools.analysis.long_context_tables import long_context_tables
+    selection = dict(results=[str(results)], method=None, name=None, seed=None, keep_lengths=[512],
+                     rename=["kerple_log=KERPLE"], ruler_task=["niah_*"], reference="KERPLE", alpha=0.05)
+    shown = long_context_tables(argparse.Namespace(**selection), [])
+    assert "RULER niah_single_1" in shown and "| length | KERPLE |" in shown and "| 256 (4×)" not in shown
+    assert re.search(r"\| niah_single_1 \| (none \(score 0 at 512\)|512 \(8×\)) \|", shown)
+    with pytest.raises(ResultFileError, match=r"--ruler-task 'ruler_cwe': no RULER result of these tasks in the runs "
+                       r"selected \(their tasks: niah_single_1\)"):
+        long_context_tables(argparse.Namespace(**{**selection, "ruler_task": ["ruler_cwe"]}), [])
 
 
 def test_eval_task_metadata_is_checked_with_the_config(tmp_path):

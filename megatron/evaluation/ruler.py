@@ -10,7 +10,8 @@ extrapolation ladder, configs/eval/*.yml), else 1x, 2x, ... 32x seq-length.
 Each task runs once per length (lm-eval's `limit` then means samples per length, where lm-eval
 would cut the concatenation of all lengths), with the same seed, so every run sharing a tokenizer
 scores the same samples (paired comparisons). A length too short for the task's prompt template
-and answer reserve (RULER reserves 128 tokens for niah's answer) is recorded as such, not scored.
+and answer reserve (RULER reserves 128 tokens for niah's answer) is recorded as such, not scored: the niah
+samplers say so, the word and variable samplers are asked first (ruler_fit.py).
 
 Only data that needs no download runs: the haystacks of repeated sentences, needles, random words
 and variables. The tasks built on Paul Graham's essays run when that dataset is in the Hugging Face
@@ -25,6 +26,7 @@ import tempfile
 import numpy as np
 
 from megatron.quoting import quote
+from .ruler_fit import why_no_sample
 from .run import EvaluationError
 
 SYNTHETIC = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "ruler_vt", "ruler_cwe", "ruler_fwe")
@@ -36,10 +38,6 @@ GROUP = "ruler"  # lm-eval's group of the 13
 ESSAYS = "baber/paul_graham_essays"
 LADDER = (1, 2, 4, 8, 16, 32)  # multiples of seq-length when neither metadata nor eval-lengths names lengths
 BOOTSTRAP_DRAWS = 1000
-# Lengths below which lm-eval 0.4.13's sampler did not finish with byte-level tokens: vt's at 1,024 (it printed
-# "reduces chain length for not enough noises" for minutes; RULER's own shortest length is 4,096), cwe's at 64
-# (no sample made in 5 CPU minutes; at 1,024 it made its 500 in ~80 s).
-SHORTEST = {"ruler_vt": 4096, "ruler_cwe": 1024}
 
 
 def ruler_tasks(tasks) -> list[str]:
@@ -148,13 +146,6 @@ class RulerRun:
         self.limit, self.seed = neox_args.eval_task_limit, neox_args.eval_seed
         go_offline()
         refuse_unavailable(tasks)
-        too_short = [(t, SHORTEST[t]) for t in tasks if t in SHORTEST and self.lengths[0] < SHORTEST[t]]
-        if too_short:
-            said = ", ".join(f"{t} below {n:,} tokens" for t, n in too_short)
-            raise EvaluationError(f"eval-tasks: {said} is not run: lm-eval 0.4.13's sampler for it did not finish at "
-                                  f"such lengths. The lengths asked are {self.lengths}; run that task in a command of "
-                                  "its own with longer lengths (eval-task-metadata: {max_seq_lengths: [...]}) or "
-                                  "leave it out.")
 
     @property
     def longest(self) -> int:
@@ -164,6 +155,7 @@ class RulerRun:
         """{"results": lm-eval's results merged over lengths, "ruler": {task: {length: summary}},
         "samples": {task: {length: lm-eval's logged samples}} (the generations; not written)}."""
         import lm_eval
+        from lm_eval.tasks.ruler.common_utils import get_tokenizer
         from megatron.tokenizer.hf_files import export_tokenizer
         results, records, logged = {}, {}, {}
         with tempfile.TemporaryDirectory(prefix="ruler-tokenizer-") as folder:
@@ -172,6 +164,10 @@ class RulerRun:
             for task in self.tasks:
                 merged, records[task], logged[task] = {}, {}, {}
                 for length in self.lengths:
+                    why = why_no_sample(task, length, get_tokenizer(folder))
+                    if why:
+                        records[task][str(length)] = no_sample(task, length, why)
+                        continue
                     manager = ruler_manager({**self.user_metadata, "tokenizer": folder, "max_seq_lengths": [length]})
                     try:
                         output = lm_eval.simple_evaluate(
@@ -181,9 +177,8 @@ class RulerRun:
                     except ValueError as err:
                         if "Could not generate any sample" not in str(err):
                             raise
-                        records[task][str(length)] = {"score": None, "n": 0, "note": "no sample fits this length "
-                                                      "(prompt template + answer reserve): " + quote(str(err))}
-                        print(f"{task} at {length} tokens: no sample fits (lm-eval: {str(err)[:200]})", flush=True)
+                        records[task][str(length)] = no_sample(task, length, "lm-eval says "
+                                                                + quote(str(err)))
                         continue
                     logged[task][str(length)] = output["samples"][task]
                     ids, scores = per_length_scores(output["samples"][task], length)
@@ -193,6 +188,12 @@ class RulerRun:
                                    in (str(length), f"{length}_stderr")})
                 results[task] = merged
         return {"results": results, "ruler": records, "samples": logged}
+
+
+def no_sample(task: str, length: int, why: str) -> dict:
+    """The record of a length too short for the task's samples (said, not scored)."""
+    print(f"{task} at {length} tokens: no sample fits: {why}", flush=True)
+    return {"score": None, "n": 0, "note": f"no sample fits this length: {why}"}
 
 
 def ruler_table(records: dict) -> str:

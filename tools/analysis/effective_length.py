@@ -111,9 +111,13 @@ def estimate(curve: Curve, threshold: float, ppl_factor: float, draws: int = DRA
 def curves(folder) -> list[Curve]:
     """Every measure of every method in `folder` (evaluate.py's files) and `folder`/lm_eval (eval.py's)."""
     folder = pathlib.Path(folder)
+    return curves_of(load_results(folder) if any(folder.glob("*.json")) else [], load_ruler(folder))
+
+
+def curves_of(documents: list, ruler_documents: list) -> list[Curve]:
+    """Every measure of every method in evaluate.py's result documents and eval.py's RULER documents."""
     table = defaultdict(lambda: defaultdict(dict))  # (measure, method, lower) -> length -> seed -> values
     trained = {}
-    documents = load_results(folder) if any(folder.glob("*.json")) else []
     for document in documents:
         method, seed = Method.of_run(document["run"]), document["run"]["seed"]
         for record in document["results"]:
@@ -128,7 +132,7 @@ def curves(folder) -> list[Curve]:
             else:
                 continue
             trained[key] = document["run"]["train_length"]
-    for document in load_ruler(folder):
+    for document in ruler_documents:
         method, seed = Method.of_run(document["run"]), document["run"]["seed"]
         for task, per_length in document["ruler"].items():
             key = (task, method, False)
@@ -142,8 +146,12 @@ def curves(folder) -> list[Curve]:
 
 def estimates(folder, threshold: float = THRESHOLD, ppl_factor: float = PPL_FACTOR) -> dict:
     """{measure: {method: estimate}} with the train length of each under "train_length"."""
+    return estimates_of(curves(folder), threshold, ppl_factor)
+
+
+def estimates_of(found_curves: list, threshold: float = THRESHOLD, ppl_factor: float = PPL_FACTOR) -> dict:
     out = defaultdict(dict)
-    for curve in curves(folder):
+    for curve in found_curves:
         found = estimate(curve, threshold, ppl_factor)
         out[curve.measure][curve.method] = {**found, "train_length": curve.train_length}
     return out

@@ -1,10 +1,21 @@
 """What make_tables prints after Table 3 when its folders hold RULER results (eval.py's lm_eval/): the RULER
-table (ruler_table.py) and the effective-length table (effective_length.py, default threshold and factor)."""
+table (ruler_table.py) and the effective-length table (effective_length.py, default threshold and factor),
+with make_tables' own selection: --method / --name / --seed / --length / --rename as for Table 3, and
+--ruler-task for the RULER tasks shown."""
+import fnmatch
 import glob
 import pathlib
 
-from .effective_length import PPL_FACTOR, THRESHOLD, estimates, render_table
+from megatron.evaluation.results import ResultFileError
+from megatron.quoting import quote
+from .effective_length import PPL_FACTOR, THRESHOLD, curves_of, estimates_of, render_table
+from .result_selection import passes_filters, rename
 from .ruler_table import load_ruler, ruler_tables
+
+
+def add_ruler_arguments(parser) -> None:
+    parser.add_argument("--ruler-task", nargs="+", metavar="PATTERN",
+                        help="RULER tasks shown in the RULER and effective-length tables (e.g. niah_single_1 'niah_*')")
 
 
 def result_folders(paths) -> list[pathlib.Path]:
@@ -18,15 +29,42 @@ def result_folders(paths) -> list[pathlib.Path]:
     return folders
 
 
-def long_context_tables(paths, reference: str = "kerple_log", alpha: float = 0.05) -> str:
-    """The two tables as markdown, or "" when no folder of `paths` has RULER results."""
-    folders = result_folders(paths)
-    documents = [document for folder in folders for document in load_ruler(folder)]
-    if not documents:
+def selected_ruler(args) -> list[dict]:
+    """The RULER documents of make_tables' folders that pass its filters (runs, seeds, lengths, tasks)."""
+    documents = [d for folder in result_folders(args.results) for d in load_ruler(folder)
+                 if passes_filters(d, args)]
+    lengths, tasks = getattr(args, "keep_lengths", None), getattr(args, "ruler_task", None)
+    out = []
+    for document in documents:
+        kept = {task: {n: r for n, r in per_length.items() if not lengths or int(n) in lengths}
+                for task, per_length in document["ruler"].items()
+                if not tasks or any(fnmatch.fnmatchcase(task, p) for p in tasks)}
+        kept = {task: per_length for task, per_length in kept.items() if per_length}
+        if kept:
+            out.append(dict(document, ruler=kept))
+    if documents and tasks and not out:
+        known = sorted({t for d in documents for t in d["ruler"]})
+        raise ResultFileError(f"--ruler-task {' '.join(map(quote, tasks))}: no RULER result of these tasks in the "
+                              f"runs selected (their tasks: {', '.join(known)}).")
+    return out
+
+
+def long_context_tables(args, documents: list[dict]) -> str:
+    """The two tables as markdown for make_tables' `args` and its selected, renamed evaluate.py `documents`,
+    or "" when no folder of args.results has RULER results."""
+    ruler = selected_ruler(args)
+    if not ruler:
         return ""
-    by_measure = {}
-    for folder in folders:
-        for measure, per_method in estimates(folder, THRESHOLD, PPL_FACTOR).items():
-            by_measure.setdefault(measure, {}).update(per_method)
-    return ("\n" + ruler_tables(documents, reference, alpha) + "\n"
+    ruler = rename(ruler + documents, args.rename)[:len(ruler)]  # --rename names a run of either kind
+    by_measure = estimates_of(curves_of(documents, ruler), THRESHOLD, PPL_FACTOR)
+    if getattr(args, "ruler_task", None):  # perplexity and the probes stay; RULER tasks as selected
+        shown = {t for d in ruler for t in d["ruler"]}
+        by_measure = {m: v for m, v in by_measure.items() if m in shown or not _is_ruler(m, documents)}
+    return ("\n" + ruler_tables(ruler, args.reference, args.alpha) + "\n"
             + render_table(by_measure, THRESHOLD, PPL_FACTOR) + "\n")
+
+
+def _is_ruler(measure: str, documents) -> bool:
+    """Whether a measure is a RULER task's (the others come from evaluate.py's modes)."""
+    modes = {r["mode"] for d in documents for r in d["results"]}
+    return not (measure.startswith("ppl (") or measure in modes)

@@ -26,6 +26,7 @@ from megatron.evaluation.modes import mode_names
 from megatron.evaluation.results import ResultFileError
 from megatron.preflight import folder_problem
 from .paper_numbers import DEFAULT_DATASET_MAP, PAPER_TRAIN_LENGTH, TABLE3, paper_cell
+from .long_context_tables import add_ruler_arguments, long_context_tables
 from .result_selection import add_selection_arguments, selected_documents
 from .results_index import budgets, index_results, method_sort_key, train_lengths
 from .significance import Comparison, compare
@@ -279,17 +280,18 @@ def main(argv=None):
                         help="training log folders for Table 4 (sec/step)")
     parser.add_argument("--format", choices=tuple(RENDERERS), default="md", help="what to print")
     parser.add_argument("--out", help="also write table3.{md,tex,csv} (and table4.*) into this folder")
+    add_ruler_arguments(parser)
     args = parser.parse_args(argv)
     problem = args.out and folder_problem(args.out, "--out")
     if problem:  # before the tables are computed and printed
         raise ResultFileError(problem)
 
-    table = build_table3(selected_documents(args), args.mode, args.reference, args.alpha,
-                         _paper_map(args.paper), args.test_across_budgets)
+    documents = selected_documents(args)
+    table = build_table3(documents, args.mode, args.reference, args.alpha, _paper_map(args.paper),
+                         args.test_across_budgets)
     print(RENDERERS[args.format](table))
     # --- RULER and effective-length tables (issue 37): printed where eval.py wrote RULER results ---
-    from .long_context_tables import long_context_tables
-    print(long_context_tables(args.results, args.reference, args.alpha), end="")
+    print(long_context_tables(args, documents), end="")
     # --- end of the RULER hook ---
     speeds = speed_table(args.train_logs) if args.train_logs else None
     if speeds:

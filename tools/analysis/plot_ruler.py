@@ -19,8 +19,12 @@ from .ruler_table import index_ruler, load_ruler, seed_mean, train_length
 def plot_ruler(documents):
     index, trained = index_ruler(documents), train_length(documents)
     tasks = sorted(index)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    columns = min(3, len(tasks))  # rows of 3 panels: readable at a page's width
+    rows = -(-len(tasks) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(tasks):]:
+        ax.set_visible(False)
+    for ax, task in zip(axes.flat, tasks):
         every = sorted({n for runs in index[task].values() for n in runs} | ({trained} if trained else set()))
         methods = sorted(index[task], key=method_sort_key)
         for j, method in enumerate(methods):
@@ -33,6 +37,8 @@ def plot_ruler(documents):
             ax.plot(x, score, marker="o", color=method_color(method), linestyle=method_linestyle(method),
                     label=f"{method} ({seeds} seed{'s' if seeds > 1 else ''})")
             ax.fill_between(x, low, high, color=method_color(method), alpha=0.15)
+        if not any(seed_mean(runs) for per in index[task].values() for runs in per.values()):
+            ax.text(0.5, 0.5, "no sample fits at any length", transform=ax.transAxes, ha="center", color="grey")
         if trained:
             ax.axvline(trained, color="grey", linestyle=":", linewidth=1, label=f"train length {trained}")
         ax.set_xscale("log", base=2)

@@ -39,7 +39,7 @@ def add_selection_arguments(parser, length_filter: bool = True) -> None:
 
 def selected_documents(args) -> list[dict]:
     """The result documents the arguments name, filtered and renamed (each run's `label` the one shown)."""
-    documents = [d for d in read_paths(args.results) if _kept(d, args)]
+    documents = [d for d in read_paths(args.results) if passes_filters(d, args)]
     if getattr(args, "keep_lengths", None):
         documents = [dict(d, results=[r for r in d["results"] if r["length"] in args.keep_lengths])
                      for d in documents]
@@ -74,7 +74,7 @@ def names_of(run: dict) -> set[str]:
     return {str(method), method.display, str(method.short), run.get("run_name") or ""} - {""}
 
 
-def _kept(document, args) -> bool:
+def passes_filters(document, args) -> bool:
     run = document["run"]
     method = Method.of_run(run)
     if args.method and not _matches({run["pos_emb"], str(method.short)}, args.method):

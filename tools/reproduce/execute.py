@@ -23,7 +23,7 @@ import yaml
 
 from megatron.neox_arguments import NeoXArgsError
 from . import REPO_ROOT
-from .runs import Run, RunFailed, check_training_config, finished_result, trained_step
+from .runs import Run, RunFailed, check_training_config, finished_result, finished_ruler, trained_step
 
 
 STOP_SECONDS = 120  # how long an interrupted run may take to save and exit before deepy.py is killed
@@ -131,20 +131,30 @@ def execute(run: Run, threads: int) -> float | None:
     """Train (unless a base run's checkpoint is reused) and evaluate one run; None when already finished."""
     args = run.args()
     digest = check_training_config(run)
-    done = finished_result(run, args.train_iters)
-    if done and (run.base or trained_step(run) == args.train_iters):
+    # evaluate.py's result stands only when no training comes first; eval.py's RULER may be all that is left
+    scored = bool(finished_result(run, args.train_iters)) and (run.base is not None
+                                                               or trained_step(run) == args.train_iters)
+    if scored and (not run.sweep.ruler or finished_ruler(run, args.train_iters)):
         return None
     began = time.time()
     if not run.base:
         train(run, args.train_iters, digest, threads)
     elif trained_step(run.base) != args.train_iters:
         raise RunFailed(f"its base run {run.base} has no checkpoint at step {args.train_iters}")
-    for stale in run.results_dir.glob("*.json"):  # one result file per run: a new checkpoint replaces the old
-        stale.unlink()
-    launch("evaluate.py", run, run.evaluation_overrides(), run.directory / "evaluate.log", threads)
-    if not finished_result(run, args.train_iters):
-        raise RunFailed(f"evaluate.py finished but {run.results_dir} holds no complete result for step "
-                        f"{args.train_iters}; see {run.directory / 'evaluate.log'}")
+    if not scored:
+        for stale in run.results_dir.glob("*.json"):  # one result file per run: a new checkpoint replaces the old
+            stale.unlink()
+        launch("evaluate.py", run, run.evaluation_overrides(), run.directory / "evaluate.log", threads)
+        if not finished_result(run, args.train_iters):
+            raise RunFailed(f"evaluate.py finished but {run.results_dir} holds no complete result for step "
+                            f"{args.train_iters}; see {run.directory / 'evaluate.log'}")
+    if run.sweep.ruler and not (scored and finished_ruler(run, args.train_iters)):
+        for stale in run.ruler_dir.glob("*.json"):  # eval.py merges only into a file of the same checkpoint
+            stale.unlink()
+        launch("eval.py", run, run.ruler_overrides(), run.directory / "ruler.log", threads)
+        if not finished_ruler(run, args.train_iters):
+            raise RunFailed(f"eval.py finished but {run.ruler_dir} holds no RULER result of every task at every "
+                            f"length for step {args.train_iters}; see {run.directory / 'ruler.log'}")
     return time.time() - began
 
 

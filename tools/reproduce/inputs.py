@@ -1,6 +1,7 @@
 """The report's inputs, kept beside it so `--report-only` re-renders it from a fresh clone.
 
     <report_dir>/inputs/results/*.json   the result files of the finished runs (evaluate.py's own files)
+    <report_dir>/inputs/lm_eval/*.json   their RULER results (eval.py's files), when the sweep has `ruler`
     <report_dir>/inputs/scalars.json     {run: {tag: [[step, value], ...]}}: the TensorBoard scalars the
                                          training curves and Table 4 read
     <report_dir>/inputs/facts.json       what else the report prints from the machine that ran the sweep:
@@ -15,8 +16,9 @@ import pathlib
 import shutil
 
 from megatron.evaluation.results import ResultFileError, load_result, load_results, write_atomic
+from tools.analysis.ruler_table import load_ruler
 from tools.analysis.training_speed import STEP_TIME_TAG, scalar_points
-from .runs import Run, RunFailed, check_training_config, finished_result, trained_step
+from .runs import Run, RunFailed, check_training_config, finished_result, finished_ruler, trained_step
 from .spec import Dataset, Sweep, SweepError
 
 VALID_LOSS, TOKENS_PER_SEC = "valid/loss", "train/tokens_per_sec"
@@ -29,6 +31,7 @@ class ReportInputs:
     scalars: dict            # str(run) -> {tag: [(step, value), ...]}
     dataset_tokens: dict     # dataset name -> tokens in its .bin
     trained_commits: list    # commits the reported runs were trained at
+    ruler_documents: list = dataclasses.field(default_factory=list)  # eval.py's RULER files, each with "path"
 
     def curve(self, run: Run, tag: str) -> list:
         return [tuple(point) for point in self.scalars.get(str(run), {}).get(tag, [])]
@@ -40,7 +43,7 @@ def folder(sweep: Sweep) -> pathlib.Path:
 
 def collect(runs: list[Run]) -> ReportInputs:
     """The inputs as the finished runs under work_dir have them now."""
-    documents = []
+    documents, ruler_documents = [], []
     for run in runs:
         try:
             check_training_config(run)
@@ -49,12 +52,15 @@ def collect(runs: list[Run]) -> ReportInputs:
         path = finished_result(run, run.args().train_iters)
         if path:
             documents.append(labelled(load_result(path), run))
+        ruler_path = path and run.sweep.ruler and finished_ruler(run, run.args().train_iters)
+        if ruler_path:
+            ruler_documents.append(labelled({**json.loads(ruler_path.read_text()), "path": str(ruler_path)}, run))
     trained = [r for r in runs if not r.base and trained_step(r) == r.args().train_iters]
     scalars = {str(r): {tag: scalar_points(r.directory / "tensorboard", tag) for tag in TAGS} for r in trained}
     stamps = [r.directory / "training_config.json" for r in trained]
     commits = sorted({json.loads(s.read_text()).get("commit", "?")[:10] for s in stamps if s.is_file()})
     datasets = {r.dataset.name: r.dataset for r in runs}
-    return ReportInputs(documents, scalars, {n: _tokens(d) for n, d in datasets.items()}, commits)
+    return ReportInputs(documents, scalars, {n: _tokens(d) for n, d in datasets.items()}, commits, ruler_documents)
 
 
 def labelled(document: dict, run: Run) -> dict:
@@ -80,6 +86,12 @@ def save(inputs: ReportInputs, sweep: Sweep) -> None:
                          {k: v for k, v in document.items() if k != "path"})
         else:
             shutil.copyfile(document["path"], out / "results" / pathlib.Path(document["path"]).name)
+    shutil.rmtree(out / "lm_eval", ignore_errors=True)
+    if inputs.ruler_documents:
+        (out / "lm_eval").mkdir()
+    for document in inputs.ruler_documents:  # written (not copied): a training variant's is relabelled
+        write_atomic(out / "lm_eval" / f"{document['run']['name']}.json",
+                     {k: v for k, v in document.items() if k != "path"})
     write_atomic(out / "scalars.json", inputs.scalars)
     write_atomic(out / "facts.json", {"dataset_tokens": inputs.dataset_tokens,
                                       "trained_commits": inputs.trained_commits})
@@ -98,9 +110,10 @@ def load(sweep: Sweep, published=None) -> ReportInputs:
         documents = load_results(out / "results")
         scalars = json.loads((out / "scalars.json").read_text())
         facts = json.loads((out / "facts.json").read_text())
+        ruler_documents = load_ruler(out)
     except (OSError, json.JSONDecodeError, ResultFileError) as err:
         raise SweepError(f"the report inputs in {out} cannot be read: {err}") from None
-    return ReportInputs(documents, scalars, facts["dataset_tokens"], facts["trained_commits"])
+    return ReportInputs(documents, scalars, facts["dataset_tokens"], facts["trained_commits"], ruler_documents)
 
 
 def _tokens(dataset: Dataset) -> int:

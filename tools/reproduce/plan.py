@@ -10,7 +10,7 @@ import numpy as np
 from tools.analysis.training_speed import STEP_TIME_TAG, typical_step_seconds
 from . import inputs as report_inputs
 from .inputs import TOKENS_PER_SEC
-from .runs import RunFailed, check_training_config, finished_result, trained_step
+from .runs import RunFailed, check_training_config, finished_result, finished_ruler, trained_step
 from .spec import Sweep, SweepError
 
 # Start-up of one `deepy.py train.py` or `deepy.py evaluate.py` launch (launcher, rank, imports, data index,
@@ -44,12 +44,17 @@ def summary(sweep: Sweep, data_plans, runs, report_dir: pathlib.Path, published:
     usable = [r for r in trainings if id(r) not in broken]
     trained = {id(r) for r in usable if steps_done[id(r)] == iters[id(r)]}
     resuming = [r for r in usable if 0 < steps_done[id(r)] < iters[id(r)]]
-    evaluated = {id(r) for r in evaluations if id(r.owner) in trained and finished_result(r, iters[id(r)])}
+    evaluated = {id(r) for r in evaluations if id(r.owner) in trained and finished_result(r, iters[id(r)])
+                 and (not sweep.ruler or finished_ruler(r, iters[id(r)]))}  # RULER: evaluated by eval.py too
     to_train = [r for r in usable if id(r) not in trained]
     to_evaluate = [r for r in evaluations if id(r.owner) not in broken and id(r) not in evaluated]
     lines.append(f"Trainings: {len(trainings)}: {len(trained)} done, {len(to_train)} to do"
                  + (f" ({len(resuming)} of them resume from their last checkpoint)" if resuming else ""))
     lines.append(f"Evaluations: {len(evaluations)}: {len(evaluated)} done, {len(to_evaluate)} to do")
+    if sweep.ruler:
+        lines.append(f"RULER: {', '.join(sweep.ruler['tasks'])} by eval.py after each evaluation, "
+                     f"{sweep.ruler['limit']} samples per length at {sweep.evaluation.get('eval_lengths')} (an "
+                     "evaluation is done when both are)")
     if broken:
         names = ", ".join(str(r) for r in trainings if id(r) in broken)
         lines.append(f"Blocked: {names}: their folders hold checkpoints of a different "

@@ -92,6 +92,16 @@ class Run:
             overrides["attention_window"] = self.window
         return {**overrides, **(self.variant or {})}
 
+    @property
+    def ruler_dir(self) -> pathlib.Path:
+        """Where eval.py writes the run's RULER results (its lm_eval/ folder under the results folder)."""
+        return self.results_dir / "lm_eval"
+
+    def ruler_overrides(self) -> dict:
+        """eval.py's keys: the evaluation's, the sweep's RULER tasks and samples per length."""
+        return {**self.evaluation_overrides(), "eval_tasks": self.sweep.ruler["tasks"],
+                "eval_task_limit": self.sweep.ruler["limit"]}
+
     def args(self, overrides=None) -> NeoXArgs:
         return NeoXArgs.from_ymls(self.sweep.profile, overrides or self.training_overrides(), world_size=1)
 
@@ -136,6 +146,25 @@ def finished_result(run: Run, train_iters: int) -> pathlib.Path | None:
         ours = (document["run"].get("config_hash"), document["run"]["method"]) == (identity.config_hash, written)
         if document["run"]["checkpoint_step"] == train_iters and complete and same and ours:
             return path
+    return None
+
+
+def finished_ruler(run: Run, train_iters: int) -> pathlib.Path | None:
+    """The run's eval.py result file if it holds every RULER task of the sweep at every eval-length, for the
+    final checkpoint of this run (same identity and config hash), with the sweep's samples per length."""
+    ruler, lengths = run.sweep.ruler, run.sweep.evaluation.get("eval_lengths") or []
+    identity, written = run.identity, str(run.written_label)
+    for path in sorted(run.ruler_dir.glob("*.json")):
+        try:
+            document = json.loads(path.read_text())
+            evaluation, measured = document["evaluation"], document.get("ruler") or {}
+            complete = all(str(n) in measured.get(task, {}) for task in ruler["tasks"] for n in lengths)
+            same = evaluation.get("limit") == ruler["limit"] and evaluation["ruler"]["lengths"] == sorted(lengths)
+            ours = (document["run"]["config_hash"], document["run"]["method"]) == (identity.config_hash, written)
+            if document["run"]["checkpoint_step"] == train_iters and complete and same and ours:
+                return path
+        except (OSError, ValueError, KeyError, TypeError):  # not a finished eval.py file of this run
+            continue
     return None
 
 

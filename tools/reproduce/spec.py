@@ -8,6 +8,7 @@ import dataclasses
 import pathlib
 
 from megatron.neox_arguments import NeoXArgsError
+from megatron.quoting import quote
 from megatron.neox_arguments.yaml_loader import load_config_files, normalise_key
 
 BYTE_LEVEL = {"tokenizer-type": "ByteLevelTokenizer"}
@@ -48,6 +49,7 @@ class Sweep:
     training_variants: dict       # method -> {label: NeoX keys of one separately trained variant}
     chunk_subsets: list           # chunk counts the ablation report re-reads the scored chunks at
     ablation: dict | None         # {method, anchor, measure}: judge the training variants by ablation.py's rules
+    ruler: dict | None            # {tasks, limit}: RULER tasks eval.py runs on every run at evaluation.eval-lengths
     kernel_figures: list
     position_length: int | None
     position_methods: list
@@ -60,7 +62,7 @@ class Sweep:
 
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
               "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
-              "report_dir", "commentary", "jobs", "threads", "training_variants", "chunk_subsets", "ablation"}
+              "report_dir", "commentary", "jobs", "threads", "training_variants", "chunk_subsets", "ablation", "ruler"}
 REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
 DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
 
@@ -114,12 +116,13 @@ def load_sweep(path) -> Sweep:
         fail("chunk_subsets", "must be whole numbers above 1 and below evaluation.eval-chunks (the subsets are "
              "drawn from the chunks every run scored)")
     ablation = _ablation(spec.get("ablation"), spec["methods"], training_variants, evaluation, fail)
+    ruler = _ruler(spec.get("ruler"), evaluation, fail)
     return Sweep(
         path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
         windowed_baseline=windowed, variants=variants, training_variants=training_variants,
-        chunk_subsets=sorted(chunk_subsets), ablation=ablation, kernel_figures=list(spec.get("kernel_figures") or []),
+        chunk_subsets=sorted(chunk_subsets), ablation=ablation, ruler=ruler, kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
         report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
@@ -234,3 +237,37 @@ def _ablation(given, methods, training_variants, evaluation, fail) -> dict | Non
         fail("ablation.measure", f"{measure} is read from the {ABLATION_MEASURES[measure]} records: add "
              f"{ABLATION_MEASURES[measure]} to evaluation.eval-modes")
     return {**given, "measure": measure}
+
+
+RULER_LIMIT = 20  # samples per length when `ruler.limit` is not given
+
+
+def _ruler(given, evaluation, fail) -> dict | None:
+    """`ruler: {tasks: [niah_single_1], limit: 20}`: eval.py runs these RULER tasks on every run's final
+    checkpoint at evaluation.eval-lengths, `limit` samples per length (the same samples for every run), and
+    the report shows their effective lengths beside perplexity's. The tasks whose data is downloaded on every
+    run are refused here; the essay tasks run where their data is on the machine (eval.py says otherwise)."""
+    from megatron.evaluation.ruler import DOWNLOADED, RULER_TASKS, SYNTHETIC
+    if given is None:
+        return None
+    example = "{tasks: [niah_single_1, niah_multikey_2], limit: 20}"
+    if not isinstance(given, dict) or set(map(normalise_key, given)) - {"tasks", "limit"}:
+        fail("ruler", f"must be a mapping with keys tasks and (optional) limit, e.g. {example}")
+    given = {normalise_key(k): v for k, v in given.items()}
+    tasks, limit = given.get("tasks"), given.get("limit", RULER_LIMIT)
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
+        fail("ruler.tasks", f"must be a non-empty list of RULER task names, e.g. {example}")
+    for task in tasks:
+        if task in DOWNLOADED:
+            fail("ruler.tasks", f"{task!r}: lm-eval 0.4.13 downloads its data on every run, and the sweep's "
+                 f"eval.py runs offline; the RULER tasks that need no data are {', '.join(SYNTHETIC)}")
+        if task not in RULER_TASKS:
+            fail("ruler.tasks", f"{quote(task)} is not one of lm-eval 0.4.13's RULER tasks "
+                 f"({', '.join(t for t in RULER_TASKS if t not in DOWNLOADED)})")
+    if len(set(tasks)) != len(tasks):
+        fail("ruler.tasks", "names a task twice")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        fail("ruler.limit", f"must be a positive whole number of samples per length, got {quote(limit)}")
+    if not evaluation.get("eval_lengths"):
+        fail("ruler", "needs evaluation.eval-lengths: the RULER tasks run at those lengths")
+    return {"tasks": list(tasks), "limit": limit}
