@@ -3,6 +3,7 @@ mask is not a loss of zero, a NaN result is not a result, a step is the one its 
 values are checked before anything is allocated from them, every message quotes at most 200
 characters, a link loop is called one."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -210,6 +211,39 @@ def test_a_checkpoint_that_contradicts_itself_says_so(trained, tmp_path):
     message = assert_clear_error(evaluate(resolved, load=str(ckpt), eval_results_dir=str(tmp_path / "r")),
                                  f"the checkpoint {ckpt / 'global_step2'} contradicts itself", "num-layers: checkpoint 3")
     assert "Load it with the config it was trained with" not in message  # the advice that repeats the error
+
+
+def test_a_checkpoint_keeping_only_its_model_config_is_loaded_alike_by_every_entry_point(trained, tmp_path,
+                                                                                       stdlib_data):
+    """Row 26: no resolved_config.yml (as checkpoints before that file): every entry point builds the model
+    its model_config records, as convert_to_hf does, and gets what the intact checkpoint gives; evaluate.py,
+    which also needs the run's data (not recorded there), says so in one paragraph."""
+    import json
+    ckpt = copied(trained, tmp_path)
+    (ckpt / "global_step2" / "resolved_config.yml").unlink()
+    shutil.rmtree(ckpt / "global_step2" / "configs")
+    eval_config = REPO_ROOT / "configs" / "eval" / "tiny.yml"
+    message = assert_clear_error(evaluate(eval_config, load=str(ckpt), eval_results_dir=str(tmp_path / "r")),
+                                 "no test data: set data-path", f"The model came from {ckpt / 'global_step2'}, "
+                                 "which keeps no resolved_config.yml", "--set data-path=PREFIX")
+    assert "give the run's own config files too" not in message
+    scores = []
+    for where, name in ((trained, "intact"), (ckpt, "model_config only")):
+        result = evaluate(eval_config, load=str(where), data_path=stdlib_data, split="90,8,2",
+                          eval_results_dir=str(tmp_path / name))
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        record = json.loads(next((tmp_path / name).glob("*.json")).read_text())
+        scores.append([(r["length"], r["mode"], r["chunk_starts"], r["chunk_losses"]) for r in record["results"]])
+    assert scores[0] == scores[1]
+    samples = []
+    for where, name in ((trained, "intact"), (ckpt, "model_config only")):
+        result = script("generate.py", str(REPO_ROOT / "configs" / "text_generation.yml"), "--set", f"load={where}",
+                        "--set", "maximum_tokens=8", "--set", f"sample-output-file={tmp_path / name}.jsonl")
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        samples.append([json.loads(line)["text"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()])
+    assert samples[0] == samples[1] and len(samples[0]) == 2
+    result = script("-m", "tools.analysis.plot_kernels", "--set", f"load={ckpt}", "--out", str(tmp_path / "k.png"))
+    assert result.returncode == 0 and (tmp_path / "k.png").is_file(), result.stdout[-2000:] + result.stderr[-2000:]
 
 
 def test_xpos_lengths_past_its_range_are_found_before_any_is_scored(stdlib_data, tmp_path):
