@@ -11,12 +11,13 @@ import pathlib
 import numpy as np
 import torch
 
+from megatron.checkpointing import read_client_state
 from megatron.data import DataError, build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import already_scored, earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
 from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, planned_starts, run_record,
-                                     scored_record, skipped_records, trained_config)
+                                     scored_record, skipped_records)
 from megatron.evaluation_logging import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
@@ -51,7 +52,9 @@ def evaluate_run(neox_args) -> pathlib.Path:
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
     check_position_range(model, lengths, dtype)
 
-    run = run_record(neox_args, trained_config(neox_args), iteration)
+    # The step loaded, not `latest` again (a run saving meanwhile moves it): pruned since, read_client_state says so
+    state = read_client_state(loaded.neox_args.load, f"global_step{iteration}")
+    run = run_record(neox_args, state["neox_args"], iteration, state)
     path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
     evaluation = {
         "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron.checkpoint_folder import CheckpointError, resolve_tag, split_checkpoint_path
+from megatron.checkpoint_folder import CheckpointError, read_pruning_aware, split_checkpoint_path
 from megatron.checkpointing import load_model_weights, read_client_state, stored_model_config
 from megatron.model import GPTModel
 from megatron.model.model_config import ModelConfig
@@ -41,12 +41,17 @@ def load(checkpoint, neox_args: NeoXArgs | None = None, device=None, dtype: torc
     keeps its per-run choices (attention-window, rotary-scaling, attention-impl). `device` and `dtype`
     default to `inference_device_and_dtype`'s rule."""
     load_dir, iteration = split_checkpoint_path(checkpoint, neox_args.iteration if neox_args else None)
-    where = load_dir / resolve_tag(load_dir, iteration)
+    # `latest` is read once: every later read opens the step it named (pruned meanwhile: read_pruning_aware)
+    return read_pruning_aware(load_dir, iteration, lambda where: _load_step(where, neox_args, device, dtype))
+
+
+def _load_step(where: pathlib.Path, neox_args: NeoXArgs | None, device, dtype) -> LoadedModel:
+    load_dir = where.parent
     saved = stored_model_config(read_client_state(load_dir, where.name), where)
     step = int(where.name.removeprefix("global_step"))
     if neox_args is None:
         neox_args = _checkpoint_args(where, saved)
-    elif (pathlib.Path(neox_args.load or "") != load_dir) or neox_args.iteration not in (None, step):
+    elif (pathlib.Path(neox_args.load or "") != load_dir) or neox_args.iteration != step:
         neox_args = NeoXArgs.from_dict({**neox_args.user_values(), "load": str(load_dir), "iteration": step},
                                        {**neox_args.nested_sources, **neox_args.config_sources},
                                        neox_args.config_files, neox_args.world_size)

@@ -256,17 +256,80 @@ def test_xpos_lengths_past_its_range_are_found_before_any_is_scored(stdlib_data,
     assert "Evaluate in float32" not in message and "L=64" not in result.stdout
 
 
-def test_a_checkpoint_pruned_between_finding_and_reading_is_called_pruned(trained, tmp_path):
-    """Evaluating while a run with keep-last-n-checkpoints saves: the step `latest` named is removed before
-    it is read. (The race itself is not timed here: the folder is removed between the two calls.)"""
-    import shutil
-    from megatron.checkpointing import CheckpointError, read_client_state, resolve_tag
-    ckpt = copied(trained, tmp_path)
-    tag = resolve_tag(ckpt)
-    shutil.rmtree(ckpt / tag)
-    with pytest.raises(CheckpointError, match="was removed while it was being read: the run writing .* keeps only "
-                                              "its newest checkpoints"):
-        read_client_state(ckpt, tag)
+# A run saving into the folder being evaluated moves `latest` on and prunes the step it named: the race is
+# made exact (no timing) by an audit hook that does it at the moment the evaluator first opens a chosen file
+# of that step (after reading `latest`, which named it) -- just before the file is really opened.
+PRUNE_AT_OPEN = """
+import os, runpy, shutil, sys
+save, step, file, newest = sys.argv[1:5]
+folder = os.path.join(save, step)
+pruned = []
+def prune(event, args):
+    if event != "open" or pruned or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    if os.path.abspath(os.fsdecode(args[0])) == os.path.join(folder, file):
+        pruned.append(True)
+        # as train.py with keep-last-n-checkpoints: `latest` moves on, the old step goes
+        with open(os.path.join(save, "latest"), "w") as fh:
+            fh.write(newest)
+        shutil.rmtree(folder)
+sys.addaudithook(prune)
+sys.argv = sys.argv[5:]
+sys.path[0:1] = [os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0]))]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.fixture(scope="module")
+def two_steps(stdlib_data, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("two_steps")
+    result = train(stdlib_data, folder, checkpoint_factor=1)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return folder / "ckpt"
+
+
+def pruned_at_open(two_steps, tmp_path, file, *argv):
+    """argv run while the save folder's `latest` names global_step1, which is pruned (and `latest` set to
+    global_step2) when `file` of it is first opened."""
+    ckpt = copied(two_steps, tmp_path)
+    (ckpt / "latest").write_text("global_step1")
+    return ckpt, script("-c", PRUNE_AT_OPEN, str(ckpt), "global_step1", file, "global_step2", *map(str, argv))
+
+
+@pytest.mark.parametrize("file", ["resolved_config.yml", "mp_rank_00_model_states.pt"],
+                         ids=["while the config is read", "while the weights are read"])
+def test_evaluating_a_step_pruned_after_latest_named_it_evaluates_the_new_latest(two_steps, tmp_path, file):
+    import json
+    values = {"eval_lengths": "[64]", "eval_chunks": 2, "eval_results_dir": str(tmp_path / "r")}
+    ckpt, result = pruned_at_open(two_steps, tmp_path, file, "evaluate.py", REPO_ROOT / "configs" / "eval" / "tiny.yml",
+                                  "--set", f"load={tmp_path / 'ckpt'}", *set_flags(values))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert not (ckpt / "global_step1").exists()  # the race took place
+    record = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
+    assert record["run"]["checkpoint_step"] == 2 and "step 2)" in result.stdout
+
+
+def test_a_step_the_user_named_pruned_while_read_is_called_pruned(two_steps, tmp_path):
+    values = {"load": str(tmp_path / "ckpt"), "iteration": 1, "eval_lengths": "[64]", "eval_chunks": 2,
+              "eval_results_dir": str(tmp_path / "r")}
+    ckpt, result = pruned_at_open(two_steps, tmp_path, "mp_rank_00_model_states.pt", "evaluate.py",
+                                  REPO_ROOT / "configs" / "eval" / "tiny.yml", *set_flags(values))
+    message = assert_clear_error(result, f"{ckpt / 'global_step1'} was removed while it was being read: the run "
+                                         f"writing {ckpt} keeps only its newest checkpoints (keep-last-n-checkpoints)",
+                                 "Run again to load the newest ('global_step2')")
+    assert "damaged" not in message and not list((tmp_path / "r").rglob("*.json"))
+
+
+def test_inference_load_of_a_save_folder_pruned_while_read_loads_the_new_latest(two_steps, tmp_path):
+    """inference_model.load(<save folder>) with no config: it named a config key `iteration` nobody set."""
+    (tmp_path / "load_latest.py").write_text("import sys\nfrom megatron.inference_model import load\n"
+                                             "print('loaded step', load(sys.argv[1]).step)\n")
+    for file in ("mp_rank_00_model_states.pt", "resolved_config.yml"):
+        (tmp_path / file).mkdir()
+        _, result = pruned_at_open(two_steps, tmp_path / file, file, tmp_path / "load_latest.py",
+                                   tmp_path / file / "ckpt")
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "loaded step 2" in result.stdout and "iteration" not in result.stderr
 
 
 # -------------------------------------------------------------------- the flex kernel's compile folder

@@ -83,17 +83,12 @@ def _peak_memory_mb(device) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: kilobytes
 
 
-def trained_config(neox_args) -> dict:
-    """The config the checkpoint was trained with (stored in it by train.py): seed, train length and
-    config hash come from here, not from the evaluating config, which may be launched differently."""
-    return read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))["neox_args"]
-
-
-def run_record(neox_args, trained: dict, iteration: int) -> dict:
-    """The result file's `run`: the identity (identity.py) and what else describes the checkpoint."""
+def run_record(neox_args, trained: dict, iteration: int, state: dict | None = None) -> dict:
+    """The result file's `run`: the identity (identity.py) and what else describes the checkpoint (its
+    model-states file `state`, read again when not given)."""
     identity = RunIdentity(dataset_name(neox_args), neox_args.pos_emb, neox_args.attention_window,
                            trained["seed"], config_hash(trained), evaluation_variant(neox_args, trained))
-    return {**run_labels(neox_args, trained), **training_budget(neox_args, trained, iteration),
+    return {**run_labels(neox_args, trained), **training_budget(neox_args, trained, iteration, state),
         "name": identity.file_stem(iteration),
         "method": identity.method, "pos_emb": identity.pos_emb, "attention_window": identity.window,
         "variant": identity.variant,
@@ -128,10 +123,10 @@ def run_labels(neox_args, trained: dict) -> dict:
             "readable_label": readable}
 
 
-def training_budget(neox_args, trained: dict, iteration: int) -> dict:
+def training_budget(neox_args, trained: dict, iteration: int, state: dict | None = None) -> dict:
     """Steps and tokens the checkpoint was trained for: tables show them, and significance tests refuse
     runs of different budgets (tools/analysis/significance.py)."""
-    state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
+    state = state or read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
     samples = state.get("consumed_train_samples")
     if samples is None:  # a checkpoint that does not count them: every step took one global batch
         samples = int(iteration) * int(trained.get("train_batch_size") or 0)

@@ -11,7 +11,7 @@ but to read the model-states file of a checkpoint that keeps no merged config.
 """
 import pathlib
 
-from megatron.checkpoint_folder import CheckpointError, TAG, resolve_tag
+from megatron.checkpoint_folder import CheckpointError, TAG, read_pruning_aware, resolve_tag
 from megatron.model.model_config import ARCHITECTURE_KEYS, checkpoint_keys
 
 from .resolved import RESOLVED_NAME
@@ -51,13 +51,21 @@ def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tupl
         load = load.parent
     given = {normalise_key(k) for k in values}
     no_model = not given & set(ARCHITECTURE_KEYS)  # then the checkpoint must say what the model is
+    iteration = values.get(spelling.get("iteration", "iteration"))
     try:
-        folder = load / resolve_tag(load, values.get(spelling.get("iteration", "iteration")))
+        resolve_tag(load, iteration)
     except CheckpointError as err:
         if no_model:
             raise CheckpointError(f"{sources.get('load', 'the config')}: the config gives no model (num-layers, "
                                   f"pos-emb, ...), so it comes from the checkpoint `load` names, but {err}") from None
         return values, sources
+    # A run still saving into `load` may prune the step between finding and reading it.
+    return read_pruning_aware(load, iteration, lambda folder: _stored_config_source(
+        folder, values, sources, default_pos_emb, given, no_model))
+
+
+def _stored_config_source(folder, values, sources, default_pos_emb, given, no_model) -> tuple[dict, dict]:
+    spelling = {normalise_key(k): k for k in values}
     resolved = folder / RESOLVED_NAME
     if not resolved.is_file():  # written before checkpoints kept one: its model_config gives the model
         if no_model:
