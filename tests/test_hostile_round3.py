@@ -81,6 +81,24 @@ def test_weights_holding_nan_are_refused_not_scored(trained, tmp_path):
     assert not list((tmp_path).rglob("*.json"))
 
 
+def test_finite_weights_that_overflow_to_a_nan_loss_are_not_written_as_a_result(trained, tmp_path):
+    """Row 11, the other way to a NaN result: every weight finite (so loading accepts them), but the
+    embedding at 1e38 overflows float32 in the first layer; the loss is NaN or inf, and never a result."""
+    import torch
+    ckpt = copied(trained, tmp_path)
+    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    state = torch.load(path, weights_only=False)
+    name = next(k for k in state["module"] if "word_embeddings" in k)
+    state["module"][name].fill_(1e38)
+    torch.save(state, path)
+    result = evaluate(ckpt / "global_step2" / "resolved_config.yml", load=str(ckpt),
+                      eval_results_dir=str(tmp_path / "results"))
+    message = assert_clear_error(result, "L=64 nonoverlap: the loss is ", ", not a result (NaN/inf logits",
+                                 "nothing was written")
+    assert message.split("the loss is ")[1].split(",")[0] in ("nan", "inf")
+    assert not list(tmp_path.rglob("*.json"))
+
+
 def test_a_model_config_that_is_not_a_mapping_or_names_an_unknown_method_blames_the_checkpoint(trained, tmp_path,
                                                                                               stdlib_data):
     import torch
