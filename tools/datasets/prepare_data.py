@@ -40,7 +40,8 @@ import zstandard
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from tools.datasets.download_pile import cannot_write, download, file_sha256, local, one_writer  # noqa: E402
+from tools.datasets.download_pile import (HostUnreachable, cannot_write, check_reachable, download,  # noqa: E402
+                                          file_sha256, local, one_writer)
 
 from megatron.data.documents import LINE_FORMATS, zstd_lines  # noqa: E402
 from megatron.data.errors import DataError  # noqa: E402
@@ -172,6 +173,7 @@ def list_hub(url: str) -> list[Remote]:
     from huggingface_hub.hf_api import RepoFile
 
     repo_type, repo, revision, pattern = parse_hf(url)
+    check_reachable(endpoint())  # the hub client retries for a minute: a host not reachable at all is said at once
     folder = pattern.rsplit("/", 1)[0] if "/" in pattern else ""
     while folder and any(c in folder for c in "*?["):  # list from the last folder without wildcards
         folder = folder.rsplit("/", 1)[0] if "/" in folder else ""
@@ -576,7 +578,21 @@ def show_plan(names, urls, args):
 
 
 # ------------------------------------------------------------------------------------ main
+OFFLINE = ("Without internet: `make data` builds the built-in corpus (the CPython standard library) that "
+           "configs/tiny.yml trains on; a corpus you have as a file is prepared with --source NAME=PATH (.jsonl, "
+           ".jsonl.zst, .parquet or a .tar of them), GPT-2's files with --source gpt2=FOLDER (vocab.json and "
+           "merges.txt, or gpt2-vocab.json and gpt2-merges.txt); HF_ENDPOINT names a Hugging Face mirror you can "
+           "reach.")
+
+
 def main(argv=None):
+    try:
+        run(argv)
+    except HostUnreachable as err:
+        raise DataError(f"{err} {OFFLINE}") from None
+
+
+def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"datasets: {', '.join(SOURCES)} "
                         "(none: list them with what each costs)")
