@@ -129,7 +129,8 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
                                                                                           "the config"))
     if problem:
         raise EvaluationError(problem)
-    state = read_client_state(neox_args.load, resolve_tag(neox_args.load, neox_args.iteration))
+    tag = resolve_tag(neox_args.load, neox_args.iteration)  # `latest` read once: the model loaded below is this step
+    state = read_client_state(neox_args.load, tag)
     device, _ = inference_device_and_dtype(neox_args)
     asked_ruler = ruler_tasks(neox_args.eval_tasks or [])
     ruler = RulerRun(neox_args, asked_ruler) if asked_ruler else None  # refuses unavailable data before loading
@@ -150,7 +151,7 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     tasks = list(neox_args.eval_tasks or [])
     others = [t for t in tasks if not (ruler and (t in ruler.tasks or t == "ruler"))]
     manager = task_manager_for(neox_args)[0] if others or not ruler else None
-    loaded = load(neox_args.load, neox_args, device)
+    loaded = load(pathlib.Path(neox_args.load) / tag, neox_args, device)
     model, tokenizer, iteration = loaded.model, loaded.tokenizer, loaded.step
     limit = min((pe.max_length for pe in model.positional_embeddings() if pe.max_length), default=None)
     if limit is not None and length > limit:
