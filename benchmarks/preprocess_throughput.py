@@ -1,11 +1,12 @@
 """Preprocessing throughput (tokens/s) with 1, 2, ... worker processes, on this machine.
 
-    python benchmarks/preprocess_throughput.py                       # shared prose corpus, GPT-2 BPE
+    python benchmarks/preprocess_throughput.py                       # the prose corpus, GPT-2 BPE
     python benchmarks/preprocess_throughput.py --megabytes 4 --workers 1 2 4
 
 Takes the first `--megabytes` of text of the corpus, runs the real preprocessing (read, tokenize,
 write .bin/.idx) with each worker count `--repeats` times, and prints the best tokens/s of each and
-its ratio to one worker. Without ../shared it uses the stdlib corpus and the byte-level tokenizer.
+its ratio to one worker. It reads data/corpora/prose.jsonl.zst with GPT-2's files in data/ (`python
+tools/datasets/prepare_data.py prose gpt2`); without them, the stdlib corpus and the byte-level tokenizer.
 """
 import argparse
 import json
@@ -23,14 +24,15 @@ from megatron.data.preprocess import preprocess  # noqa: E402
 from megatron.data.stdlib_corpus import write_stdlib_corpus  # noqa: E402
 from megatron.tokenizer import make_tokenizer  # noqa: E402
 
-SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+# What `python tools/datasets/prepare_data.py prose gpt2` writes.
+DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "data"))
 
 
 def corpus_and_tokenizer(args, workdir):
-    prose = os.path.join(SHARED, "corpora", "prose.jsonl.zst")
-    if os.path.exists(prose) and not args.stdlib:
-        tokenizer = make_tokenizer("GPT2BPETokenizer", os.path.join(SHARED, "gpt2", "gpt2-vocab.json"),
-                                   os.path.join(SHARED, "gpt2", "gpt2-merges.txt"))
+    prose = os.path.join(DATA, "corpora", "prose.jsonl.zst")
+    vocab, merges = os.path.join(DATA, "gpt2-vocab.json"), os.path.join(DATA, "gpt2-merges.txt")
+    if all(map(os.path.exists, (prose, vocab, merges))) and not args.stdlib:
+        tokenizer = make_tokenizer("GPT2BPETokenizer", vocab, merges)
         return prose, tokenizer, "prose.jsonl.zst, GPT2BPETokenizer"
     path = os.path.join(workdir, "stdlib.jsonl.zst")
     write_stdlib_corpus(path)

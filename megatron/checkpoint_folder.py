@@ -81,3 +81,34 @@ def resolve_tag(load_dir, iteration: int | None = None) -> str:
         raise CheckpointError(f"{latest} names {tag!r}, which is not in {load_dir}{there}. {found} "
                               "Set `iteration` to load one of them.")
     return tag
+
+
+def removed_while_read(folder) -> str:
+    """A checkpoint found and then gone: pruned by the run still writing that folder (evaluating while
+    training, with keep-last-n-checkpoints), not damaged, and not a step anyone named."""
+    folder = pathlib.Path(folder)
+    latest = folder.parent / "latest"
+    try:
+        with open(latest, "rb") as fh:
+            newest = fh.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        newest = None
+    return (f"{folder} was removed while it was being read: the run writing {folder.parent} keeps only its newest "
+            f"checkpoints (keep-last-n-checkpoints) and pruned it. Run again to load the newest"
+            + (f" ({quote(newest)})" if newest else "") + ", or set `iteration` to a step that is kept.")
+
+
+def read_pruning_aware(load_dir, iteration: int | None, read):
+    """read(global_stepN folder) of the step `iteration` names (None: the one `latest` names). A step that
+    vanishes while it is read was pruned by the run saving into `load_dir`: read again once on the step
+    `latest` names then, when `latest` chose it; otherwise (or pruned again) one paragraph saying so --
+    never 'damaged', nor a config key `iteration` nobody set."""
+    for attempt in (1, 2):
+        folder = pathlib.Path(load_dir) / resolve_tag(load_dir, iteration)
+        try:
+            return read(folder)
+        except (NeoXArgsError, OSError):
+            if folder.is_dir():
+                raise
+            if iteration is not None or attempt == 2:
+                raise CheckpointError(removed_while_read(folder)) from None

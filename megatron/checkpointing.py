@@ -24,7 +24,8 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-from megatron.checkpoint_folder import TAG, CheckpointError, checkpoint_steps, resolve_tag  # noqa: F401 (re-exported)
+from megatron.checkpoint_folder import (TAG, CheckpointError, checkpoint_steps, removed_while_read,  # noqa: F401
+                                       resolve_tag)  # (re-exported)
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
 from megatron.neox_arguments.to_model import model_config
@@ -52,23 +53,13 @@ def read_client_state(load_dir, tag: str) -> dict:
                 raise
             except Exception as err:  # truncated or foreign file: say which
                 if not folder.is_dir():
-                    raise CheckpointError(_removed_while_read(folder)) from None
+                    raise CheckpointError(removed_while_read(folder)) from None
                 raise CheckpointError(f"cannot read {folder / name}: {err}. The checkpoint is damaged; "
                                       "load another step with `iteration`.") from err
     if not folder.is_dir():
-        raise CheckpointError(_removed_while_read(folder))
+        raise CheckpointError(removed_while_read(folder))
     raise CheckpointError(f"{folder} contains no model states ({' or '.join(MODEL_STATES)}); it is empty "
                           f"or not a checkpoint of this project. Contents: {sorted(os.listdir(folder))}.")
-
-
-def _removed_while_read(folder: pathlib.Path) -> str:
-    """A checkpoint found and then gone: pruned by the run still writing that folder (evaluating while
-    training, with keep-last-n-checkpoints), not damaged."""
-    latest = folder.parent / "latest"
-    newest = latest.read_text()[:100].strip() if latest.is_file() else None
-    return (f"{folder} was removed while it was being read: the run writing {folder.parent} keeps only its newest "
-            f"checkpoints (keep-last-n-checkpoints) and pruned it. Run again to load the newest"
-            + (f" ({quote(newest)})" if newest else "") + ", or set `iteration` to a step that is kept.")
 
 
 def stored_model_config(state: dict, where) -> ModelConfig:

@@ -11,7 +11,7 @@ import pathlib
 import numpy as np
 import torch
 
-from megatron.data import build_evaluation_stream
+from megatron.data import DataError, build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import already_scored, earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
@@ -21,6 +21,7 @@ from megatron.evaluation_logging import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
+from megatron.neox_arguments.from_checkpoint import model_config_only
 from megatron.output_paths import reported_write
 from megatron.preflight import check_evaluation, raise_together
 from megatron.tokenizer import build_tokenizer
@@ -38,7 +39,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
     watch_launcher(say)
     tokenizer = build_tokenizer(neox_args)
     check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
-    stream = np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
+    stream = _evaluation_stream(neox_args, tokenizer)
     plan = {length: planned_starts(stream, length, neox_args, tokenizer.eod) for length in lengths}
     for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
         if mode.check:
@@ -106,6 +107,21 @@ def evaluate_run(neox_args) -> pathlib.Path:
     if neox_args.world_size > 1:
         torch.distributed.barrier()  # no rank returns before the file exists
     return path
+
+
+def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:
+    """The eval split's tokens; where no data is set and the model came from a checkpoint that keeps only
+    its model (no resolved_config.yml), the error says why the checkpoint could not give the data."""
+    try:
+        return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
+    except DataError as err:
+        folder = model_config_only(neox_args.config_sources)
+        if folder is None or neox_args.data_path:
+            raise
+        raise DataError(f"{err} The model came from {folder}, which keeps no resolved_config.yml (written before "
+                        "checkpoints kept their config): its model-states file records the model, not the run's "
+                        "data. Give the data the run was trained on, e.g. --set data-path=PREFIX (and its split), "
+                        "or the run's own config files.") from None
 
 
 def check_position_range(model, lengths, dtype) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron.checkpoint_folder import CheckpointError, resolve_tag, split_checkpoint_path
+from megatron.checkpoint_folder import CheckpointError, read_pruning_aware, split_checkpoint_path
 from megatron.checkpointing import load_weights_of, read_client_state, stored_model_config
 from megatron.model import GPTModel
 from megatron.model.model_config import ModelConfig
@@ -47,8 +47,13 @@ class OpenCheckpoint:
 def open_checkpoint(checkpoint, iteration: int | None = None) -> OpenCheckpoint:
     """Checkpoint `checkpoint`: a `save` folder (its `latest`, or `iteration`) or one `global_stepN` folder."""
     load_dir, iteration = split_checkpoint_path(checkpoint, iteration)
-    where = load_dir / resolve_tag(load_dir, iteration)
-    state = read_client_state(load_dir, where.name)
+    # `latest` is read once; a step pruned while it is read (a run saving meanwhile) is read_pruning_aware's.
+    # Once read, the weights are memory-mapped, so a prune after this leaves them readable.
+    return read_pruning_aware(load_dir, iteration, _open_step)
+
+
+def _open_step(where: pathlib.Path) -> OpenCheckpoint:
+    state = read_client_state(where.parent, where.name)
     trained = TrainingRecord(state.get("iteration"), state.get("consumed_train_samples"), state.get("neox_args"))
     return OpenCheckpoint(where, state, stored_model_config(state, where), trained)
 
@@ -69,8 +74,14 @@ def load(checkpoint, neox_args: NeoXArgs | None = None, device=None, dtype: torc
     config; a config given must agree with the checkpoint on the model (a CheckpointError names every
     difference), and keeps its per-run choices (attention-window, rotary-scaling, attention-impl), which
     its ModelConfig carries. `device` and `dtype` default to `inference_device_and_dtype`'s rule."""
-    opened = checkpoint if isinstance(checkpoint, OpenCheckpoint) else \
-        open_checkpoint(checkpoint, neox_args.iteration if neox_args else None)
+    if isinstance(checkpoint, OpenCheckpoint):
+        return _build(checkpoint, neox_args, device, dtype)
+    load_dir, iteration = split_checkpoint_path(checkpoint, neox_args.iteration if neox_args else None)
+    # The step's own config is read after its model-states file: a step pruned between them is read again
+    return read_pruning_aware(load_dir, iteration, lambda where: _build(_open_step(where), neox_args, device, dtype))
+
+
+def _build(opened: OpenCheckpoint, neox_args: NeoXArgs | None, device, dtype) -> LoadedModel:
     if neox_args is None:
         neox_args = _checkpoint_args(opened.where, opened.config)
     tokenizer = build_tokenizer(neox_args)

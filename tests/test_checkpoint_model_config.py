@@ -138,8 +138,14 @@ def test_checkpoints_written_before_model_config_still_load(alibi_run, stdlib_da
         load(ckpt, tiny_args(stdlib_data, tmp_path))
     old_layout(ckpt, keep_resolved=False)  # older still: the model record alone rebuilds it
     assert_same_model(load(ckpt).model, reference)
-    with pytest.raises(CheckpointError, match=r"global_step2 keeps no resolved_config.yml \(written before "
-                                              r"checkpoints kept their config\), and the config gives no model"):
+    args = NeoXArgs.from_ymls([EVAL_TINY], {"load": str(ckpt)})  # no model in the config: the record gives it
+    assert args.config_sources["pos_emb"] == f"checkpoint {ckpt / 'global_step2'} (model_config)"
+    assert_same_model(load(args.load, args).model, reference)
+    state = torch.load(ckpt / "global_step2" / MODEL_STATES, weights_only=False)
+    torch.save({k: v for k, v in state.items() if k != "model_config"}, ckpt / "global_step2" / MODEL_STATES)
+    with pytest.raises(CheckpointError, match=r"global_step2 keeps no resolved_config.yml, and the config gives no "
+                                              r"model .* was not written by this project's train.py .* Give the run's "
+                                              r"own config files too"):
         NeoXArgs.from_ymls([EVAL_TINY], {"load": str(ckpt)})
 
 

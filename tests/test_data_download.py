@@ -30,15 +30,17 @@ def pile_shard(path):
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves one file's bytes with an ETag, honouring `Range: bytes=N-` (with `If-Range`: only if it is
-    that ETag, else the whole file, as HTTP says); records the ranges it was asked for. `from_zero`:
-    misbehave, answering a Range request with 206 and the body from byte 0."""
-    payload, ranges, from_zero = b"", [], False
+    that ETag, else the whole file, as HTTP says); records the ranges it was asked for. Misbehaving:
+    `from_zero` answers a Range request with 206 and the body from byte 0; `ignores_if_range` answers it
+    with 206 from the byte asked whatever If-Range names (its ETag is the file it serves now)."""
+    payload, ranges, from_zero, ignores_if_range = b"", [], False, False
 
     def do_GET(self):
         etag = f'"{hashlib.sha1(self.payload).hexdigest()}"'
         asked = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
         type(self).ranges.append(asked)
-        start = 0 if self.from_zero or self.headers["If-Range"] not in (None, etag) else asked
+        start = 0 if self.from_zero or (self.headers["If-Range"] not in (None, etag) and not self.ignores_if_range) \
+            else asked
         body = self.payload[start:]
         partial = asked and (start or self.from_zero)
         self.send_response(206 if partial else 200)
@@ -55,7 +57,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    RangeHandler.payload, RangeHandler.ranges, RangeHandler.from_zero = b"", [], False
+    RangeHandler.payload, RangeHandler.ranges, RangeHandler.from_zero, RangeHandler.ignores_if_range = b"", [], False, False
     running = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
     threading.Thread(target=running.serve_forever, daemon=True).start()
     yield RangeHandler, f"http://127.0.0.1:{running.server_address[1]}/00.jsonl.zst"
@@ -133,6 +135,21 @@ def test_a_206_that_does_not_continue_the_partial_is_not_appended(tmp_path, tool
     tool.download(url, str(tmp_path / "h"), show_progress=False)
     assert (tmp_path / "h").read_bytes() == body  # not the first half twice
     assert "answered 206 with Content-Range 'bytes 0-9999/10000'" in capsys.readouterr().out
+
+
+def test_a_206_of_a_file_with_another_etag_is_not_appended(tmp_path, tool, server, capsys):
+    """A host that ignores If-Range answers the resume with 206 and the right Content-Range, but of the file
+    it serves now, whose ETag is not the partial's: its bytes would be spliced to the old file's."""
+    handler, url = server
+    old, new = b"old file " * 1000, b"new file " * 1000
+    handler.payload, handler.ignores_if_range = new, True
+    (tmp_path / "h.partial").write_bytes(old[:4000])
+    tool.write_origin(str(tmp_path / "h.partial.origin"), {"url": url, "validator": etag(old)})
+    tool.download(url, str(tmp_path / "h"), show_progress=False)
+    assert handler.ranges == [4000, 0]  # the resume asked for, refused, then the whole file
+    assert (tmp_path / "h").read_bytes() == new
+    assert (f"answered 206 with Content-Range 'bytes 4000-8999/9000' and validator '{etag(new)}'"
+            in capsys.readouterr().out)
 
 
 def test_a_zstd_bomb_is_refused_without_reading_it_whole(tmp_path, tool):

@@ -82,6 +82,10 @@ RULES = [
     (r"configs/kerple_log\.yml .*--dry-run$", Run(output="python tools/datasets/prepare_data.py github")),
     (r"configs/kerple_log\.yml", PAPER_DATA),
     (r"^python tools/datasets/prepare_data\.py$", Run(output="openwebtext2")),
+    (r"^python tools/datasets/prepare_data\.py prose latex --dry-run$", Run(output="texlive-science-doc_2022")),
+    (r"^python tools/datasets/prepare_data\.py prose latex", NotRun("downloads npm and Debian packages (needs the "
+                                                                    "internet); tests/test_public_corpora.py runs it "
+                                                                    "against a local server")),
     (r"^python tools/datasets/prepare_data\.py ", NotRun("downloads the paper's corpora (needs the internet); "
                                                         "tests/test_prepare_data.py runs it against a local server")),
     (r"^python tools/datasets/preprocess_data\.py --input data/owt2/",

@@ -3,6 +3,7 @@ mask is not a loss of zero, a NaN result is not a result, a step is the one its 
 values are checked before anything is allocated from them, every message quotes at most 200
 characters, a link loop is called one."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -78,6 +79,24 @@ def test_weights_holding_nan_are_refused_not_scored(trained, tmp_path):
                       eval_results_dir=str(tmp_path / "results"))
     assert_clear_error(result, f"the weights in {ckpt / 'global_step2'} hold NaN or inf (['{name}'])")
     assert not list((tmp_path).rglob("*.json"))
+
+
+def test_finite_weights_that_overflow_to_a_nan_loss_are_not_written_as_a_result(trained, tmp_path):
+    """Row 11, the other way to a NaN result: every weight finite (so loading accepts them), but the
+    embedding at 1e38 overflows float32 in the first layer; the loss is NaN or inf, and never a result."""
+    import torch
+    ckpt = copied(trained, tmp_path)
+    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    state = torch.load(path, weights_only=False)
+    name = next(k for k in state["module"] if "word_embeddings" in k)
+    state["module"][name].fill_(1e38)
+    torch.save(state, path)
+    result = evaluate(ckpt / "global_step2" / "resolved_config.yml", load=str(ckpt),
+                      eval_results_dir=str(tmp_path / "results"))
+    message = assert_clear_error(result, "L=64 nonoverlap: the loss is ", ", not a result (NaN/inf logits",
+                                 "nothing was written")
+    assert message.split("the loss is ")[1].split(",")[0] in ("nan", "inf")
+    assert not list(tmp_path.rglob("*.json"))
 
 
 def test_a_model_config_that_is_not_a_mapping_or_names_an_unknown_method_blames_the_checkpoint(trained, tmp_path,
@@ -212,6 +231,39 @@ def test_a_checkpoint_that_contradicts_itself_says_so(trained, tmp_path):
     assert "Load it with the config it was trained with" not in message  # the advice that repeats the error
 
 
+def test_a_checkpoint_keeping_only_its_model_config_is_loaded_alike_by_every_entry_point(trained, tmp_path,
+                                                                                       stdlib_data):
+    """Row 26: no resolved_config.yml (as checkpoints before that file): every entry point builds the model
+    its model_config records, as convert_to_hf does, and gets what the intact checkpoint gives; evaluate.py,
+    which also needs the run's data (not recorded there), says so in one paragraph."""
+    import json
+    ckpt = copied(trained, tmp_path)
+    (ckpt / "global_step2" / "resolved_config.yml").unlink()
+    shutil.rmtree(ckpt / "global_step2" / "configs")
+    eval_config = REPO_ROOT / "configs" / "eval" / "tiny.yml"
+    message = assert_clear_error(evaluate(eval_config, load=str(ckpt), eval_results_dir=str(tmp_path / "r")),
+                                 "no test data: set data-path", f"The model came from {ckpt / 'global_step2'}, "
+                                 "which keeps no resolved_config.yml", "--set data-path=PREFIX")
+    assert "give the run's own config files too" not in message
+    scores = []
+    for where, name in ((trained, "intact"), (ckpt, "model_config only")):
+        result = evaluate(eval_config, load=str(where), data_path=stdlib_data, split="90,8,2",
+                          eval_results_dir=str(tmp_path / name))
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        record = json.loads(next((tmp_path / name).glob("*.json")).read_text())
+        scores.append([(r["length"], r["mode"], r["chunk_starts"], r["chunk_losses"]) for r in record["results"]])
+    assert scores[0] == scores[1]
+    samples = []
+    for where, name in ((trained, "intact"), (ckpt, "model_config only")):
+        result = script("generate.py", str(REPO_ROOT / "configs" / "text_generation.yml"), "--set", f"load={where}",
+                        "--set", "maximum_tokens=8", "--set", f"sample-output-file={tmp_path / name}.jsonl")
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        samples.append([json.loads(line)["text"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()])
+    assert samples[0] == samples[1] and len(samples[0]) == 2
+    result = script("-m", "tools.analysis.plot_kernels", "--set", f"load={ckpt}", "--out", str(tmp_path / "k.png"))
+    assert result.returncode == 0 and (tmp_path / "k.png").is_file(), result.stdout[-2000:] + result.stderr[-2000:]
+
+
 def test_xpos_lengths_past_its_range_are_found_before_any_is_scored(stdlib_data, tmp_path):
     assert train(stdlib_data, tmp_path, pos_emb="xpos", xpos_scale_base=1).returncode == 0
     resolved = tmp_path / "ckpt" / "global_step2" / "resolved_config.yml"
@@ -222,17 +274,80 @@ def test_xpos_lengths_past_its_range_are_found_before_any_is_scored(stdlib_data,
     assert "Evaluate in float32" not in message and "L=64" not in result.stdout
 
 
-def test_a_checkpoint_pruned_between_finding_and_reading_is_called_pruned(trained, tmp_path):
-    """Evaluating while a run with keep-last-n-checkpoints saves: the step `latest` named is removed before
-    it is read. (The race itself is not timed here: the folder is removed between the two calls.)"""
-    import shutil
-    from megatron.checkpointing import CheckpointError, read_client_state, resolve_tag
-    ckpt = copied(trained, tmp_path)
-    tag = resolve_tag(ckpt)
-    shutil.rmtree(ckpt / tag)
-    with pytest.raises(CheckpointError, match="was removed while it was being read: the run writing .* keeps only "
-                                              "its newest checkpoints"):
-        read_client_state(ckpt, tag)
+# A run saving into the folder being evaluated moves `latest` on and prunes the step it named: the race is
+# made exact (no timing) by an audit hook that does it at the moment the evaluator first opens a chosen file
+# of that step (after reading `latest`, which named it) -- just before the file is really opened.
+PRUNE_AT_OPEN = """
+import os, runpy, shutil, sys
+save, step, file, newest = sys.argv[1:5]
+folder = os.path.join(save, step)
+pruned = []
+def prune(event, args):
+    if event != "open" or pruned or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    if os.path.abspath(os.fsdecode(args[0])) == os.path.join(folder, file):
+        pruned.append(True)
+        # as train.py with keep-last-n-checkpoints: `latest` moves on, the old step goes
+        with open(os.path.join(save, "latest"), "w") as fh:
+            fh.write(newest)
+        shutil.rmtree(folder)
+sys.addaudithook(prune)
+sys.argv = sys.argv[5:]
+sys.path[0:1] = [os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0]))]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.fixture(scope="module")
+def two_steps(stdlib_data, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("two_steps")
+    result = train(stdlib_data, folder, checkpoint_factor=1)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return folder / "ckpt"
+
+
+def pruned_at_open(two_steps, tmp_path, file, *argv):
+    """argv run while the save folder's `latest` names global_step1, which is pruned (and `latest` set to
+    global_step2) when `file` of it is first opened."""
+    ckpt = copied(two_steps, tmp_path)
+    (ckpt / "latest").write_text("global_step1")
+    return ckpt, script("-c", PRUNE_AT_OPEN, str(ckpt), "global_step1", file, "global_step2", *map(str, argv))
+
+
+@pytest.mark.parametrize("file", ["resolved_config.yml", "mp_rank_00_model_states.pt"],
+                         ids=["while the config is read", "while the weights are read"])
+def test_evaluating_a_step_pruned_after_latest_named_it_evaluates_the_new_latest(two_steps, tmp_path, file):
+    import json
+    values = {"eval_lengths": "[64]", "eval_chunks": 2, "eval_results_dir": str(tmp_path / "r")}
+    ckpt, result = pruned_at_open(two_steps, tmp_path, file, "evaluate.py", REPO_ROOT / "configs" / "eval" / "tiny.yml",
+                                  "--set", f"load={tmp_path / 'ckpt'}", *set_flags(values))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert not (ckpt / "global_step1").exists()  # the race took place
+    record = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
+    assert record["run"]["checkpoint_step"] == 2 and "step 2)" in result.stdout
+
+
+def test_a_step_the_user_named_pruned_while_read_is_called_pruned(two_steps, tmp_path):
+    values = {"load": str(tmp_path / "ckpt"), "iteration": 1, "eval_lengths": "[64]", "eval_chunks": 2,
+              "eval_results_dir": str(tmp_path / "r")}
+    ckpt, result = pruned_at_open(two_steps, tmp_path, "mp_rank_00_model_states.pt", "evaluate.py",
+                                  REPO_ROOT / "configs" / "eval" / "tiny.yml", *set_flags(values))
+    message = assert_clear_error(result, f"{ckpt / 'global_step1'} was removed while it was being read: the run "
+                                         f"writing {ckpt} keeps only its newest checkpoints (keep-last-n-checkpoints)",
+                                 "Run again to load the newest ('global_step2')")
+    assert "damaged" not in message and not list((tmp_path / "r").rglob("*.json"))
+
+
+def test_inference_load_of_a_save_folder_pruned_while_read_loads_the_new_latest(two_steps, tmp_path):
+    """inference_model.load(<save folder>) with no config: it named a config key `iteration` nobody set."""
+    (tmp_path / "load_latest.py").write_text("import sys\nfrom megatron.inference_model import load\n"
+                                             "print('loaded step', load(sys.argv[1]).step)\n")
+    for file in ("mp_rank_00_model_states.pt", "resolved_config.yml"):
+        (tmp_path / file).mkdir()
+        _, result = pruned_at_open(two_steps, tmp_path / file, file, tmp_path / "load_latest.py",
+                                   tmp_path / file / "ckpt")
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "loaded step 2" in result.stdout and "iteration" not in result.stderr
 
 
 # -------------------------------------------------------------------- the flex kernel's compile folder

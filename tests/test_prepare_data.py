@@ -316,6 +316,25 @@ def test_a_missing_local_file_is_one_error_at_once(tmp_path, tool):
         tool.main(["gpt2", "--data-dir", str(tmp_path / "data"), "--source", f"gpt2={tmp_path}", "--no-progress"])
 
 
+# Issue 35: offline, each attempt spent 80-90 s on retries before its one-line error.
+@pytest.mark.parametrize("where, why", [("closed port", "connection refused"),
+                                        ("name that does not resolve", "its name does not resolve")])
+def test_a_host_that_cannot_be_reached_is_said_at_once_with_the_local_alternatives(where, why, tmp_path, tool,
+                                                                                  monkeypatch):
+    from test_training_support import free_port
+    host = f"127.0.0.1:{free_port()}" if where == "closed port" else "offline.invalid"  # RFC 2606: never resolves
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{host}")
+    for argv in (["gpt2", "--source", f"gpt2=http://{host}/gpt2"],  # a download (urllib)
+                 ["github", "--dry-run"]):                          # a hub listing (huggingface_hub retries)
+        with pytest.raises(DataError) as caught:
+            tool.main(argv + ["--data-dir", str(tmp_path / "data"), "--no-progress"])
+        message = str(caught.value)
+        assert message.startswith(f"cannot reach '{host}' ({why}") and "\n" not in message
+        assert "nothing was downloaded, and retrying would not help" in message and "retries" not in message
+        assert "`make data` builds the built-in corpus" in message and "--source NAME=PATH" in message
+    assert not (tmp_path / "data" / "gpt2-vocab.json.partial").exists()
+
+
 @pytest.mark.launches
 def test_the_command_line_lists_the_datasets_and_says_a_mistake_in_one_paragraph(repo_root, tmp_path):
     """The command preflight names, run as a user runs it (from another folder too)."""

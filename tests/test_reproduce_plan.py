@@ -32,18 +32,21 @@ def dry_run(capsys, monkeypatch, *argv) -> tuple[str, list[str]]:
     return plan, commands.splitlines()
 
 
-def test_a_corpus_only_the_projects_checkout_has_is_named_missing_with_how_to_get_it(tmp_path, capsys, monkeypatch):
+def test_a_published_corpus_not_built_here_is_named_missing_with_the_command_that_builds_it(tmp_path, capsys,
+                                                                                            monkeypatch):
+    if (REPO / "data" / "corpora" / "prose.jsonl.zst").exists():
+        pytest.skip("data/corpora/prose.jsonl.zst is built in this checkout")
     (tmp_path / "code").mkdir()
     for ext in (".bin", ".idx"):
         (tmp_path / "code" / f"code_text_document{ext}").write_bytes(b"")
     sweep = sweep_file(tmp_path, code={"prefix": str(tmp_path / "code" / "code_text_document")},
-                       prose={"source": "../shared/data/corpora/not-there.jsonl.zst",
+                       prose={"source": "data/corpora/prose.jsonl.zst",
                               "prefix": str(tmp_path / "prose" / "prose_text_document")})
     plan, commands = dry_run(capsys, monkeypatch, sweep)
     assert f"  code: present ({tmp_path}/code/code_text_document.bin/.idx)" in plan
-    assert ("  prose: ../shared/data/corpora/not-there.jsonl.zst is not on this machine; it is tokenized from "
-            "../shared/data/corpora/not-there.jsonl.zst, which exists only in the project's own checkout and "
-            "CI") in plan
+    assert ("  prose: data/corpora/prose.jsonl.zst is not on this machine; it is tokenized from "
+            "data/corpora/prose.jsonl.zst, which `python tools/datasets/prepare_data.py prose` builds from the public "
+            "packages it came from") in plan
     assert "its runs are left out" in plan
     # 2 seeds x 2 methods trained, + the windowed baseline evaluated: of `code` only
     assert "Trainings: 4: 0 done, 4 to do" in plan and "Evaluations: 6: 0 done, 6 to do" in plan

@@ -60,7 +60,7 @@ def evaluation_variant(neox_args, trained=None) -> str | None:
     """The switches that change the model a method's name stands for (`switch_labels`) and the method's
     per-run options that are set (e.g. rotary-scaling, `yarn8`), as a short label, so a run scored with them
     never shares a result file or a table row with the plain run. `trained`: the config the checkpoint
-    stores (run.trained_config), which says what the run was trained with whatever the evaluating config
+    stores (its model-states file's `neox_args`), which says what the run was trained with whatever the evaluating config
     restates; without it, `neox_args` is taken as the training config."""
     from megatron.model.positional_embeddings import per_run_options
 

@@ -1,15 +1,17 @@
 """A config that names a checkpoint with `load` may leave the model out: the keys that build the model and
 its tokenizer, and those evaluation needs to read the run's data at its training length (and, for a config
 that gives no model at all, the run's eval-lengths, eval-results-dir and tensorboard-dir), come from the checkpoint's own
-merged config (`global_stepN/resolved_config.yml`), each with that file as its source.
+merged config (`global_stepN/resolved_config.yml`), each with that file as its source; a checkpoint that
+keeps none gives the model, tokenizer and lengths its model-states file records (`model_config`).
 
 A key the user's config sets is kept (the checkpoint check then names any disagreement); per-run choices
 (attention-window, rotary-scaling, attention-impl, ...) are never taken. `load` naming a `global_stepN`
-folder means its parent at step N. Nothing here imports torch: the config is read before the model is.
+folder means its parent at step N. Nothing here imports torch (the config is read before the model is),
+but to read the model-states file of a checkpoint that keeps no merged config.
 """
 import pathlib
 
-from megatron.checkpoint_folder import CheckpointError, TAG, resolve_tag
+from megatron.checkpoint_folder import CheckpointError, TAG, read_pruning_aware, resolve_tag
 from megatron.model.model_config import ARCHITECTURE_KEYS, checkpoint_keys
 
 from .resolved import RESOLVED_NAME
@@ -49,19 +51,25 @@ def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tupl
         load = load.parent
     given = {normalise_key(k) for k in values}
     no_model = not given & set(ARCHITECTURE_KEYS)  # then the checkpoint must say what the model is
+    iteration = values.get(spelling.get("iteration", "iteration"))
     try:
-        folder = load / resolve_tag(load, values.get(spelling.get("iteration", "iteration")))
+        resolve_tag(load, iteration)
     except CheckpointError as err:
         if no_model:
             raise CheckpointError(f"{sources.get('load', 'the config')}: the config gives no model (num-layers, "
                                   f"pos-emb, ...), so it comes from the checkpoint `load` names, but {err}") from None
         return values, sources
+    # A run still saving into `load` may prune the step between finding and reading it.
+    return read_pruning_aware(load, iteration, lambda folder: _stored_config_source(
+        folder, values, sources, default_pos_emb, given, no_model))
+
+
+def _stored_config_source(folder, values, sources, default_pos_emb, given, no_model) -> tuple[dict, dict]:
+    spelling = {normalise_key(k): k for k in values}
     resolved = folder / RESOLVED_NAME
-    if not resolved.is_file():  # written before checkpoints kept one: the config must give the model
+    if not resolved.is_file():  # written before checkpoints kept one: its model_config gives the model
         if no_model:
-            raise CheckpointError(f"{folder} keeps no {RESOLVED_NAME} (written before checkpoints kept their "
-                                  "config), and the config gives no model: give the run's own config files too, "
-                                  f"e.g. {folder / 'configs'}/*.yml.")
+            return _model_config_source(folder, values, sources)
         return values, sources
     stored, lines, _ = load_config_files([resolved])
     stored = {normalise_key(k): v for k, v in stored.items()}
@@ -78,6 +86,41 @@ def checkpoint_source(values: dict, sources: dict, default_pos_emb: str) -> tupl
             sources[key] = f"checkpoint {lines.get(key, resolved)}"
             sources.update({path: f"checkpoint {line}" for path, line in lines.items()
                             if path.startswith((key + ".", key + "["))})
+    return values, sources
+
+
+MODEL_CONFIG_SOURCE = "checkpoint {folder} (model_config)"
+
+
+def model_config_only(sources: dict) -> str | None:
+    """The checkpoint folder whose model-states file gave the model (it keeps no merged config, so nothing
+    else of its run is known), or None."""
+    source = sources.get("pos_emb", "")
+    prefix, suffix = MODEL_CONFIG_SOURCE.split("{folder}")
+    return source[len(prefix):-len(suffix)] if source.startswith(prefix) and source.endswith(suffix) else None
+
+
+def _model_config_source(folder: pathlib.Path, values: dict, sources: dict) -> tuple[dict, dict]:
+    """`values` with the model, tokenizer and training lengths the model-states file of `folder` records
+    (its ModelConfig), for a checkpoint that keeps no merged config: every entry point builds the same
+    model from it (inference_model.load does the same for a checkpoint loaded alone). The run's data,
+    batch sizes and eval-lengths are not recorded there; an entry point that needs one names it."""
+    from megatron.checkpointing import read_client_state, stored_model_config  # torch: only for such checkpoints
+    try:
+        saved = stored_model_config(read_client_state(folder.parent, folder.name), folder)
+    except CheckpointError as err:
+        raise CheckpointError(f"{folder} keeps no {RESOLVED_NAME}, and the config gives no model (num-layers, "
+                              f"pos-emb, ...), so the model comes from its model-states file, but {err} Give the "
+                              f"run's own config files too, e.g. {folder / 'configs'}/*.yml.") from None
+    recorded = {**saved.config_values(), **{k: v for k, v in saved.lengths.items() if k in RUN_KEYS}}
+    given = {normalise_key(k) for k in values}
+    for key, value in recorded.items():
+        if value is not None and key not in given:
+            values[key] = value
+            sources[key] = MODEL_CONFIG_SOURCE.format(folder=folder)
+    if not given & {"train_batch_size", "train_micro_batch_size_per_gpu"}:  # a config must name one; loading uses none
+        values["train_micro_batch_size_per_gpu"] = 1
+        sources["train_micro_batch_size_per_gpu"] = f"checkpoint {folder} (model_config records none; loading uses none)"
     return values, sources
 
 

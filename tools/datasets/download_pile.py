@@ -79,6 +79,50 @@ class BadResume(Exception):
     """A 206 answer that does not continue the partial file: the partial is dropped and fetched anew."""
 
 
+class HostUnreachable(DataError):
+    """The host cannot be reached at all (offline, or the host down or blocked): said at once, not retried."""
+
+
+# A name that does not resolve, a refused connection, no route: waiting a minute does not change these, unlike
+# a timeout or a connection cut mid-download (those are retried).
+OFFLINE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN}
+
+
+def unreachable_because(err) -> str | None:
+    """Why `err` (opening a connection) means the host cannot be reached at all, or None."""
+    reason = getattr(err, "reason", err)
+    if isinstance(reason, socket.gaierror):
+        return f"its name does not resolve: {reason.strerror}"
+    if isinstance(reason, OSError) and reason.errno in OFFLINE_ERRNOS:
+        return os.strerror(reason.errno).lower()
+    return None
+
+
+def unreachable(url: str, why: str) -> HostUnreachable:
+    host = urllib.parse.urlparse(url).netloc or url
+    return HostUnreachable(f"cannot reach {quote(host, 100)} ({why}) for {quote(url)}: this machine is offline, or "
+                           "the host is down or blocked; nothing was downloaded, and retrying would not help.")
+
+
+def check_reachable(url: str) -> None:
+    """Connect once to `url`'s host (or the proxy that would carry it): a host that cannot be reached at all is
+    a HostUnreachable at once, before a client that retries for a minute is asked (huggingface_hub)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return
+    target = (parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80))
+    proxy = urllib.request.getproxies().get(parsed.scheme)
+    if proxy and not urllib.request.proxy_bypass(parsed.hostname):
+        via = urllib.parse.urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        target = (via.hostname, via.port or 80)
+    try:
+        socket.create_connection(target, timeout=30).close()
+    except OSError as err:
+        why = unreachable_because(err)
+        if why:
+            raise unreachable(url, why) from None
+
+
 def download(url: str, destination: str, sha256: str = None, retries: int = 5, show_progress: bool = True):
     """Fetch `url` to `destination` via `destination.partial`, resuming it; verify `sha256`. The partial's
     origin (URL and the host's validator, ETag or Last-Modified) is kept in `destination.partial.origin`
@@ -113,6 +157,9 @@ def download(url: str, destination: str, sha256: str = None, retries: int = 5, s
             local(lambda: os.remove(partial), partial)
             continue
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            why = unreachable_because(err)
+            if why and attempt == 0:  # not reachable at all; a host lost mid-download is retried
+                raise unreachable(url, why) from None
             retried = err
             if attempt == retries:
                 break
@@ -278,7 +325,10 @@ def main(argv=None):
     if args.sha256 and len(args.sha256) != len(args.url):
         raise DataError(f"--sha256 gives {len(args.sha256)} checksums for {len(args.url)} URLs; give one per URL.")
     with one_writer(args.output_dir):
-        fetch_and_cut(args)
+        try:
+            fetch_and_cut(args)
+        except HostUnreachable as err:
+            raise DataError(f"{err} Give a --url this machine can reach (a file:// URL for a copy you have).") from None
 
 
 def fetch_and_cut(args):

