@@ -227,3 +227,13 @@ class PositionalEmbedding(nn.Module):
     def kernel_parameters(self) -> dict[str, torch.Tensor]:
         """name -> Tensor[H] of the effective (constrained) learnable kernel values."""
         return {}
+
+
+def softmax_wrapper_problem(base: "PositionalEmbedding", key: str) -> str | None:
+    """Why the wrapper config key `key` (attention-temperature, dape), which scales or rewrites the logits
+    of a softmax over q.k scores, cannot wrap `base`; None when it can."""
+    if not (base.replaces_softmax or base.uses_key_transforms):
+        return None
+    what = "replaces the softmax" if base.replaces_softmax else "transforms the keys by the tokens in between"
+    return (f"{key} is set, but pos-emb {base.name!r} {what}, which the {key} wrapper does not pass on (it would "
+            f"silently attend with a plain softmax). Remove {key} for this method.")

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import PositionalEmbedding, PositionalEmbeddingError, quote
+from .base import PositionalEmbedding, PositionalEmbeddingError, quote, softmax_wrapper_problem
 
 EXAMPLE = "dape: {version: 2, hidden: 32, kernel: 3}"
 KEYS = ("version", "hidden", "kernel", "form")
@@ -160,10 +160,7 @@ class Dape(PositionalEmbedding):
 
 def daped(base: PositionalEmbedding, dape: dict | None) -> PositionalEmbedding:
     """`base`, or `base` under DAPE when `dape` is given."""
-    if dape is not None and (base.replaces_softmax or base.uses_key_transforms):
-        raise PositionalEmbeddingError(
-            f"dape is set, but pos-emb {base.name!r} "
-            f"{'replaces the softmax' if base.replaces_softmax else 'transforms the keys by the tokens in between'}, "
-            "which the DAPE wrapper does not pass on (it would silently attend with a plain softmax). Remove "
-            "dape for this method.")
+    problem = softmax_wrapper_problem(base, "dape") if dape is not None else None
+    if problem:
+        raise PositionalEmbeddingError(problem)
     return base if dape is None else Dape(base, dape)

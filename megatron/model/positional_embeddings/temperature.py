@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from .base import PositionalEmbedding, PositionalEmbeddingError, quote
+from .base import PositionalEmbedding, PositionalEmbeddingError, quote, softmax_wrapper_problem
 
 TYPES = ("ssmax", "head_scale")
 EXAMPLE = "attention-temperature: {type: ssmax}"
@@ -110,10 +110,7 @@ def tempered(base: PositionalEmbedding, temperature: dict | None) -> PositionalE
             f"attention-temperature is set, but pos-emb {base.name!r} adds per-token terms F_i - F_j (a forget "
             "gate) that the temperature would have to scale too, which is not implemented. Remove "
             "attention-temperature for this method.")
-    if temperature is not None and (base.replaces_softmax or base.uses_key_transforms):
-        raise PositionalEmbeddingError(
-            f"attention-temperature is set, but pos-emb {base.name!r} "
-            f"{'replaces the softmax' if base.replaces_softmax else 'transforms the keys by the tokens in between'}, "
-            "which this wrapper does not pass on (it would silently attend with a plain softmax). Remove "
-            "attention-temperature for this method.")
+    problem = softmax_wrapper_problem(base, "attention-temperature") if temperature is not None else None
+    if problem:
+        raise PositionalEmbeddingError(problem)
     return base if temperature is None else Tempered(base, temperature)
