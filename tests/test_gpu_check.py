@@ -61,7 +61,9 @@ def test_cpu_runs_only_as_a_tiny_smoke_run(capsys):
 @pytest.mark.launches
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU smoke run; on this machine the real check runs")
 def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
-    done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, timeout=900)
+    # The training-loop part needs GPT-2's files staged: its own test below.
+    done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, "--parts", "tests", "train", "eval", "fla",
+                     timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith("gpu-check: passed in ")
     results = json.loads((tmp_path / "report.json").read_text())
@@ -83,6 +85,33 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert "| kerple_log | auto |" in report and "| 0.307 | 1.017 |" in report  # the paper's, labelled
     assert "| hf_gpt_neox | transformers sdpa |" in report
     assert (tmp_path / "tests.log").is_file()
+    # fla's kernels need CUDA; on CPU its naive.py stands in, so the mapping of conventions is checked here.
+    fla = {r["method"]: r for r in results["fla"]["rows"]}
+    assert set(fla) == {"fox", "stickbreaking", "path", "path_fox"}
+    for row in fla.values():
+        assert max(row["fla_naive_fp32"][k] for k in ("out", "dq", "dk", "dv")) < 1e-5, row
+    assert "| path_fox | 128 | blocked |" in report
+
+
+@pytest.mark.launches
+def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, stdlib_data, tmp_path):
+    import pathlib
+    import shutil
+    data = tmp_path / "staged"
+    data.mkdir()
+    for name in ("gpt2-vocab.json", "gpt2-merges.txt"):
+        shutil.copy(shared_dir / "data" / "gpt2" / name, data / name)
+    shutil.copy(pathlib.Path(stdlib_data).parent / "stdlib.jsonl.zst", data / "stdlib.jsonl.zst")
+    done = subprocess.run([sys.executable, "-m", "tools.gpu_check.train_loop", "--json", tmp_path / "loop.json",
+                           "--profile", "tiny", "--device", "cpu", "--data", data, "--budget", "400"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    loop = json.loads((tmp_path / "loop.json").read_text())
+    assert "error" not in loop, loop
+    assert [launch["exit_code"] for launch in loop["launches"]] == [0, 0]
+    assert loop["resumed_from"] == "global_step4" and loop["resumed_first_logged_step"] == 6
+    assert loop["checkpoints"] == ["global_step4", "global_step8"] and loop["loss_last"] < loop["loss_first"]
+    assert loop["tokens"] > 100_000  # GPT-2 tokens of the corpus slice, tokenized by preprocess_data.py
 
 
 # ------------------------------------------------------------------------------------ wheels

@@ -9,7 +9,8 @@ FlexAttention) and `sdpa` (the [H, L, L] bias materialised). Per (path, L): toke
 pass after an untimed one (FlexAttention compiles per length), and the peak memory of the timed pass:
 CUDA's max allocated, or on CPU the rise of the process's peak RSS (benchmarks/measure.py). `sdpa` is
 skipped where its estimate (megatron/model/attention/choice.py's sdpa_bytes) exceeds the free memory.
-Lengths run shortest first and stop when the budget runs out.
+Lengths run shortest first; a length is skipped when its expected time (the last one's, scaled as L^2)
+would overrun the budget, and a length that runs out of memory says so in its row.
 """
 import argparse
 import json
@@ -44,13 +45,17 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
         dtype = torch.bfloat16 if device == "cuda" and args.precision == "bf16" else torch.float32
         models[impl] = GPTModel(model_config(args, padded_vocab)).to(device=device, dtype=dtype).eval()
     weights_mb = sum(p.numel() * p.element_size() for p in models["auto"].parameters()) / 2**20
-    last = 0.0
+    measured = {}  # per path: (seconds of its last timed pass, its one-off cost, that length)
     for length in lengths:
         for impl, model in models.items():
             row = {"impl": impl, "length": length}
             rows.append(row)
-            if time.perf_counter() - began + 2.5 * last > budget:
-                row["skipped"] = "time budget spent"
+            # This length's cost from the last one measured: its two passes grow as L^2 (attention; the rest
+            # as L), its one-off cost (FlexAttention's compilation) stays.
+            last_pass, one_off, last_length = measured.get(impl, (0.0, 0.0, 0))
+            expected = one_off + 2 * last_pass * (length / last_length) ** 2 if last_length else 0.0
+            if time.perf_counter() - began + expected > budget:
+                row["skipped"] = f"time budget spent (~{expected:.0f} s expected, {budget - (time.perf_counter() - began):.0f} s left)"
                 continue
             need = sdpa_bytes(length=length, heads=args.num_attention_heads, batch=1, pairwise_bytes=0,
                               element_size=dtype.itemsize, writes_scores=False, needs_grad=False)
@@ -74,9 +79,9 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
                 row["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:400]
                 continue
             finally:
-                last = time.perf_counter() - start
                 if device == "cuda":
                     torch.cuda.empty_cache()
+            measured[impl] = (seconds, max(0.0, time.perf_counter() - start - 2 * seconds), length)
             row.update(seconds=round(seconds, 4), tokens_per_s=round(length / seconds, 1),
                        peak_mb=round(peak.peak_mb, 1), mean_loss=round(float(losses.mean()), 4),
                        finite=bool(math.isfinite(float(losses.mean()))))
@@ -92,7 +97,7 @@ def main(argv=None):
     parser.add_argument("--json", required=True)
     parser.add_argument("--profile", default="162M", choices=["162M", "tiny"])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--lengths", type=int, nargs="+", help="default: 4096 16384 32768 65536 (tiny: 128 256)")
+    parser.add_argument("--lengths", type=int, nargs="+", help="default: 4096 16384 65536 262144 1048576 (tiny: 128 256)")
     parser.add_argument("--budget", type=float, default=90.0)
     cli = parser.parse_args(argv)
     result = measure(cli.profile, cli.device, cli.lengths or EVAL_LENGTHS[cli.profile], cli.budget)

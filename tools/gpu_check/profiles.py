@@ -15,8 +15,9 @@ NO_OUTPUT = {"save": None, "load": None, "tensorboard_dir": None, "log_dir": Non
 
 # Methods of the speed table: the paper's Table 4 plus `none`, the baseline of the ratios.
 TABLE4_METHODS = ("kerple_log", "kerple_power", "alibi", "t5", "rotary", "sinusoidal", "none")
-# Eval lengths: the 4k-64k on the 162M model; short ones for the tiny smoke run.
-EVAL_LENGTHS = {"162M": (4096, 16384, 32768, 65536), "tiny": (128, 256)}
+# Eval lengths: 4k to 1M tokens on the 162M model (the part stops where its time or the memory runs out, and
+# says which); short ones for the tiny smoke run.
+EVAL_LENGTHS = {"162M": (4096, 16384, 65536, 262144, 1048576), "tiny": (128, 256)}
 GPU_MINI_SWEEP = REPO_ROOT / "configs" / "reproduce" / "gpu-mini.yml"
 
 

@@ -14,7 +14,7 @@ FLEX_GOAL = 1.05  # the issue's goal (not a test): distance-only methods with fl
 def passed(results: dict) -> bool:
     tests = results.get("tests")
     tests_ok = tests is None or tests.get("exit_code") == 0
-    parts_ok = all("error" not in results.get(p, {}) for p in ("install", "environment", "train", "eval"))
+    parts_ok = all("error" not in results.get(p, {}) for p in ("install", "environment", "train", "eval", "loop", "fla"))
     return tests_ok and parts_ok
 
 
@@ -37,6 +37,7 @@ def render(results: dict) -> str:
         lines.append("_Developer smoke run at toy sizes: these numbers say nothing about any GPU._\n")
     lines += _environment(env, results.get("install", {})) + _tests(results.get("tests"))
     lines += _train(results.get("train")) + _eval(results.get("eval"))
+    lines += _loop(results.get("loop")) + _fla(results.get("fla"))
     return "\n".join(lines) + "\n"
 
 
@@ -158,3 +159,68 @@ def _growth(cell, lengths):
         if pa and pb and pa > 0 and pb > 0:
             out.append(f"{a}->{b}: {math.log(pb / pa) / math.log(b / a):.2f}")
     return out
+
+
+def _did_not_finish(title, part):
+    return [f"## {title}\n", f"Did not finish: {part['error']}\n", "```", part.get("log_tail", ""), "```\n"]
+
+
+def _loop(loop):
+    if loop is None:
+        return []
+    title = "Training loop (deepy.py train.py)"
+    if "launches" not in loop:
+        return _did_not_finish(title, loop)
+    lines = [f"## {title}\n",
+             f"`python deepy.py train.py {loop['config']}` on the code corpus tokenized there with GPT-2 BPE by "
+             f"tools/datasets/preprocess_data.py ({loop.get('tokens', 0):,} tokens, "
+             f"{loop['tokenize']['wall_s']} s), {loop['steps']} steps in two launches: the first stops at step "
+             f"{loop['steps'] // 2} (`exit-interval`) and saves, the second resumes from that checkpoint.\n",
+             "| launch | exit code | wall s | losses logged (step: loss) | latest checkpoint |", "|---|---|---|---|---|"]
+    for launch in loop["launches"]:
+        losses = ", ".join(f"{step}: {loss:.3f}" for step, loss in launch["losses"])
+        lines.append(f"| {launch['half']} | {launch['exit_code']} | {launch['wall_s']} | {losses} | "
+                     f"{launch['latest'] or ''} |")
+    if "loss_first" in loop:
+        lines.append(f"\nLoss {loop['loss_first']:.3f} -> {loop['loss_last']:.3f}; the resumed launch read "
+                     f"{loop['resumed_from']} and logged step {loop['resumed_first_logged_step']} first; checkpoints "
+                     f"written: {', '.join(loop['checkpoints'])}.\n")
+    if "error" in loop:
+        lines += [f"\n**{loop['error']}**\n", "```", loop.get("log_tail", ""), "```\n"]
+    return lines
+
+
+def _fla(fla):
+    if fla is None:
+        return []
+    title = "flash-linear-attention's kernels against this project's paths"
+    if "rows" not in fla:
+        return _did_not_finish(title, fla)
+    size = fla["sizes"]
+    lines = [f"## {title}\n",
+             f"fla-core {fla['fla_version']}; batch {size['batch']}, {size['heads']} heads, head dim {size['dim']}. "
+             "Errors: largest absolute difference from this project's path in fp32, over the reference's largest "
+             "absolute value, for the output and dq, dk, dv; seconds: forward + backward, median of 5.\n",
+             "| method | L | our path | ours bf16: out / dq / dk / dv | ours s | fla: out / dq / dk / dv | fla s | "
+             "fla / ours |", "|---|---|---|---|---|---|---|---|"]
+
+    def cells(result):
+        if not result:
+            return ["", ""]
+        if "error" in result:
+            return [f"error: {result['error']}", ""]
+        return [" / ".join(f"{result[k]:.1e}" for k in ("out", "dq", "dk", "dv")), f"{result['seconds']:.4f}"]
+
+    for row in fla["rows"]:
+        if "skipped" in row or "error" in row:
+            lines.append(f"| {row['method']} | {row['length']} | {row.get('skipped') or 'error: ' + row['error']} "
+                         "| | | | | |")
+            continue
+        theirs = row.get("fla_bf16") or row.get("fla_naive_fp32")
+        mine = row.get("ours_bf16")
+        speed = _ratio(theirs.get("seconds"), mine.get("seconds")) if theirs and mine else ""
+        lines.append(f"| {row['method']} | {row['length']} | {row.get('our_path', '')} | "
+                     + " | ".join(cells(mine) + cells(theirs)) + f" | {speed} |")
+    notes = sorted({row["fla"] for row in fla["rows"] if row.get("fla")})
+    lines += [f"\n{note}.\n" for note in notes]
+    return lines
