@@ -22,13 +22,18 @@ NEEDS_TWO_DEVICES = ("tests/test_training.py::test_deepy_trains_the_tiny_profile
                      "tests/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
                      "tests/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
 TINY_SELECTION = ("tests/test_gpu_check.py", "-m", "cuda")  # the smoke run: collect and skip the CUDA tests
-OUTCOME = re.compile(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)")
+# -v's outcome lines: `tests/x.py::t PASSED` in one process, `[gw3] [ 12%] PASSED tests/x.py::t` under xdist.
+OUTCOME = re.compile(r"^(?:(?P<test>tests/\S+::\S+) (?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)"
+                     r"|\[gw\d+\] \[ *\d+%\] (?P<status2>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (?P<test2>tests/\S+::\S+))")
+# Test processes on the GPU machine (16 cores; most tests launch processes or wait on a compile); 0 runs one.
+WORKERS = 6
 
 
 def command(tiny: bool, devices: int) -> list[str]:
     base = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfE", "--tb=short"]
     if tiny:
         return base + list(TINY_SELECTION)
+    base += ["-n", str(WORKERS)] if WORKERS else []
     deselect = [arg for test in NEEDS_TWO_DEVICES for arg in ("--deselect", test)] if devices < 2 else []
     # `-m "not slow"` replaces pyproject's `not slow and not cuda`: the cuda tests run here.
     return base + ["-m", "not slow", *deselect, *FILES]
@@ -48,7 +53,7 @@ def run(tiny: bool, devices: int, env: dict, budget: float, log: pathlib.Path) -
     for line in text.splitlines():
         found = OUTCOME.match(line)
         if found:
-            outcomes[found[1]] = found[2]
+            outcomes[found["test"] or found["test2"]] = found["status"] or found["status2"]
     counts = {}
     for status in outcomes.values():
         counts[status.lower()] = counts.get(status.lower(), 0) + 1

@@ -81,7 +81,7 @@ def test_flex_block_mask_matches_torchs_create_block_mask(length):
         # The flex path runs on whole tiles: queries and keys padded with the last position.
         padded = torch.cat([positions, positions[-1].repeat(-length % 128)])
         expected = create_block_mask(lambda b, h, q, kv: (kv <= q) & (padded[q] - padded[kv] < limit),
-                                     None, None, padded.shape[0], padded.shape[0])
+                                     None, None, padded.shape[0], padded.shape[0], device="cpu")
         for full in (False, True):
             assert tiles(ours, full) == tiles(expected, full), (offset, window, full)
 
