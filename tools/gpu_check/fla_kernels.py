@@ -126,7 +126,7 @@ def timed(function, q, k, v, extra, grad_out, device, reps=5, warmup=2):
     return statistics.median(times)
 
 
-def measure(device: str, budget: float) -> dict:
+def measure(device: str, budget: float, json_path: str | None = None) -> dict:
     began, rows = time.perf_counter(), []
     size = SIZES[device]
     try:
@@ -174,6 +174,13 @@ def measure(device: str, budget: float) -> dict:
             finally:
                 if device == "cuda":
                     torch.cuda.empty_cache()
+            if json_path:  # after each row: a part killed at its limit (fla's kernels compile slowly) keeps them
+                with open(json_path, "w") as out:
+                    json.dump(_result(device, size, began, rows), out, indent=1)
+    return _result(device, size, began, rows)
+
+
+def _result(device, size, began, rows):
     return {"device": device, "sizes": {k: v for k, v in size.items() if k != "lengths"},
             "seconds": round(time.perf_counter() - began, 1), "rows": rows,
             "fla_version": _version("fla-core")}
@@ -194,8 +201,9 @@ def main(argv=None):
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--budget", type=float, default=45.0)
     cli = parser.parse_args(argv)
+    result = measure(cli.device, cli.budget, cli.json)
     with open(cli.json, "w") as out:
-        json.dump(measure(cli.device, cli.budget), out, indent=1)
+        json.dump(result, out, indent=1)
 
 
 if __name__ == "__main__":

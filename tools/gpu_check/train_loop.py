@@ -75,7 +75,7 @@ def run(profile: str, budget: float, data: pathlib.Path) -> dict:
     tokenize = launch(["tools/datasets/preprocess_data.py", "--input", str(data / "stdlib.jsonl.zst"),
                        "--output-prefix", str(work / "stdlib"), "--tokenizer-type", "GPT2BPETokenizer",
                        "--vocab-file", str(data / "gpt2-vocab.json"), "--merge-file", str(data / "gpt2-merges.txt"),
-                       "--append-eod", "--workers", "8", "--no-progress"], budget * 0.2)
+                       "--append-eod", "--workers", "4", "--no-progress"], budget * 0.4)
     result["tokenize"] = {k: v for k, v in tokenize.items() if k != "output"}
     prefix = work / "stdlib_text_document"
     if tokenize["exit_code"] != 0 or not prefix.with_suffix(".bin").is_file():
