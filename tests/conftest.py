@@ -17,9 +17,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 @contextlib.contextmanager
 def _no_process_unless_marked(item):
     """A test that starts a process (an entry point, a launcher, a compiler) must be marked `launches`
-    (or `slow`): the fast tier (`make test-fast`) is defined as the tests that do not, so an unmarked
+    (or `slow`, or `cuda`): the fast tier (`make test-fast`) is defined as the tests that do not, so an unmarked
     launch fails the test, in its fixtures too (a module fixture that trains is set up by its first test)."""
-    if item.get_closest_marker("launches") or item.get_closest_marker("slow"):
+    # `cuda` tests run on a GPU only (never in the fast tier), where every compiled kernel starts its compiler
+    # (Triton's ptxas, inductor's compile workers) as a process.
+    if item.get_closest_marker("launches") or item.get_closest_marker("slow") or item.get_closest_marker("cuda"):
         yield
         return
     original = subprocess.Popen._execute_child
