@@ -180,18 +180,21 @@ def main(argv=None):
     inputs = input_report(neox_args, cli.script, hostfile)
 
     if cli.dry_run:
+        # The model's positional modules and attention plans first: a method that refuses its options (or the
+        # attention a wrapper needs) says so before anything is printed, as it would stop the launch.
+        model = model_config(neox_args, None)  # its layers: the embedding rows are the tokenizer's, built by the ranks
+        layers = describe_layers(model) if neox_args.layer_pattern or per_layer_modules(model) else None
+        plans = training_plans(model, neox_args.seq_length, neox_args.train_micro_batch_size_per_gpu or 1,
+                               neox_args.reset_attention_mask)
         print("# NeoX config (key, value, where it was set)")
         print(neox_args.describe())
-        model = model_config(neox_args, None)  # its layers: the embedding rows are the tokenizer's, built by the ranks
-        if neox_args.layer_pattern or per_layer_modules(model):  # a pattern, or a gate per layer (fox)
+        if layers:  # a pattern, or a gate per layer (fox)
             print("\n# Layers (layer-pattern, or a method with each layer's own parameters: each layer's method, "
                   "options away from their defaults, window)")
-            print(describe_layers(model))
+            print(layers)
         documents = " with packed documents masked (reset-attention-mask)" if neox_args.reset_attention_mask else ""
         print(f"\n# Attention at seq-length {neox_args.seq_length} in training{documents}, as chosen on this "
               "machine's CPU:")
-        plans = training_plans(model, neox_args.seq_length, neox_args.train_micro_batch_size_per_gpu or 1,
-                               neox_args.reset_attention_mask)
         print("\n".join(f"# {line}" for line in plans))
         print("\n# DeepSpeed config")
         print(json.dumps(neox_args.deepspeed_config(), indent=2))

@@ -99,6 +99,9 @@ def plain_inverse_frequencies(dim: int, base: float) -> torch.Tensor:
     return base ** (-torch.arange(half, dtype=torch.float32) / half)
 
 
+STRETCHES_THE_BASE = ("ntk", "dynamic_ntk")  # base * s^(d / (d - 2)), d the rotated dims
+
+
 def inverse_frequencies(scaling: RopeScaling | None, dim: int, base: float, seq_len: int | None = None):
     """(inv_freq [dim/2] float32, attention factor) for `dim` rotated dims; `seq_len` (the number of
     positions in this forward) matters only to dynamic_ntk. `factor: 1` is plain rotary, exactly, for
@@ -106,7 +109,8 @@ def inverse_frequencies(scaling: RopeScaling | None, dim: int, base: float, seq_
     longrope, whose per-pair factors apply whatever s is."""
     if scaling is None or (scaling.factor == 1 and scaling.type not in SEQUENCE_DEPENDENT):
         return plain_inverse_frequencies(dim, base), 1.0
-    s, kind, stretch = float(scaling.factor), scaling.type, dim / (dim - 2)
+    s, kind = float(scaling.factor), scaling.type
+    stretch = dim / (dim - 2) if kind in STRETCHES_THE_BASE else None  # d > 2: Rotary._scaling refuses d = 2
     if kind == "linear":
         return plain_inverse_frequencies(dim, base) / s, 1.0
     if kind == "ntk":

@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from .rope_scaling import SEQUENCE_DEPENDENT, inverse_frequencies, parse_scaling, scaling_problem
+from .rope_scaling import SEQUENCE_DEPENDENT, STRETCHES_THE_BASE, inverse_frequencies, parse_scaling, scaling_problem
 from .base import PositionalEmbedding, PositionalEmbeddingError, fraction, option, quote
 from .registry import register
 
@@ -66,6 +66,11 @@ class Rotary(PositionalEmbedding):
         if value is None:
             return None
         scaling = parse_scaling(value, max_positions)
+        if scaling.type in STRETCHES_THE_BASE and rotary_dims <= 2:
+            raise PositionalEmbeddingError(
+                f"pos-emb 'rotary': rotary-scaling type {scaling.type} needs at least 4 rotated dims per head: it "
+                f"raises the base to factor^(d / (d - 2)), which has no value at d = {rotary_dims}, the dims this "
+                "model rotates (head dim x rotary-pct). Raise rotary-pct, or use type linear, yarn or llama3.")
         if scaling.original_max_position is None and scaling.type in ("dynamic_ntk", "yarn", "llama3", "longrope"):
             raise PositionalEmbeddingError(
                 f"pos-emb 'rotary': rotary-scaling type {scaling.type} needs original-max-position (the "

@@ -260,3 +260,23 @@ def test_longrope_factors_of_the_wrong_length_name_the_pairs():
     with pytest.raises(NeoXArgsError, match=r"rotary-scaling short-factor has 3 numbers, but rotary rotates 32 dims "
                                             r"of each head \(head dim x rotary-pct\), 16 frequency pairs"):
         ours({"type": "longrope", "factor": 4, "short-factor": [1, 1, 1], "long-factor": [1, 1, 1]})
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize("overrides, message", [
+    # 64 / 4 heads = head dim 16, x 0.125 = 2 rotated dims: ntk's base ** (d / (d - 2)) has no value (it was a
+    # ZeroDivisionError traceback in every rank).
+    (["pos-emb=rotary", "rotary-pct=0.125", "rotary-scaling={type: ntk, factor: 4}"],
+     "rotary-scaling type ntk needs at least 4 rotated dims per head"),
+    (["pos-emb=stickbreaking", "attention-temperature={type: ssmax}"],
+     "pos-emb 'stickbreaking' replaces the softmax"),
+])
+def test_dry_run_refuses_a_method_its_options_break_before_printing_anything(overrides, message):
+    import subprocess
+    import sys
+    from test_training_support import REPO_ROOT, child_environment
+    flags = [arg for override in overrides for arg in ("--set", override)]
+    done = subprocess.run([sys.executable, "deepy.py", "train.py", "configs/tiny.yml", *flags, "--dry-run"],
+                          cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and done.stdout == ""  # no config printed as if it were fine
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
