@@ -35,6 +35,16 @@ DAPE_V2 = {
     "ppl": {512: 4.57, 1024: 4.37, 2048: 5.09, 4096: 6.80, 8192: 9.08},
 }
 
+# A second, independent report of KERPLE degrading (arXiv 2503.08067, CABLE, Table 2's reproduction), also
+# theirs: its ladder is not powers of two, so it is keyed by L / T.
+CABLE = {
+    "source": "CABLE (arXiv 2503.08067), their own reproduction: GPT-2 Medium, trained at 1,024 tokens on "
+              "FineWeb-Edu",
+    "train_length": 1024,
+    "kerple_ppl": {1: 16.70, 4: 16.78, 8: 20.32, 15: 26.13},
+    "alibi_ppl": {1: 16.79, 15: 17.46},
+}
+
 ABLATION_RULES = (
     f"*Long lengths*: at least {LONG_RATIO}x the training length T. *Significantly* better or worse: a paired "
     f"two-sided t-test on loss over seeds (α = {ALPHA}), the test of Table 3. "

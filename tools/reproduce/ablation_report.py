@@ -6,7 +6,7 @@ import numpy as np
 
 from tools.analysis.results_index import index_results, method_sort_key
 from . import ablation
-from .ablation import DAPE_V2, REFERENCE
+from .ablation import CABLE, DAPE_V2, REFERENCE
 
 Z95 = 1.959964  # two-sided 95% normal quantile
 
@@ -149,22 +149,30 @@ def _ratios(documents) -> dict:
 def _dape_table(documents) -> str:
     T = DAPE_V2["train_length"]
     theirs = {L // T: ppl for L, ppl in DAPE_V2["ppl"].items()}
+    cable_kerple, cable_alibi = CABLE["kerple_ppl"], CABLE["alibi_ppl"]
     ratios = _ratios(documents)
-    factors = sorted(set(theirs) | {f for d in ratios.values() for m in d.values() for f in m})
+    factors = sorted(set(theirs) | set(cable_kerple) | {f for d in ratios.values() for m in d.values() for f in m})
     columns = [(d, m) for d in ratios for m in ratios[d]]
-    head = ("| L / T | DAPE-V2 KERPLE-log ppl (theirs) | DAPE-V2 ppl / ppl(T) (theirs) | "
+    head = ("| L / T | DAPE-V2 KERPLE-log ppl (theirs) | DAPE-V2 ppl / ppl(T) (theirs) | CABLE's KERPLE ppl / "
+            "ppl(T) (theirs) | CABLE's ALiBi ppl / ppl(T) (theirs) | "
             + " | ".join(f"{m} on {d}" for d, m in columns) + " |")
-    rows = [head, "|" + "---|" * (3 + len(columns))]
+    rows = [head, "|" + "---|" * (5 + len(columns))]
+
+    def ratio(table, f):
+        return f"{table[f] / table[1]:.3f} ({table[f]:.2f})" if f in table else ""
+
     for f in factors:
         dape = theirs.get(f)
         rows.append(f"| {f}× | {f'{dape:.2f} (L = {f * T})' if dape else ''} | {f'{dape / theirs[1]:.3f}' if dape else ''} | "
+                    f"{ratio(cable_kerple, f)} | {ratio(cable_alibi, f)} | "
                     + " | ".join(f"{ratios[d][m][f]:.3f}" if f in ratios[d][m] else "" for d, m in columns) + " |")
     return "\n".join([
-        "### DAPE-V2's KERPLE-log beside ours\n",
-        f"The two DAPE-V2 columns are **theirs**, not this project's: {DAPE_V2['source']}. A different scale "
-        "(125M parameters, GPT-2 BPE, 512 tokens) from ours; to compare the shape of the curves, each is divided "
-        "by its own perplexity at the training length T. Our columns: mean over seeds of ppl(L) / ppl(T), "
-        "non-overlapping chunks. DAPE-V2 evaluated up to 16×; we evaluate up to 32×.\n", *rows, ""])
+        "### DAPE-V2's and CABLE's KERPLE-log beside ours\n",
+        f"The DAPE-V2 and CABLE columns are **theirs**, not this project's: {DAPE_V2['source']}; and "
+        f"{CABLE['source']} (perplexity in brackets; 15× is their longest length). Both at other scales than "
+        "ours (GPT-2 BPE, 125M and GPT-2 Medium); to compare the shape of the curves, each is divided by its own "
+        "perplexity at the training length T. Our columns: mean over seeds of ppl(L) / ppl(T), non-overlapping "
+        "chunks. DAPE-V2 evaluated up to 16×, CABLE to 15×; we evaluate up to 32×.\n", *rows, ""])
 
 
 def _figure(documents, sweep):
