@@ -84,10 +84,10 @@ RULES = [
     (r"^python tools/datasets/prepare_data\.py$", Run(output="openwebtext2")),
     (r"^python tools/datasets/prepare_data\.py prose latex --dry-run$", Run(output="texlive-science-doc_2022")),
     (r"^python tools/datasets/prepare_data\.py prose latex", NotRun("downloads npm and Debian packages (needs the "
-                                                                    "internet); tests/test_public_corpora.py runs it "
+                                                                    "internet); tests/data/test_public_corpora.py runs it "
                                                                     "against a local server")),
     (r"^python tools/datasets/prepare_data\.py ", NotRun("downloads the paper's corpora (needs the internet); "
-                                                        "tests/test_prepare_data.py runs it against a local server")),
+                                                        "tests/data/test_prepare_data.py runs it against a local server")),
     (r"^python tools/datasets/preprocess_data\.py --input data/owt2/",
      Refused(("vocab-file data/gpt2-vocab.json does not exist",))),
     (r"^python tools/datasets/(build_default_corpus\.py|download_pile\.py --help)$", Run()),
@@ -111,14 +111,14 @@ RULES = [
     (r"--eval_tasks python_mc", NotRun("needs the guide's two task files saved in my_tasks/; "
                                        "tests/test_first_contact_help.py saves them and runs this command")),
     (r"^make reproduce", NotRun("21 trainings and their evaluations: about an hour on 2 cores; "
-                                "tests/test_reproduce*.py run the sweep at toy sizes")),
+                                "tests/reproduce/ runs the sweep at toy sizes")),
     (r"^python -m tools\.reproduce configs/reproduce/paper\.yml$", NotRun("the paper's 162M grid: GPUs and its data")),
     (r"^python -m tools\.reproduce configs/reproduce/\S+ --dry-run$", Run()),
     (r"^python deepy\.py train\.py -d ", NotRun("needs a GPT-NeoX or KERPLE-fork config folder; "
-                                               "tests/test_neox_compat_configs.py runs the fork's configs")),
+                                               "tests/neox_arguments/test_neox_compat_configs.py runs the fork's configs")),
     (r"tools[./]ckpts[./]import_neox|imported/RUN",
      NotRun("needs a GPT-NeoX checkpoint (the released ones are a download); "
-            "tests/test_import_neox_checkpoint.py writes one and imports it")),
+            "tests/checkpoint/test_import_neox_checkpoint.py writes one and imports it")),
     (r"^(OMP_NUM_THREADS=1 )?python benchmarks/", BENCHMARK),
     (r"^OMP_NUM_THREADS=1 /usr/bin/time -v python evaluate\.py .*eval-lengths=\[131072\]",
      Run(sets={"eval-lengths": "[256]"})),   # 131,072 tokens take 77 s and 845 MiB: the same command at 256

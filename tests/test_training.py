@@ -183,7 +183,7 @@ def test_nan_loss_step_changes_nothing(overrides, stdlib_data, tmp_path):
 
 def test_divergence_stops_the_run_and_saves_nothing_after_it(stdlib_data, tmp_path):
     # A learning rate of 1e30 blows the weights up in one step; every later loss is NaN. (The blown-up
-    # step-1 weights are refused by a save: tests/test_hostile_training.py.)
+    # step-1 weights are refused by a save: tests/hostile/test_hostile_training.py.)
     args = tiny_args(stdlib_data, tmp_path, train_iters=20, warmup=0.0, lr_decay_style="constant",
                      max_consecutive_bad_steps=3, **{"optimizer.params.lr": 1e30})
     with pytest.raises(TrainingError, match=r"stopping at step 4: the last 3 steps had a NaN/inf loss .* "

@@ -2,7 +2,7 @@
 restart in each document (`reset-attention-mask`, `reset-position-ids`; Megatron-LM's keys).
 
 A sample packs documents one after another, each ending with EOD; the EOD belongs to the document it
-ends, and the token after it starts the next (megatron-core's rule, which tests/test_packed_documents.py
+ends, and the token after it starts the next (megatron-core's rule, which tests/data/test_packed_documents.py
 checks these ids and positions against). They are computed here from the sample's final tokens
 rather than taken from megatron-core: it gives the documents only as an [s, s] mask, and a training
 probe (probe_mix.py) replaces a sample's tokens after megatron-core made its positions.

@@ -9,7 +9,7 @@ Every key in upstream_keys.json (generated from their argument classes) gets one
 docs/upstream-keys.md is generated from this file (tools/docs/upstream_keys_page.py).
 """
 
-# reason -> keys. A key appears once in this file; tests/test_neox_compat_configs.py checks that every
+# reason -> keys. A key appears once in this file; tests/neox_arguments/test_neox_compat_configs.py checks that every
 # upstream key has exactly one treatment.
 IGNORED = {
     "fused-kernel switch: this project builds no custom kernels; PyTorch's kernels compute the same "

@@ -9,7 +9,7 @@ a checksum mismatch is an error), then writes data/pile/<subset>.jsonl.zst with 
 
 The Pile's original host no longer serves it: pass the URL of a mirror you can reach. For the paper's three
 corpora, tools/datasets/prepare_data.py knows where they are published today and tokenizes them too. This tool was
-exercised only against file:// URLs and a local HTTP server in tests/test_data_download.py, since
+exercised only against file:// URLs and a local HTTP server in tests/data/test_data_download.py, since
 this project's development machines have no internet access.
 """
 import argparse

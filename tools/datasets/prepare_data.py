@@ -23,7 +23,7 @@ say where it came from and whether it is the paper's corpus or a substitute, so 
 The Pile's original host no longer serves it. SOURCES below is where each corpus is published today; pass
 `--source NAME=URL` to use a mirror instead (hf://datasets/<owner>/<name>@<revision>/<path or glob>, or an
 http(s):// or file:// URL of one file), and set HF_ENDPOINT to use another Hugging Face endpoint. This tool
-was exercised only against a local server (tests/test_prepare_data.py): this project's machines have no
+was exercised only against a local server (tests/data/test_prepare_data.py): this project's machines have no
 internet access.
 """
 import argparse
@@ -92,7 +92,7 @@ SOURCES = {
         cost="1.5 MB",
         # tiktoken pins these sha256 for OpenAI's encoder.json / vocab.bpe; projects pin the same for GPT-NeoX's
         # s3 gpt2-vocab.json and for this revision's vocab.json / merges.txt (git blobs 1f1d9aac, 226b0752), and
-        # tests/test_prepare_data.py checks them against the team's copy.
+        # tests/data/test_prepare_data.py checks them against the team's copy.
         pinned={"vocab.json": Pinned("gpt2-vocab.json", 1_042_301,
                                      "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"),
                 "merges.txt": Pinned("gpt2-merges.txt", 456_318,

@@ -3,7 +3,7 @@
 this project does with it, from upstream_keys.json (names, defaults) and upstream_treatments.py.
 
 `python tools/docs/upstream_keys_page.py` prints it; `--write` replaces docs/upstream-keys.md;
-`--check` fails when that file is out of date (tests/test_neox_compat_configs.py runs it).
+`--check` fails when that file is out of date (tests/neox_arguments/test_neox_compat_configs.py runs it).
 """
 import argparse
 import dataclasses

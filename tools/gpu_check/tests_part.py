@@ -16,11 +16,11 @@ import time
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # In order of importance: a run cut short by its time limit has done the first ones.
 FILES = ("tests/test_gpu_check.py", "tests/model/attention/test_attention.py", "tests/test_model.py", "tests/test_training.py",
-         "tests/test_checkpoint.py", "tests/test_evaluation_end_to_end.py")
+         "tests/checkpoint/test_checkpoint.py", "tests/evaluation/test_evaluation_end_to_end.py")
 # Two ranks on one GPU: NCCL refuses two ranks on one device.
 NEEDS_TWO_DEVICES = ("tests/test_training.py::test_deepy_trains_the_tiny_profile[2]",
-                     "tests/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
-                     "tests/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
+                     "tests/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
+                     "tests/evaluation/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
 TINY_SELECTION = ("tests/test_gpu_check.py", "-m", "cuda")  # the smoke run: collect and skip the CUDA tests
 # -v's outcome lines: `tests/x.py::t PASSED` in one process, `[gw3] [ 12%] PASSED tests/x.py::t` under xdist.
 OUTCOME = re.compile(r"^(?:(?P<test>tests/\S+::\S+) (?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)"

@@ -15,7 +15,7 @@ run on the same chunks. Three questions, per dataset:
 and, over all of them, 4. Chunk count: does any verdict change when a run's perplexity is read from
 20 or 64 of its chunks (`chunk_subsets`) instead of all it scored (320, the paper's count)?
 
-Pure functions of the result files; tests/test_reproduce_ablation.py makes each verdict come out each way.
+Pure functions of the result files; tests/reproduce/test_reproduce_ablation.py makes each verdict come out each way.
 """
 import numpy as np
 

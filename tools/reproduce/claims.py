@@ -1,7 +1,7 @@
 """The paper's four claims, judged at this scale by fixed rules (CLAIM_RULES) written before the runs.
 
 Pure functions of Table 3 (and, for claim 4, the position-wise losses of the result files): the report
-prints their verdicts, and tests/test_reproduce_claims.py makes each verdict come out each way.
+prints their verdicts, and tests/reproduce/test_reproduce_claims.py makes each verdict come out each way.
 """
 import dataclasses
 

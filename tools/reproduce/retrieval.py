@@ -1,6 +1,6 @@
 """The report's retrieval section (issue 15): probe accuracy per method and length, near and far needles,
 heatmaps, and claim 4 stated again with retrieval evidence by a fixed rule (`retrieval_claim`, a pure
-function of the probe records, unit-tested in tests/test_reproduce_claims.py)."""
+function of the probe records, unit-tested in tests/reproduce/test_reproduce_claims.py)."""
 import numpy as np
 from scipy import stats
 

@@ -9,7 +9,7 @@ from megatron.model.positional_embeddings.rope_scaling import parse_scaling
 
 NATIVE_METHODS = ("rotary", "none")
 # rotary-scaling types that transformers' rope_parameters computes as this project does (the export's
-# logits are compared in tests/test_hf_export.py). Not mapped: `ntk` (static NTK; transformers has no such
+# logits are compared in tests/checkpoint/test_hf_export.py). Not mapped: `ntk` (static NTK; transformers has no such
 # type) and `dynamic_ntk` (transformers keeps the frequencies of the longest input seen across calls, this
 # project uses each forward's own length); those export as the custom folder, which runs rotary.py itself.
 # `longrope` is mapped: transformers, as this project, picks short or long factors from each forward's own

@@ -15,7 +15,7 @@ from megatron.evaluation.results import SCHEMA, summarize, write_atomic
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 T, LENGTHS = 64, (64, 128)
 
 

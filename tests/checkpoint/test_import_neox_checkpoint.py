@@ -18,7 +18,7 @@ from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 METHODS = ("learned", "sinusoidal", "rotary", "t5", "alibi", "kerple_log", "kerple_power", "kerple_bias_weight")
 SEQ = 16
 LENGTHS = (SEQ, 8 * SEQ)  # 1x and 8x the training length

@@ -11,7 +11,7 @@ from tools.reproduce.__main__ import main
 from tools.reproduce.plan import LAUNCH_SECONDS
 from test_reproduce_report import write_inputs
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def sweep_file(tmp_path, **data) -> pathlib.Path:
@@ -80,7 +80,7 @@ def test_the_estimate_says_what_it_was_computed_from(tmp_path, capsys, monkeypat
     assert "none measured for alibi, kerple_log, kerple_log+window64: counted as 0 s" in plan
 
     # An earlier run's inputs beside the published report: hand-made, 0.5 s a step for kerple_log and 1 s for
-    # alibi (tests/test_reproduce_report.py), and result files that record no evaluation time
+    # alibi (tests/reproduce/test_reproduce_report.py), and result files that record no evaluation time
     write_inputs(tmp_path / "published" / "inputs")
     plan, _ = dry_run(capsys, monkeypatch, sweep, "--jobs", "1")
     assert f"{tmp_path}/published/inputs: alibi 1.000, kerple_log 0.500 s/step" in plan

@@ -15,7 +15,7 @@ import pytest
 
 from megatron.evaluation.modes import EvalModeError, get_mode, mode_names, register
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def readme_example() -> str:

@@ -1,6 +1,6 @@
 """Options an owner declares (an evaluation mode, the probe training mix) become config keys and are
 checked by their declarations (megatron/neox_arguments/owned_options.py). The probes' own messages
-through the config: tests/test_probes.py, test_kv_retrieval.py, test_probe_mix.py."""
+through the config: tests/probes/test_probes.py, test_kv_retrieval.py, test_probe_mix.py."""
 from dataclasses import dataclass
 
 import pytest

@@ -107,6 +107,11 @@ def hub(monkeypatch):
     url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("HF_ENDPOINT", url)
     monkeypatch.setenv("NEOX_PROGRESS", "0")
+    # Online, whatever ran before in this process: tests/evaluation/test_lm_eval.py sets HF_HUB_OFFLINE=1 when
+    # it is imported, and huggingface_hub reads the variable once, into a constant, at its own import.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     yield Hub, url
     server.shutdown()
     server.server_close()
@@ -288,7 +293,7 @@ def test_the_command_preflight_names_writes_what_the_configs_read(tool):
     """configs/local_setup.yml's paths, as preflight's MAKERS names the command that creates them."""
     from megatron.preflight import _maker
 
-    setup = (tool.os.path.join(os.path.dirname(__file__), "..", "configs", "local_setup.yml"))
+    setup = (tool.os.path.join(os.path.dirname(__file__), "..", "..", "configs", "local_setup.yml"))
     text = open(setup).read()
     for path in ("data/github/github_text_document", "data/gpt2-vocab.json", "data/gpt2-merges.txt"):
         assert f'"{path}"' in text

@@ -12,7 +12,7 @@ from megatron.evaluation.results import SCHEMA, load_result, summarize, write_at
 from tools.reproduce import ablation
 from tools.reproduce.ablation import DEGRADE_RATIO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 T, LENGTHS, SEEDS = 64, (64, 128, 256, 512, 1024), (1, 2, 3)
 
 
@@ -228,7 +228,7 @@ def test_a_training_variant_with_a_switch_is_found_by_the_label_evaluate_py_writ
     from megatron.evaluation.identity import evaluation_variant
     from tools.reproduce.runs import plan_runs
     from tools.reproduce.spec import load_sweep
-    sweep = load_sweep(pathlib.Path(__file__).parents[1] / "configs/reproduce/cpu-mini-2026.yml")
+    sweep = load_sweep(pathlib.Path(__file__).parents[2] / "configs/reproduce/cpu-mini-2026.yml")
     (hybrid,) = [r for r in plan_runs(sweep, [sweep.data["stdlib"]]) if r.trained == "nope-alternate" and r.seed == 1235]
     assert str(hybrid.label) == "rotary+nope-alternate" and hybrid.directory.parts[-2] == "rotary+nope-alternate"
     written = evaluation_variant(hybrid.args())  # as evaluate.py computes it from the run's config

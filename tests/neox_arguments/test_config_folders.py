@@ -9,7 +9,7 @@ from megatron.model.positional_embeddings import available
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.yaml_loader import load_config_files, normalise_key
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 PAPER = sorted(p for p in CONFIGS.glob("*.yml") if "extends: [162M.yml, local_setup.yml]" in p.read_text())
 
 

@@ -23,7 +23,7 @@ from tools.analysis.plot_position import plot_position_perplexity
 
 pytestmark = pytest.mark.launches  # the module fixture trains models in child processes
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 TRAIN_LENGTH, STEPS = 64, 120
 LENGTHS = [64, 128, 256, 512]  # 1x - 8x
 MODES = ["nonoverlap", "sliding", "position"]

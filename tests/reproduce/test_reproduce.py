@@ -14,7 +14,7 @@ import yaml
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def write_corpus(path: pathlib.Path, documents: int = 200, size: int = 2000) -> None:
@@ -48,7 +48,7 @@ def sweep_file(tmp_path: pathlib.Path, methods=("kerple_log",)) -> pathlib.Path:
 
 
 def reproduce(*argv) -> subprocess.CompletedProcess:
-    """With --publish: these sweeps' report_dir is tmp_path/report (tests/test_reproduce_plan.py checks
+    """With --publish: these sweeps' report_dir is tmp_path/report (tests/reproduce/test_reproduce_plan.py checks
     that without it the report goes to <work_dir>/report)."""
     return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv), "--publish"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
