@@ -64,12 +64,21 @@ def eager_flex_attention(q, k, v, score_mod, block_mask):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         for start in range(0, q.shape[2], REFERENCE_TILE):
-            def tile_scores(score, b, h, q_idx, kv_idx, start=start):
-                query = q_idx + start
-                return torch.where(mask_mod(b, h, query, kv_idx), score_mod(score, b, h, query, kv_idx),
-                                   -float("inf"))
+            tile_scores = _scores_of_tile(score_mod, mask_mod, start)
             outputs.append(flex_attention(q[:, :, start:start + REFERENCE_TILE], k, v, score_mod=tile_scores))
     return torch.cat(outputs, dim=2)
+
+
+def _scores_of_tile(score_mod, mask_mod, start: int):
+    """The score of a tile of queries starting at `start`. The offset is a tensor in a closure, not a
+    default argument: torch 2.11's eager FlexAttention reused the first tile's traced score_mod for every
+    later tile when the offset was an int default (every query past the first tile then attended wrongly)."""
+    offset = torch.tensor(start)
+
+    def tile_scores(score, b, h, q_idx, kv_idx):
+        query = q_idx + offset
+        return torch.where(mask_mod(b, h, query, kv_idx), score_mod(score, b, h, query, kv_idx), -float("inf"))
+    return tile_scores
 
 
 def kernel_options_problem(value) -> str | None:
