@@ -228,8 +228,10 @@ def relative(got, want):
 @pytest.mark.parametrize("method", ["fox", "cable", "stickbreaking", "stickbreaking-current", "path", "path-fox"])
 def test_on_cuda_auto_takes_fla_and_it_agrees_with_this_projects_path(method, documents):
     """bf16: fla's kernels (taken by `auto`) and this project's own path, each against this project's path in
-    float32, forward and every gradient (q, k, v, the layer input, the method's parameters); fla's error at most
-    a few times that of this project's own bf16 (both were about 5e-3 relative on an H200)."""
+    float32, forward and every gradient (q, k, v, the layer input, the method's parameters). bf16 keeps 8 bits
+    (2^-8 = 4e-3 relative per element) and fla's kernels round the weights to bf16 before P.V where this
+    project's written-out paths keep float32: fla's error may be 4x this project's own bf16 error plus 1e-2
+    (both were about 5e-3 on an H200, tools/gpu_check/fla_kernels.py); a wrong convention errs by order 1."""
     pe, leaves, docs = cuda_case(method, documents)
     _, reference, reference_grads = run_cuda(pe, leaves, docs, impl="blocked", dtype=torch.float32)
     name, fla_out, fla_grads = run_cuda(pe, leaves, docs, impl="auto", dtype=torch.bfloat16)
@@ -238,7 +240,7 @@ def test_on_cuda_auto_takes_fla_and_it_agrees_with_this_projects_path(method, do
     for label, got, ours, want in [("out", fla_out, ours_out, reference)] + [
             (f"gradient {i}", g, o, w) for i, (g, o, w) in enumerate(zip(fla_grads, ours_grads, reference_grads))]:
         error, own = relative(got, want), relative(ours, want)
-        assert error <= 4 * own + 2e-3, f"{label}: fla {error:.2e}, this project's bf16 ({ours_name}) {own:.2e}"
+        assert error <= 4 * own + 1e-2, f"{label}: fla {error:.2e}, this project's bf16 ({ours_name}) {own:.2e}"
 
 
 @pytest.mark.cuda
