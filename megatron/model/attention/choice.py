@@ -96,6 +96,24 @@ def choose_strategy(impl: str, inputs: AttentionInputs, budget: int):
     raise AssertionError(f"no strategy for {inputs}")  # unreachable: `blocked` runs every method
 
 
+def on_cuda(impl: str, inputs: AttentionInputs) -> str | None:
+    """For `--dry-run`, which plans on the CPU: the strategy that runs only on CUDA (it neither handles nor
+    requires the `cpu` need: fla's kernels) which `auto` takes for this forward on a CUDA device in bf16/fp16,
+    or would take but for a package missing here; None where none would."""
+    if impl != "auto":
+        return None
+    cuda = dataclasses.replace(inputs, device_type="cuda", element_size=2)
+    for path in auto_preferences(cuda):
+        for strategy in PATH_STRATEGIES[path]:
+            if "cpu" in strategy.handles | strategy.requires:
+                continue
+            if strategy.can_run(cuda) is None:
+                return f"on CUDA in bf16/fp16 `auto` takes {strategy.name!r}"
+            if (missing := strategy.missing_package(cuda)) is not None:
+                return f"on CUDA in bf16/fp16 `auto` would take {strategy.name!r}, but {missing}"
+    return None
+
+
 def within_budget(strategy, inputs: AttentionInputs, budget: int):
     """`strategy`, or for a method that rewrites the score matrix (pe.modify_scores: its [b, H, q, k]
     tensors are written out on every path that can run it) a refusal, before anything is allocated, when

@@ -89,25 +89,44 @@ def test_what_the_kernels_cannot_compute_is_refused_on_cuda_too():
     assert "head dimensions up to 256, and this model's is 512" in reasons["fox head dim"]
 
 
-def test_a_missing_fla_on_cuda_is_one_paragraph_and_auto_says_what_it_takes_instead(monkeypatch):
-    """fla absent (find_spec finds no `fla`): naming it is refused with what to install; `auto` takes this
-    project's own path and says, once, that fla's kernels would have computed the forward."""
+@pytest.fixture
+def fla_missing(monkeypatch):
+    """fla absent: find_spec finds no `fla` (fla_problem asks it, and is asked again after this test)."""
     find_spec = fla_kernels.importlib.util.find_spec
     monkeypatch.setattr(fla_kernels.importlib.util, "find_spec",
                         lambda name, *rest: None if name == "fla" else find_spec(name, *rest))
     fla_kernels.fla_problem.cache_clear()
-    try:
-        inputs = described(pe_for("fox", torch.float32), device="cuda")
-        with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fla', but fla-core is not installed here; "
-                                                r"`pip install fla-core==0\.6\.0` installs it\. Or set attention-impl "
-                                                r"to 'auto', which then uses this project's own attention paths\.$"):
-            choose_strategy("fla", inputs, 2**30)
-        with pytest.warns(UserWarning, match=r"^attention-impl 'auto' would compute this forward with the 'fla' "
-                                             r"strategy, but fla-core is not installed here; `pip install "
-                                             r"fla-core==0\.6\.0` installs it; it takes 'sdpa' instead\.$"):
-            assert choose_strategy("auto", inputs, 2**30).name == "sdpa"
-    finally:
-        fla_kernels.fla_problem.cache_clear()
+    yield
+    fla_kernels.fla_problem.cache_clear()
+
+
+def test_a_missing_fla_on_cuda_is_one_paragraph_and_auto_says_what_it_takes_instead(fla_missing):
+    """Naming it is refused with what to install; `auto` takes this project's own path and says, once, that
+    fla's kernels would have computed the forward."""
+    inputs = described(pe_for("fox", torch.float32), device="cuda")
+    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fla', but fla-core is not installed here; "
+                                            r"`pip install fla-core==0\.6\.0` installs it\. Or set attention-impl "
+                                            r"to 'auto', which then uses this project's own attention paths\.$"):
+        choose_strategy("fla", inputs, 2**30)
+    with pytest.warns(UserWarning, match=r"^attention-impl 'auto' would compute this forward with the 'fla' "
+                                         r"strategy, but fla-core is not installed here; `pip install "
+                                         r"fla-core==0\.6\.0` installs it; it takes 'sdpa' instead\.$"):
+        assert choose_strategy("auto", inputs, 2**30).name == "sdpa"
+
+
+@pytest.mark.parametrize("pos_emb", ["fox", "path", "alibi"])
+def test_the_dry_run_says_what_auto_takes_on_cuda(pos_emb, fla_missing):
+    """`--dry-run` plans on the CPU; its line for a method fla's kernels compute says what CUDA would take."""
+    from megatron.model.layer_pattern import training_plans
+    from megatron.neox_arguments import NeoXArgs
+    from megatron.neox_arguments.to_model import model_config
+    args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "seq_length": 64,
+                               "train_micro_batch_size_per_gpu": 1, "pos_emb": pos_emb,
+                               "tokenizer_type": "ByteLevelTokenizer"})
+    [line] = training_plans(model_config(args, None), args.seq_length, 1, True)
+    cuda = ("; on CUDA in bf16/fp16 `auto` would take 'fla', but fla-core is not installed here; "
+            "`pip install fla-core==0.6.0` installs it")
+    assert line.endswith(cuda) == (pos_emb != "alibi") and "on CUDA" not in line.removesuffix(cuda), line
 
 
 def test_packed_documents_become_fla_cu_seqlens_of_the_flattened_batch():
