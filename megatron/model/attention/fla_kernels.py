@@ -118,7 +118,7 @@ class FlaKernels(AttentionPlan):
             return cls.refusal("cpu", inputs)
         if inputs.replaces_softmax and (inputs.token_terms or inputs.key_transforms or not inputs.stick_breaking):
             return ("fla's stick-breaking kernel computes stick-breaking alone, and this method's normaliser is "
-                    "another, or comes with other terms")
+                    "another, or comes with other terms. Set attention-impl to 'auto'")
         if inputs.element_size != 2:
             return (f"fla's Triton kernels take bf16 or fp16 (their float32 dot products default to TF32, coarser "
                     f"than this project's float32 path), and this forward computes in {8 * inputs.element_size}-bit "
@@ -136,7 +136,8 @@ class FlaKernels(AttentionPlan):
         if need == "cpu":
             return (f"fla's Triton kernels need CUDA, and this forward runs on {inputs.device_type}. Set attention-impl "
                     "to 'auto' (on CUDA it takes fla's kernels where they apply) or run on a CUDA device")
-        return f"fla's Triton kernels do not handle {super().refusal(need, inputs).removeprefix('it does not handle ')}"
+        what = super().refusal(need, inputs).removeprefix("it does not handle ")
+        return f"fla's Triton kernels do not handle {what}. Set attention-impl to 'auto'"
 
     @classmethod
     def memory_bytes(cls, inputs):

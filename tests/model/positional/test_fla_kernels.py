@@ -82,8 +82,8 @@ def test_what_the_kernels_cannot_compute_is_refused_on_cuda_too():
         "fox head dim": FlaKernels.can_run(dataclasses.replace(described(fox, device="cuda"), head_dim=512)),
     }
     assert reasons["alibi"].startswith("the `fla` strategy runs only with per-token terms (fox, cable), stick-breaking")
-    assert reasons["window"] == "fla's Triton kernels do not handle an attention window"
-    assert reasons["dropout"] == "fla's Triton kernels do not handle attention dropout"
+    assert reasons["window"] == "fla's Triton kernels do not handle an attention window. Set attention-impl to 'auto'"
+    assert reasons["dropout"] == "fla's Triton kernels do not handle attention dropout. Set attention-impl to 'auto'"
     assert "take bf16 or fp16" in reasons["float32"] and "32-bit floats" in reasons["float32"]
     assert "head dimensions 16, 32, 64, 128, and this model's is 48" in reasons["path head dim"]
     assert "head dimensions up to 256, and this model's is 512" in reasons["fox head dim"]
