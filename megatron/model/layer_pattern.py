@@ -191,7 +191,7 @@ def training_plans(config, seq_length: int, batch: int, documents: bool) -> list
     import torch
 
     from megatron.model.attention import AttentionInputs
-    from megatron.model.attention.choice import choose_strategy, memory_budget_bytes
+    from megatron.model.attention.choice import choose_strategy, memory_budget_bytes, on_cuda
 
     kinds, attention = list(dict.fromkeys(layer_kinds(config))), config.attention
     positions = torch.arange(seq_length)
@@ -204,6 +204,8 @@ def training_plans(config, seq_length: int, batch: int, documents: bool) -> list
             pe, positions, bias, weight, window=kind.window, block_size=attention.block_size,
             needs_grad=True, dropout_p=attention.dropout, dtype=torch.float32, batch=batch, documents=documents)
         strategy = choose_strategy(attention.impl, inputs, memory_budget_bytes(positions.device, attention.memory_budget_mb))
+        cuda = on_cuda(attention.impl, inputs)  # a CUDA-only strategy (fla's kernels), which the CPU never takes
         lines.append(f"positional module {index} ({kind.describe()}): {strategy.name}, about "
-                     f"{strategy.memory_bytes(inputs) / 2**20:.1f} MB per layer beyond q, k, v")
+                     f"{strategy.memory_bytes(inputs) / 2**20:.1f} MB per layer beyond q, k, v"
+                     + ("" if cuda is None else f"; {cuda}"))
     return lines

@@ -74,7 +74,9 @@ class AttentionArgs:
         "reading a per-distance table; `blocked` attends one block of queries at a time. `auto` "
         "takes the fastest that fits: on CPU `blocked` for a distance-only method (it materialises "
         "nothing there), else `sdpa` while its L x L tensors fit in `attention-memory-budget`, then "
-        "`flex` on CUDA (where it can run) or `blocked`; never `flex` on CPU.")
+        "`flex` on CUDA (where it can run) or `blocked`; never `flex` on CPU. `fla` is flash-linear-attention's "
+        "Triton kernels (fla-core 0.6.0, CUDA, bf16/fp16) for fox, cable, stickbreaking and path, which `auto` "
+        "takes first on CUDA where they apply.")
     attention_block_size: int = arg(
         512, "Query block size of the `blocked` path where it gathers each block's terms (on CPU a "
         "distance-only method's blocks read one row per head instead, 128 queries at a time, 768 from "

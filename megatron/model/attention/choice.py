@@ -2,11 +2,12 @@
 budget it reads live here, apart from the strategies themselves (megatron/model/attention/), each of
 which says whether it can run (`can_run`) and what it allocates (`memory_bytes`)."""
 import dataclasses
+import warnings
 
 import torch
 
 from megatron.model.attention.inputs import AttentionInputs
-from megatron.model.attention.registry import STRATEGIES, strategy_for
+from megatron.model.attention.registry import PATH_STRATEGIES, STRATEGIES, strategy_for
 from megatron.model.attention.sdpa import sdpa_bytes  # noqa: F401 (tools/gpu_check reads it here)
 from megatron.model.attention.config import ATTENTION_IMPLS
 from megatron.errors import NeoXArgsError
@@ -48,7 +49,12 @@ def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
       With gradients `sdpa` (blocks recomputed in the backward: cope 5.4k against 4.1k tokens/s in
       training at L = 512, batch 4);
     - a score rewrite that needs the whole matrix at once (dape's authors' V2): `sdpa` alone;
-    - otherwise `sdpa`, then `flex` on CUDA (no L x L tensor at all), then `blocked`.
+    - otherwise `sdpa`, then `flex` on CUDA (no L x L tensor at all), then `blocked`;
+    - on CUDA, before those, `fla`: flash-linear-attention's Triton kernels, which refuse every method but
+      per-token terms alone, stick-breaking and key transforms (fox, cable, stickbreaking, path) and every
+      forward they cannot compute exactly (fla_kernels.py); fox 0.0018 s against `sdpa`'s 0.0022 s and
+      stickbreaking 0.0021 s against `sdpa_written_out`'s 0.0121 s (bf16, [2, 12, 2048, 64], forward and
+      backward, an NVIDIA H200).
     Never `flex` on CPU: compiling it costs about 7 s per new length, more than the work;
     `attention-impl: flex` still runs it there."""
     if not (inputs.has_terms or inputs.windowed or inputs.documents):
@@ -59,7 +65,7 @@ def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
         return ("blocked",)
     if inputs.device_type == "cpu" and inputs.modifies_scores and not inputs.needs_grad:
         return ("blocked",)
-    return ("sdpa", "blocked") if inputs.device_type == "cpu" else ("sdpa", "flex", "blocked")
+    return ("sdpa", "blocked") if inputs.device_type == "cpu" else ("fla", "sdpa", "flex", "blocked")
 
 
 def choose_strategy(impl: str, inputs: AttentionInputs, budget: int):
@@ -76,14 +82,36 @@ def choose_strategy(impl: str, inputs: AttentionInputs, budget: int):
         if strategy is None:
             raise NeoXArgsError(f"attention-impl is {impl!r}, but {reason}.")
         return within_budget(strategy, inputs, budget)
-    preferences = auto_preferences(inputs)
+    preferences, missing = auto_preferences(inputs), []
     for path in preferences:
         strategy, _ = strategy_for(path, inputs)
         if strategy is None:
+            missing += [(s.name, m) for s in PATH_STRATEGIES[path] if (m := s.missing_package(inputs)) is not None]
             continue
         if path == preferences[-1] or not strategy.quadratic_memory or strategy.memory_bytes(inputs) <= budget:
+            for name, problem in missing:  # said once per process and message (Python's default warning filter)
+                warnings.warn(f"attention-impl 'auto' would compute this forward with the {name!r} strategy, but "
+                              f"{problem}; it takes {strategy.name!r} instead.", stacklevel=2)
             return within_budget(strategy, inputs, budget)
     raise AssertionError(f"no strategy for {inputs}")  # unreachable: `blocked` runs every method
+
+
+def on_cuda(impl: str, inputs: AttentionInputs) -> str | None:
+    """For `--dry-run`, which plans on the CPU: the strategy that runs only on CUDA (it neither handles nor
+    requires the `cpu` need: fla's kernels) which `auto` takes for this forward on a CUDA device in bf16/fp16,
+    or would take but for a package missing here; None where none would."""
+    if impl != "auto":
+        return None
+    cuda = dataclasses.replace(inputs, device_type="cuda", element_size=2)
+    for path in auto_preferences(cuda):
+        for strategy in PATH_STRATEGIES[path]:
+            if "cpu" in strategy.handles | strategy.requires:
+                continue
+            if strategy.can_run(cuda) is None:
+                return f"on CUDA in bf16/fp16 `auto` takes {strategy.name!r}"
+            if (missing := strategy.missing_package(cuda)) is not None:
+                return f"on CUDA in bf16/fp16 `auto` would take {strategy.name!r}, but {missing}"
+    return None
 
 
 def within_budget(strategy, inputs: AttentionInputs, budget: int):

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from megatron.errors import NeoXArgsError
 from megatron.model.attention.flex_kernel import kernel_options_problem
 
-ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked")
+ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked", "fla")
 
 
 class AttentionConfigError(NeoXArgsError):
@@ -31,7 +31,7 @@ def check_attention_sizes(window: int | None, block_size: int, memory_budget_mb:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    impl: str = "auto"             # attention-impl: auto | sdpa | flex | blocked
+    impl: str = "auto"             # attention-impl: auto | sdpa | flex | blocked | fla
     block_size: int = 512          # attention-block-size
     window: int | None = None      # attention-window
     dropout: float = 0.0           # attention-dropout

@@ -31,6 +31,7 @@ class AttentionInputs:
     score_bytes: int = 0           # pe.score_bytes(): what it allocates per (query, key) pair, head and sequence
     whole_matrix: bool = False     # pe.reads_whole_matrix: its score edit needs the forward's whole matrix at once
     replaces_softmax: bool = False  # pe.normalise gives the weights in place of the softmax (stickbreaking)
+    stick_breaking: bool = False    # ... and they are stick-breaking's exactly (pe.stick_breaking_options)
     key_transforms: bool = False    # pe.key_transforms: Householder products between key and query (path), per layer
 
     @property
@@ -76,7 +77,8 @@ class AttentionInputs:
                    consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
                    documents=documents, token_terms=pe.uses_token_terms, modifies_scores=pe.modifies_scores,
                    score_bytes=pe.score_bytes(), whole_matrix=pe.reads_whole_matrix,
-                   replaces_softmax=pe.replaces_softmax, key_transforms=pe.uses_key_transforms)
+                   replaces_softmax=pe.replaces_softmax, key_transforms=pe.uses_key_transforms,
+                   stick_breaking=pe.replaces_softmax and pe.stick_breaking_options() is not None)
 
 
 def terms_by_distance(pe, bias_table) -> bool:

@@ -1,6 +1,7 @@
 """Every attention strategy by name, and the strategies of each `attention-impl` path in the order
 a path takes them: the first that can run (its `can_run` is None) computes the forward."""
 from megatron.model.attention.blocked import Blocked
+from megatron.model.attention.fla_kernels import FlaKernels
 from megatron.model.attention.flex import Flex
 from megatron.model.attention.learnable_table import (BlockedTableGradient, SdpaTableGradient, ToeplitzTableGradient,
                                                       ToeplitzWeightedTableGradient)
@@ -14,6 +15,7 @@ PATH_STRATEGIES = {
     "blocked": (ToeplitzTableGradient, Toeplitz, ToeplitzWrittenOut, ToeplitzWeightedTableGradient, BlockedTableGradient,
                 BlockedTokenTerms, Blocked),
     "flex": (Flex,),
+    "fla": (FlaKernels,),
 }
 STRATEGIES = {strategy.name: strategy for strategies in PATH_STRATEGIES.values() for strategy in strategies}
 

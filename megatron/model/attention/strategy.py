@@ -21,7 +21,7 @@ from megatron.model.attention.needs import NEEDS, needs_of
 class AttentionPlan:
     """One strategy, planned for one forward. Subclasses set `name`, `path` and implement the rest."""
     name: str                 # this strategy, e.g. "toeplitz"
-    path: str                 # the `attention-impl` it belongs to: "sdpa" | "flex" | "blocked"
+    path: str                 # the `attention-impl` it belongs to: "sdpa" | "flex" | "blocked" | "fla"
     quadratic_memory = False  # memory_bytes grows with L^2: `auto` takes it only within the budget
     table_grad = False        # a learnable bias table's gradient on the side (table_gradient.py)
     handles: frozenset = frozenset()  # the needs (needs.py) it computes, listed: any other, a new one too, refuses it
@@ -89,6 +89,12 @@ class AttentionPlan:
                 return cls.refusal(need, inputs)
             if need in cls.requires and need not in needed:
                 return cls.lacking(need)
+        return None
+
+    @classmethod
+    def missing_package(cls, inputs: AttentionInputs) -> str | None:
+        """Why this strategy cannot run here when a package this machine lacks is all that stops it (`auto`
+        then says so, once, rather than pass it over in silence); None otherwise, and for most strategies."""
         return None
 
     @classmethod

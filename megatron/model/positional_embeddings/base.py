@@ -29,6 +29,8 @@ A sixth, "the softmax" by default, is for methods that replace the softmax:
   over the visible keys; `stickbreaking` gives each key the share of the stick left by the keys nearer
   the query. A method with its own sets `replaces_softmax`; it runs only on the strategies that write
   the weights out (never SDPA's or flex's fused softmax), so it too may read only row i's visible entries.
+  Its `stick_breaking_options` say when those weights are stick-breaking's exactly, so that a fused
+  stick-breaking kernel (fla's, on CUDA) may compute them.
 A seventh, "nothing" by default, is for methods that transform the keys between key and query by the
 tokens in between (PaTH's Householder products):
 - `key_transforms(x)` -> (w [b, H, s, D] unit vectors, beta [b, H, s]) from the layer's attention input:
@@ -197,6 +199,13 @@ class PositionalEmbedding(nn.Module):
         """The attention weights [b, H, q, k] from the logits (masked: -inf, or the dtype's minimum, where
         not `visible`); positions as in modify_scores. The softmax, unless the method `replaces_softmax`."""
         return logits.softmax(dim=-1)
+
+    def stick_breaking_options(self) -> dict | None:
+        """For a method whose `normalise` is stick-breaking exactly (A_ij = sigmoid(z_ij) times the product of
+        1 - sigmoid(z_il) over the visible keys l between j and the query), the options that fix its form,
+        {"attend_current": the query's own token takes a share too}, as a fused stick-breaking kernel (fla's)
+        takes them; None for the softmax or any other normaliser, which no such kernel computes."""
+        return None
 
     def key_transforms(self, x: torch.Tensor):
         """(w [b, H, s, D], beta [b, H, s]) (float32, differentiable) from the attention input x [b, s, hidden]:

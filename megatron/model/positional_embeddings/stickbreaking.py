@@ -48,6 +48,9 @@ class StickBreaking(PositionalEmbedding):
         nearer = log_rest.flip(-1).cumsum(-1).flip(-1) - log_rest            # sum over the seen l > j
         return (F.logsigmoid(logits) + nearer).masked_fill(~seen, float("-inf")).exp()
 
+    def stick_breaking_options(self):
+        return {"attend_current": self.options.stickbreaking_attend_current}
+
     def score_bytes(self):
         """logsigmoid of z and of -z, the reversed cumulative sum (two flips), the sum and its exp, in fp32."""
         return 6 * 4

@@ -600,7 +600,7 @@ def test_a_named_path_takes_its_first_strategy_that_can_run_or_says_why_not():
     with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'flex', but this positional method's bias depends "
                        r"on the query position itself.*Set attention-impl to 'blocked', 'sdpa' or 'auto'\.$"):
         choose_strategy("flex", fire, FITS)
-    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked\.$"):
+    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked, fla\.$"):
         choose_strategy("fast", fire, FITS)
 
 
