@@ -6,7 +6,7 @@ its forget gate) — agreement and speed.
 
 For each method and length: q, k, v (and the method's per-token inputs: FoX's log forget gate, PaTH's unit
 w and beta in (0, 2)) drawn at random, [B=2, H=12, L, D=64] as in the 162M model. Agreement: this
-project's `auto` path and fla's kernel in bf16, each against this project's path in fp32 (the reference
+project's own `sdpa` path (written out where the method needs it) and fla's kernel in bf16, each against this project's path in fp32 (the reference
 here; the CPU tests tie that path to the float64 formulas and to fla's own naive.py), as the largest
 absolute difference of the output and of dq, dk, dv, each divided by the reference's largest absolute
 value. Speed: forward + backward in bf16, median of 5 timed calls after 2 untimed ones (fla's kernels
@@ -53,7 +53,8 @@ def ours(method, q, k, v, extra, block_size=512):
     options = {"path_forget_gate": True} if method == "path_fox" else {}
     pe = build_positional_embedding(name, num_heads=heads, head_dim=dim, hidden_size=heads * dim, **options)
     pe = pe.to(q.device)
-    plan = plan_attention(pe, torch.arange(length, device=q.device), impl="auto", window=None,
+    # `sdpa`, not `auto`: on CUDA in bf16 `auto` now takes fla's kernels themselves (attention/fla_kernels.py).
+    plan = plan_attention(pe, torch.arange(length, device=q.device), impl="sdpa", window=None,
                           block_size=block_size, needs_grad=True, dropout_p=0.0, dtype=q.dtype, batch=q.shape[0])
     if "log_f" in extra:
         plan = plan.with_token_terms(extra["log_f"])
