@@ -15,7 +15,8 @@ import time
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # In order of importance: a run cut short by its time limit has done the first ones.
-FILES = ("tests/test_gpu_check.py", "tests/model/attention/test_attention.py", "tests/test_model.py", "tests/test_training.py",
+FILES = ("tests/test_gpu_check.py", "tests/model/attention/test_attention.py",
+         "tests/model/positional/test_fla_kernels.py", "tests/test_model.py", "tests/test_training.py",
          "tests/checkpoint/test_checkpoint.py", "tests/evaluation/test_evaluation_end_to_end.py")
 # Two ranks on one GPU: NCCL refuses two ranks on one device.
 NEEDS_TWO_DEVICES = ("tests/test_training.py::test_deepy_trains_the_tiny_profile[2]",
