@@ -139,7 +139,33 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
 
 
 @pytest.mark.launches  # compiles (inductor calls the C++ compiler)
-def test_the_compiled_flex_kernel_reads_the_captured_terms():
+@pytest.mark.parametrize("length", [45, 700])
+def test_evaluation_folds_the_gate_into_one_more_key_dimension(length):
+    # Without gradients, in float32 and without a window, blocked_token_terms folds -F_j into the keys and
+    # runs one causal kernel call (token_terms.folded_token_terms_attention): still the paper's attention.
+    _, _, pe = theirs_and_ours(seed=4)
+    torch.manual_seed(5)
+    x = torch.randn(1, length, H * D)
+    q, k, v = (torch.randn(1, H, length, D) for _ in range(3))
+    with torch.no_grad():
+        F = pe.token_terms(x).cumsum(-1)
+    assert token_terms.folds(q, k, v, F, window=None)
+    assert not token_terms.folds(q, k, v, F, window=9) and not token_terms.folds(q.bfloat16(), k, v, F, None)
+    assert not token_terms.folds(q.requires_grad_(), k, v, F, window=None)  # training keeps the masked blocks
+    with torch.no_grad():
+        plan = plan_attention(pe, torch.arange(length), impl="auto", window=None, block_size=16,
+                              needs_grad=False, dropout_p=0.0)
+        assert plan.name == "blocked_token_terms"
+        folded = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
+        masked = token_terms.TokenTermsAttention.apply(q, k, v, F, torch.arange(length), None, 128)
+    expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach())
+    # These gates forget strongly (F reaches -1211 at 700 tokens): F's float32 running sum alone costs the
+    # masked blocks 6e-5 there. The folded keys lose no more than that (their entry is F_j - F_block start).
+    folded_error, masked_error = ((out.double() - expected).abs().max().item() for out in (folded, masked))
+    assert folded_error <= max(1.5 * masked_error, 2e-5), (folded_error, masked_error)
+
+
+
     _, _, pe = theirs_and_ours(seed=4)
     b, length = 2, 130  # two tiles, the second partial
     x = torch.randn(b, length, H * D)
