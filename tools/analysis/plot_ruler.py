@@ -22,7 +22,8 @@ def plot_ruler(documents):
     tasks = sorted(index)
     columns = min(3, len(tasks))  # rows of 3 panels: readable at a page's width
     rows = -(-len(tasks) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
+    outside = max(len(per) for per in index.values()) > 4  # many methods: the legend right of each panel
+    fig, axes = plt.subplots(rows, columns, figsize=((8.5 if outside else 5) * columns, 3.8 * rows), squeeze=False)
     for ax in axes.flat[len(tasks):]:
         ax.set_visible(False)
     for ax, task in zip(axes.flat, tasks):
@@ -58,7 +59,7 @@ def plot_ruler(documents):
         ax.set_ylabel("score (share of answers found)")
         ax.set_title(task)
         ax.grid(True, alpha=0.3)
-        if len(methods) > 4:
+        if outside:
             legend_outside(ax)
         else:
             ax.legend(fontsize=8)
