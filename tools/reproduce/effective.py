@@ -3,14 +3,14 @@ task and length (tools/analysis/ruler_table.py) and the effective length of ever
 (tools/analysis/effective_length.py: perplexity, the probes and every RULER task, with bootstrap intervals),
 each beside its figure (tools/analysis/plot_ruler.py, plot_effective_length.py)."""
 from tools.analysis.effective_length import PPL_FACTOR, THRESHOLD, curves_of, estimates_of, render_table
-from tools.analysis.plot_effective_length import plot_effective_length
-from tools.analysis.plot_ruler import plot_ruler
 from tools.analysis.ruler_table import ruler_tables
 
 
 def effective_section(sweep, inputs, figures) -> str:
     if not sweep.ruler:
         return ""
+    from tools.analysis.plot_effective_length import plot_effective_length  # matplotlib: only when drawing
+    from tools.analysis.plot_ruler import plot_ruler
     reference = "kerple_log" if "kerple_log" in sweep.methods else sweep.methods[0]
     lines = ["## RULER and the effective length of every method\n", f"_Scale: {sweep.scale}_\n",
              f"RULER's {', '.join(sweep.ruler['tasks'])} (lm-eval 0.4.13, made with the run's own tokenizer, "
