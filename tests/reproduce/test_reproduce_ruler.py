@@ -48,6 +48,8 @@ def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
     assert "RULER niah_single_1: score" in report and "| 64 (1×) | no sample fits |" in report
     assert "Effective length by method" in report and "| ppl (nonoverlap) |" in report
     assert "| niah_single_1 |" in report
+    for stem in ("ruler_code", "effective_length_code"):  # each table beside its figure
+        assert f"({stem}.png)" in report and (tmp_path / f"report/{stem}.png").stat().st_size > 0
     saved = sorted(p.name.split("_seed")[0] for p in (tmp_path / "report/inputs/lm_eval").glob("*.json"))
     assert saved == ["code_kerple_log"]
 

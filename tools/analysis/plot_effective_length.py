@@ -1,6 +1,6 @@
 """Effective length by method: one group of bars per measure (perplexity, probes, RULER tasks), one bar
-per method, its bootstrap 95% interval as the error bar, the training length marked
-(tools/analysis/effective_length.py defines it).
+per method named under it (a windowed run hatched), its bootstrap 95% interval as the error bar, the
+training length marked (tools/analysis/effective_length.py defines it).
 
     python -m tools.analysis.plot_effective_length eval_results/tiny --out eval_results/tiny/effective_length
 """
@@ -20,14 +20,18 @@ def plot_effective_length(by_measure: dict, threshold: float, ppl_factor: float)
     methods = sorted({m for per in by_measure.values() for m in per}, key=method_sort_key)
     trained = {e["train_length"] for per in by_measure.values() for e in per.values()}
     width = 0.8 / len(methods)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(measures) * max(1, len(methods) / 2), 4))
+    # every bar named under it: the variants of one method share its colour (a sweep's RoPE scalings)
+    fig, ax = plt.subplots(figsize=(1.6 + len(measures) * max(1.4, 0.3 * len(methods)), 4.6))
     floor = min(trained) / 2  # bars start here: "none" (score 0 at the reference) is drawn as no bar
+    ticks, names = [], []
     for j, method in enumerate(methods):
         for i, measure in enumerate(measures):
             e = by_measure[measure].get(method)
             x = i - 0.4 + width * (j + 0.5)
             if e is None:
                 continue
+            ticks.append(x)
+            names.append(str(method))
             if e["effective"] is None:
                 ax.text(x, floor * 1.1, "none" if e["reference"] else "n/a", rotation=90, ha="center", va="bottom",
                         fontsize=7, color=method_color(method))
@@ -36,16 +40,16 @@ def plot_effective_length(by_measure: dict, threshold: float, ppl_factor: float)
             if e["low"] is not None:
                 err = [[e["effective"] - e["low"]], [e["high"] - e["effective"]]]
             ax.bar(x, e["effective"] - floor, width * 0.9, bottom=floor, color=method_color(method),
-                   yerr=err, capsize=3, label=str(method))  # one legend entry per method: deduplicated below
+                   hatch="//" if method.window else None, edgecolor="white", yerr=err, capsize=3)
     for length in trained:
         ax.axhline(length, color="grey", linestyle=":", linewidth=1, label=f"train length {length}")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=8)
+    ax.legend(fontsize=8)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticks(np.arange(len(measures)), measures, rotation=20, ha="right")
+    ax.set_xticks(ticks, names, rotation=90, fontsize=7)
+    groups = ax.secondary_xaxis("top")  # the measures, one label over each group of bars
+    groups.set_xticks(np.arange(len(measures)), measures)
     ax.set_xlim(-0.5, len(measures) - 0.5)
     ax.set_ylabel("effective length (tokens)")
     ax.set_title(f"Effective length by method (perplexity within {ppl_factor:g}x, scores >= {threshold:g}x the "

@@ -1,6 +1,7 @@
-"""RULER score against length, one panel per task, one line per method (seeds averaged, band = the
-bootstrap 95% interval; methods drawn slightly apart along x so equal scores stay visible), the training
-length marked; lengths where no sample fits are left out.
+"""RULER score against length, one panel per task, one line per method (a line style and marker per
+variant of one method: plot_common.variant_styles; seeds averaged, band = the bootstrap 95% interval;
+methods drawn slightly apart along x so equal scores stay visible), the training length marked; lengths
+where no sample fits are left out.
 
     python -m tools.analysis.plot_ruler eval_results/tiny --out eval_results/tiny/ruler_vs_length
 """
@@ -11,7 +12,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from megatron.evaluation.results import ResultFileError
 from megatron.neox_arguments import run_cli
-from .plot_common import method_color, method_linestyle, plt, save_figure
+from .plot_common import legend_outside, method_color, plt, save_figure, variant_styles
 from .results_index import method_sort_key
 from .ruler_table import index_ruler, load_ruler, seed_mean, train_length
 
@@ -21,12 +22,14 @@ def plot_ruler(documents):
     tasks = sorted(index)
     columns = min(3, len(tasks))  # rows of 3 panels: readable at a page's width
     rows = -(-len(tasks) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
+    outside = max(len(per) for per in index.values()) > 4  # many methods: the legend right of each panel
+    fig, axes = plt.subplots(rows, columns, figsize=((8.5 if outside else 5) * columns, 3.8 * rows), squeeze=False)
     for ax in axes.flat[len(tasks):]:
         ax.set_visible(False)
     for ax, task in zip(axes.flat, tasks):
         every = sorted({n for runs in index[task].values() for n in runs} | ({trained} if trained else set()))
         methods = sorted(index[task], key=method_sort_key)
+        styles = variant_styles(methods)  # the variants of one method (same colour) told apart
         for j, method in enumerate(methods):
             points = [(n, *seed_mean(runs)) for n, runs in sorted(index[task][method].items()) if seed_mean(runs)]
             if not points:
@@ -34,11 +37,16 @@ def plot_ruler(documents):
             x, score, low, high = map(np.array, zip(*points))
             x = x * 1.04 ** (j - (len(methods) - 1) / 2)  # methods side by side: equal scores stay visible
             seeds = max(len(runs) for runs in index[task][method].values())
-            ax.plot(x, score, marker="o", color=method_color(method), linestyle=method_linestyle(method),
+            ax.plot(x, score, marker=styles[method][1], color=method_color(method), linestyle=styles[method][0],
                     label=f"{method} ({seeds} seed{'s' if seeds > 1 else ''})")
             ax.fill_between(x, low, high, color=method_color(method), alpha=0.15)
+        unfit = [n for n in sorted({n for per in index[task].values() for n in per})
+                 if not any(seed_mean(per[n]) for per in index[task].values() if n in per)]
         if not any(seed_mean(runs) for per in index[task].values() for runs in per.values()):
             ax.text(0.5, 0.5, "no sample fits at any length", transform=ax.transAxes, ha="center", color="grey")
+        elif unfit:  # said on the figure, not only left out: a missing point is not a score of 0
+            ax.text(0.02, 0.5, f"no sample fits at {', '.join(map(str, unfit))}", transform=ax.transAxes,
+                    color="grey", fontsize=8)
         if trained:
             ax.axvline(trained, color="grey", linestyle=":", linewidth=1, label=f"train length {trained}")
         ax.set_xscale("log", base=2)
@@ -51,7 +59,10 @@ def plot_ruler(documents):
         ax.set_ylabel("score (share of answers found)")
         ax.set_title(task)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        if outside:
+            legend_outside(ax)
+        else:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

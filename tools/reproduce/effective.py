@@ -1,13 +1,16 @@
 """The report's RULER and effective-length section (a sweep with `ruler:`): per dataset, RULER's score per
 task and length (tools/analysis/ruler_table.py) and the effective length of every measure of every method
-(tools/analysis/effective_length.py: perplexity, the probes and every RULER task, with bootstrap intervals)."""
+(tools/analysis/effective_length.py: perplexity, the probes and every RULER task, with bootstrap intervals),
+each beside its figure (tools/analysis/plot_ruler.py, plot_effective_length.py)."""
 from tools.analysis.effective_length import PPL_FACTOR, THRESHOLD, curves_of, estimates_of, render_table
 from tools.analysis.ruler_table import ruler_tables
 
 
-def effective_section(sweep, inputs) -> str:
+def effective_section(sweep, inputs, figures) -> str:
     if not sweep.ruler:
         return ""
+    from tools.analysis.plot_effective_length import plot_effective_length  # matplotlib: only when drawing
+    from tools.analysis.plot_ruler import plot_ruler
     reference = "kerple_log" if "kerple_log" in sweep.methods else sweep.methods[0]
     lines = ["## RULER and the effective length of every method\n", f"_Scale: {sweep.scale}_\n",
              f"RULER's {', '.join(sweep.ruler['tasks'])} (lm-eval 0.4.13, made with the run's own tokenizer, "
@@ -22,8 +25,14 @@ def effective_section(sweep, inputs) -> str:
         ruler = [d for d in inputs.ruler_documents if d["run"]["dataset"] == dataset]
         lines.append(f"### {dataset}\n")
         if ruler:
-            lines += ["```", ruler_tables(ruler, reference).rstrip(), "```", ""]
+            figures(plot_ruler(ruler), f"ruler_{dataset}")
+            lines += ["```", ruler_tables(ruler, reference).rstrip(), "```", "",
+                      f"![RULER score against length on {dataset}](ruler_{dataset}.png)\n"]
         else:
             lines.append("No RULER results yet (eval.py has not finished on any run of this dataset).\n")
-        lines += ["```", render_table(estimates_of(curves_of(documents, ruler)), THRESHOLD, PPL_FACTOR), "```", ""]
+        by_measure = estimates_of(curves_of(documents, ruler))
+        lines += ["```", render_table(by_measure, THRESHOLD, PPL_FACTOR), "```", ""]
+        if by_measure:
+            figures(plot_effective_length(by_measure, THRESHOLD, PPL_FACTOR), f"effective_length_{dataset}")
+            lines.append(f"![effective length by method on {dataset}](effective_length_{dataset}.png)\n")
     return "\n".join(lines)

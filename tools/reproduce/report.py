@@ -62,7 +62,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
         sections += ["## Table 5: the complex kernels\n", f"_Scale: {sweep.scale}_\n", render_markdown(table5)]
     sections += [speed_section(sweep, trained, inputs), training_section(sweep, trained, inputs, figures),
                  kernel_section(sweep, trained, figures), position_section(sweep, documents, figures),
-                 retrieval_section(sweep, documents, figures), effective_section(sweep, inputs),
+                 retrieval_section(sweep, documents, figures), effective_section(sweep, inputs, figures),
                  _status_section(runs, documents, failures)]
     if sweep.commentary and sweep.commentary.is_file():
         sections.append(sweep.commentary.read_text())
