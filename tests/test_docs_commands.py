@@ -93,6 +93,7 @@ RULES = [
     (r"^python tools/datasets/(build_default_corpus\.py|download_pile\.py --help)$", Run()),
     (r"--set pos-emb=learned_slopes", NotRun("needs the guide's example method saved first; "
                                              "tests/test_adding_a_method.py saves it in a copy and trains it")),
+    (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is
     (r"^python train\.py configs/tiny\.yml$", Run(sets=TRAIN, output="already train-iters (8): nothing to train")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),

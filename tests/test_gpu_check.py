@@ -90,7 +90,7 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert set(fla) == {"fox", "stickbreaking", "path", "path_fox"}
     for row in fla.values():
         assert max(row["fla_naive_fp32"][k] for k in ("out", "dq", "dk", "dv")) < 1e-5, row
-    assert "| path_fox | 128 | blocked |" in report
+    assert "| path_fox | 128 | sdpa_written_out |" in report
 
 
 @pytest.mark.launches

@@ -101,6 +101,7 @@ def test_a_broken_mode_file_is_one_clear_error(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+# Not named `tail`: docs/evaluation.md's example mode, which a reader may have saved into the modes folder.
 MODE_WITH_AN_OPTION = """
 from dataclasses import dataclass
 
@@ -110,11 +111,11 @@ from megatron.model.positional_embeddings import option
 
 @dataclass
 class Options:
-    tail_tokens: int = option(8, "`tail`: the last tokens of each chunk it scores.",
+    last_n_tokens: int = option(8, "`last_n`: the last tokens of each chunk it scores.",
                               check=lambda n: None if n > 0 else f"must be a positive integer, got {n}.")
 
 
-@register("tail", "the loss of the last tail-tokens targets", options=Options)
+@register("last_n", "the loss of the last last-n-tokens targets", options=Options)
 def score(context) -> dict:
     return {}
 """
@@ -122,17 +123,17 @@ def score(context) -> dict:
 
 @pytest.mark.launches
 def test_a_mode_declares_its_options_in_its_own_file(tmp_path):
-    (tmp_path / "tail.py").write_text(MODE_WITH_AN_OPTION)
+    (tmp_path / "last_n.py").write_text(MODE_WITH_AN_OPTION)
     env = {"NEOX_EVAL_MODES_PATH": str(tmp_path)}
     bad = tmp_path / "bad.yml"
-    bad.write_text("eval-modes: [tail]\ntail-tokens: 0\n")
+    bad.write_text("eval-modes: [last_n]\nlast-n-tokens: 0\n")
     refused = run(["deepy.py", "evaluate.py", "configs/tiny.yml", str(bad), "--dry-run"], env)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert f"error: {bad}:2: tail-tokens: must be a positive integer, got 0." in refused.stderr
-    good = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--set", "tail-tokens=3", "--dry-run"], env)
+    assert f"error: {bad}:2: last-n-tokens: must be a positive integer, got 0." in refused.stderr
+    good = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--set", "last-n-tokens=3", "--dry-run"], env)
     assert good.returncode == 0, good.stderr
-    assert re.search(r"^tail_tokens +3 +# command line$", good.stdout, re.M), good.stdout[-2000:]
+    assert re.search(r"^last_n_tokens +3 +# command line$", good.stdout, re.M), good.stdout[-2000:]
     reference = run(["tools/docs/config_reference.py"], env).stdout
-    assert "| `tail-tokens` | `8` | `tail`: the last tokens of each chunk it scores. |" in reference
-    unknown = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--set", "tail-tokens=3", "--dry-run"], {})
-    assert "'tail_tokens' is not a known config key" in unknown.stderr  # the mode's file is not found: no such key
+    assert "| `last-n-tokens` | `8` | `last_n`: the last tokens of each chunk it scores. |" in reference
+    unknown = run(["deepy.py", "evaluate.py", "configs/tiny.yml", "--set", "last-n-tokens=3", "--dry-run"], {})
+    assert "'last_n_tokens' is not a known config key" in unknown.stderr  # the mode's file is not found: no such key
