@@ -80,47 +80,51 @@ class TokenTermsAttention(torch.autograd.Function):
         return dq, dk, dv, None if dF is None else dF.to(F.dtype), None, None, None
 
 
-FOLD_BLOCK = 512  # queries per folded block: bounds |F_j - F_start| of the keys that matter (below)
+FOLD_BLOCK = 1024  # queries per call: bounds |F_i - F_middle| (below); the kernel splits calls of >= 768 queries
+                   # into tiles of 256, smaller ones into tiles of 64 (1.2-1.4x slower at 512 here)
 
 
-def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
-    """Without a window, in float32, without gradients (evaluation, generation): the terms folded into one
-    more key dimension, so the kernel needs no mask at all (no [block, L] tensor is made).
+def folded_token_terms_attention(q, k, v, F, block: int | None = None):
+    """Without a window, in float32, without gradients (evaluation, generation): the terms given to the kernel
+    as one row of O(L) numbers per head, broadcast over the queries (stride 0), so no [block, L] mask is made.
 
-    Softmax over j is unchanged by a constant per row, so for the queries of a block starting at s,
-    score(i, j) = q_i.k_j / sqrt(D) + F_i - F_j becomes q_i.k_j / sqrt(D) - (F_j - F_s): that is
-    q'_i.k'_j / sqrt(D) with q' = [q, sqrt(D)] and k' = [k, -(F_j - F_s)] (and v' = [v, 0]: the kernel takes
-    one head size). Per block two kernel calls, merged by their logsumexps: the earlier keys, all visible,
-    and the block's own keys, a square the kernel masks causally itself. Measuring from F_s keeps the new
-    entry small for the keys that carry weight (within a block or so of the query): its rounding is about
-    eps x |F_j - F_s|, where folding F_j alone (one call for the whole sequence) lost eps x |F_j|, which
-    grows with L (1.1e-4 at L = 700 with strong random gates). Not in bf16/fp16, whose 8 or 11 mantissa
-    bits would lose those differences; the masked blocks subtract in float32 first. Training keeps the
-    masked blocks, whose gate gradients are the exact sums. Against float64 at L = 700 with those gates
-    (F reaches -1211): largest error 6.6e-5 with blocks of 512, 5.1e-5 with 256, 1.2e-4 in one call;
-    the masked blocks 6.3e-5. CPU time, one thread, attention alone, b = 1, 4 heads of 64 dims, L = 16384,
-    against `none`'s causal call: blocks of 256 / 512 / 1024 1.25-1.34x / 1.24x / 1.12x (loaded machine);
-    4 heads of 16 dims: the masked blocks 2.0-2.6x, folded 1.3-1.4x at 2048-8192."""
-    head_dim, length = q.shape[-1], q.shape[2]
-    scale = 1.0 / math.sqrt(head_dim)
-    q_folded = torch.cat([q, q.new_full((*q.shape[:-1], 1), math.sqrt(head_dim))], dim=-1)
-    k_folded = torch.cat([k, k.new_zeros((*k.shape[:-1], 1))], dim=-1)  # the last entry: per block, below
-    v_folded = torch.cat([v, v.new_zeros((*v.shape[:-1], 1))], dim=-1)
+    Softmax over j is unchanged by a constant per row, so for the queries of a block whose middle is m,
+    score(i, j) = q_i.k_j / sqrt(D) + F_i - F_j becomes q_i.k_j / sqrt(D) - (F_j - F_m): the same added row
+    for every query of the block. Per block two kernel calls, merged by their logsumexps: the earlier keys,
+    all visible, and the block's own keys, a square the kernel masks causally itself. Measuring from F_m
+    keeps the added entry small for the keys that carry weight (those near the query): its rounding in the
+    kernel's float32 sum is about eps x |F_i - F_m|, at most half a block of forgetting, where one call for
+    the whole sequence (F_j alone) loses eps x |F_j|, which grows with L. Not in bf16/fp16, whose 8 or 11
+    mantissa bits would lose those differences; the masked blocks subtract in float32 first. Training keeps
+    the masked blocks, whose gate gradients are the exact sums.
+
+    Against float64 with strong random gates (F reaches -1211 at L = 700 and -3500 at 2,000; the masked
+    blocks' own error, F's float32 running sum, is 6.3e-5 and 2.0e-4): largest error 9.5e-5 at 700 (one
+    block) and 1.9e-4 at 2,000. CPU time, one thread, attention alone, b = 1, 4 heads, against `none`'s
+    causal call (2026-11-27, a machine loaded by two training runs): 1.10x / 1.10x at L = 8,192 / 16,384
+    with head dim 16, 1.07x / 1.03x with head dim 64. Folding the term into one more key dimension instead
+    (q' = [q, sqrt(D)], k' = [k, -(F_j - F_m)]) measured 1.44x / 1.21x and 1.15x / 1.17x: the kernel is
+    slower at head dim 17 or 65 than at 16 or 64."""
+    length = q.shape[2]
+    block = block or FOLD_BLOCK
+    scale = 1.0 / math.sqrt(q.shape[-1])
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     out = torch.empty_like(v)
     for start in range(0, length, block):
         end = min(start + block, length)
-        k_folded[..., :end, head_dim] = -(F[..., :end] - F[..., start:start + 1]).to(k.dtype)
-        queries = q_folded[:, :, start:end]
-        own, own_lse = flash(queries, k_folded[:, :, start:end], v_folded[:, :, start:end], 0.0, True, scale=scale)
+        middle = (start + end) // 2
+        row = (F[..., middle:middle + 1] - F[..., :end]).to(q.dtype)[:, :, None, :]  # [b, H, 1, end]
+        queries = q[:, :, start:end]
+        own, own_lse = flash(queries, k[:, :, start:end], v[:, :, start:end], 0.0, True,
+                             attn_mask=row[..., start:end], scale=scale)
         if start == 0:
-            out[:, :, :end] = own[..., :head_dim]
+            out[:, :, :end] = own
             continue
-        past, past_lse = flash(queries, k_folded[:, :, :start], v_folded[:, :, :start], 0.0, False, scale=scale)
+        past, past_lse = flash(queries, k[:, :, :start], v[:, :, :start], 0.0, False, attn_mask=row[..., :start],
+                               scale=scale)
         top = torch.maximum(own_lse, past_lse)
         own_weight, past_weight = (own_lse - top).exp()[..., None], (past_lse - top).exp()[..., None]
-        merged = (own[..., :head_dim] * own_weight + past[..., :head_dim] * past_weight) / (own_weight + past_weight)
-        out[:, :, start:end] = merged.to(out.dtype)
+        out[:, :, start:end] = ((own * own_weight + past * past_weight) / (own_weight + past_weight)).to(out.dtype)
     return out
 
 

@@ -139,10 +139,11 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
 
 
 @pytest.mark.launches  # compiles (inductor calls the C++ compiler)
-@pytest.mark.parametrize("length", [45, 700])
-def test_evaluation_folds_the_gate_into_one_more_key_dimension(length):
-    # Without gradients, in float32 and without a window, blocked_token_terms folds -F_j into the keys and
-    # runs one causal kernel call (token_terms.folded_token_terms_attention): still the paper's attention.
+@pytest.mark.parametrize("length", [45, 700, 2000])  # one partial block, one block, two blocks (the second partial)
+def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
+    # Without gradients, in float32 and without a window, blocked_token_terms hands -(F_j - F_middle) to the
+    # kernel as one row per head, broadcast over a block's queries (token_terms.folded_token_terms_attention):
+    # still the paper's attention.
     _, _, pe = theirs_and_ours(seed=4)
     torch.manual_seed(5)
     x = torch.randn(1, length, H * D)
@@ -159,10 +160,15 @@ def test_evaluation_folds_the_gate_into_one_more_key_dimension(length):
         folded = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
         masked = token_terms.TokenTermsAttention.apply(q, k, v, F, torch.arange(length), None, 128)
     expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach())
-    # These gates forget strongly (F reaches -1211 at 700 tokens): F's float32 running sum alone costs the
-    # masked blocks 6e-5 there. The folded keys lose no more than that (their entry is F_j - F_block start).
+    # These gates forget strongly (F reaches -1211 at 700 tokens, -3500 at 2,000): F's float32 running sum
+    # alone costs the masked blocks 6e-5 and 2e-4 there. The row the kernel adds, F_j - F_middle, rounds
+    # in its float32 sum to about eps x |F_i - F_middle| more for the keys that carry weight (at most half
+    # a block of forgetting): the folded output may lose that much on top of the masked blocks' error.
+    block = token_terms.FOLD_BLOCK
+    middles = torch.tensor([(s + min(s + block, length)) // 2 for s in range(0, length, block)])
+    spread = (F - F[..., middles].repeat_interleave(block, dim=-1)[..., :length]).abs().max().item()
     folded_error, masked_error = ((out.double() - expected).abs().max().item() for out in (folded, masked))
-    assert folded_error <= max(1.5 * masked_error, 2e-5), (folded_error, masked_error)
+    assert folded_error <= max(masked_error + 2**-23 * spread, 2e-5), (folded_error, masked_error, spread)
 
 
 
