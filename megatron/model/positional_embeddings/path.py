@@ -15,7 +15,7 @@ sum is added unscaled, as in FoX (fla's PaTH-FoX multiplies it by 1/sqrt(D) with
 
 These are the positional protocol's `key_transforms` channel (base.py): attention computes the dot
 products on the strategies that write the scores out (`sdpa_written_out`, `blocked`: a block of queries
-carried back over the keys one rank-one update at a time, megatron/model/attention/householder.py), and
+carried back over the keys a chunk of 32 at a time, megatron/model/attention/householder.py), and
 a KV-cache step applies each new token's H_t to every cached key in place (what fla's decoding does) so
 that q_i . (cached key) is the transformed product. Every layer has its own projections: `per_layer`.
 """

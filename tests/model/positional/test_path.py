@@ -121,6 +121,47 @@ def test_matches_flash_linear_attentions_naive_reference(impl, forget_gate):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
+def walk_one_key_at_a_time(q, k, w, beta, q_start):
+    """The dot products with each query carried back over the keys one rank-one update at a time (L steps):
+    the plain form householder.py's chunks must equal."""
+    n, m = q.shape[2], k.shape[2]
+    rows = torch.arange(q_start, q_start + n)[:, None]
+    state, columns = q, [None] * m
+    for j in range(m - 1, -1, -1):
+        columns[j] = state @ k[:, :, j, :, None]
+        if j > 0:  # H_j reaches the queries at or after it
+            state = state - (state @ w[:, :, j, :, None]) * beta[:, :, j, None, None] * (rows >= j) * w[:, :, j, None, :]
+    return torch.cat(columns, dim=-1)
+
+
+@pytest.mark.parametrize("n, m, q_start, chunk", [(40, 40, 0, 7), (13, 70, 57, 16), (25, 100, 40, 32), (9, 9, 0, 32)])
+def test_the_chunked_dot_products_equal_the_walk_and_the_matrix_products(n, m, q_start, chunk):
+    # Several chunks, the last partial; a block of queries starting mid-sequence (blocked's q_start); beta
+    # over all of (0, 2) and one run of a repeated w (a repeated token) with beta near 2, the hardest case.
+    from megatron.model.attention.householder import transformed_dot_products
+    from megatron.model.attention.reference import householder_dot_products
+    torch.manual_seed(m)
+    b, heads, dim = 2, 3, 8
+    q, k = (torch.randn(b, heads, n, dim, dtype=torch.float64), torch.randn(b, heads, m, dim, dtype=torch.float64))
+    raw = torch.randn(b, heads, m, dim, dtype=torch.float64)
+    raw[:, :, 3:12] = raw[:, :, 3:4]
+    w = torch.nn.functional.normalize(raw, dim=-1)
+    beta = 2 * torch.rand(b, heads, m, dtype=torch.float64)
+    beta[:, :, 3:12] = 1.99
+    leaves = [t.requires_grad_() for t in (q, k, w, beta)]
+    causal = torch.arange(m)[None, :] <= torch.arange(q_start, q_start + n)[:, None]
+    chunked = transformed_dot_products(q, k, w, beta, q_start, chunk).masked_fill(~causal, 0)
+    walked = walk_one_key_at_a_time(q, k, w, beta, q_start).masked_fill(~causal, 0)
+    torch.testing.assert_close(chunked, walked, rtol=1e-10, atol=1e-11)
+    probe = torch.randn_like(chunked)
+    for got, want in zip(torch.autograd.grad((chunked * probe).sum(), leaves),
+                         torch.autograd.grad((walked * probe).sum(), leaves)):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    if q_start + n == m:  # the D x D products written out (reference.py) take the last n positions' queries
+        products = householder_dot_products(q.detach(), k.detach(), w.detach(), beta.detach())
+        torch.testing.assert_close(chunked.detach(), products.masked_fill(~causal, 0), rtol=1e-10, atol=1e-11)
+
+
 def test_the_method_makes_unit_w_and_beta_in_0_2_from_the_layer_input():
     pe = pe_for(forget_gate=True)
     x = torch.randn(2, L, H * D, dtype=torch.float64)
