@@ -216,7 +216,7 @@ def _fla(fla):
             lines.append(f"| {row['method']} | {row['length']} | {row.get('skipped') or 'error: ' + row['error']} "
                          "| | | | | |")
             continue
-        theirs = row.get("fla_bf16") or row.get("fla_naive_fp32")
+        theirs = row.get("fla_bf16")
         mine = row.get("ours_bf16")
         speed = _ratio(theirs.get("seconds"), mine.get("seconds")) if theirs and mine else ""
         lines.append(f"| {row['method']} | {row['length']} | {row.get('our_path', '')} | "
