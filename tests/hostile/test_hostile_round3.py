@@ -368,3 +368,16 @@ def test_an_unwritable_inductor_folder_is_one_paragraph_before_anything_compiles
                             capture_output=True, text=True, timeout=300)
     message = assert_clear_error(result, f"TORCHINDUCTOR_CACHE_DIR='{folder}' cannot be written")
     assert "'auto' or 'blocked'" in message and not list((tmp_path / "r").rglob("*.json"))
+
+
+@pytest.mark.parametrize("key, value, owner", [("path-forget-gate", True, "path"), ("cable-unscaled-scores", True, "cable"),
+                                               ("stickbreaking-attend-current", True, "stickbreaking"),
+                                               ("fox-gate-bias-init", 0.0, "fox")])
+def test_a_new_methods_option_under_another_method_is_refused_not_ignored(key, value, owner):
+    # These options change the model; set under another pos-emb they would be silently lost.
+    from megatron.neox_arguments import NeoXArgs, NeoXArgsError
+    with pytest.raises(NeoXArgsError) as err:
+        NeoXArgs.from_dict({"train-micro-batch-size-per-gpu": 1, "pos-emb": "kerple_log", key: value})
+    assert (f"{key}: is set, but pos-emb is 'kerple_log', which has no such option (only {owner} does). Remove it, "
+            f"or set pos-emb to {owner}.") in str(err.value)
+    NeoXArgs.from_dict({"train-micro-batch-size-per-gpu": 1, "pos-emb": owner, key: value})  # its own method takes it

@@ -87,7 +87,8 @@ def option(default, help: str, *, check=None, init_only: bool = False, per_run: 
     """One field of a method's `Options`: its config key is the field name (YAML `-` or `_`).
 
     Options of other methods are ignored by default (NeoX configs set rotary-pct whatever pos-emb is);
-    `exclusive` ones are refused there, for options whose silent loss would mislead (rotary-scaling)."""
+    `exclusive` ones are refused there, for options whose silent loss would mislead (rotary-scaling, and
+    every option of a method NeoX does not have: no NeoX config sets it for another method)."""
     metadata = {"help": help, "option": Option(help, check, init_only, per_run, exclusive)}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)

@@ -34,7 +34,8 @@ class ForgetGate(PositionalEmbedding):
     class Options:
         fox_gate_bias_init: float = option(5.0, "`fox`: initial bias b_h of the forget gate f = sigmoid(w.x + b) "
                                                 "(5: f ~ 0.993, little forgetting at first, as x-transformers; the "
-                                                "official FoX code starts it at 0: f ~ 0.5).", init_only=True)
+                                                "official FoX code starts it at 0: f ~ 0.5).", init_only=True,
+                                          exclusive=True)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

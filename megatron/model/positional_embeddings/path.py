@@ -39,7 +39,7 @@ class PaTH(PositionalEmbedding):
     @dataclass
     class Options:
         path_forget_gate: bool = option(False, "`path`: add FoX's forget gate, sum log sigmoid(a.x_l + b) over the "
-                                               "tokens between key and query (PaTH-FoX).")
+                                               "tokens between key and query (PaTH-FoX).", exclusive=True)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)
