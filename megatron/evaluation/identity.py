@@ -104,6 +104,8 @@ def switch_labels(config) -> list[str]:
         labels.append(f"prope{1 - fraction:.4g}")
     if limit := value_of(config, "random_positions"):
         labels.append(f"randpos{limit}")
+    from megatron.model.positional_embeddings import option_labels
+    labels += option_labels(value_of(config, "pos_emb"), lambda key: value_of(config, key))  # e.g. forget-gate
     if value_of(config, "reset_attention_mask"):  # trained on documents masked from each other
         labels.append("docpos" if value_of(config, "reset_position_ids") else "docmask")
     return labels

@@ -44,6 +44,8 @@ def trained_parts(trained) -> list[str]:
         parts.append(f"p-RoPE p={1 - fraction:.4g}")
     if limit := value_of(trained, "random_positions"):
         parts.append(f"random positions <{limit}")
+    from megatron.model.positional_embeddings import option_labels
+    parts += option_labels(value_of(trained, "pos_emb"), lambda key: value_of(trained, key))  # e.g. forget-gate
     if value_of(trained, "reset_attention_mask"):
         parts.append("docpos" if value_of(trained, "reset_position_ids") else "docmask")
     return parts

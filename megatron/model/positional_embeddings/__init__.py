@@ -58,6 +58,20 @@ def per_run_options(name: str) -> tuple[str, ...]:
     return tuple(o for o in option_names(name) if OPTIONS[o].spec.per_run)
 
 
+def option_labels(name: str, values) -> list[str]:
+    """The labels of method `name`'s labelled options whose value in `values` (a key -> value lookup) is
+    not their default: `forget-gate`, or `label=value` for a non-boolean value."""
+    if name not in REGISTRY and name not in ALIASES:
+        return []
+    labels = []
+    for option_name in option_names(lookup(name).name):
+        declared = OPTIONS[option_name]
+        value = values(option_name)
+        if declared.spec.label and value is not None and value != declared.default:
+            labels.append(declared.spec.label if value is True else f"{declared.spec.label}={value}")
+    return labels
+
+
 def checkpoint_options(name: str) -> tuple[str, ...]:
     """The config keys a checkpoint of method `name` must agree on: its options that shape or define
     the trained parameters (not those that only set their initial values, nor per-run choices)."""

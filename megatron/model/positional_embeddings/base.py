@@ -80,16 +80,19 @@ class Option:
     init_only: bool = False                        # only sets initial values: checkpoints may differ
     per_run: bool = False    # a choice of this run, not of the weights (rotary-scaling): checkpoints may differ
     exclusive: bool = False  # setting it while pos-emb is a method that does not declare it is an error
+    label: str | None = None  # a run trained with it set away from its default is named so in results and tables
 
 
 def option(default, help: str, *, check=None, init_only: bool = False, per_run: bool = False,
-           exclusive: bool = False):
+           exclusive: bool = False, label: str | None = None):
     """One field of a method's `Options`: its config key is the field name (YAML `-` or `_`).
 
     Options of other methods are ignored by default (NeoX configs set rotary-pct whatever pos-emb is);
     `exclusive` ones are refused there, for options whose silent loss would mislead (rotary-scaling, and
-    every option of a method NeoX does not have: no NeoX config sets it for another method)."""
-    metadata = {"help": help, "option": Option(help, check, init_only, per_run, exclusive)}
+    every option of a method NeoX does not have: no NeoX config sets it for another method). `label`: an
+    option that changes what the method's name stands for (path-forget-gate) names the runs trained with it
+    set, so their results never share a table row or a result file with the plain method's."""
+    metadata = {"help": help, "option": Option(help, check, init_only, per_run, exclusive, label)}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -33,7 +33,7 @@ class ContextAwareBias(PositionalEmbedding):
         cable_unscaled_scores: bool = option(
             False, "`cable`: leave q.k unscaled (no 1/sqrt(head dim)) as CABLE's released code does; false: "
                    "q.k/sqrt(head dim) + b_i - b_j, the paper's formula and every other method's scale here.",
-            exclusive=True)
+            exclusive=True, label="unscaled")
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

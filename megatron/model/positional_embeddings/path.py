@@ -39,7 +39,8 @@ class PaTH(PositionalEmbedding):
     @dataclass
     class Options:
         path_forget_gate: bool = option(False, "`path`: add FoX's forget gate, sum log sigmoid(a.x_l + b) over the "
-                                               "tokens between key and query (PaTH-FoX).", exclusive=True)
+                                               "tokens between key and query (PaTH-FoX).", exclusive=True,
+                                        label="forget-gate")
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

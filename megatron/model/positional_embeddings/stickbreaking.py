@@ -41,7 +41,7 @@ class StickBreaking(PositionalEmbedding):
         stickbreaking_attend_current: bool = option(
             False, "`stickbreaking`: a query also breaks the stick at its own token (j <= i); false: the "
                    "paper's j < i (fla's default), and the first token's attention output is 0.",
-            exclusive=True)
+            exclusive=True, label="attend-current")
 
     def normalise(self, logits, visible, q_positions, k_positions):
         seen = visible if self.options.stickbreaking_attend_current else visible & ~own_tokens(q_positions, k_positions)

@@ -252,3 +252,16 @@ def test_a_checkpoint_records_the_option_that_changes_the_attention():
 @pytest.mark.launches
 def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
     train_and_evaluate_at_4x("path", stdlib_data, tmp_path)
+
+
+def test_results_and_tables_never_share_the_plain_paths_row():
+    # The gate changes what `path` stands for: a run trained with it is named so in its result file's identity
+    # and in the tables' column labels (as p-RoPE is for rotary), read from the config its checkpoint stores.
+    from megatron.evaluation.identity import evaluation_variant
+    from megatron.evaluation.labels import trained_parts
+    base = {"train-micro-batch-size-per-gpu": 1, "pos-emb": "path"}
+    plain, gated = NeoXArgs.from_dict(base), NeoXArgs.from_dict({**base, "path-forget-gate": True})
+    assert evaluation_variant(plain) is None and trained_parts(plain) == []
+    assert evaluation_variant(gated) == "forget-gate" and trained_parts(gated) == ["forget-gate"]
+    stored = gated.to_dict()  # what train.py keeps in the checkpoint
+    assert trained_parts(stored) == ["forget-gate"]
