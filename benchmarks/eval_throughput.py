@@ -30,7 +30,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.hf_peer import PEER, build_peer_forward  # noqa: E402
-from benchmarks.measure import PROCESS_TIME_HELP, PeakMemory, alternating_rounds, clock  # noqa: E402
+from benchmarks.measure import (METHODS_HELP, PROCESS_TIME_HELP, PeakMemory, alternating_rounds, clock,  # noqa: E402
+                                method_settings)
 
 from megatron.inference_model import inference_device_and_dtype  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
@@ -44,7 +45,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("configs", nargs="*", default=["configs/tiny.yml"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--methods", nargs="+", default=list(available()))
+    parser.add_argument("--methods", nargs="+", default=list(available()), help=METHODS_HELP)
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--steps", type=int, default=2, help="timed forwards per method per round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -60,7 +61,8 @@ def build_forward(cli, name: str, max_length: int):
     """(forward(tokens [1, L]), args, vocabulary size, device) of method `name` or of the peer."""
     # max-position-embeddings: `learned` embeds the longest length (it only sizes its table).
     overrides = {"max_position_embeddings": max(cli.lengths), **parse_overrides(cli.set), "save": None, "load": None}
-    args = NeoXArgs.from_ymls(cli.configs, {**overrides, "pos_emb": "rotary" if name == PEER else name})
+    method, settings = ("rotary", {}) if name == PEER else method_settings(name)
+    args = NeoXArgs.from_ymls(cli.configs, {**overrides, **settings, "pos_emb": method})
     tokenizer = build_tokenizer(args)
     device, dtype = inference_device_and_dtype(args)
     if name == PEER:

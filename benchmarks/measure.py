@@ -12,6 +12,18 @@ PROCESS_TIME_HELP = ("time in CPU seconds of this process (user + system) instea
                      "neighbours; run with OMP_NUM_THREADS=1, so that waiting threads are not counted")
 
 
+METHODS_HELP = ("positional methods to time (pos-emb names); `name:key=value,key=value` times the method with its "
+                "own settings, e.g. `path:path-forget-gate=true rotary:rotary-unrotated-fraction=0.25`, beside the "
+                "others in the same rounds (--set applies to every row)")
+
+
+def method_settings(spec: str) -> tuple[str, dict]:
+    """`path:path-forget-gate=true` -> ("path", {"path_forget_gate": True}) (values read as --set's)."""
+    from megatron.neox_arguments.values import parse_overrides
+    name, _, settings = spec.partition(":")
+    return name, parse_overrides([item for item in settings.split(",") if item]) if settings else {}
+
+
 def clock(process_time: bool):
     """The benchmarks' clock: wall-clock seconds, or this process's CPU seconds (PROCESS_TIME_HELP)."""
     return time.process_time if process_time else time.perf_counter

@@ -23,7 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.hf_peer import PEER, build_peer  # noqa: E402
-from benchmarks.measure import PROCESS_TIME_HELP, alternating_rounds, clock  # noqa: E402
+from benchmarks.measure import METHODS_HELP, PROCESS_TIME_HELP, alternating_rounds, clock, method_settings  # noqa: E402
 
 from megatron.initialize import initialize_megatron  # noqa: E402
 from megatron.model.positional_embeddings import available  # noqa: E402
@@ -44,7 +44,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("configs", nargs="*", default=["configs/tiny.yml"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--methods", nargs="+", default=list(available()))
+    parser.add_argument("--methods", nargs="+", default=list(available()), help=METHODS_HELP)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per method per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per method first")
@@ -58,7 +58,8 @@ def main():
     overrides = {**parse_overrides(cli.set), "save": None, "load": None}
     runs = {}
     for method in methods:
-        args = NeoXArgs.from_ymls(cli.configs, {**overrides, "pos_emb": method})
+        name, settings = method_settings(method)
+        args = NeoXArgs.from_ymls(cli.configs, {**overrides, **settings, "pos_emb": name})
         initialize_megatron(args)
         tokenizer = build_tokenizer(args)
         engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
@@ -86,10 +87,11 @@ def main():
           f"seq {args.seq_length}, batch {args.train_batch_size}, {args.precision}, "
           f"{torch.get_num_threads()} threads; median of {cli.rounds} rounds x {cli.steps} steps of "
           f"{'CPU' if cli.process_time else 'wall-clock'} time")
-    print(f"{'method':<20}{'tokens/s':>12}{'vs none':>10}{'time vs none':>14}")
+    width = max(20, *(len(m) + 2 for m in methods))
+    print(f"{'method':<{width}}{'tokens/s':>12}{'vs none':>10}{'time vs none':>14}")
     for method in sorted(methods, key=per_step.get):
         rate = tokens_per_step / per_step[method]
-        print(f"{method:<20}{rate:>12,.0f}{per_step['none'] / per_step[method]:>10.3f}"
+        print(f"{method:<{width}}{rate:>12,.0f}{per_step['none'] / per_step[method]:>10.3f}"
               f"{per_step[method] / per_step['none']:>14.3f}")
     if PEER in per_step and "rotary" in per_step:
         print(f"rotary vs {PEER}: {per_step[PEER] / per_step['rotary']:.3f}x its tokens/s")
