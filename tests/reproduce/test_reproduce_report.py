@@ -89,7 +89,8 @@ PUBLISHED = [("configs/reproduce/cpu-mini.yml", "docs/reproduction", ["--dataset
              ("configs/reproduce/cpu-mini-ablation.yml", "docs/reproduction/ablation", []),
              ("configs/reproduce/cpu-mini-2026.yml", "docs/reproduction/methods-2026", []),
              ("configs/reproduce/cpu-mini-retrieval-2026.yml", "docs/reproduction/retrieval-2026", []),
-             ("configs/reproduce/cpu-mini-retrieval-ablation.yml", "docs/reproduction/retrieval-ablation", [])]
+             ("configs/reproduce/cpu-mini-retrieval-ablation.yml", "docs/reproduction/retrieval-ablation", []),
+             ("configs/reproduce/cpu-mini-frontier.yml", "docs/reproduction/frontier", [])]
 
 
 def _body(text: str) -> list[str]:
