@@ -42,19 +42,19 @@ def token_term_differences(F, K=None):
 
 def householder_dot_products(q, k, w, beta):
     """q [b, H, n, D] (the last n of the m keys' positions), k, w [b, H, m, D], beta [b, H, m] -> [b, H, n, m]:
-    q_i^T H_i H_{i-1} ... H_{j+1} k_j for j <= i (0 for later keys, which the mask removes), with the product
-    of D x D matrices accumulated for each query from its own position back to key 0."""
-    n, m, D = q.shape[2], k.shape[2], q.shape[3]
-    eye = torch.eye(D, dtype=q.dtype, device=q.device)
-    H = eye - beta[..., None, None] * w[..., :, None] * w[..., None, :]  # [b, H, m, D, D]
-    scores = q.new_zeros(q.shape[0], q.shape[1], n, m)
-    for a in range(n):
-        i = m - n + a
-        product = eye.expand(q.shape[0], q.shape[1], D, D)  # H_i ... H_{j+1}, empty for j = i
-        for j in range(i, -1, -1):
-            scores[:, :, a, j] = (q[:, :, a, None, :] @ product @ k[:, :, j, :, None])[..., 0, 0]
-            product = product @ H[:, :, j]
-    return scores
+    q_i^T H_i H_{i-1} ... H_{j+1} k_j for j <= i (a value the mask removes for later keys). The plainest
+    form that is not O(L^2) Python steps: every query carried back over the keys one at a time, taking
+    each key's H_j (a rank-one update) once it has passed its own position: m steps of O(b H n D). (The
+    strategies chunk the keys instead, householder.py; the tests tie both to the D x D products.)"""
+    n, m = q.shape[2], k.shape[2]
+    w, beta = w.to(q.dtype), beta.to(q.dtype)
+    rows = torch.arange(m - n, m, device=q.device)[:, None]  # [n, 1]: each query's position
+    state, columns = q, [None] * m
+    for j in range(m - 1, -1, -1):
+        columns[j] = state @ k[:, :, j, :, None]  # [b, H, n, 1]
+        if j > 0:  # H_j reaches the queries at or after it, before they meet key j - 1
+            state = state - (state @ w[:, :, j, :, None]) * beta[:, :, j, None, None] * (rows >= j) * w[:, :, j, None, :]
+    return torch.cat(columns, dim=-1)
 
 
 def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=None, token_differences=None,

@@ -121,23 +121,27 @@ def test_matches_flash_linear_attentions_naive_reference(impl, forget_gate):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def walk_one_key_at_a_time(q, k, w, beta, q_start):
-    """The dot products with each query carried back over the keys one rank-one update at a time (L steps):
-    the plain form householder.py's chunks must equal."""
-    n, m = q.shape[2], k.shape[2]
-    rows = torch.arange(q_start, q_start + n)[:, None]
-    state, columns = q, [None] * m
-    for j in range(m - 1, -1, -1):
-        columns[j] = state @ k[:, :, j, :, None]
-        if j > 0:  # H_j reaches the queries at or after it
-            state = state - (state @ w[:, :, j, :, None]) * beta[:, :, j, None, None] * (rows >= j) * w[:, :, j, None, :]
-    return torch.cat(columns, dim=-1)
+def matrix_products(q, k, w, beta, q_start):
+    """q_i^T (H_i ... H_{j+1}) k_j with each product of D x D matrices multiplied out (j <= i; 0 past i)."""
+    n, m, dim = q.shape[2], k.shape[2], q.shape[3]
+    eye = torch.eye(dim, dtype=q.dtype)
+    householder = eye - beta[..., None, None] * w[..., :, None] * w[..., None, :]  # [b, H, m, D, D]
+    scores = q.new_zeros(q.shape[0], q.shape[1], n, m)
+    for a in range(n):
+        product = eye.expand(q.shape[0], q.shape[1], dim, dim)
+        for j in range(q_start + a, -1, -1):
+            scores[:, :, a, j] = (q[:, :, a, None, :] @ product @ k[:, :, j, :, None])[..., 0, 0]
+            product = product @ householder[:, :, j]
+    return scores
 
 
-@pytest.mark.parametrize("n, m, q_start, chunk", [(40, 40, 0, 7), (13, 70, 57, 16), (25, 100, 40, 32), (9, 9, 0, 32)])
+@pytest.mark.parametrize("n, m, q_start, chunk", [(40, 40, 0, 7), (13, 70, 57, 16), (25, 100, 40, 32), (9, 9, 0, 32),
+                                                  (30, 70, 40, 32)])
 def test_the_chunked_dot_products_equal_the_walk_and_the_matrix_products(n, m, q_start, chunk):
-    # Several chunks, the last partial; a block of queries starting mid-sequence (blocked's q_start); beta
-    # over all of (0, 2) and one run of a repeated w (a repeated token) with beta near 2, the hardest case.
+    # householder.py's chunks (the strategies') and reference.py's one-key walk (the export's), each against
+    # the D x D products multiplied out: several chunks, the last partial; a block of queries starting
+    # mid-sequence (blocked's q_start); beta over all of (0, 2) and one run of a repeated w (a repeated
+    # token) with beta near 2, the hardest case for the chunks' triangular solve.
     from megatron.model.attention.householder import transformed_dot_products
     from megatron.model.attention.reference import householder_dot_products
     torch.manual_seed(m)
@@ -151,15 +155,15 @@ def test_the_chunked_dot_products_equal_the_walk_and_the_matrix_products(n, m, q
     leaves = [t.requires_grad_() for t in (q, k, w, beta)]
     causal = torch.arange(m)[None, :] <= torch.arange(q_start, q_start + n)[:, None]
     chunked = transformed_dot_products(q, k, w, beta, q_start, chunk).masked_fill(~causal, 0)
-    walked = walk_one_key_at_a_time(q, k, w, beta, q_start).masked_fill(~causal, 0)
-    torch.testing.assert_close(chunked, walked, rtol=1e-10, atol=1e-11)
+    expected = matrix_products(q, k, w, beta, q_start)
+    torch.testing.assert_close(chunked, expected, rtol=1e-10, atol=1e-11)
     probe = torch.randn_like(chunked)
     for got, want in zip(torch.autograd.grad((chunked * probe).sum(), leaves),
-                         torch.autograd.grad((walked * probe).sum(), leaves)):
+                         torch.autograd.grad((expected * probe).sum(), leaves)):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
-    if q_start + n == m:  # the D x D products written out (reference.py) take the last n positions' queries
-        products = householder_dot_products(q.detach(), k.detach(), w.detach(), beta.detach())
-        torch.testing.assert_close(chunked.detach(), products.masked_fill(~causal, 0), rtol=1e-10, atol=1e-11)
+    if q_start + n == m:  # reference.py takes the last n positions' queries
+        walked = householder_dot_products(q, k, w, beta).masked_fill(~causal, 0)
+        torch.testing.assert_close(walked, expected, rtol=1e-10, atol=1e-11)
 
 
 def test_the_method_makes_unit_w_and_beta_in_0_2_from_the_layer_input():
