@@ -24,9 +24,10 @@ def transformed_dot_products(q, k, w, beta, q_start: int, chunk: int = CHUNK):
     principal block of T because T is triangular. So for key j of the chunk,
         score(i, j) = u_i.k_j - sum_{r <= i} sum_{t > j} (u_i.w_r) T_rt (w_t.k_j),
     three [n, C] x [C, C] products, and u_i takes the whole chunk's product (its runs up to i) on to the
-    chunk before. m / C Python steps instead of m; the same numbers as the walk one key at a time (the tests
-    keep it: tests/model/positional/test_path.py) to rounding, float64 ~1e-14. T is solved in at least
-    float32, whose error grows with C (CHUNK's note; fla chunks by 64 in float32)."""
+    chunk before. m / C Python steps instead of m; the same numbers as the walk one key at a time
+    (reference.py) and as the D x D products multiplied out (tests/model/positional/test_path.py) to
+    rounding, float64 ~1e-14. T is solved in at least float32, whose error grows with C (CHUNK's note; fla
+    chunks by 64 in float32)."""
     n, m = q.shape[2], k.shape[2]
     w, beta = w.to(q.dtype), beta.to(q.dtype)
     solve_dtype = torch.promote_types(q.dtype, torch.float32)
