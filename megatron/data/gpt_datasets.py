@@ -6,8 +6,12 @@ use `seq-length-val`: megatron-core has one sequence length per config, so each 
 its own builder call that masks out the other splits. No per-sample attention masks are made
 (they are L x L; the model is causal by construction).
 """
+import contextlib
+import os
+
 import numpy as np
 import torch
+from filelock import FileLock
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.blended_megatron_dataset_config import (
     convert_split_vector_to_split_matrix, parse_and_normalize_split)
@@ -106,7 +110,8 @@ def _build_split(index, neox_args, tokenizer, seq_length, sizes):
         config.path_to_cache = None
     builder = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config)
     try:
-        return builder.build()[index]
+        with cache_locks(cache_folders(neox_args, prefixes)):
+            return builder.build()[index]
     except ValueError as err:  # numpy, loading a cache file with allow_pickle off: never unpickled
         if "memory-mapped" not in str(err) and "pickle" not in str(err):
             raise
@@ -116,6 +121,35 @@ def _build_split(index, neox_args, tokenizer, seq_length, sizes):
         raise DataError(f"a sample-index cache file in {caches} is not a plain numpy array ({quote(str(err))}): it "
                         "was damaged or replaced, and a cache is never unpickled. Remove that cache folder; it is "
                         "rebuilt from the data.") from None
+
+
+def cache_folders(neox_args, prefixes) -> list[str]:
+    """Where megatron-core keeps the sample-index files this build reads or writes: data-cache-path, else
+    each prefix's own `cache/GPTDataset_indices` (megatron-core's default, GPTDataset)."""
+    if neox_args.data_cache_path:
+        return [neox_args.data_cache_path]
+    return sorted({os.path.join(prefix, "cache", "GPTDataset_indices") for prefix in prefixes})
+
+
+@contextlib.contextmanager
+def cache_locks(folders):
+    """Hold `<folder>.lock` for each cache folder (sorted: two builds never wait on each other crosswise).
+
+    megatron-core writes its index files in place (numpy.save) and takes any complete set of names as a
+    cache hit, so two jobs started side by side on one dataset (comparing variants) used to read the other's
+    half-written shuffle index ("No data left in file"). With the lock the first job builds and the others
+    wait, then load. Only rank 0 of a distributed job locks: megatron-core builds there first and the other
+    ranks load after its barrier, inside build(), which a rank waiting for the lock would never reach. A
+    folder whose parent cannot be written gets no lock: no job can write a cache there either."""
+    rank_zero = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+    with contextlib.ExitStack() as held:
+        for folder in folders if rank_zero else ():
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
+                held.enter_context(FileLock(f"{os.path.abspath(folder)}.lock"))
+            except OSError:  # read-only data: nothing is written there, so nothing to wait for
+                continue
+        yield
 
 
 def _check_one_sample(index, parts, seq_length) -> None:

@@ -1,10 +1,12 @@
 """Training datasets from NeoX .bin/.idx files written by megatron-core's own builder (not by project
 code), split wiring, per-split lengths, blends, evaluation streams, clear errors, resumable loaders."""
 import os
+import threading
 
 import numpy as np
 import pytest
 import torch
+from filelock import FileLock
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron.data import (DataError, PretrainingBatchSampler, build_data_loader, build_evaluation_stream,
@@ -72,6 +74,22 @@ def test_megatron_core_written_data_gives_split_datasets_of_their_lengths(tmp_pa
             assert sample["loss_mask"].dtype == torch.float32 and bool(sample["loss_mask"].all())
             assert_packed_from(sample, low, high)
     assert os.listdir(tmp_path / "cache")  # sample indices cached
+
+
+def test_a_job_waits_for_another_building_the_same_sample_index_cache(tmp_path, split_dataset):
+    """megatron-core writes its index files in place and takes any complete set of names as a cache hit: a job
+    started beside another on the same data (comparing variants) read the other's half-written shuffle index
+    ("No data left in file"). It now waits for the other's lock, writes nothing meanwhile, then builds."""
+    args = make_args(tmp_path, data_path=split_dataset[0], split="8,1,1")
+    built = {}
+    worker = threading.Thread(target=lambda: built.update(train=build_train_valid_test_datasets(args)[0]))
+    with FileLock(f"{tmp_path / 'cache'}.lock"):  # the other job, building
+        worker.start()
+        worker.join(timeout=3)
+        assert worker.is_alive() and not (tmp_path / "cache").exists()
+    worker.join(timeout=120)
+    assert not worker.is_alive() and len(built["train"]) >= args.train_iters * args.train_batch_size
+    assert os.listdir(tmp_path / "cache")
 
 
 def test_validation_length_defaults_to_the_training_length(tmp_path, split_dataset):
