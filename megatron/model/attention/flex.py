@@ -10,6 +10,7 @@ from torch.nn.attention.flex_attention import BlockMask
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.flex_kernel import run_flex
 
+MIN_CUDA_HEAD_DIM = 16  # the smallest head dimension torch's CUDA FlexAttention kernel compiles (Flex.can_run)
 FLEX_BLOCK = 128  # FlexAttention's tile: the block mask says, per tile, "skip", "full" or "apply mask_mod"
 
 
@@ -106,6 +107,19 @@ class Flex(AttentionPlan):
                 "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device")
 
     @classmethod
+    def can_run(cls, inputs):
+        """The needs (strategy.py), then the head size: torch's CUDA FlexAttention kernel refuses head
+        dimensions below 16 at compile time (an H200, torch 2.11: "NYI: embedding dimension of the query,
+        key, and value must be at least 16"); its CPU kernel takes them."""
+        if (reason := super().can_run(inputs)) is not None:
+            return reason
+        if inputs.device_type == "cuda" and inputs.head_dim < MIN_CUDA_HEAD_DIM:
+            return (f"torch's CUDA FlexAttention kernel takes head dimensions of at least {MIN_CUDA_HEAD_DIM}, and "
+                    f"this model's is {inputs.head_dim} (hidden-size / num-attention-heads). Set attention-impl "
+                    "to 'auto', 'sdpa' or 'blocked', or use fewer, larger heads")
+        return None
+
+    @classmethod
     def memory_bytes(cls, inputs):
         """The fp32 tables and the neutral one (3 x 4 H L), the block mask (four int32 arrays of
         (L' / 128)^2 tiles, per row with documents, and their int64 ids) and the zero-padded q, k, v
@@ -115,7 +129,7 @@ class Flex(AttentionPlan):
         tables = 3 * 4 * inputs.heads * inputs.length
         block_mask = 4 * 4 * tiles * tiles * inputs.mask_rows
         documents = 8 * inputs.batch * padded if inputs.documents else 0  # the rows' padded document ids
-        token_terms = 4 * inputs.batch * inputs.heads * padded if inputs.token_terms else 0  # F, fp32, padded
+        token_terms = 8 * inputs.batch * inputs.heads * padded if inputs.token_terms else 0  # F and its clone, fp32, padded
         return tables + block_mask + documents + token_terms + 4 * inputs.qkv_bytes * padded // inputs.length
 
     def attend(self, q, k, v, dropout_p):
@@ -136,10 +150,14 @@ class Flex(AttentionPlan):
         if self.token_terms is not None:
             # Per-token terms (fox): F [b, H, L'] captured, zero-padded like q (padded keys sit after every
             # real query, so causality hides them). Indexed vectors need gradients (torch >= 2.6); F_i - F_j.
-            token_terms = F.pad(self.token_terms, (0, positions.shape[0] - length)).contiguous()
+            # Two copies: torch's compiled CUDA FlexAttention refuses to index one tensor that needs gradients
+            # twice in a score_mod (an H200, torch 2.11: "Using multiple indexing operations on the same
+            # tensor"); a clone is differentiable, so both gradients reach F.
+            at_query = F.pad(self.token_terms, (0, positions.shape[0] - length)).contiguous()
+            at_key = at_query.clone()
 
             def score_mod(score, b, h, q_idx, kv_idx):
-                forget = token_terms[b, h, q_idx] - token_terms[b, h, kv_idx]
+                forget = at_query[b, h, q_idx] - at_key[b, h, kv_idx]
                 return add_score_terms(score, b, h, q_idx, kv_idx) + forget
 
         # Zero-padded to whole tiles (see pad_to_whole_tiles); contiguous, so one memory layout and the

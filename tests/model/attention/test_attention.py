@@ -12,6 +12,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from megatron.model.attention import flex_kernel
 from megatron.model.attention import attend, flex_block_mask, pad_to_whole_tiles, plan_attention, reference
+from megatron.model.attention.flex import MIN_CUDA_HEAD_DIM
 from megatron.model.attention.sdpa import sdpa_bytes
 from megatron.model.attention.choice import memory_budget_bytes
 from megatron.model.positional_embeddings import available, build_positional_embedding
@@ -21,9 +22,9 @@ HEADS, HEAD_DIM, LENGTH, BLOCK = 4, 8, 40, 16  # 40 = two full blocks and a part
 METHODS = available()
 
 
-def make_pe(name):
+def make_pe(name, head_dim=HEAD_DIM):
     torch.manual_seed(0)
-    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
+    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=head_dim, hidden_size=HEADS * head_dim,
                                     **({"max_position_embeddings": 4 * LENGTH} if name == "learned" else {}))
     # Move every learnable kernel parameter off its initial value so the terms are not special.
     with torch.no_grad():
@@ -32,9 +33,9 @@ def make_pe(name):
     return pe
 
 
-def qkv(requires_grad=False, dtype=torch.float32):
+def qkv(requires_grad=False, dtype=torch.float32, head_dim=HEAD_DIM):
     torch.manual_seed(1)
-    return [(2 * torch.randn(2, HEADS, LENGTH, HEAD_DIM)).to(dtype).requires_grad_(requires_grad) for _ in range(3)]
+    return [(2 * torch.randn(2, HEADS, LENGTH, head_dim)).to(dtype).requires_grad_(requires_grad) for _ in range(3)]
 
 
 def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
@@ -245,11 +246,11 @@ def test_low_precision_paths_agree_with_fp32(dtype):
 @pytest.mark.parametrize("name", [n for n in METHODS if n != "fire" and not (
     make_pe(n).modifies_scores or make_pe(n).replaces_softmax or make_pe(n).uses_key_transforms)])
 def test_flex_gradients_match_sdpa_on_cuda(name):
-    pe = make_pe(name).cuda()
+    pe = make_pe(name, head_dim=MIN_CUDA_HEAD_DIM).cuda()  # CUDA FlexAttention compiles no smaller head
     grads = {}
     for impl in ("sdpa", "flex"):
         pe.zero_grad()
-        q, k, v = (t.detach().cuda().requires_grad_() for t in qkv())
+        q, k, v = (t.detach().cuda().requires_grad_() for t in qkv(head_dim=MIN_CUDA_HEAD_DIM))
         positions = torch.arange(LENGTH, device="cuda")
         out = run_path(pe, impl, q, k, v, window=9, positions=positions, needs_grad=True)
         (out * torch.linspace(-1, 1, out.numel(), device="cuda").view_as(out)).sum().backward()

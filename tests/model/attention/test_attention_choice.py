@@ -514,7 +514,7 @@ path+documents          cuda  yes  0.1     no     no   blocked
 path+documents          cuda  yes  0.1     yes    yes  sdpa_written_out
 path+documents          cuda  yes  0.1     yes    no   blocked
 """
-HEADS, HEAD_DIM, LENGTH = 4, 8, 256
+HEADS, HEAD_DIM, LENGTH = 4, 16, 256  # 16: the smallest head torch's CUDA FlexAttention compiles
 FITS, DOES_NOT_FIT = 2**62, 0  # budgets in bytes
 
 
@@ -602,6 +602,20 @@ def test_a_named_path_takes_its_first_strategy_that_can_run_or_says_why_not():
         choose_strategy("flex", fire, FITS)
     with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked, fla\.$"):
         choose_strategy("fast", fire, FITS)
+
+
+def test_flex_on_cuda_refuses_heads_below_16_and_auto_passes_it_over():
+    """torch's CUDA FlexAttention fails to compile for a head dimension below 16 (an H200, torch 2.11: "NYI:
+    embedding dimension ... must be at least 16"): a named `flex` says so before compiling, `auto` takes the
+    next path; the CPU kernel takes small heads."""
+    small = dataclasses.replace(inputs_for("alibi", "cuda", True, 0.0, True), head_dim=8)
+    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'flex', but torch's CUDA FlexAttention kernel takes "
+                       r"head dimensions of at least 16, and this model's is 8 \(hidden-size / num-attention-heads\)\. "
+                       r"Set attention-impl to 'auto', 'sdpa' or 'blocked', or use fewer, larger heads\.$"):
+        choose_strategy("flex", small, FITS)
+    assert choose_strategy("auto", small, DOES_NOT_FIT).name == "blocked"
+    assert choose_strategy("auto", dataclasses.replace(small, head_dim=16), DOES_NOT_FIT).name == "flex"
+    assert choose_strategy("flex", dataclasses.replace(small, device_type="cpu", needs_grad=False), FITS).name == "flex"
 
 
 def test_every_strategy_says_why_it_cannot_run():
