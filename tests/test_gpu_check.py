@@ -11,6 +11,7 @@ whole model on CUDA against the same model on the CPU; a bf16 DeepSpeed step on 
 import copy
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -117,6 +118,26 @@ def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, s
 
 
 # ------------------------------------------------------------------------------------ wheels
+@pytest.mark.launches
+def test_the_tests_part_stopped_at_its_limit_still_reports_why_tests_failed(tmp_path, monkeypatch):
+    """The log keeps each failure's traceback as it happens (tools/gpu_check/failure_reasons.py), so a run
+    stopped at its limit still says why tests failed: a GPU run that reports failures without reasons costs a
+    second start of the machine. Two xdist workers, as on the GPU machine (6 there)."""
+    from tools.gpu_check import tests_part
+    suite = tmp_path / "test_suite.py"
+    suite.write_text("import time\n\n"
+                     "def test_fails_with_a_reason():\n    assert 1 + 1 == 3, 'the reason the report must keep'\n\n"
+                     "def test_outlives_the_limit():\n    time.sleep(600)\n")
+    monkeypatch.setattr(tests_part, "WORKERS", 2)
+    result = tests_part.run(False, 1, dict(os.environ), 20, tmp_path / "tests.log", files=(str(suite),))
+    log = (tmp_path / "tests.log").read_text()
+    assert result["timed_out"]
+    assert tests_part.failure_reasons(log) == {  # the report's line beside the failed test
+        next(name for name in tests_part.failure_reasons(log)): "AssertionError: the reason the report must keep"}
+    reason = log.index("FAILURE REASON")
+    assert "test_fails_with_a_reason (call)" in log[reason:] and "the reason the report must keep" in log[reason:]
+
+
 def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
     from tools.gpu_check.wheels import carried_packages, pinned_requirements
     carried = carried_packages()

@@ -66,7 +66,8 @@ def _tests(tests):
     if tests["deselected"]:
         lines.append("Deselected (need two devices): " + ", ".join(f"`{t}`" for t in tests["deselected"]) + "\n")
     if tests["failed"]:
-        lines += ["Failed:\n", *[f"- `{t}`" for t in tests["failed"]], ""]
+        reasons = tests.get("reasons", {})
+        lines += ["Failed:\n", *[f"- `{t}`" + (f": {reasons[t][:300]}" if t in reasons else "") for t in tests["failed"]], ""]
     lines.append(f"Full output: `{tests['log']}` beside this report.\n")
     return lines
 

@@ -13,11 +13,15 @@ import subprocess
 import sys
 import time
 
+from tools.gpu_check import failure_reasons as failure_reasons_plugin
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # In order of importance: a run cut short by its time limit has done the first ones.
+# test_model.py is last: it runs the CPU paths (under the image's torch), the least a GPU adds; a run of
+# 2026-11-27 ran out of its limit before fla's CUDA tests and five checkpoint tests.
 FILES = ("tests/test_gpu_check.py", "tests/model/attention/test_attention.py",
-         "tests/model/positional/test_fla_kernels.py", "tests/test_model.py", "tests/test_training.py",
-         "tests/checkpoint/test_checkpoint.py", "tests/evaluation/test_evaluation_end_to_end.py")
+         "tests/model/positional/test_fla_kernels.py", "tests/test_training.py",
+         "tests/checkpoint/test_checkpoint.py", "tests/evaluation/test_evaluation_end_to_end.py", "tests/test_model.py")
 # Two ranks on one GPU: NCCL refuses two ranks on one device.
 NEEDS_TWO_DEVICES = ("tests/test_training.py::test_deepy_trains_the_tiny_profile[2]",
                      "tests/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
@@ -31,7 +35,9 @@ WORKERS = 6
 
 
 def command(tiny: bool, devices: int, files=FILES) -> list[str]:
-    base = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfE", "--tb=short"]
+    # failure_reasons: each failure's traceback in the log as it happens (a run stopped at its limit keeps them).
+    base = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "tools.gpu_check.failure_reasons",
+            "-rfE", "--tb=short"]
     if tiny:
         return base + list(TINY_SELECTION)
     base += ["-n", str(WORKERS)] if WORKERS else []
@@ -66,4 +72,17 @@ def run(tiny: bool, devices: int, env: dict, budget: float, log: pathlib.Path, f
             "seconds": round(time.perf_counter() - began, 1), "counts": counts, "summary": summary,
             "deselected": [] if tiny or devices >= 2 else list(NEEDS_TWO_DEVICES),
             "failed": sorted(t for t, s in outcomes.items() if s in ("FAILED", "ERROR")),
+            "reasons": failure_reasons(text),
             "log": log.name, "log_tail": text[-3000:] if code not in (0, None) else ""}
+
+
+def failure_reasons(text: str) -> dict:
+    """{test id: the first `E   ` line of its traceback (the exception and its message)}, from the blocks failure_reasons.py writes as each
+    failure happens: what the report shows beside each failed test."""
+    reasons, test = {}, None
+    for line in text.splitlines():
+        if line.startswith(failure_reasons_plugin.MARKER):
+            test = line[len(failure_reasons_plugin.MARKER):].strip().rsplit(" (", 1)[0]
+        elif test and test not in reasons and line.startswith("E   ") and line[4:].strip():
+            reasons[test] = line[4:].strip()
+    return reasons
