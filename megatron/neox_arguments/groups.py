@@ -197,8 +197,9 @@ class _DataKeys:
     split: str = arg("969,30,1", "Train/valid/test proportions of data-path.")
     seq_length_val: Optional[int] = arg(
         None, "Sequence length of the validation/test sets (KERPLE fork); default seq-length.")
-    data_cache_path: Optional[str] = arg(None, "Where sample-index caches go; default next to the data.",
-                                         path="dir")
+    data_cache_path: Optional[str] = arg(
+        None, "Where sample-index caches go; default next to the data. Jobs started side by side on one dataset "
+        "build it once: the first holds `<cache folder>.lock`, the others wait and then load.", path="dir")
     num_workers: int = arg(2, "DataLoader worker processes.")
     tokenizer_type: Literal["GPT2BPETokenizer", "HFTokenizer", "SPMTokenizer", "ByteLevelTokenizer",
                             "CharLevelTokenizer"] = arg("GPT2BPETokenizer", "Tokenizer.")
