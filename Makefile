@@ -57,11 +57,12 @@ reproduce: venv
 # what an AVX2 CI machine would. The two runs never share compiled kernels: every process keeps
 # inductor's cache in a folder of its own CPU code path (megatron/compiled_code.py).
 # Test files are spread over TEST_WORKERS processes (pytest-xdist), one file to one process, since
-# most tests wait on single-threaded child processes; TEST_WORKERS=0 runs them in this one. The 30 slowest
-# tests are listed at the end: where CI time goes (it is over its 15-minute target).
+# most tests wait on single-threaded child processes; TEST_WORKERS=0 runs them in this one. Files run in
+# tests/conftest.py's order (longest first; --no-loadscope-reorder keeps xdist from reordering them), and
+# the 30 slowest tests are listed at the end: where CI time goes (it is over its 15-minute target).
 TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m cpu_isa
 
 # The inner loop: the tests that start no process (not marked `launches`), about a minute on 2 cores.

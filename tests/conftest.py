@@ -75,6 +75,27 @@ def stdlib_data(tmp_path_factory) -> str:
     return str(folder / "stdlib_text_document")
 
 
+# The test files that take longest, longest first (`make test --durations` in CI, 2026-11-27: 288, 130, 128
+# and 72 s). Started last (xdist's default orders files by their number of tests), one of them kept one
+# worker busy for minutes after the other had finished.
+LONGEST_FILES = ("tests/test_docs_commands.py", "tests/reproduce/test_reproduce_ruler.py",
+                 "tests/test_flex_cpu_end_to_end.py", "tests/reproduce/test_reproduce.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files in the order a 2-worker run finishes soonest (`make test` passes --no-loadscope-reorder, so xdist
+    keeps it): LONGEST_FILES, then the other files that start processes (`launches`: seconds a test), then the
+    rest. A stable sort on whole files: a file's tests stay together, in their order."""
+    launching = {item.path for item in items if item.get_closest_marker("launches")}
+
+    def rank(item):
+        relative = item.path.relative_to(REPO_ROOT).as_posix() if item.path.is_relative_to(REPO_ROOT) else ""
+        if relative in LONGEST_FILES:
+            return LONGEST_FILES.index(relative)
+        return len(LONGEST_FILES) + (0 if item.path in launching else 1)
+    items.sort(key=rank)
+
+
 def pytest_terminal_summary(terminalreporter):
     # Say which CPU code path the compiled kernels took, so a log shows what was actually checked.
     import torch
