@@ -117,7 +117,6 @@ def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, s
     assert loop["tokens"] > 100_000  # GPT-2 tokens of the corpus slice, tokenized by preprocess_data.py
 
 
-# ------------------------------------------------------------------------------------ wheels
 @pytest.mark.launches
 def test_the_tests_part_stopped_at_its_limit_still_reports_why_tests_failed(tmp_path, monkeypatch):
     """The log keeps each failure's traceback as it happens (tools/gpu_check/failure_reasons.py), so a run
@@ -138,6 +137,7 @@ def test_the_tests_part_stopped_at_its_limit_still_reports_why_tests_failed(tmp_
     assert "test_fails_with_a_reason (call)" in log[reason:] and "the reason the report must keep" in log[reason:]
 
 
+# ------------------------------------------------------------------------------------ wheels
 def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
     from tools.gpu_check.wheels import carried_packages, pinned_requirements
     carried = carried_packages()
@@ -290,7 +290,7 @@ def test_every_path_on_the_cpu_matches_the_float64_reference(name):
 
 def check_every_path(name, dtype, device):
     # bf16: ~3e-3 is typical; a kernel parameter's gradient sums L x L terms that partly cancel, so those get
-    # 1e-1, which still fails a gradient that is missing or wrong. Where a few elements sum terms that cancel by
+    # 1e-1, which still fails a gradient that is missing or wrong. Where a gradient sums terms that cancel by
     # 10^3 (FIRE's c and threshold: summed_magnitudes), the error is bounded relative to the terms' summed
     # magnitudes: 1e-5 in fp32 (~170 units of its rounding), one unit of bf16's (2^-8) in bf16, which at that
     # cancellation cannot fix such a gradient's sign: the check there is only that it is not far off.
