@@ -115,9 +115,7 @@ def _build_split(index, neox_args, tokenizer, seq_length, sizes):
     except ValueError as err:  # numpy, loading a cache file with allow_pickle off: never unpickled
         if "memory-mapped" not in str(err) and "pickle" not in str(err):
             raise
-        caches = neox_args.data_cache_path or " or ".join(
-            f"{prefix}/cache/GPTDataset_indices" for prefix in (neox_args.data_path, *(neox_args.train_data_paths or ()))
-            if prefix)
+        caches = " or ".join(cache_folders(neox_args, prefixes))
         raise DataError(f"a sample-index cache file in {caches} is not a plain numpy array ({quote(str(err))}): it "
                         "was damaged or replaced, and a cache is never unpickled. Remove that cache folder; it is "
                         "rebuilt from the data.") from None

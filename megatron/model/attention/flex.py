@@ -129,7 +129,8 @@ class Flex(AttentionPlan):
         tables = 3 * 4 * inputs.heads * inputs.length
         block_mask = 4 * 4 * tiles * tiles * inputs.mask_rows
         documents = 8 * inputs.batch * padded if inputs.documents else 0  # the rows' padded document ids
-        token_terms = 8 * inputs.batch * inputs.heads * padded if inputs.token_terms else 0  # F and its clone, fp32, padded
+        copies = 2 if inputs.needs_grad else 1  # F, fp32, padded, and with gradients its clone (attend)
+        token_terms = 4 * copies * inputs.batch * inputs.heads * padded if inputs.token_terms else 0
         return tables + block_mask + documents + token_terms + 4 * inputs.qkv_bytes * padded // inputs.length
 
     def attend(self, q, k, v, dropout_p):
@@ -150,11 +151,11 @@ class Flex(AttentionPlan):
         if self.token_terms is not None:
             # Per-token terms (fox): F [b, H, L'] captured, zero-padded like q (padded keys sit after every
             # real query, so causality hides them). Indexed vectors need gradients (torch >= 2.6); F_i - F_j.
-            # Two copies: torch's compiled CUDA FlexAttention refuses to index one tensor that needs gradients
-            # twice in a score_mod (an H200, torch 2.11: "Using multiple indexing operations on the same
-            # tensor"); a clone is differentiable, so both gradients reach F.
+            # With gradients, two copies: torch's compiled CUDA FlexAttention refuses to index one tensor that
+            # needs gradients twice in a score_mod (an H200, torch 2.11: "Using multiple indexing operations on
+            # the same tensor"); a clone is differentiable, so both gradients reach F.
             at_query = F.pad(self.token_terms, (0, positions.shape[0] - length)).contiguous()
-            at_key = at_query.clone()
+            at_key = at_query.clone() if at_query.requires_grad else at_query
 
             def score_mod(score, b, h, q_idx, kv_idx):
                 forget = at_query[b, h, q_idx] - at_key[b, h, kv_idx]
