@@ -8,7 +8,8 @@ Without CUDA it prints one line and exits with status 2 before doing anything (t
 `--device cpu --tiny` runs every part at toy sizes on this machine's CPU instead). The training-loop
 part reads `.gpu-data/` (`python -m tools.gpu_check.train_loop --stage` fills it here). Each part runs in its
 own process under a time limit, so one that hangs or runs out of memory costs only its share; the parts
-together stay under 10 minutes, and the report is rewritten after each, so a run stopped early still
+together stay under 10 minutes (`--budget PART=SECONDS` changes one part's limit, for a follow-up run of
+fewer parts), and the report is rewritten after each, so a run stopped early still
 leaves one. The report (report.md, report.json and the tests' log) goes to --out.
 Exit status 1 when a test failed or a part did not finish, 0 otherwise.
 """
@@ -97,6 +98,9 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="developers: `cpu` with --tiny runs the parts on the CPU (no wheels installed)")
     parser.add_argument("--tiny", action="store_true", help="developers: toy sizes, for a smoke run of the code")
+    parser.add_argument("--budget", nargs="+", default=[], metavar="PART=SECONDS",
+                        help="a part's time limit instead of its default, for a follow-up run of fewer parts "
+                             "(e.g. --parts fla eval --budget fla=200 eval=200)")
     cli = parser.parse_args(argv)
     if cli.device == "cpu" and not cli.tiny:
         parser.error("--device cpu runs only with --tiny: the 162M benchmarks are meaningless on a CPU")
@@ -108,7 +112,12 @@ def main(argv=None) -> int:
 
     began, out = time.perf_counter(), (REPO_ROOT / cli.out).resolve()
     profile = "tiny" if cli.tiny else "162M"
-    budgets = BUDGETS["tiny" if cli.tiny else "cuda"]
+    budgets = dict(BUDGETS["tiny" if cli.tiny else "cuda"])
+    for given in cli.budget:
+        part, _, seconds = given.partition("=")
+        if part not in budgets or not seconds.replace(".", "", 1).isdigit():
+            parser.error(f"--budget {given!r}: expected PART=SECONDS with PART one of {', '.join(budgets)}")
+        budgets[part] = float(seconds)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     env.update(PYTHONUNBUFFERED="1", NEOX_TEST_DEVICE=cli.device)  # DeepSpeed picks its accelerator itself
     results = {"command": "python -m tools.gpu_check " + " ".join(argv if argv is not None else sys.argv[1:]),
