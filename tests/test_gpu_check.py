@@ -12,6 +12,7 @@ import copy
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -59,16 +60,27 @@ def test_cpu_runs_only_as_a_tiny_smoke_run(capsys):
     assert "--device cpu runs only with --tiny" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("given", ["flx=30", "fla=soon", "fla"])
+def test_a_budget_for_no_part_or_without_seconds_is_refused(given, capsys):
+    from tools.gpu_check.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--tiny", "--budget", given])
+    assert exit_info.value.code == 2
+    assert f"--budget {given!r}: expected PART=SECONDS with PART one of install, environment, tests," \
+        in capsys.readouterr().err
+
+
 @pytest.mark.launches
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU smoke run; on this machine the real check runs")
 def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     # The training-loop part needs GPT-2's files staged: its own test below.
     done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, "--parts", "tests", "train", "eval", "fla",
-                     timeout=900)
+                     "--budget", "fla=75", timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith("gpu-check: passed in ")
     results = json.loads((tmp_path / "report.json").read_text())
     assert results["environment"]["deepspeed_accelerator"] == "cpu"
+    assert results["budgets_s"]["fla"] == 75 and results["budgets_s"]["eval"] == 120  # --budget's, the default
     tests = results["tests"]
     assert tests["exit_code"] == 0 and tests["counts"]["skipped"] >= len(METHODS)  # the cuda tests, skipped here
     train = {c["label"]: c for c in results["train"]["configs"]}
@@ -117,20 +129,32 @@ def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, s
     assert loop["tokens"] > 100_000  # GPT-2 tokens of the corpus slice, tokenized by preprocess_data.py
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (one killed and not yet reaped has ended)."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.launches
 def test_the_tests_part_stopped_at_its_limit_still_reports_why_tests_failed(tmp_path, monkeypatch):
     """The log keeps each failure's traceback as it happens (tools/gpu_check/failure_reasons.py), so a run
     stopped at its limit still says why tests failed: a GPU run that reports failures without reasons costs a
-    second start of the machine. Two xdist workers, as on the GPU machine (6 there)."""
+    second start of the machine. Two xdist workers, as on the GPU machine (6 there). The worker still busy at
+    the limit is killed with pytest (tools/gpu_check/processes.py): left running, it used the GPU while the
+    next part was being timed."""
     from tools.gpu_check import tests_part
-    suite = tmp_path / "test_suite.py"
-    suite.write_text("import time\n\n"
+    suite, worker_pid = tmp_path / "test_suite.py", tmp_path / "worker.pid"
+    suite.write_text("import os, pathlib, time\n\n"
                      "def test_fails_with_a_reason():\n    assert 1 + 1 == 3, 'the reason the report must keep'\n\n"
-                     "def test_outlives_the_limit():\n    time.sleep(600)\n")
+                     f"def test_outlives_the_limit():\n    pathlib.Path({str(worker_pid)!r}).write_text(str(os.getpid()))\n"
+                     "    time.sleep(600)\n")
     monkeypatch.setattr(tests_part, "WORKERS", 2)
     result = tests_part.run(False, 1, dict(os.environ), 20, tmp_path / "tests.log", files=(str(suite),))
     log = (tmp_path / "tests.log").read_text()
     assert result["timed_out"]
+    assert not running(int(worker_pid.read_text())), "the xdist worker outlived the tests part's time limit"
     assert tests_part.failure_reasons(log) == {  # the report's line beside the failed test
         next(name for name in tests_part.failure_reasons(log)): "AssertionError: the reason the report must keep"}
     reason = log.index("FAILURE REASON")

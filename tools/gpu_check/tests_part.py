@@ -14,6 +14,7 @@ import sys
 import time
 
 from tools.gpu_check import failure_reasons as failure_reasons_plugin
+from tools.gpu_check.processes import run_whole_group
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # In order of importance: a run cut short by its time limit has done the first ones.
@@ -53,11 +54,7 @@ def run(tiny: bool, devices: int, env: dict, budget: float, log: pathlib.Path, f
     env = {**env, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     began = time.perf_counter()
     with open(log, "w") as out:
-        try:
-            code = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=budget).returncode
-        except subprocess.TimeoutExpired:
-            code = None
+        code = run_whole_group(argv, budget, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     text = log.read_text(errors="replace")
     outcomes = {}
     for line in text.splitlines():
