@@ -166,14 +166,15 @@ def test_a_bad_entry_is_one_paragraph_naming_the_entry(pattern, message):
 
 @pytest.mark.launches
 def test_a_pattern_trains_evaluates_generates_and_exports_through_the_entry_points(stdlib_data, tmp_path):
-    """ALiBi windowed / KERPLE-log global on configs/tiny.yml: deepy.py train.py, evaluate.py at 4x, then
-    generate.py and convert_to_hf.py with the checkpoint alone (the pattern comes from the checkpoint)."""
+    """ALiBi windowed / KERPLE-log global on configs/tiny.yml: train.py, evaluate.py at 4x, then generate.py
+    and convert_to_hf.py with the checkpoint alone (the pattern comes from the checkpoint). One process each,
+    as `python train.py` runs: deepy.py's launch is tested by tests/test_deepy.py and adds ~8 s a command."""
     pattern = "[{pos-emb: alibi, attention-window: 16}, {pos-emb: kerple_log}]"
     values = tiny_overrides(stdlib_data, tmp_path, pos_emb="kerple_log", layer_pattern=pattern, train_iters=6,
                             eval_results_dir=str(tmp_path / "results"))
-    trained = run_script(["deepy.py", "train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
+    trained = run_script(["train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    evaluated = run_script(["deepy.py", "evaluate.py", "configs/tiny.yml",
+    evaluated = run_script(["evaluate.py", "configs/tiny.yml",
                             *set_flags({**values, "eval_lengths": "[64,256]", "eval_chunks": 2})], timeout=600)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (result,) = (tmp_path / "results").glob("*.json")

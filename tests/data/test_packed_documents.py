@@ -224,15 +224,16 @@ def test_per_row_positions_must_step_inside_documents():
 
 @pytest.mark.launches
 def test_a_document_masked_run_trains_and_evaluates_through_the_entry_points(stdlib_data, tmp_path):
-    """deepy.py train.py on packed samples with both keys, then evaluate.py at 1x and 4x, its results row
-    apart from the plain method's (`docpos`), with chunks inside documents as well as across them."""
+    """train.py on packed samples with both keys, then evaluate.py at 1x and 4x, its results row apart from
+    the plain method's (`docpos`), with chunks inside documents as well as across them. One process each, as
+    `python train.py` runs: deepy.py's launch is tested by tests/test_deepy.py and adds ~8 s a command."""
     values = tiny_overrides(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
                             eod_mask_loss=True, train_iters=3, eval_results_dir=str(tmp_path / "results"))
-    trained = run_script(["deepy.py", "train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
+    trained = run_script(["train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
     assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-3000:]
     assert "global_step3" in trained.stdout and "valid at step 3" in trained.stdout, trained.stdout[-2000:]
     for documents in ("cross", "within"):
-        evaluated = run_script(["deepy.py", "evaluate.py", "configs/tiny.yml", *set_flags(
+        evaluated = run_script(["evaluate.py", "configs/tiny.yml", *set_flags(
             {**values, "eval_lengths": "[64,256]", "eval_chunks": 2, "eval_documents": documents})], timeout=600)
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     runs = [json.loads(path.read_text())["run"] for path in (tmp_path / "results").glob("*.json")]

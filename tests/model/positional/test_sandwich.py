@@ -65,13 +65,15 @@ def test_no_penalty_at_distance_zero_and_none_positive():
 
 
 def train_and_evaluate_at_4x(method: str, data: str, folder, **options) -> dict:
-    """Train configs/tiny.yml (length 64) for 30 steps with `method` through deepy.py train.py, then
-    evaluate it at 1x, 2x and 4x through deepy.py evaluate.py; returns {length: loss}."""
+    """Train configs/tiny.yml (length 64) for 30 steps with `method` through train.py, then evaluate it at
+    1x, 2x and 4x through evaluate.py; returns {length: loss}. The entry points run as one process, as
+    `python train.py` does: going through deepy.py's launch (DeepSpeed's runner and launcher, tested by
+    tests/test_deepy.py and tests/test_training.py) adds about 8 s a command and tests nothing of a method."""
     values = tiny_overrides(data, folder, pos_emb=method, train_iters=30, log_interval=10,
                             eval_results_dir=str(folder / "results"), **options)
-    trained = run_script(["deepy.py", "train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
+    trained = run_script(["train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
     assert trained.returncode == 0 and f"pos-emb {method}" in trained.stdout + trained.stderr, trained.stderr[-3000:]
-    evaluated = run_script(["deepy.py", "evaluate.py", "configs/tiny.yml",
+    evaluated = run_script(["evaluate.py", "configs/tiny.yml",
                             *set_flags({**values, "eval_lengths": "[64,128,256]", "eval_chunks": 4})], timeout=600)
     output = evaluated.stdout + evaluated.stderr
     assert evaluated.returncode == 0, output[-3000:]
