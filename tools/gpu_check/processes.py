@@ -1,10 +1,12 @@
 """Run one part of the GPU check under its time limit, and at the limit stop everything it started.
 
 subprocess.run(timeout=...) kills only the process it started. The tests part's pytest-xdist workers and the
-training loop's deepy.py ranks are that process's children: killed alone, it left them running on the GPU,
+training loop's deepy.py are that process's children: killed alone, it left them running on the GPU,
 and a run of 2026-11-27 timed the evaluation part while a test worker still ran its last test there (16k
 tokens at 110,588 tokens/s through the same `sdpa` path that ran at 253,221 in the next row). Each part
-therefore runs in its own session (process group), and the whole group is killed at the limit."""
+therefore runs in its own session (process group), and the whole group is killed at the limit. (deepy.py
+starts DeepSpeed's launcher in a session of its own; its ranks stop themselves when deepy.py is gone, as
+megatron/launcher_watch.py has them do for any launcher killed outright.)"""
 import os
 import pathlib
 import signal
@@ -15,8 +17,8 @@ SETTLE_S = 10.0  # how long a killed group may take to be gone (SIGKILL is deliv
 
 
 def run_whole_group(argv: list, timeout: float, **popen) -> int | None:
-    """The exit code of `argv`, or None when it ran past `timeout` seconds; then it and every process it
-    started (its process group) are killed, and gone, before this returns."""
+    """The exit code of `argv`, or None when it ran past `timeout` seconds; then its process group (it and the
+    processes it started there) is killed, and gone, before this returns."""
     process = subprocess.Popen(argv, start_new_session=True, **popen)
     try:
         return process.wait(timeout=timeout)
