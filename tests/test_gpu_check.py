@@ -129,6 +129,17 @@ def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, s
     assert loop["tokens"] > 100_000  # GPT-2 tokens of the corpus slice, tokenized by preprocess_data.py
 
 
+@pytest.mark.parametrize("folder, verdict", [
+    ("docs/gpu/report.json", "**Verdict: FAILED**: the tests part stopped at its time limit, 22 test(s) failed."),
+    ("docs/gpu/fla-eval/report.json", "**Verdict: FAILED**: the tests part stopped at its time limit."),
+    ("docs/gpu/all-tests/report.json", "**Verdict: passed** (every test run passed and every part finished).")])
+def test_the_verdict_says_why_a_gpu_run_did_not_pass(folder, verdict):
+    """The committed H200 runs' report.json, as the GPU machine wrote them, rendered again."""
+    from tools.gpu_check import report
+    rendered = report.render(json.loads((REPO_ROOT / folder).read_text())).splitlines()
+    assert verdict in rendered
+
+
 def running(pid: int) -> bool:
     """Whether process `pid` exists and is not a zombie (one killed and not yet reaped has ended)."""
     try:

@@ -11,11 +11,23 @@ import pathlib
 FLEX_GOAL = 1.05  # the issue's goal (not a test): distance-only methods with flex within 1.05x of `none`
 
 
-def passed(results: dict) -> bool:
+def why_not_passed(results: dict) -> list[str]:
+    """What kept the run from passing (a test failed, a part stopped or broke); empty when it passed."""
+    reasons = []
     tests = results.get("tests")
-    tests_ok = tests is None or tests.get("exit_code") == 0
-    parts_ok = all("error" not in results.get(p, {}) for p in ("install", "environment", "train", "eval", "loop", "fla"))
-    return tests_ok and parts_ok
+    if tests is not None and tests.get("exit_code") != 0:
+        failed = tests.get("counts", {}).get("failed", 0) + tests.get("counts", {}).get("error", 0)
+        reasons.append(("the tests part stopped at its time limit" if tests.get("timed_out")
+                        else f"pytest exited with status {tests.get('exit_code')}")
+                       + (f", {failed} test(s) failed" if failed else ""))
+    reasons += [f"the {part} part did not finish ({str(results[part]['error']).splitlines()[0][:120]})"
+                for part in ("install", "environment", "train", "eval", "loop", "fla")
+                if "error" in results.get(part, {})]
+    return reasons
+
+
+def passed(results: dict) -> bool:
+    return not why_not_passed(results)
 
 
 def write(results: dict, out: pathlib.Path) -> list[pathlib.Path]:
@@ -32,7 +44,8 @@ def render(results: dict) -> str:
              f"Written by `{results['command']}` on {results['created']} in {results['total_s']:.0f} s "
              f"(profile {results['profile']}; time limits per part: "
              + ", ".join(f"{k} {v} s" for k, v in results["budgets_s"].items()) + ").\n",
-             f"**Verdict: {'passed' if passed(results) else 'FAILED'}** (tests pass and every part finished).\n"]
+             "**Verdict: passed** (every test run passed and every part finished).\n" if passed(results) else
+             "**Verdict: FAILED**: " + "; ".join(why_not_passed(results)) + ".\n"]
     if results["profile"] == "tiny":
         lines.append("_Developer smoke run at toy sizes: these numbers say nothing about any GPU._\n")
     lines += _environment(env, results.get("install", {})) + _tests(results.get("tests"))
