@@ -243,6 +243,7 @@ def launch(runner_argv):
     import psutil
 
     from megatron.launcher_watch import VARIABLE, launcher_identity
+    from megatron.process_group import living_members
 
     child = subprocess.Popen([sys.executable, "-m", "deepspeed.launcher.runner", *runner_argv],
                              start_new_session=True, env={**os.environ, VARIABLE: launcher_identity()})
@@ -252,7 +253,7 @@ def launch(runner_argv):
         """To the ranks only, once they run: DeepSpeed's runner and launch.py exit when their ranks do, and
         a SIGINT of their own would print a KeyboardInterrupt traceback beside the ranks' clean message."""
         forwarded.append(signum)
-        group = [p for p in psutil.process_iter(["status", "cmdline"]) if _in_group(p, child.pid)]
+        group = living_members(child.pid)
         ranks = [p for p in group if "deepspeed.launcher" not in " ".join(p.info["cmdline"] or [])]
         try:
             if ranks:
@@ -267,7 +268,7 @@ def launch(runner_argv):
         signal.signal(signum, forward)
     code = child.wait()
     # Ranks may outlive the runner while they save after a signal: wait for the rest of the group.
-    while any(_in_group(p, child.pid) for p in psutil.process_iter(["status"])):
+    while living_members(child.pid):
         time.sleep(0.5)
     if code and not forwarded:
         failed(code)
@@ -292,13 +293,6 @@ def failed(code):
         why = why[:-1] + ", often the out-of-memory killer)"
     print(f"deepy.py: a rank stopped with status {code}{why}; its own messages are above.", file=sys.stderr,
           flush=True)
-
-
-def _in_group(process, group):
-    try:
-        return os.getpgid(process.pid) == group and process.info["status"] != "zombie"
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ therefore runs in its own session (process group), and the whole group is killed
 starts DeepSpeed's launcher in a session of its own; its ranks stop themselves when deepy.py is gone, as
 megatron/launcher_watch.py has them do for any launcher killed outright.)"""
 import os
-import pathlib
 import signal
 import subprocess
 import time
+
+from megatron.process_group import living_members
 
 SETTLE_S = 10.0  # how long a killed group may take to be gone (SIGKILL is delivered, not awaited)
 
@@ -39,18 +40,3 @@ def _kill_group(process: subprocess.Popen) -> None:
     deadline = time.monotonic() + SETTLE_S
     while living_members(process.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def living_members(group: int) -> list[int]:
-    """The processes of process group `group` that have not ended (a zombie has: it only awaits its reaping).
-    Read from /proc (Linux, as the GPU machines and CI are); elsewhere, none known."""
-    members = []
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        state, process_group = fields[0], int(fields[2])
-        if process_group == group and state not in ("Z", "X"):
-            members.append(int(stat.parent.name))
-    return members
