@@ -8,10 +8,16 @@ DEMO_DATA := data/stdlib/stdlib_text_document
 
 .PHONY: venv data demo test test-fast test-slow reproduce clean gpu-wheels gpu-check
 
+# TORCH_CUDA=cu128 (or another CUDA tag PyTorch publishes for the pinned torch): install requirements.txt's
+# torch pin from PyTorch's index of that CUDA build first; the requirements' `torch==X` then holds (X+cu128 is X).
+TORCH_CUDA ?=
+TORCH_PIN := $(shell grep -m1 '^torch==' requirements/requirements.txt)
+TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
 venv: $(VENV)/.installed
 $(VENV)/.installed: $(REQS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(TORCH_CUDA),$(PY) -m pip install --quiet $(TORCH_PIN) --index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet $(addprefix -r ,$(REQS))
 	touch $@
 
@@ -75,8 +81,8 @@ test-slow: venv
 clean:
 	rm -rf data/stdlib checkpoints/tiny eval_results/tiny tensorboard/tiny
 
-# GPU machines (docs/gpu/README.md). Here: the wheels the machine lacks, into .whl/ (never committed).
-# There: install them, run the CUDA tests and benchmarks in about 10 minutes, report in docs/gpu/.
+# GPU machines (docs/gpu/README.md). Here: the wheels an offline GPU node lacks, into .whl/ (never committed).
+# There: install them, run the CUDA tests and benchmarks in about 10 minutes, report in runs/gpu-check/.
 # Without CUDA gpu-check says so in one line and fails. The GPU image has no .venv: its python3 has torch.
 GPU_PY = $(if $(wildcard $(PY)),$(PY),python3)
 gpu-wheels: venv

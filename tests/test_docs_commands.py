@@ -24,7 +24,7 @@ import time
 import pytest
 
 from megatron.neox_arguments.yaml_loader import normalise_key
-from test_training_support import free_port
+from test_training_support import TWO_RANKS, free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # README first (its quick start trains the demo the rest use), then the guides in reading order, then any
@@ -94,6 +94,18 @@ RULES = [
     (r"--set pos-emb=learned_slopes", NotRun("needs the guide's example method saved first; "
                                              "tests/test_adding_a_method.py saves it in a copy and trains it")),
     (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is
+    (r"^python deepy\.py train\.py configs/tiny\.yml --set num_gpus=2 ",
+     NotRun("the GPU guide's multi-GPU command: tests/test_training.py::test_deepy_trains_the_tiny_profile[2] runs "
+            "it on two CPU ranks, `make gpu-check` on two GPUs")),
+    (r"^mkdir -p runs && cat > runs/hostfile <<", Run()),
+    (r"-H runs/hostfile --dry-run$", Run(output="--hostfile runs/hostfile")),
+    (r"-H runs/hostfile$", NotRun("needs the hostfile's two nodes, reachable by ssh")),
+    (r"^make venv TORCH_CUDA=|--index-url https://download\.pytorch\.org/whl/",
+     NotRun("downloads torch's CUDA build (needs the internet); test_the_cuda_install_is_the_makefiles "
+            "checks the Makefile runs this line")),
+    (r"^\.venv/bin/python -m tools\.gpu_check\.wheels --list$", Run(output="deepspeed")),
+    (r"^\.venv/bin/python -c .*prepare_data\(load_sweep\('configs/reproduce/gpu-mini\.yml'\)",
+     NotRun("tokenizes with GPT-2's BPE, whose files `prepare_data.py gpt2` downloads (needs the internet)")),
     (r"^python train\.py configs/tiny\.yml$", Run(sets=TRAIN, output="already train-iters (8): nothing to train")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
@@ -208,6 +220,28 @@ def test_every_documented_command_has_a_rule():
     assert any(command == "make demo" for name, command in commands if name == "README.md")
     unknown = [f"{name}: {command}" for name, command in commands if rule(command) is None]
     assert not unknown, f"documented commands this test has no rule for (add one to RULES): {unknown}"
+
+
+def test_the_multi_gpu_command_is_the_two_rank_launch_test():
+    """The GPU guide shows the command the two-rank launch test runs (TWO_RANKS), word for word."""
+    shown = [c for name, c in all_commands() if name == "docs/gpu/README.md" and "num_gpus=2" in c]
+    assert shown and set(shown) == {"python " + shlex.join(TWO_RANKS)}
+
+
+@pytest.mark.launches
+def test_the_cuda_install_is_the_makefiles():
+    """`make venv TORCH_CUDA=cu128` installs requirements.txt's torch pin from PyTorch's CUDA index, before the
+    requirements, with the pip line the GPU guide shows for an existing virtualenv."""
+    pin = next(line for line in (REPO / "requirements/requirements.txt").read_text().splitlines()
+               if line.startswith("torch=="))
+    shown = next(c for name, c in all_commands() if name == "docs/gpu/README.md" and "--index-url" in c)
+    assert shown == f".venv/bin/python -m pip install {pin} --index-url https://download.pytorch.org/whl/cu128"
+    planned = subprocess.run(["make", "-n", "-B", "venv", "TORCH_CUDA=cu128"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    cuda = planned.index(shown.replace(" install ", " install --quiet "))
+    assert cuda < next(i for i, line in enumerate(planned) if "-r requirements/requirements.txt" in line)
+    plain = subprocess.run(["make", "-n", "-B", "venv"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "download.pytorch.org" not in plain
 
 
 def test_the_commands_not_run_here_say_why():

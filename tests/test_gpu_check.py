@@ -98,6 +98,10 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert "| kerple_log | auto |" in report and "| 0.307 | 1.017 |" in report  # the paper's, labelled
     assert "| hf_gpt_neox | transformers sdpa |" in report
     assert (tmp_path / "tests.log").is_file()
+    # The guide's multi-GPU command needs two GPUs: the CPU rehearsal says it did not run and why.
+    assert tests["two_ranks"]["outcome"] == "not run: it needs two GPUs and this machine has 0"
+    assert "Two GPUs, the GPU guide's multi-GPU command (`tests/test_training.py::test_deepy_trains_the_tiny_profile[2]`): " \
+        "not run: it needs two GPUs and this machine has 0" in report
     # fla's kernels need CUDA: on CPU the part times this project's path alone and says why (the fla
     # strategy's conventions are checked against fla's naive.py by tests/model/positional/test_fla_kernels.py).
     fla = {r["method"]: r for r in results["fla"]["rows"]}
@@ -138,6 +142,26 @@ def test_the_verdict_says_why_a_gpu_run_did_not_pass(folder, verdict):
     from tools.gpu_check import report
     rendered = report.render(json.loads((REPO_ROOT / folder).read_text())).splitlines()
     assert verdict in rendered
+
+
+def test_the_guides_multi_gpu_command_runs_whenever_there_are_two_gpus():
+    """The two-rank launch test (the GPU guide's multi-GPU command) is deselected on one GPU, and with two or
+    more it runs even when the check was asked for other test files; the report says which happened."""
+    from tools.gpu_check import report, tests_part
+    two = tests_part.TWO_RANK_TEST
+    one_gpu = tests_part.command(False, 1, ("tests/test_gpu_check.py",))
+    assert one_gpu[one_gpu.index("--deselect") + 1] == two and one_gpu[-1] == "tests/test_gpu_check.py"
+    assert tests_part.command(False, 2, ("tests/test_gpu_check.py",))[-2:] == ["tests/test_gpu_check.py", two]
+    assert "--deselect" not in tests_part.command(False, 2, ("tests/test_gpu_check.py",))
+    assert tests_part.command(False, 4, tests_part.FILES).count(two) == 0  # its file runs whole
+    assert tests_part.two_ranks(False, 1, {})["outcome"] == "not run: it needs two GPUs and this machine has 1"
+    assert tests_part.two_ranks(False, 2, {two: "PASSED"})["outcome"] == "passed"
+    assert tests_part.two_ranks(False, 2, {})["outcome"] == "not reached"  # stopped at the part's limit first
+    tests = {"command": "pytest", "seconds": 1, "budget_s": 260, "timed_out": False, "summary": "1 failed",
+             "exit_code": 1, "deselected": [], "failed": [two], "reasons": {}, "log": "tests.log",
+             "two_ranks": tests_part.two_ranks(False, 2, {two: "FAILED"})}
+    assert f"Two GPUs, the GPU guide's multi-GPU command (`{two}`): failed" in "\n".join(report._tests(tests))
+    assert not report.passed({"tests": tests})
 
 
 def running(pid: int) -> bool:

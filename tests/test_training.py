@@ -16,7 +16,7 @@ from megatron.training import TrainingError, lm_loss, pretrain, setup_model_and_
 from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from test_training_support import (
-    TINY, free_port, run_script, set_flags, tiny_args, tiny_overrides)
+    TINY, TWO_RANKS, free_port, run_script, set_flags, tiny_args, tiny_overrides)
 
 
 # ------------------------------------------------------------------------------- LR schedule
@@ -196,10 +196,10 @@ def test_divergence_stops_the_run_and_saves_nothing_after_it(stdlib_data, tmp_pa
 @pytest.mark.launches
 @pytest.mark.parametrize("ranks", [pytest.param(1, marks=pytest.mark.slow), 2])  # 1 rank: also in-process
 def test_deepy_trains_the_tiny_profile(ranks, stdlib_data, tmp_path):
-    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=30, log_interval=10, num_gpus=ranks,
-                               master_port=free_port(),
-                               train_micro_batch_size_per_gpu=16 // ranks)
-    done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides)])
+    """Two ranks: the GPU guide's multi-GPU command (TWO_RANKS), with the test's corpus and folders added."""
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=30, log_interval=10, master_port=free_port())
+    command = list(TWO_RANKS) if ranks == 2 else ["deepy.py", "train.py", str(TINY), "--set", "num_gpus=1"]
+    done = run_script([*command, *set_flags(overrides)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"{ranks} rank(s)" in done.stdout
     losses = [float(x) for x in re.findall(r"step \d+/30 \| loss ([\d.]+)", done.stdout)]

@@ -76,6 +76,9 @@ def _tests(tests):
         lines.append(f"**Stopped at its time limit**; outcomes so far: {tests['counts']}\n")
     else:
         lines.append(f"Result: {tests['summary'] or tests['counts']} (exit code {tests['exit_code']})\n")
+    if "two_ranks" in tests:  # absent from the reports written before it existed
+        lines.append(f"Two GPUs, the GPU guide's multi-GPU command (`{tests['two_ranks']['test']}`): "
+                     f"{tests['two_ranks']['outcome']}\n")
     if tests["deselected"]:
         lines.append("Deselected (need two devices): " + ", ".join(f"`{t}`" for t in tests["deselected"]) + "\n")
     if tests["failed"]:

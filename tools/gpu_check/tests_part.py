@@ -23,8 +23,11 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 FILES = ("tests/test_gpu_check.py", "tests/model/attention/test_attention.py",
          "tests/model/positional/test_fla_kernels.py", "tests/test_training.py",
          "tests/checkpoint/test_checkpoint.py", "tests/evaluation/test_evaluation_end_to_end.py", "tests/test_model.py")
+# The GPU guide's multi-GPU command (docs/gpu/README.md), as the two-rank launch test runs it: with two or more
+# GPUs it runs on CUDA (NCCL) whichever test files were asked for.
+TWO_RANK_TEST = "tests/test_training.py::test_deepy_trains_the_tiny_profile[2]"
 # Two ranks on one GPU: NCCL refuses two ranks on one device.
-NEEDS_TWO_DEVICES = ("tests/test_training.py::test_deepy_trains_the_tiny_profile[2]",
+NEEDS_TWO_DEVICES = (TWO_RANK_TEST,
                      "tests/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
                      "tests/evaluation/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
 TINY_SELECTION = ("tests/test_gpu_check.py", "-m", "cuda")  # the smoke run: collect and skip the CUDA tests
@@ -43,8 +46,18 @@ def command(tiny: bool, devices: int, files=FILES) -> list[str]:
         return base + list(TINY_SELECTION)
     base += ["-n", str(WORKERS)] if WORKERS else []
     deselect = [arg for test in NEEDS_TWO_DEVICES for arg in ("--deselect", test)] if devices < 2 else []
+    files = list(files)
+    if devices >= 2 and not {TWO_RANK_TEST, TWO_RANK_TEST.split("::")[0]} & set(files):
+        files.append(TWO_RANK_TEST)
     # `-m "not slow"` replaces pyproject's `not slow and not cuda`: the cuda tests run here.
     return base + ["-m", "not slow", *deselect, *files]
+
+
+def two_ranks(tiny: bool, devices: int, outcomes: dict) -> dict:
+    """The report's line on the guide's multi-GPU command: the test's outcome, or why it did not run."""
+    outcome = (f"not run: it needs two GPUs and this machine has {devices}" if tiny or devices < 2
+               else outcomes.get(TWO_RANK_TEST, "not reached").lower())
+    return {"test": TWO_RANK_TEST, "outcome": outcome}
 
 
 def run(tiny: bool, devices: int, env: dict, budget: float, log: pathlib.Path, files=FILES) -> dict:
@@ -68,6 +81,7 @@ def run(tiny: bool, devices: int, env: dict, budget: float, log: pathlib.Path, f
     return {"command": " ".join(argv[1:]), "exit_code": code, "timed_out": code is None, "budget_s": budget,
             "seconds": round(time.perf_counter() - began, 1), "counts": counts, "summary": summary,
             "deselected": [] if tiny or devices >= 2 else list(NEEDS_TWO_DEVICES),
+            "two_ranks": two_ranks(tiny, devices, outcomes),
             "failed": sorted(t for t, s in outcomes.items() if s in ("FAILED", "ERROR")),
             "reasons": failure_reasons(text),
             "log": log.name, "log_tail": text[-3000:] if code not in (0, None) else ""}
