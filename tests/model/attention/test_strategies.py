@@ -88,14 +88,14 @@ def run(pe, strategy, layout_name, needs_grad):
 
 
 # The `triton` kernel runs here in Triton's interpreter, about 1 to 3 s a case on a shared CPU (all its cases
-# 117 s with sdpa_mask_gradient's): the fast tier keeps a bias with a weight (both tables' gradients) and T5's
-# bucketed table in every layout; the other methods' cases are `slow`.
-TRITON_FAST_METHODS = ("kerple_bias_weight", "t5")
+# 117 s with sdpa_mask_gradient's): the fast tier keeps a bias with a weight (both tables' gradients) in every
+# layout and T5's bucketed table (a strided view) with gradients; the other cases are `slow`.
+TRITON_FAST = {"kerple_bias_weight": MODES, "t5": ("gradients",)}
 
 
 def cases():
     for strategy, method, layout_name, mode in itertools.product(sorted(STRATEGIES), METHODS, LAYOUTS, MODES):
-        slow = strategy == "triton" and method not in TRITON_FAST_METHODS
+        slow = strategy == "triton" and mode not in TRITON_FAST.get(method, ())
         yield pytest.param(strategy, method, layout_name, mode, marks=[pytest.mark.slow] if slow else [],
                            id=f"{strategy}-{method}-{layout_name}-{mode}")
 
