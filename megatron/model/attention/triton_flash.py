@@ -10,6 +10,7 @@ index difference, which is the position difference inside a document), a bias ta
 (kerple_bias_weight) and their gradients. Not dropout, positions that are not consecutive, terms that depend
 on the query position itself, per-token terms, score rewrites, other normalisers or key transforms: each a
 refusal naming it (`can_run`)."""
+import dataclasses
 import importlib.util
 import os
 
@@ -34,8 +35,8 @@ def triton_problem() -> str | None:
 
 class TritonFlash(AttentionPlan):
     name = path = "triton"
-    handles = frozenset({"cpu", "bias_table", "weight", "bias_gradient", "gradients", "cpu_gradients", "documents",
-                         "window"})
+    # A CUDA kernel: the CPU (and gradients there) only in Triton's interpreter, which can_run admits.
+    handles = frozenset({"bias_table", "weight", "bias_gradient", "gradients", "documents", "window"})
 
     def __init__(self, pe, positions, *, bias_table, weight_table, **common):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
@@ -43,13 +44,11 @@ class TritonFlash(AttentionPlan):
 
     @classmethod
     def can_run(cls, inputs):
-        """The needs (strategy.py), then the device, the dtype and the head size, then whether triton imports."""
-        if (reason := super().can_run(inputs)) is not None:
+        """The needs (strategy.py; on the CPU under the interpreter those of the same forward on CUDA), then the
+        device, the dtype and the head size, then whether triton imports."""
+        interpreted = inputs.device_type == "cpu" and interpreting()
+        if (reason := super().can_run(dataclasses.replace(inputs, device_type="cuda") if interpreted else inputs)):
             return reason
-        if inputs.device_type == "cpu" and not interpreting():
-            return ("Triton compiles its kernels for GPUs, and this forward runs on the CPU, where only Triton's "
-                    "interpreter runs them (slowly: for tests). Set attention-impl to 'auto' or 'blocked', run on a "
-                    "CUDA device, or set TRITON_INTERPRET=1 before starting to run the kernel in the interpreter")
         if inputs.device_type not in ("cpu", "cuda"):
             return (f"the Triton kernel runs on CUDA devices, and this forward runs on {inputs.device_type}. Set "
                     "attention-impl to 'auto'")
@@ -71,6 +70,10 @@ class TritonFlash(AttentionPlan):
     @classmethod
     def refusal(cls, need, inputs):
         """The reasons complete the sentence "attention-impl is 'triton', but ..." (choice.py): a user reads them."""
+        if need in ("cpu", "cpu_gradients"):
+            return ("Triton compiles its kernels for GPUs, and this forward runs on the CPU, where only Triton's "
+                    "interpreter runs them (slowly: for tests). Set attention-impl to 'auto' or 'blocked', run on a "
+                    "CUDA device, or set TRITON_INTERPRET=1 before starting to run the kernel in the interpreter")
         what = {
             "query_terms": "this positional method's terms depend on the query position itself, not only on the "
                            "distance i - j, so it has no per-distance table for the kernel to read",

@@ -691,7 +691,10 @@ def test_a_new_need_is_refused_by_every_strategy_until_it_says_it_handles_it(mon
     monkeypatch.setattr(strategy_module, "needs_of", lambda inputs: needs.needs_of(inputs) | {"new_channel"})
     inputs = inputs_for("none", "cpu", False, 0.0, False)
     for name, strategy in STRATEGIES.items():
-        reason = strategy.can_run(inputs)
+        # A kernel for another device (triton, fla) refuses the CPU first: asked about a CUDA forward.
+        on_its_device = inputs if "cpu" in strategy.handles | strategy.requires else \
+            dataclasses.replace(inputs, device_type="cuda")
+        reason = strategy.can_run(on_its_device)
         assert reason is not None and ("a new kind of term" in reason or "runs only with" in reason), (name, reason)
     assert STRATEGIES["blocked"].can_run(inputs) == "it does not handle a new kind of term"
 
