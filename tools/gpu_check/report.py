@@ -146,14 +146,16 @@ def _eval(evaluation):
                 evaluation.get("log_tail", ""), "```\n"]
     cell = {(r["impl"], r["length"]): r for r in evaluation["rows"]}
     lengths = sorted({r["length"] for r in evaluation["rows"]})
+    impls = [impl for impl in ("auto", "sdpa", "triton") if any(r["impl"] == impl for r in evaluation["rows"])]
     lines = ["## Evaluation at long lengths\n",
              f"{evaluation['method']}, {evaluation['model']}, {evaluation['dtype']}, one sequence per pass, "
              f"no autograd (evaluate.py's scoring); weights {evaluation['weights_mb']} MB. Peak memory: "
              f"{evaluation['peak_memory']}.\n",
-             "| L | auto tokens/s | auto peak MB | sdpa tokens/s | sdpa peak MB |", "|---|---|---|---|---|"]
+             "| L | " + " | ".join(f"{impl} tokens/s | {impl} peak MB" for impl in impls) + " |",
+             "|---|" + "---|---|" * len(impls)]
     for length in lengths:
         row = [str(length)]
-        for impl in ("auto", "sdpa"):
+        for impl in impls:
             r = cell.get((impl, length), {})
             if "peak_mb" in r:
                 row += [f"{r['tokens_per_s']:,.0f}", f"{r['peak_mb']:,.0f}"]
