@@ -66,7 +66,7 @@ def _forward(Q, K, V, O, LSE, BIAS, WEIGHT, DOCS, stride_b, stride_h, stride_l, 
              BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
     block_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // heads, bh % heads
-    base = b * stride_b + h * stride_h
+    base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h  # past 2^31 elements at long lengths
     offs_m = block_m * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, BLOCK_D)
     row_ok, dim_ok = offs_m < length, offs_d < head_dim
@@ -101,7 +101,7 @@ def _forward(Q, K, V, O, LSE, BIAS, WEIGHT, DOCS, stride_b, stride_h, stride_l, 
     out = acc / total[:, None]
     tl.store(O + base + offs_m[:, None] * stride_l + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None] & dim_ok[None, :])
-    tl.store(LSE + bh * length + offs_m, running_max + tl.log(total), mask=row_ok)
+    tl.store(LSE + bh.to(tl.int64) * length + offs_m, running_max + tl.log(total), mask=row_ok)
 
 
 @triton.jit
@@ -125,7 +125,7 @@ def _dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, BIAS, WEIGHT, DOCS, stride_b, stride_
           BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
     block_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // heads, bh % heads
-    base = b * stride_b + h * stride_h
+    base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h  # past 2^31 elements at long lengths
     offs_n = block_n * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, BLOCK_D)
     col_ok, dim_ok = offs_n < length, offs_d < head_dim
@@ -145,8 +145,8 @@ def _dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, BIAS, WEIGHT, DOCS, stride_b, stride_
         q_mask = row_ok[:, None] & dim_ok[None, :]
         q = tl.load(Q + base + offs_m[:, None] * stride_l + offs_d[None, :], mask=q_mask, other=0.0)
         do = tl.load(DO + base + offs_m[:, None] * stride_l + offs_d[None, :], mask=q_mask, other=0.0)
-        lse = tl.load(LSE + bh * length + offs_m, mask=row_ok, other=0.0)
-        delta = tl.load(DELTA + bh * length + offs_m, mask=row_ok, other=0.0)
+        lse = tl.load(LSE + bh.to(tl.int64) * length + offs_m, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + bh.to(tl.int64) * length + offs_m, mask=row_ok, other=0.0)
         docs_m = tl.load(DOCS + b * stride_docs + offs_m, mask=row_ok, other=-1) if HAS_DOCS else offs_m
         visible, distance = _visible_distances(offs_m, offs_n, length, window, docs_m, docs_n, HAS_WINDOW, HAS_DOCS)
         p, _, ds_raw, _ = _tile_gradient(q, k, v, do, lse, delta, distance, visible, bias_ptr, weight_ptr, scale,
@@ -165,15 +165,15 @@ def _dq(Q, K, V, DO, LSE, DELTA, DQ, BIAS, WEIGHT, DOCS, stride_b, stride_h, str
         BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
     block_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // heads, bh % heads
-    base = b * stride_b + h * stride_h
+    base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h  # past 2^31 elements at long lengths
     offs_m = block_m * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, BLOCK_D)
     row_ok, dim_ok = offs_m < length, offs_d < head_dim
     q_mask = row_ok[:, None] & dim_ok[None, :]
     q = tl.load(Q + base + offs_m[:, None] * stride_l + offs_d[None, :], mask=q_mask, other=0.0)
     do = tl.load(DO + base + offs_m[:, None] * stride_l + offs_d[None, :], mask=q_mask, other=0.0)
-    lse = tl.load(LSE + bh * length + offs_m, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + bh * length + offs_m, mask=row_ok, other=0.0)
+    lse = tl.load(LSE + bh.to(tl.int64) * length + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh.to(tl.int64) * length + offs_m, mask=row_ok, other=0.0)
     docs_m = tl.load(DOCS + b * stride_docs + offs_m, mask=row_ok, other=-1) if HAS_DOCS else offs_m
     bias_ptr, weight_ptr = BIAS + h * stride_table, WEIGHT + h * stride_table
     dq = tl.zeros([BLOCK, BLOCK_D], dtype=ACC)
@@ -207,7 +207,7 @@ def _table_gradients(Q, K, V, DO, LSE, DELTA, BIAS, WEIGHT, DOCS, BIAS_PARTIAL, 
     column inside the tile: distance t * BLOCK + o - (BLOCK - 1)."""
     t, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // heads, bh % heads
-    base = b * stride_b + h * stride_h
+    base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h  # past 2^31 elements at long lengths
     offs_d = tl.arange(0, BLOCK_D)
     dim_ok = offs_d < head_dim
     bias_ptr, weight_ptr = BIAS + h * stride_table, WEIGHT + h * stride_table
@@ -228,8 +228,8 @@ def _table_gradients(Q, K, V, DO, LSE, DELTA, BIAS, WEIGHT, DOCS, BIAS_PARTIAL, 
         do = tl.load(DO + base + offs_m[:, None] * stride_l + offs_d[None, :], mask=q_mask, other=0.0)
         k = tl.load(K + base + offs_n[:, None] * stride_l + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + base + offs_n[:, None] * stride_l + offs_d[None, :], mask=kv_mask, other=0.0)
-        lse = tl.load(LSE + bh * length + offs_m, mask=row_ok, other=0.0)
-        delta = tl.load(DELTA + bh * length + offs_m, mask=row_ok, other=0.0)
+        lse = tl.load(LSE + bh.to(tl.int64) * length + offs_m, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + bh.to(tl.int64) * length + offs_m, mask=row_ok, other=0.0)
         docs_m = tl.load(DOCS + b * stride_docs + offs_m, mask=row_ok, other=-1) if HAS_DOCS else offs_m
         docs_n = tl.load(DOCS + b * stride_docs + offs_n, mask=col_ok, other=-2) if HAS_DOCS else offs_n
         visible, distance = _visible_distances(offs_m, offs_n, length, window, docs_m, docs_n, HAS_WINDOW, HAS_DOCS)
@@ -263,9 +263,11 @@ def fold_partials(partials: torch.Tensor, block: int, span: int) -> torch.Tensor
 
 def launch_shape(q: torch.Tensor) -> dict:
     """Tile sizes and arithmetic for q's device and dtype: 16 (tl.dot's smallest tile) under the interpreter,
-    64 on a GPU; the head dimension padded to a power of two of at least 16; float64 accumulates in float64,
-    everything else in float32; float32 inputs multiply in full float32 ('ieee'), not TF32."""
-    block = 16 if q.device.type == "cpu" else 64
+    on a GPU 64 up to 64 head dimensions and 32 above (a program holds four [block, D] tiles and an fp32
+    accumulator in registers; not tuned: the GPU check times D = 64); the head dimension padded to a power of
+    two of at least 16; float64 accumulates in float64, everything else in float32; float32 inputs multiply in
+    full float32 ('ieee'), not TF32."""
+    block = 16 if q.device.type == "cpu" else (64 if q.shape[-1] <= 64 else 32)
     return {"BLOCK": block, "BLOCK_D": max(16, triton.next_power_of_2(q.shape[-1])),
             "ACC": tl.float64 if q.dtype == torch.float64 else tl.float32,
             "PRECISION": "ieee" if q.dtype in (torch.float32, torch.float64) else "tf32"}
