@@ -339,8 +339,19 @@ class DistanceTableFlashAttention(torch.autograd.Function):
         return dq, dk, dv, grad_bias, grad_weight, None, None
 
 
+def interpreted() -> bool:
+    """These kernels were made by Triton's interpreter (TRITON_INTERPRET was on when this module was imported)."""
+    return type(_forward).__name__ == "InterpretedFunction"
+
+
 def flash_attention_with_distance_tables(q, k, v, bias_table=None, weight_table=None, documents=None, window=None):
     """[b, H, L, D] -> [b, H, L, D]: the kernel's attention (DistanceTableFlashAttention), the tables in q's
     precision or wider as given."""
+    if interpreted() != (q.device.type == "cpu"):
+        raise RuntimeError(
+            f"the Triton attention kernel was loaded {'for' if interpreted() else 'without'} Triton's interpreter "
+            f"(TRITON_INTERPRET {'on' if interpreted() else 'off'} when it was first imported in this process), and "
+            f"this forward's tensors are on {q.device.type}: the interpreter runs CPU tensors, compiled kernels CUDA "
+            "ones. Start a new process with TRITON_INTERPRET=1 for the CPU, or without it for CUDA.")
     return DistanceTableFlashAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias_table,
                                              weight_table, documents, window)

@@ -157,3 +157,16 @@ def test_sdpa_mask_gradient_counts_the_mask_gradient_on_cuda():
     assert STRATEGIES["sdpa_mask_gradient"].memory_bytes(inputs) == length ** 2 * e * heads * (1 + batch + 1)
     assert choose_strategy("sdpa_mask_gradient", inputs, 0).name == "sdpa_mask_gradient"
     assert choose_strategy("sdpa_mask_gradient", described("alibi"), 0).name == "sdpa"
+
+
+def test_kernels_loaded_for_the_other_device_say_so(monkeypatch):
+    """Triton reads TRITON_INTERPRET once, when the kernels are made: CPU tensors given to compiled kernels (the
+    variable set too late) stop with what to do, not Triton's own pointer error."""
+    from megatron.model.attention import triton_kernel
+    assert triton_kernel.interpreted()  # this process's kernels: made under the fixture's interpreter
+    monkeypatch.setattr(triton_kernel, "interpreted", lambda: False)
+    q = torch.randn(1, 1, 16, 16)
+    with pytest.raises(RuntimeError, match=r"^the Triton attention kernel was loaded without Triton's interpreter "
+                       r"\(TRITON_INTERPRET off when it was first imported in this process\), and this forward's "
+                       r"tensors are on cpu: .* Start a new process with TRITON_INTERPRET=1 for the CPU"):
+        triton_kernel.flash_attention_with_distance_tables(q, q, q)
