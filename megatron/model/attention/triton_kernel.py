@@ -21,8 +21,9 @@ The diagonal sum of a tile is one gather (the tile skewed to [B, 2 B], row r shi
 
 Why a program per block diagonal: a program that loops over a key block (or a query block) meets a new
 block diagonal at every step, so its partial sums would span every distance (a [L / B, L] buffer, quadratic);
-along a block diagonal every tile has the same distances. It costs the two matmuls and the exp of P and dS
-once more per tile (of the seven of a flash backward), measured on a GPU by tools/gpu_check's training part.
+along a block diagonal every tile has the same distances. It recomputes P and dS once more per tile: two
+matmuls and an exp beyond the seven matmuls of `_dkdv` and `_dq`, and only when a table needs a gradient (its
+cost on a GPU is what tools/gpu_check's training part measures).
 
 Written for this project from the FlashAttention-2 algorithm (online softmax forward, recomputing
 backward); on CPU it runs under Triton's interpreter (TRITON_INTERPRET=1 before triton is imported) in
