@@ -13,6 +13,7 @@ refusal naming it (`can_run`)."""
 import dataclasses
 import importlib.util
 import os
+import sys
 
 from megatron.model.attention.strategy import AttentionPlan
 
@@ -20,9 +21,22 @@ LARGEST_HEAD_DIM = 256  # BLOCK_D up to 256: one tile of q, k, v and dO per prog
 
 
 def interpreting() -> bool:
-    """Triton's interpreter is on (its own reading of TRITON_INTERPRET: "1", "true", ... ): kernels then run on
-    CPU tensors through NumPy."""
+    """Triton's interpreter is asked for (its own reading of TRITON_INTERPRET: "1", "true", ...): kernels then run
+    on CPU tensors through NumPy."""
     return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run the kernel in this process, or None. Triton reads TRITON_INTERPRET when
+    it is imported (its own library's functions are made then), so it must be set before anything imports triton:
+    torch's compiler does, for example."""
+    if not interpreting():
+        return "TRITON_INTERPRET is not set"
+    language = sys.modules.get("triton.language")
+    if language is not None and type(language.zeros).__name__ != "InterpretedFunction":
+        return ("TRITON_INTERPRET is set, but triton was imported in this process before it was (torch's compiler "
+                "imports it too), and Triton reads it only then")
+    return None
 
 
 def triton_problem() -> str | None:
@@ -46,7 +60,7 @@ class TritonFlash(AttentionPlan):
     def can_run(cls, inputs):
         """The needs (strategy.py; on the CPU under the interpreter those of the same forward on CUDA), then the
         device, the dtype and the head size, then whether triton imports."""
-        interpreted = inputs.device_type == "cpu" and interpreting()
+        interpreted = inputs.device_type == "cpu" and interpreter_problem() is None
         if (reason := super().can_run(dataclasses.replace(inputs, device_type="cuda") if interpreted else inputs)):
             return reason
         if inputs.device_type not in ("cpu", "cuda"):
@@ -71,9 +85,10 @@ class TritonFlash(AttentionPlan):
     def refusal(cls, need, inputs):
         """The reasons complete the sentence "attention-impl is 'triton', but ..." (choice.py): a user reads them."""
         if need in ("cpu", "cpu_gradients"):
+            stale = f" ({interpreter_problem()})" if interpreting() else ""
             return ("Triton compiles its kernels for GPUs, and this forward runs on the CPU, where only Triton's "
-                    "interpreter runs them (slowly: for tests). Set attention-impl to 'auto' or 'blocked', run on a "
-                    "CUDA device, or set TRITON_INTERPRET=1 before starting to run the kernel in the interpreter")
+                    f"interpreter runs them (slowly: for tests){stale}. Set attention-impl to 'auto' or 'blocked', run "
+                    "on a CUDA device, or set TRITON_INTERPRET=1 before starting to run the kernel in the interpreter")
         what = {
             "query_terms": "this positional method's terms depend on the query position itself, not only on the "
                            "distance i - j, so it has no per-distance table for the kernel to read",

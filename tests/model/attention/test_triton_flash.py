@@ -6,6 +6,8 @@ spans a few block diagonals, packed documents, a head dimension the kernel pads)
 against the model on `sdpa`, and what the strategy refuses, estimates and what `auto` takes."""
 import dataclasses
 import math
+import sys
+import types
 
 import pytest
 import torch
@@ -21,8 +23,13 @@ from megatron.neox_arguments.to_model import model_config
 
 @pytest.fixture(autouse=True)
 def interpreter(monkeypatch):
-    """Triton's interpreter, read when the kernel module is first imported (and by the strategy's can_run)."""
+    """Triton's interpreter, read when the kernel module is first imported (and by the strategy's can_run); where
+    triton was imported without it (a CUDA machine: tests/conftest.py imports it under the interpreter only
+    without CUDA), these CPU tests cannot run the kernel and say so."""
+    from megatron.model.attention.triton_flash import interpreter_problem
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if (problem := interpreter_problem()) is not None:
+        pytest.skip(f"Triton's interpreter is not available in this process: {problem}")
 
 
 def float64_formula(q, k, v, bias, weight, documents, window):
@@ -130,6 +137,12 @@ def test_it_refuses_what_it_cannot_compute_in_one_paragraph(monkeypatch):
         "where only Triton's interpreter runs them (slowly: for tests). Set attention-impl to 'auto' or 'blocked', "
         "run on a CUDA device, or set TRITON_INTERPRET=1 before starting to run the kernel in the interpreter.")
     assert choose_strategy("triton", described(device="cuda"), 0).name == "triton"  # no L x L: no budget
+    # The variable set after triton was imported without it (its library made for compiling): said, not run.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setitem(sys.modules, "triton.language", types.SimpleNamespace(zeros=object()))
+    assert ("runs them (slowly: for tests) (TRITON_INTERPRET is set, but triton was imported in this process before "
+            "it was (torch's compiler imports it too), and Triton reads it only then). Set attention-impl to") \
+        in refusal(described(device="cpu"))
 
 
 def test_its_memory_is_linear_in_the_length():
