@@ -14,6 +14,32 @@ SHARED_DIR = pathlib.Path(os.environ.get("NEOX_SHARED_DIR", REPO_ROOT.parent / "
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def _import_triton_for_its_interpreter():
+    """Triton reads TRITON_INTERPRET once, when it is imported (torch's compiler imports it too): on a machine
+    without CUDA, import it here under its interpreter, before any test can, so the `triton` attention kernel's
+    tests (which set the variable while they run) can run it on CPU tensors. The variable is not left set: the
+    processes tests start see the environment they always did."""
+    import importlib.util
+    import sys
+    if importlib.util.find_spec("triton") is None or "triton" in sys.modules:
+        return
+    import torch
+    if torch.cuda.is_available():
+        return
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+_import_triton_for_its_interpreter()
+
+
 @contextlib.contextmanager
 def _no_process_unless_marked(item):
     """A test that starts a process (an entry point, a launcher, a compiler) must be marked `launches`

@@ -28,6 +28,7 @@ ATTENTION = MEGATRON / "model" / "attention"
 # What the attention folder may import besides itself, torch and the standard library: leaf modules that
 # import nothing of the project (the user-error type; where compiled code is kept).
 ATTENTION_LEAVES = ("megatron.errors", "megatron.compiled_code")
+TRITON_KERNEL = "triton_kernel.py"  # the one attention file written in Triton (its strategy imports it in attend)
 ENTRY_POINTS = ("deepy.py", "train.py", "evaluate.py", "generate.py", "eval.py")
 
 
@@ -188,10 +189,14 @@ def test_the_attention_folder_imports_only_torch_itself_and_two_leaves():
             if under(module, "megatron") and not (under(module, "megatron.model.attention")
                                                   or any(under(module, leaf) for leaf in ATTENTION_LEAVES)):
                 found.append(f"{where(path, line)} imports {module}")
+            elif module.split(".")[0] == "triton":  # the language of this project's kernel, in its one file
+                if path.name != TRITON_KERNEL:
+                    found.append(f"{where(path, line)} imports {module} (only {TRITON_KERNEL} may, imported lazily)")
             elif not under(module, "megatron") and module.split(".")[0] not in ("torch", *sys.stdlib_module_names):
                 found.append(f"{where(path, line)} imports {module}")
     assert not found, ("megatron/model/attention imports only torch, itself and " + ", ".join(ATTENTION_LEAVES) +
-                       " (the positional method comes in as an object):\n" + "\n".join(found))
+                       f" (the positional method comes in as an object), and triton in {TRITON_KERNEL}:\n"
+                       + "\n".join(found))
     for leaf in ATTENTION_LEAVES:
         leaf_path = ROOT / (leaf.replace(".", "/") + ".py")
         assert not [m for m, _, _ in imports(leaf_path) if under(m, "megatron")], f"{leaf} must stay a leaf"

@@ -76,7 +76,11 @@ class AttentionArgs:
         "nothing there), else `sdpa` while its L x L tensors fit in `attention-memory-budget`, then "
         "`flex` on CUDA (where it can run) or `blocked`; never `flex` on CPU. `fla` is flash-linear-attention's "
         "Triton kernels (fla-core 0.6.0, CUDA, bf16/fp16) for fox, cable, stickbreaking and path, which `auto` "
-        "takes first on CUDA where they apply.")
+        "takes first on CUDA where they apply. `triton` is this project's flash-attention kernel with a "
+        "distance-only method's tables inside (CUDA; on CPU only under TRITON_INTERPRET=1, for tests), nothing "
+        "L x L forward or backward, which `auto` takes on CUDA to train a learnable distance table. "
+        "`sdpa_mask_gradient` is `sdpa` with a learnable table's mask taking its gradient in SDPA itself "
+        "(CUDA's memory-efficient kernel), for measuring; `auto` never takes it.")
     attention_block_size: int = arg(
         512, "Query block size of the `blocked` path where it gathers each block's terms (on CPU a "
         "distance-only method's blocks read one row per head instead, 128 queries at a time, 768 from "

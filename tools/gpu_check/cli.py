@@ -3,9 +3,11 @@ the training step of every method and long-sequence evaluation, and write one re
 
     python -m tools.gpu_check [--out runs/gpu-check] [--wheels .whl] [--site /tmp/site]
     python -m tools.gpu_check --device cpu --tiny --out /tmp/smoke     # developers: the code paths on CPU
+    TRITON_INTERPRET=1 python -m tools.gpu_check --device cpu --tiny --parts train --out /tmp/smoke  # + `triton`
 
 Without CUDA it prints one line and exits with status 2 before doing anything (the developer flag
-`--device cpu --tiny` runs every part at toy sizes on this machine's CPU instead). The training-loop
+`--device cpu --tiny` runs every part at toy sizes on this machine's CPU instead; with TRITON_INTERPRET=1 the
+training part also times the `triton` kernel there, in Triton's interpreter: about 30 s a step). The training-loop
 part reads `.gpu-data/` (`python -m tools.gpu_check.train_loop --stage` fills it here). Each part runs in its
 own process under a time limit, so one that hangs or runs out of memory costs only its share; the parts
 together take about 10 minutes on an H200, more than one device-tool call allows, so run it there as two calls
@@ -30,10 +32,11 @@ NO_CUDA = 2
 # Seconds per part on the GPU (tests, training step, evaluation, the training loop, fla's kernels) and for the
 # tiny CPU smoke run. The tests part took 245 s on an H200 (409 tests, 6 workers, 2026-11-27); the other parts
 # watch their own budgets and took 367 s with the install in a whole run there, so a whole run takes about 612 s,
-# past the device tool's 600 s a call: two calls, the tests and the rest. Every
-# part killed at its limit (plus its grace) would be 30 + 15 + 260 + 4 x 15 + 100 + 90 + 140 + 90 = 785 s;
+# past the device tool's 600 s a call: two calls, the tests and the rest. The training part has 160 s since it
+# also times the `triton` kernel and `sdpa_mask_gradient` (25 configurations, 15 before; not yet run on a GPU).
+# Every part killed at its limit (plus its grace) would be 30 + 15 + 260 + 4 x 15 + 160 + 90 + 140 + 90 = 845 s;
 # the report is rewritten after each part, so a call stopped at the device tool's 600 s keeps the others.
-BUDGETS = {"cuda": {"install": 30, "environment": 15, "tests": 260, "train": 100, "eval": 90, "loop": 140, "fla": 90},
+BUDGETS = {"cuda": {"install": 30, "environment": 15, "tests": 260, "train": 160, "eval": 90, "loop": 140, "fla": 90},
            "tiny": {"install": 45, "environment": 60, "tests": 120, "train": 240, "eval": 120, "loop": 240,
                     "fla": 60}}  # a busy 2-core CPU
 # The parts after the tests, in order of value, and the module each runs.

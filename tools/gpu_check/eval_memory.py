@@ -5,7 +5,7 @@
 KERPLE-log on the 162M model (random weights: cost does not depend on them) scores one sequence of L
 tokens the way evaluate.py does (no autograd, bf16 on CUDA, megatron.evaluation.scoring.window_losses),
 at each length for `auto` (`sdpa` while its L x L mask fits in a quarter of the GPU's memory, then
-FlexAttention) and `sdpa` (the [H, L, L] bias materialised). Per (path, L): tokens/s of the timed
+FlexAttention), `sdpa` (the [H, L, L] bias materialised) and on CUDA `triton` (the bias inside a flash kernel). Per (path, L): tokens/s of the timed
 pass after an untimed one (FlexAttention compiles per length), and the peak memory of the timed pass:
 CUDA's max allocated, or on CPU the rise of the process's peak RSS (benchmarks/measure.py). `sdpa` is
 skipped where its estimate (megatron/model/attention/choice.py's sdpa_bytes) exceeds the free memory.
@@ -27,7 +27,9 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention.choice import sdpa_bytes
 from .profiles import EVAL_LENGTHS, describe, model_args
 
-IMPLS = ("auto", "sdpa")
+# On CUDA also the `triton` kernel (the table inside flash attention: linear memory, no compilation per length);
+# on the CPU it would run in Triton's interpreter, far too slowly for any length here.
+IMPLS = {"cuda": ("auto", "sdpa", "triton"), "cpu": ("auto", "sdpa")}
 
 
 def free_bytes(device: str) -> int:
@@ -39,7 +41,7 @@ def free_bytes(device: str) -> int:
 def measure(profile: str, device: str, lengths, budget: float) -> dict:
     began = time.perf_counter()
     models, rows = {}, []
-    for impl in IMPLS:
+    for impl in IMPLS[device]:
         args, vocab, padded_vocab = model_args(profile, "kerple_log", attention_impl=impl)
         torch.manual_seed(0)  # the same weights for both paths
         dtype = torch.bfloat16 if device == "cuda" and args.precision == "bf16" else torch.float32

@@ -13,8 +13,12 @@ GPT2_VOCAB = 50257      # GPT-2 BPE, what configs/local_setup.yml and the paper 
 BYTE_VOCAB = 258        # ByteLevelTokenizer: 256 bytes + eod + pad (configs/tiny.yml)
 NO_OUTPUT = {"save": None, "load": None, "tensorboard_dir": None, "log_dir": None, "use_wandb": False}
 
-# Methods of the speed table: the paper's Table 4 plus `none`, the baseline of the ratios.
-TABLE4_METHODS = ("kerple_log", "kerple_power", "alibi", "t5", "rotary", "sinusoidal", "none")
+# Methods of the speed table: the paper's Table 4, FIRE, and `none`, the baseline of the ratios.
+TABLE4_METHODS = ("kerple_log", "kerple_power", "alibi", "t5", "fire", "rotary", "sinusoidal", "none")
+# Those also timed on the `triton` kernel (a per-distance table inside flash attention), and of them the ones
+# whose table learns, also on `sdpa_mask_gradient` (FIRE: while its tables are per-distance, below its threshold).
+KERNEL_METHODS = ("alibi", "kerple_log", "kerple_power", "t5", "fire")
+LEARNABLE_TABLE_METHODS = ("kerple_log", "kerple_power", "t5", "fire")
 # Eval lengths: 4k to 1M tokens on the 162M model (the part stops where its time or the memory runs out, and
 # says which); short ones for the tiny smoke run.
 EVAL_LENGTHS = {"162M": (4096, 16384, 65536, 262144, 1048576), "tiny": (128, 256)}

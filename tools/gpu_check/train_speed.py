@@ -5,9 +5,13 @@
 Each configuration is a DeepSpeed engine built as train.py builds it, running the real train_step()
 (forward, backward, clipping, optimizer) on random tokens (benchmarks/train_throughput.py's batches).
 Configurations take turns for several rounds, so drift on the machine spreads over all of them; a
-configuration's figure is its median round. Besides `attention-impl: auto` (what a user gets: `sdpa`
-at 512 tokens), the distance-only methods also run with `flex` on CUDA (the issue's goal: within 1.05x
-of `none`). The peer is transformers' GPTNeoXForCausalLM (rotary) of the same size, trained the way its
+configuration's figure is its median round. Besides `attention-impl: auto` (what a user gets), the
+distance-only methods also run with `flex` on CUDA, and the distance-table methods (KERNEL_METHODS) with
+`triton` (the flash kernel with the table inside) and, for a learnable table, `sdpa_mask_gradient` (SDPA
+returning the mask's gradient itself): the numbers `auto`'s rule for training a learnable table on CUDA
+(choice.py, TRITON_FOR_LEARNABLE_TABLES_ON_CUDA) is to be read against, goal within 1.05x of `none`. On the
+CPU rehearsal `triton` runs only in Triton's interpreter, when TRITON_INTERPRET=1 is set (about 30 s a step
+at the tiny profile), and only for a learnable table. The peer is transformers' GPTNeoXForCausalLM (rotary) of the same size, trained the way its
 users do: fp32 weights under bf16 autocast, torch's fused AdamW, the same clipping. On the 162M
 profile the gpu-mini sweep's model (configs/reproduce/gpu-mini.yml) is timed too, to project that
 sweep's GPU time. Rounds stop early when the time budget runs out; the JSON says how many ran.
@@ -25,7 +29,8 @@ from megatron.initialize import initialize_megatron
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments.to_model import positional_embedding
 from megatron.training import lm_loss, setup_model_and_optimizer, train_step
-from .profiles import GPU_MINI_SWEEP, TABLE4_METHODS, describe, model_args
+from megatron.model.attention.triton_flash import interpreting
+from .profiles import GPU_MINI_SWEEP, KERNEL_METHODS, LEARNABLE_TABLE_METHODS, TABLE4_METHODS, describe, model_args
 
 PEER = "hf_gpt_neox"
 
@@ -78,8 +83,9 @@ class PeerStep:
 
 
 def configurations(profile: str, device: str, methods) -> list[dict]:
-    """(label, how to build it): every method at `auto`, `flex` for distance-only ones on CUDA, the peer,
-    and on the 162M profile the gpu-mini sweep's model."""
+    """(label, how to build it): every method at `auto`, `flex` for distance-only ones on CUDA, `triton` (on
+    CUDA, or on the CPU in Triton's interpreter) and `sdpa_mask_gradient` for the distance-table methods, the
+    peer, and on the 162M profile the gpu-mini sweep's model."""
     chosen = []
     for method in methods:
         chosen.append({"label": method, "method": method, "impl": "auto"})
@@ -87,6 +93,10 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
         distance_only = positional_embedding(args).distance_only
         if device == "cuda" and distance_only and method != "none":
             chosen.append({"label": f"{method}+flex", "method": method, "impl": "flex"})
+        if method in KERNEL_METHODS and (device == "cuda" or (interpreting() and method in LEARNABLE_TABLE_METHODS)):
+            chosen.append({"label": f"{method}+triton", "method": method, "impl": "triton"})
+        if method in LEARNABLE_TABLE_METHODS:  # (a fixed table's mask needs no gradient: `sdpa` itself)
+            chosen.append({"label": f"{method}+sdpa_mask_gradient", "method": method, "impl": "sdpa_mask_gradient"})
     chosen.append({"label": PEER, "method": "rotary", "impl": "transformers sdpa"})
     if profile == "162M":
         chosen.append({"label": "gpu-mini/kerple_log", "method": "kerple_log", "impl": "auto", "profile": "gpu-mini"})

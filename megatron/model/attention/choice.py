@@ -13,6 +13,8 @@ from megatron.model.attention.config import ATTENTION_IMPLS
 from megatron.errors import NeoXArgsError
 
 CPU_MEMORY_BUDGET_MB = 1024
+# `auto` trains a learnable distance table on CUDA with the `triton` kernel (auto_preferences).
+TRITON_FOR_LEARNABLE_TABLES_ON_CUDA = True
 CUDA_MEMORY_FRACTION = 4  # a quarter of the device
 
 
@@ -55,8 +57,15 @@ def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
       forward they cannot compute exactly (fla_kernels.py); fox 0.0018 s against `sdpa`'s 0.0022 s and
       stickbreaking 0.0021 s against `sdpa_written_out`'s 0.0121 s (bf16, [2, 12, 2048, 64], forward and
       backward, an NVIDIA H200).
+    - on CUDA, training a learnable distance table (KERPLE, T5, FIRE below its threshold): `triton` first
+      (TRITON_FOR_LEARNABLE_TABLES_ON_CUDA), the flash kernel that sums the table's gradient per tile and keeps
+      nothing [L, L]; a rule by design, not yet timed: the GPU check's training part measures it against the
+      table gradient's side pass and `sdpa_mask_gradient`, and this rule follows those numbers.
     Never `flex` on CPU: compiling it costs about 7 s per new length, more than the work;
     `attention-impl: flex` still runs it there."""
+    if TRITON_FOR_LEARNABLE_TABLES_ON_CUDA and inputs.device_type == "cuda" and inputs.distance_only \
+            and inputs.learnable_bias and inputs.needs_grad:
+        return ("triton", "sdpa", "flex", "blocked")  # where the kernel refuses (dropout, ...), the usual order
     if not (inputs.has_terms or inputs.windowed or inputs.documents):
         return ("sdpa",)
     if inputs.whole_matrix:  # only the written-out matrix gives it (past the budget: the budget's refusal)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from megatron.errors import NeoXArgsError
 from megatron.model.attention.flex_kernel import kernel_options_problem
 
-ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked", "fla")
+ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked", "fla", "triton", "sdpa_mask_gradient")
 
 
 class AttentionConfigError(NeoXArgsError):
@@ -31,7 +31,7 @@ def check_attention_sizes(window: int | None, block_size: int, memory_budget_mb:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    impl: str = "auto"             # attention-impl: auto | sdpa | flex | blocked | fla
+    impl: str = "auto"             # attention-impl: auto | sdpa | flex | blocked | fla | triton | sdpa_mask_gradient
     block_size: int = 512          # attention-block-size
     window: int | None = None      # attention-window
     dropout: float = 0.0           # attention-dropout

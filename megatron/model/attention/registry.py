@@ -6,8 +6,10 @@ from megatron.model.attention.flex import Flex
 from megatron.model.attention.learnable_table import (BlockedTableGradient, SdpaTableGradient, ToeplitzTableGradient,
                                                       ToeplitzWeightedTableGradient)
 from megatron.model.attention.sdpa import Sdpa, SdpaWrittenOut
+from megatron.model.attention.sdpa_mask_gradient import SdpaMaskGradient
 from megatron.model.attention.token_terms import BlockedTokenTerms
 from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut
+from megatron.model.attention.triton_flash import TritonFlash
 
 # The last of `sdpa` and of `blocked` runs every method: those paths always have a strategy.
 PATH_STRATEGIES = {
@@ -16,7 +18,10 @@ PATH_STRATEGIES = {
                 BlockedTokenTerms, Blocked),
     "flex": (Flex,),
     "fla": (FlaKernels,),
+    "triton": (TritonFlash,),
+    "sdpa_mask_gradient": (SdpaMaskGradient, Sdpa, SdpaWrittenOut),
 }
+# Sdpa and SdpaWrittenOut are the `sdpa` path's (their `path`), also taken by `sdpa_mask_gradient`.
 STRATEGIES = {strategy.name: strategy for strategies in PATH_STRATEGIES.values() for strategy in strategies}
 
 

@@ -7,7 +7,9 @@ megatron/model/attention/choice.py's preferences must reproduce it exactly. The 
 none (no terms), alibi (a fixed distance bias), kerple_log (a learnable distance bias),
 kerple_bias_weight (a bias with a weight), fire (terms that depend on the query position itself).
 Since issue 27 kerple_bias_weight on CPU reads strided rows where it gathered blocks: without gradients
-(toeplitz_written_out), and with them (toeplitz_weighted_table_gradient) where `sdpa` wrote out the softmax."""
+(toeplitz_written_out), and with them (toeplitz_weighted_table_gradient) where `sdpa` wrote out the softmax.
+A learnable distance table in training on CUDA (kerple_log, kerple_bias_weight) takes the `triton` kernel
+(choice.py's TRITON_FOR_LEARNABLE_TABLES_ON_CUDA), except with dropout, which it does not apply."""
 import dataclasses
 
 import pytest
@@ -110,10 +112,10 @@ kerple_log          cuda  no   0.1     no     yes  sdpa
 kerple_log          cuda  no   0.1     no     no   blocked
 kerple_log          cuda  no   0.1     yes    yes  sdpa
 kerple_log          cuda  no   0.1     yes    no   blocked
-kerple_log          cuda  yes  0.0     no     yes  sdpa_table_gradient
-kerple_log          cuda  yes  0.0     no     no   flex
-kerple_log          cuda  yes  0.0     yes    yes  sdpa_table_gradient
-kerple_log          cuda  yes  0.0     yes    no   flex
+kerple_log          cuda  yes  0.0     no     yes  triton
+kerple_log          cuda  yes  0.0     no     no   triton
+kerple_log          cuda  yes  0.0     yes    yes  triton
+kerple_log          cuda  yes  0.0     yes    no   triton
 kerple_log          cuda  yes  0.1     no     yes  sdpa
 kerple_log          cuda  yes  0.1     no     no   blocked
 kerple_log          cuda  yes  0.1     yes    yes  sdpa
@@ -142,10 +144,10 @@ kerple_bias_weight  cuda  no   0.1     no     yes  sdpa_written_out
 kerple_bias_weight  cuda  no   0.1     no     no   blocked
 kerple_bias_weight  cuda  no   0.1     yes    yes  sdpa_written_out
 kerple_bias_weight  cuda  no   0.1     yes    no   blocked
-kerple_bias_weight  cuda  yes  0.0     no     yes  sdpa_written_out
-kerple_bias_weight  cuda  yes  0.0     no     no   flex
-kerple_bias_weight  cuda  yes  0.0     yes    yes  sdpa_written_out
-kerple_bias_weight  cuda  yes  0.0     yes    no   flex
+kerple_bias_weight  cuda  yes  0.0     no     yes  triton
+kerple_bias_weight  cuda  yes  0.0     no     no   triton
+kerple_bias_weight  cuda  yes  0.0     yes    yes  triton
+kerple_bias_weight  cuda  yes  0.0     yes    no   triton
 kerple_bias_weight  cuda  yes  0.1     no     yes  sdpa_written_out
 kerple_bias_weight  cuda  yes  0.1     no     no   blocked
 kerple_bias_weight  cuda  yes  0.1     yes    yes  sdpa_written_out
@@ -340,10 +342,10 @@ kerple_log+documents cuda  no   0.1     no     yes  sdpa
 kerple_log+documents cuda  no   0.1     no     no   blocked
 kerple_log+documents cuda  no   0.1     yes    yes  sdpa
 kerple_log+documents cuda  no   0.1     yes    no   blocked
-kerple_log+documents cuda  yes  0.0     no     yes  sdpa_table_gradient
-kerple_log+documents cuda  yes  0.0     no     no   flex
-kerple_log+documents cuda  yes  0.0     yes    yes  sdpa_table_gradient
-kerple_log+documents cuda  yes  0.0     yes    no   flex
+kerple_log+documents cuda  yes  0.0     no     yes  triton
+kerple_log+documents cuda  yes  0.0     no     no   triton
+kerple_log+documents cuda  yes  0.0     yes    yes  triton
+kerple_log+documents cuda  yes  0.0     yes    no   triton
 kerple_log+documents cuda  yes  0.1     no     yes  sdpa
 kerple_log+documents cuda  yes  0.1     no     no   blocked
 kerple_log+documents cuda  yes  0.1     yes    yes  sdpa
@@ -600,7 +602,7 @@ def test_a_named_path_takes_its_first_strategy_that_can_run_or_says_why_not():
     with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'flex', but this positional method's bias depends "
                        r"on the query position itself.*Set attention-impl to 'blocked', 'sdpa' or 'auto'\.$"):
         choose_strategy("flex", fire, FITS)
-    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked, fla\.$"):
+    with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked, fla, triton, sdpa_mask_gradient\.$"):
         choose_strategy("fast", fire, FITS)
 
 
@@ -689,7 +691,10 @@ def test_a_new_need_is_refused_by_every_strategy_until_it_says_it_handles_it(mon
     monkeypatch.setattr(strategy_module, "needs_of", lambda inputs: needs.needs_of(inputs) | {"new_channel"})
     inputs = inputs_for("none", "cpu", False, 0.0, False)
     for name, strategy in STRATEGIES.items():
-        reason = strategy.can_run(inputs)
+        # A kernel for another device (triton, fla) refuses the CPU first: asked about a CUDA forward.
+        on_its_device = inputs if "cpu" in strategy.handles | strategy.requires else \
+            dataclasses.replace(inputs, device_type="cuda")
+        reason = strategy.can_run(on_its_device)
         assert reason is not None and ("a new kind of term" in reason or "runs only with" in reason), (name, reason)
     assert STRATEGIES["blocked"].can_run(inputs) == "it does not handle a new kind of term"
 

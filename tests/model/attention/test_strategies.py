@@ -8,6 +8,7 @@ that each strategy computed at least one method here. The layouts: whole sequenc
 documents with per-row positions. The cached-generation step (cached.py), which is planned from a KV cache
 rather than chosen, is checked against the same reference over a prompt, a decoding step and the rest."""
 import copy
+import itertools
 
 import pytest
 import torch
@@ -86,11 +87,23 @@ def run(pe, strategy, layout_name, needs_grad):
     return out.detach(), grads
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("layout_name", LAYOUTS)
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
-def test_strategy_matches_the_reference(strategy, method, layout_name, mode):
+# The `triton` kernel runs here in Triton's interpreter, about 1 to 3 s a case on a shared CPU (all its cases
+# 117 s with sdpa_mask_gradient's): the fast tier keeps a bias with a weight (both tables' gradients) in every
+# layout and T5's bucketed table (a strided view) with gradients; the other cases are `slow`.
+TRITON_FAST = {"kerple_bias_weight": MODES, "t5": ("gradients",)}
+
+
+def cases():
+    for strategy, method, layout_name, mode in itertools.product(sorted(STRATEGIES), METHODS, LAYOUTS, MODES):
+        slow = strategy == "triton" and mode not in TRITON_FAST.get(method, ())
+        yield pytest.param(strategy, method, layout_name, mode, marks=[pytest.mark.slow] if slow else [],
+                           id=f"{strategy}-{method}-{layout_name}-{mode}")
+
+
+@pytest.mark.parametrize("strategy, method, layout_name, mode", cases())
+def test_strategy_matches_the_reference(strategy, method, layout_name, mode, monkeypatch):
+    if strategy == "triton":  # its kernel runs on CPU only in Triton's interpreter (triton_flash.py)
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     window = layout(layout_name)[0]
     pe = make_pe(method, window)
     needs_grad = mode == "gradients"
@@ -112,11 +125,12 @@ def test_strategy_matches_the_reference(strategy, method, layout_name, mode):
                                    msg=lambda m: f"gradient {i}: {m}")
 
 
-def test_every_strategy_computes_some_method_here():
+def test_every_strategy_computes_some_method_here(monkeypatch):
     """Each strategy can run at least one (method, layout, mode) of the test above on this CPU, so none of
     them is only ever skipped; but a strategy for another device, which neither handles nor requires the
     `cpu` need (fla's CUDA kernels: tests/model/positional/test_fla_kernels.py runs their plumbing on CPU)."""
     from megatron.model.attention import AttentionInputs
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the `triton` kernel's only way to run on CPU
     never = {name for name, strategy in STRATEGIES.items() if "cpu" in strategy.handles | strategy.requires}
     for method in METHODS:
         for layout_name in LAYOUTS:
