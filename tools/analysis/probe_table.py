@@ -105,7 +105,7 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
         out += [f"**{dataset}, `{mode}`: accuracy** ({scored_by(records)}, mean over depths and samples; "
                 f"mean ± std over seeds {', '.join(map(str, seeds))})\n", *accuracy, "",
                 f"**{dataset}, `{mode}`: answer NLL** (nats per answer token, mean over samples and seeds). "
-                f"{tests_note(used, reference, alpha, better='lower')}\n",
+                f"{tests_note(used, reference, alpha, better='lower', unit='samples')}\n",
                 *nll, ""]
     return "\n".join(out)
 

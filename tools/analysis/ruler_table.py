@@ -104,7 +104,7 @@ def ruler_tables(documents, reference: str = "kerple_log", alpha: float = 0.05) 
             label = f"{length}" + (f" ({length / trained:g}×)" if trained else "")
             rows.append(f"| {label} | " + " | ".join(cells) + " |")
         out.append(f"RULER {task}: score (mean over samples; seeds averaged) [bootstrap 95% interval]"
-                   + (f"; {tests_note(used, reference, alpha, better='higher')}" if ref is not None else ""))
+                   + (f"; {tests_note(used, reference, alpha, better='higher', unit='samples')}" if ref is not None else ""))
         out.append("| length | " + " | ".join(str(m) for m in methods) + " |")
         out.append("|---|" + "---|" * len(methods))
         out += rows + [""]

@@ -113,11 +113,12 @@ def compare(reference: dict, other: dict, alpha: float = 0.05) -> Comparison:
                       found == REFERENCE_BETTER, test, found == REFERENCE_WORSE, (len(reference), len(other)))
 
 
-def tests_note(used, reference: str, alpha: float, better: str = "better") -> str:
+def tests_note(used, reference: str, alpha: float, better: str = "better", unit: str = "chunks") -> str:
     """The note's sentence: what the marks mean and which tests made them. used: (test, (reference seeds,
-    other seeds)) of every comparison made."""
+    other seeds)) of every comparison made; unit: what one seed each is paired over (chunks, samples)."""
     used = list(used)
-    tests = [t for t in (PAIRED_SEEDS, WELCH_SEEDS, ONE_AGAINST_SPREAD, PAIRED_CHUNKS) if any(u[0] == t for u in used)]
+    tests = [t.replace("chunks", unit) for t in (PAIRED_SEEDS, WELCH_SEEDS, ONE_AGAINST_SPREAD, PAIRED_CHUNKS)
+             if any(u[0] == t for u in used)]
     worse = {"better": "worse", "higher": "lower", "lower": "higher"}[better]
     text = (f"{REFERENCE_BETTER} / {REFERENCE_WORSE}: {reference} significantly {better} / {worse} "
             f"(two-sided, α = {alpha}; {'; '.join(tests) or 'nothing tested'}")
