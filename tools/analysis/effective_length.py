@@ -13,7 +13,10 @@ after failing is not credited with it, as in RULER):
   fails when it falls below `threshold` (0.85: RULER's and NoLiMa's 85%) x the reference's score.
 Seeds are averaged per length (perplexity: exp of the mean loss). How certain it is: a bootstrap that
 redraws the chunks / samples of every (seed, length) with replacement; the interval is the 2.5-97.5%
-range of the effective lengths of the draws (draws where the reference score is 0 have none)."""
+range of the effective lengths of the draws (draws where the reference score is 0 have none).
+Censored: where no measured length fails, the effective length is at least the longest one measured,
+printed `≥ 2048`. Every length measured counts (a tool's display filter such as make_tables --length
+changes neither the reference nor the walk)."""
 import argparse
 import math
 import pathlib
@@ -84,11 +87,12 @@ def reference_length(curve: Curve) -> int | None:
 
 
 def estimate(curve: Curve, threshold: float, ppl_factor: float, draws: int = DRAWS, seed: int = 0) -> dict:
-    """{"reference", "effective", "low", "high", "defined"}: the point estimate and the bootstrap interval."""
+    """{"reference", "effective", "low", "high", "defined", "longest"}: the point estimate, the bootstrap
+    interval and the longest length measured (an effective length equal to it is censored: at least that)."""
     reference = reference_length(curve)
     measured = {n: s for n, s in curve.values.items() if s and (reference is not None and n >= reference)}
     if reference is None:
-        return {"reference": None, "effective": None, "low": None, "high": None, "defined": 0.0}
+        return {"reference": None, "effective": None, "low": None, "high": None, "defined": 0.0, "longest": None}
 
     def compute(values):
         stats = {n: statistic(per_seed, curve.lower_is_better) for n, per_seed in values.items()}
@@ -105,7 +109,7 @@ def estimate(curve: Curve, threshold: float, ppl_factor: float, draws: int = DRA
     low, high = ((int(np.quantile(defined, q, method="inverted_cdf")) for q in (0.025, 0.975)) if defined.size
                  else (None, None))
     return {"reference": reference, "effective": compute(measured), "low": low, "high": high,
-            "defined": defined.size / draws}
+            "defined": defined.size / draws, "longest": max(measured)}
 
 
 def curves(folder) -> list[Curve]:
@@ -157,22 +161,33 @@ def estimates_of(found_curves: list, threshold: float = THRESHOLD, ppl_factor: f
     return out
 
 
+def censored(e: dict, length: int | None) -> bool:
+    """Whether an effective length (or a bound of its interval) is only a lower bound: nothing longer failed
+    because nothing longer was measured."""
+    return length is not None and length == e.get("longest")
+
+
+def length_text(e: dict, length: int) -> str:
+    return ("≥ " if censored(e, length) else "") + str(length)
+
+
 def cell_text(e: dict) -> str:
     if e["reference"] is None:
         return "not measured"
     if e["effective"] is None:
         return f"none (score 0 at {e['reference']})"
-    ratio = e["effective"] / e["train_length"]
-    interval = f" [{e['low']}, {e['high']}]" if e["low"] is not None else ""
+    ratio = f"{'≥ ' if censored(e, e['effective']) else ''}{e['effective'] / e['train_length']:g}×"
+    interval = f" [{length_text(e, e['low'])}, {length_text(e, e['high'])}]" if e["low"] is not None else ""
     ref = f", ref {e['reference']}" if e["reference"] != e["train_length"] else ""
-    return f"{e['effective']} ({ratio:g}×){interval}{ref}"
+    return f"{length_text(e, e['effective'])} ({ratio}){interval}{ref}"
 
 
 def render_table(by_measure: dict, threshold: float, ppl_factor: float) -> str:
     methods = sorted({m for per in by_measure.values() for m in per}, key=method_sort_key)
     rows = [f"Effective length by method (tokens; x training length) [bootstrap 95% interval]: perplexity within "
             f"{ppl_factor:g}x the reference's, scores >= {threshold:g} x the reference's; reference = the training "
-            "length, or `ref` where the task cannot be measured there",
+            "length, or `ref` where the task cannot be measured there; ≥: nothing failed up to the longest length "
+            "measured, so the effective length is at least that",
             "| measure | " + " | ".join(str(m) for m in methods) + " |", "|---|" + "---|" * len(methods)]
     for measure in sorted(by_measure, key=lambda m: (not m.startswith("ppl"), m)):
         rows.append(f"| {measure} | " + " | ".join(cell_text(by_measure[measure][m]) if m in by_measure[measure]

@@ -1,7 +1,9 @@
 """What make_tables prints after Table 3 when its folders hold RULER results (eval.py's lm_eval/): the RULER
 table (ruler_table.py) and the effective-length table (effective_length.py, default threshold and factor),
 with make_tables' own selection: --method / --name / --seed / --length / --rename as for Table 3, and
---ruler-task for the RULER tasks shown."""
+--ruler-task for the RULER tasks shown. --length filters the RULER table's rows only: the effective length
+is computed from every length measured, so its reference and its walk do not move with the display."""
+import argparse
 import fnmatch
 import glob
 import pathlib
@@ -9,7 +11,7 @@ import pathlib
 from megatron.evaluation.results import ResultFileError
 from megatron.quoting import quote
 from .effective_length import PPL_FACTOR, THRESHOLD, curves_of, estimates_of, render_table
-from .result_selection import passes_filters, rename
+from .result_selection import passes_filters, rename, selected_documents
 from .ruler_table import load_ruler, ruler_tables
 
 
@@ -29,11 +31,12 @@ def result_folders(paths) -> list[pathlib.Path]:
     return folders
 
 
-def selected_ruler(args) -> list[dict]:
-    """The RULER documents of make_tables' folders that pass its filters (runs, seeds, lengths, tasks)."""
+def selected_ruler(args, filter_lengths: bool = True) -> list[dict]:
+    """The RULER documents of make_tables' folders that pass its filters (runs, seeds, tasks, and lengths
+    unless filter_lengths is False)."""
     documents = [d for folder in result_folders(args.results) for d in load_ruler(folder)
                  if passes_filters(d, args)]
-    lengths, tasks = getattr(args, "keep_lengths", None), getattr(args, "ruler_task", None)
+    lengths, tasks = getattr(args, "keep_lengths", None) if filter_lengths else None, getattr(args, "ruler_task", None)
     out = []
     for document in documents:
         kept = {task: {n: r for n, r in per_length.items() if not lengths or int(n) in lengths}
@@ -56,7 +59,13 @@ def long_context_tables(args, documents: list[dict]) -> str:
     if not ruler:
         return ""
     ruler = rename(ruler + documents, args.rename)[:len(ruler)]  # --rename names a run of either kind
-    by_measure = estimates_of(curves_of(documents, ruler), THRESHOLD, PPL_FACTOR)
+    if getattr(args, "keep_lengths", None):  # the effective length reads every length measured
+        documents = selected_documents(argparse.Namespace(**{**vars(args), "keep_lengths": None}))
+        every = selected_ruler(args, filter_lengths=False)
+        by_measure = estimates_of(curves_of(documents, rename(every + documents, args.rename)[:len(every)]),
+                                  THRESHOLD, PPL_FACTOR)
+    else:
+        by_measure = estimates_of(curves_of(documents, ruler), THRESHOLD, PPL_FACTOR)
     if getattr(args, "ruler_task", None):  # perplexity and the probes stay; RULER tasks as selected
         shown = {t for d in ruler for t in d["ruler"]}
         by_measure = {m: v for m, v in by_measure.items() if m in shown or not _is_ruler(m, documents)}

@@ -7,9 +7,10 @@
 
 Rows are evaluation lengths, columns the runs of each dataset by label (run-name, else method and what it
 was trained with: result_selection.py); the first row says how long each was trained (steps, tokens). A
-cell is perplexity mean ± std over seeds, with a dagger where the reference is significantly better
-(significance.py). Runs trained for different budgets are not tested against each other unless
---test-across-budgets, and then their daggers are marked. `--paper` adds the paper's own cell beside each
+cell is perplexity mean ± std over seeds, with † where the reference is significantly better and ‡ where
+it is significantly worse (significance.py: across seeds when runs have several, and the table's note says
+which test). Runs trained for different budgets are not tested against each other unless
+--test-across-budgets, and then their marks are starred. `--paper` adds the paper's own cell beside each
 method at the same extrapolation ratio, labelled as the paper's.
 """
 import argparse
@@ -29,11 +30,10 @@ from .paper_numbers import DEFAULT_DATASET_MAP, PAPER_TRAIN_LENGTH, TABLE3, pape
 from .long_context_tables import add_ruler_arguments, long_context_tables
 from .result_selection import add_selection_arguments, selected_documents
 from .results_index import budgets, index_results, method_sort_key, train_lengths
-from .significance import Comparison, compare
+from .significance import REFERENCE_BETTER, REFERENCE_WORSE, Comparison, compare, tests_note
 from .training_speed import render_table4, speed_table
 
-DAGGER = "†"
-ACROSS_BUDGETS = "*"  # the dagger of a test between runs trained for different budgets
+ACROSS_BUDGETS = "*"  # the mark of a test between runs trained for different budgets
 
 
 @dataclass
@@ -126,8 +126,8 @@ def cell_text(cell: Cell | None) -> str:
     if cell.skipped:
         return "n/a"
     text = fmt(cell.ppl_mean) + (f" ± {fmt(cell.ppl_std, cell.ppl_mean)}" if cell.ppl_std is not None else "")
-    dagger = cell.comparison and cell.comparison.dagger
-    return text + (DAGGER if dagger else "") + (ACROSS_BUDGETS if dagger and cell.across_budgets else "")
+    mark = cell.comparison.mark if cell.comparison else ""
+    return text + mark + (ACROSS_BUDGETS if mark and cell.across_budgets else "")
 
 
 def budget_text(budget) -> str:
@@ -157,14 +157,12 @@ def _columns(table, dataset):
 
 
 def _footnote(table, dataset):
-    over = sorted({c.comparison.over for (d, _, _), c in table.cells.items()
-                   if d == dataset and c.comparison and c.comparison.over})
+    comparisons = [c.comparison for (d, _, _), c in table.cells.items() if d == dataset and c.comparison]
     seeds = sorted({c.seeds for (d, _, _), c in table.cells.items() if d == dataset and c.seeds})
     spread = "one seed per method" if seeds == [1] else f"mean ± std over {'/'.join(map(str, seeds))} seeds"
     reference = getattr(table.reference, "display", table.reference)
     lines = [f"Perplexity ({table.mode}), {spread}. "
-             f"{DAGGER}: {reference} significantly better (paired two-sided t-test on loss over "
-             f"{' and '.join(over) or 'seeds'}, α = {table.alpha})."]
+             + tests_note([(c.test, c.seeds) for c in comparisons], reference, table.alpha) + " Tests are on loss (log-perplexity)."]
     across = sorted({m.display for (d, m, _), c in table.cells.items() if d == dataset and c.across_budgets})
     if across and table.test_across_budgets:
         lines.append(f"{ACROSS_BUDGETS}: tested against {reference} although trained for another budget "
@@ -207,7 +205,8 @@ def _budget_of(table, dataset, header) -> str:
 
 
 def _tex(text: str) -> str:
-    return (text.replace("_", r"\_").replace("±", r"$\pm$").replace(DAGGER, r"$^\dagger$")
+    return (text.replace("_", r"\_").replace("±", r"$\pm$").replace(REFERENCE_BETTER, r"$^\dagger$")
+            .replace(REFERENCE_WORSE, r"$^\ddagger$")
             .replace("×", r"$\times$").replace("—", "--").replace("α", r"$\alpha$"))
 
 
@@ -231,7 +230,7 @@ def render_csv(table: Table3) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["dataset", "train_length", "length", "method", "train_steps", "train_tokens", "mode", "ppl_mean",
                      "ppl_std", "loss_mean", "seeds", "reference", "p_value", "paired_over", "pairs", "dagger",
-                     "across_budgets", "skipped", "paper"])
+                     "reference_worse", "test", "across_budgets", "skipped", "paper"])
     for (dataset, method, length), c in sorted(table.cells.items(),
                                                key=lambda kv: (kv[0][0], kv[0][2], method_sort_key(kv[0][1]))):
         comp = c.comparison
@@ -240,7 +239,8 @@ def render_csv(table: Table3) -> str:
                          "/".join(str(b[0]) for b in budget), "/".join(str(b[1]) for b in budget), table.mode,
                          c.ppl_mean, c.ppl_std, c.loss_mean, c.seeds, getattr(table.reference, "display", table.reference),
                          comp.p_value if comp else None, comp.over if comp else None, comp.pairs if comp else None,
-                         comp.dagger if comp else None, c.across_budgets, c.skipped, c.paper])
+                         comp.dagger if comp else None, comp.reference_worse if comp else None,
+                         comp.test if comp else None, c.across_budgets, c.skipped, c.paper])
     return buffer.getvalue()
 
 
@@ -268,11 +268,11 @@ def main(argv=None):
     add_selection_arguments(parser)
     parser.add_argument("--mode", default="nonoverlap", choices=mode_names(),
                         help="evaluation mode to read (megatron/evaluation/modes/)")
-    parser.add_argument("--reference", default="kerple_log", help="run (label or method) the daggers compare against")
+    parser.add_argument("--reference", default="kerple_log", help="run (label or method) the † / ‡ marks compare against")
     parser.add_argument("--test-across-budgets", action="store_true",
                         help="also test runs trained for another budget (steps, tokens) than the reference; marked "
                              + ACROSS_BUDGETS)
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the t-test")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the t-tests")
     parser.add_argument("--paper", nargs="*", metavar="OURS=PAPER",
                         help="add the paper's numbers beside ours; default map " +
                         ", ".join(f"{k}={v}" for k, v in DEFAULT_DATASET_MAP.items()))

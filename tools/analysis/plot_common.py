@@ -1,7 +1,9 @@
 """What every figure shares: a fixed colour per base method, a line style and marker per variant of it
 (its hybrid, its DAPE wrapper, its windowed or named runs), and saving as PNG + PDF
 (megatron/evaluation/figures.py, which evaluate.py draws with too)."""
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+import math
+
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
 
 from megatron.evaluation.figures import plt, save_figure  # noqa: F401 (every figure tool saves with it)
 from megatron.evaluation.identity import Method
@@ -41,14 +43,34 @@ def legend_outside(ax, **kwargs) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, **kwargs)
 
 
+# Candidate tick mantissas, coarse to fine: a log axis is labelled with the finest set that puts 3-12 ticks in
+# its range, no gap wider than MAX_GAP of it and none narrower than MIN_GAP (labels that would touch);
+# matplotlib's own log ticks leave 7.2-9.6 with two labels and 4.5-25 with none between 10 and 20.
+TICK_MANTISSAS = ((1,), (1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 4, 5, 6, 8), tuple(range(1, 10)),
+                  (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6, 6.5, 7, 7.5, 8, 8.5, 9, 9.5))
+MAX_GAP, MIN_GAP = 0.35, 0.04
+
+
+def log_ticks(low: float, high: float) -> list[float] | None:
+    """Plain-number ticks for a log axis from low to high (both > 0), or None: no candidate set fits."""
+    span = math.log(high / low)
+    for mantissas in reversed(TICK_MANTISSAS):
+        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+                 for m in mantissas if low <= m * 10.0 ** k <= high]
+        edges = [low, *ticks, high]
+        widest = max(math.log(b / a) for a, b in zip(edges, edges[1:]))
+        closest = min((math.log(b / a) for a, b in zip(ticks, ticks[1:])), default=0.0)
+        if 3 <= len(ticks) <= 12 and widest <= MAX_GAP * span and closest >= MIN_GAP * span:
+            return [float(f"{t:.6g}") for t in ticks]
+    return None
+
+
 def plain_numbers(axis) -> None:
-    """Label a log axis 32, 64, 3.5 rather than 2^5, 6x10^0 (call after plotting: it reads the range).
-    Within a decade every minor tick gets a label; wider ranges label 1, 2, 5 x 10^k only."""
+    """Label a log axis with plain numbers (32, 64, 3.5, 15; never 2^5 or 6x10^0) spread over its whole range
+    (call after plotting: it reads the range); evenly spaced linear steps where no log set fits (a range
+    narrower than 1.3x)."""
     low, high = sorted(axis.get_view_interval())
-    label = FuncFormatter(lambda value, _: f"{value:g}")
-    if high / max(low, 1e-300) > 10:
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        axis.set_minor_formatter(NullFormatter())
-    else:
-        axis.set_minor_formatter(label)
-    axis.set_major_formatter(label)
+    ticks = log_ticks(max(low, 1e-300), high)
+    axis.set_major_locator(FixedLocator(ticks) if ticks else MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())

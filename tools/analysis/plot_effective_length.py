@@ -1,6 +1,7 @@
 """Effective length by method: one group of bars per measure (perplexity, probes, RULER tasks), one bar
 per method named under it (a windowed run hatched), its bootstrap 95% interval as the error bar, the
-training length marked (tools/analysis/effective_length.py defines it).
+training length marked (tools/analysis/effective_length.py defines it). A bar that reaches the longest
+length measured without failing is censored: "≥" over it says the effective length is at least that.
 
     python -m tools.analysis.plot_effective_length eval_results/tiny --out eval_results/tiny/effective_length
 """
@@ -10,7 +11,7 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from megatron.neox_arguments import run_cli
-from .effective_length import add_criteria_arguments, estimates_of_args
+from .effective_length import add_criteria_arguments, censored, estimates_of_args
 from .plot_common import method_color, plt, save_figure
 from .results_index import method_sort_key
 
@@ -24,6 +25,7 @@ def plot_effective_length(by_measure: dict, threshold: float, ppl_factor: float)
     fig, ax = plt.subplots(figsize=(1.6 + len(measures) * max(1.4, 0.3 * len(methods)), 4.6))
     floor = min(trained) / 2  # bars start here: "none" (score 0 at the reference) is drawn as no bar
     ticks, names = [], []
+    any_censored = False
     for j, method in enumerate(methods):
         for i, measure in enumerate(measures):
             e = by_measure[measure].get(method)
@@ -41,10 +43,19 @@ def plot_effective_length(by_measure: dict, threshold: float, ppl_factor: float)
                 err = [[e["effective"] - e["low"]], [e["high"] - e["effective"]]]
             ax.bar(x, e["effective"] - floor, width * 0.9, bottom=floor, color=method_color(method),
                    hatch="//" if method.window else None, edgecolor="white", yerr=err, capsize=3)
+            if censored(e, e["effective"]):
+                any_censored = True
+                ax.text(x, e["effective"] * 1.06, "≥", ha="center", va="bottom", fontsize=10,
+                        color=method_color(method))
     for length in trained:
         ax.axhline(length, color="grey", linestyle=":", linewidth=1, label=f"train length {length}")
+    if any_censored:  # a legend entry for the mark, drawn as text above
+        ax.plot([], [], " ", label="≥: nothing failed up to the longest length measured")
     ax.legend(fontsize=8)
     ax.set_yscale("log", base=2)
+    longest = max((e["effective"] for per in by_measure.values() for e in per.values() if e["effective"]),
+                  default=min(trained))
+    ax.set_ylim(floor, longest * 1.8)  # room for the "≥" over the tallest bar
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(ticks, names, rotation=90, fontsize=7)

@@ -4,9 +4,10 @@
         [--mode nonoverlap] [--method/--name/--seed/--length ...] [--rename OLD=NEW ...]
 
 One colour per base method, a line style and marker per variant of it (plot_common.variant_styles), the
-legend right of the panels, the training length a dotted line. The band is ± one standard deviation over
-seeds where a run has several; a run with one seed gets the 95% bootstrap interval over its evaluation
-chunks (the chunk losses every record carries), so every line says how sure it is.
+legend right of the panels, the training length a dotted line. One kind of band per figure, named under
+it: ± one standard deviation over seeds when runs have several seeds (a run with one seed then has no
+band: one seed has no spread), or, when every run has a single seed, the 95% bootstrap interval over its
+evaluation chunks (the chunk losses every record carries).
 """
 import argparse
 
@@ -35,15 +36,28 @@ def chunk_bootstrap(record: dict, level: float = 0.95) -> tuple[float, float]:
     return float(np.exp(low)), float(np.exp(high))
 
 
-def _point(records: list[dict]):
-    """(mean perplexity, band low, band high) over the seeds' records at one length."""
+BANDS = {"seeds": "± 1 std over seeds (of the loss); runs with one seed have no band",
+         "chunks": "95% bootstrap interval over evaluation chunks (every run has one seed)"}
+
+
+def _point(records: list[dict], band: str):
+    """(mean perplexity, band low, band high) over the seeds' records at one length; no band: NaN."""
     ppl = np.array([r["ppl"] for r in records])
+    if band == "chunks":
+        return (ppl[0], *chunk_bootstrap(records[0]))
     if len(ppl) > 1:
         # spread as a factor (std of log ppl = of the loss): a band that cannot cross zero on the log
         # axis, however far one seed blew up
         spread = np.exp(np.std(np.log(ppl), ddof=1))
         return ppl.mean(), ppl.mean() / spread, ppl.mean() * spread
-    return (ppl[0], *chunk_bootstrap(records[0]))
+    return ppl[0], np.nan, np.nan
+
+
+def band_kind(index) -> str:
+    """The figure's one kind of band: "chunks" when every run has one seed, else "seeds"."""
+    seeds = {len(runs) for per_method in index.values() for per_length in per_method.values()
+             for runs in per_length.values()}
+    return "chunks" if seeds == {1} else "seeds"
 
 
 def plot_perplexity_vs_length(documents, mode="nonoverlap"):
@@ -53,7 +67,7 @@ def plot_perplexity_vs_length(documents, mode="nonoverlap"):
         raise ResultFileError(f"no {mode} records in the result files; pick another --mode")
     trained = train_lengths(documents)
     fig, axes = plt.subplots(1, len(index), figsize=(6.5 * len(index), 4.2), squeeze=False)
-    bands = set()
+    band = band_kind(index)
     for ax, dataset in zip(axes[0], sorted(index)):
         methods = sorted(index[dataset], key=method_sort_key)
         styles = variant_styles(methods)
@@ -62,12 +76,11 @@ def plot_perplexity_vs_length(documents, mode="nonoverlap"):
             for length, runs in sorted(index[dataset][method].items()):
                 scored = [r for r in runs.values() if "skipped" not in r]
                 if scored:
-                    points.append((length, *_point(scored)))
+                    points.append((length, *_point(scored, band)))
             if not points:
                 continue
             x, mean, low, high = map(np.array, zip(*points))
             seeds = max(len(runs) for runs in index[dataset][method].values())
-            bands.add("seeds" if seeds > 1 else "chunks")
             linestyle, marker = styles[method]
             ax.plot(x, mean, marker=marker, markersize=4, color=method_color(method), linestyle=linestyle,
                     label=f"{method.display} ({seeds} seed{'s' if seeds > 1 else ''})")
@@ -85,9 +98,7 @@ def plot_perplexity_vs_length(documents, mode="nonoverlap"):
         ax.set_title(dataset + (f" (trained at {trained[dataset]})" if trained.get(dataset) else ""))
         ax.grid(True, which="both", alpha=0.3)
         legend_outside(ax)
-    what = {"seeds": "± 1 std over seeds", "chunks": "95% bootstrap interval over chunks (one seed)"}
-    fig.text(0.01, -0.02, "bands: " + "; ".join(what[b] for b in sorted(bands, reverse=True)), fontsize=8,
-             ha="left", va="top")
+    fig.text(0.01, -0.02, "bands: " + BANDS[band], fontsize=8, ha="left", va="top")
     fig.tight_layout()
     return fig
 

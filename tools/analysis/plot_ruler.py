@@ -1,18 +1,20 @@
-"""RULER score against length, one panel per task, one line per method (a line style and marker per
-variant of one method: plot_common.variant_styles; seeds averaged, band = the bootstrap 95% interval;
-methods drawn slightly apart along x so equal scores stay visible), the training length marked; lengths
-where no sample fits are left out.
+"""RULER score against length, one panel per task (rows of 3), one line per method (a line style and marker
+per variant of one method: plot_common.variant_styles; seeds averaged; methods drawn slightly apart along x
+so equal scores stay visible), the training length marked; lengths where no sample fits are left out. One
+legend for the figure, under the panels, which names the one kind of band: the bootstrap 95% interval over
+samples.
 
     python -m tools.analysis.plot_ruler eval_results/tiny --out eval_results/tiny/ruler_vs_length
 """
 import argparse
 
 import numpy as np
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from megatron.evaluation.results import ResultFileError
 from megatron.neox_arguments import run_cli
-from .plot_common import legend_outside, method_color, plt, save_figure, variant_styles
+from .plot_common import method_color, plt, save_figure, variant_styles
 from .results_index import method_sort_key
 from .ruler_table import index_ruler, load_ruler, seed_mean, train_length
 
@@ -22,8 +24,7 @@ def plot_ruler(documents):
     tasks = sorted(index)
     columns = min(3, len(tasks))  # rows of 3 panels: readable at a page's width
     rows = -(-len(tasks) // columns)
-    outside = max(len(per) for per in index.values()) > 4  # many methods: the legend right of each panel
-    fig, axes = plt.subplots(rows, columns, figsize=((8.5 if outside else 5) * columns, 3.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.3 * columns, 2.6 * rows), squeeze=False, sharey=True)
     for ax in axes.flat[len(tasks):]:
         ax.set_visible(False)
     for ax, task in zip(axes.flat, tasks):
@@ -43,27 +44,32 @@ def plot_ruler(documents):
         unfit = [n for n in sorted({n for per in index[task].values() for n in per})
                  if not any(seed_mean(per[n]) for per in index[task].values() if n in per)]
         if not any(seed_mean(runs) for per in index[task].values() for runs in per.values()):
-            ax.text(0.5, 0.5, "no sample fits at any length", transform=ax.transAxes, ha="center", color="grey")
+            ax.text(0.5, 0.5, "no sample fits\nat any length", transform=ax.transAxes, ha="center", color="grey",
+                    fontsize=8)
         elif unfit:  # said on the figure, not only left out: a missing point is not a score of 0
-            ax.text(0.02, 0.5, f"no sample fits at {', '.join(map(str, unfit))}", transform=ax.transAxes,
-                    color="grey", fontsize=8)
+            ax.text(0.5, 0.55, f"no sample fits at {', '.join(map(str, unfit))}", transform=ax.transAxes,
+                    ha="center", color="grey", fontsize=7)
         if trained:
-            ax.axvline(trained, color="grey", linestyle=":", linewidth=1, label=f"train length {trained}")
+            ax.axvline(trained, color="grey", linestyle=":", linewidth=1, label=f"training length {trained}")
         ax.set_xscale("log", base=2)
         ax.set_xticks(every)
         ax.set_xlim(min(every) / 1.3, max(every) * 1.3)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(labelsize=7)
         ax.set_ylim(-0.03, 1.03)
-        ax.set_xlabel("RULER length (tokens, prompt + answer reserve)")
-        ax.set_ylabel("score (share of answers found)")
-        ax.set_title(task)
+        ax.set_title(task, fontsize=9)
         ax.grid(True, alpha=0.3)
-        if outside:
-            legend_outside(ax)
-        else:
-            ax.legend(fontsize=8)
+    fig.supxlabel("RULER length (tokens, prompt + answer reserve)", fontsize=9)
+    fig.supylabel("score (share of answers found)", fontsize=9)
     fig.tight_layout()
+    handles = {}  # one entry per label over every panel, in the order first drawn
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    handles["bands: bootstrap 95% interval over samples (mean over seeds)"] = Patch(color="grey", alpha=0.15)
+    fig.legend(handles.values(), handles.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(3, len(handles)), fontsize=8, frameon=False)
     return fig
 
 

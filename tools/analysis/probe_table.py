@@ -7,8 +7,9 @@ log-probability with paired tests against a reference method.
 Accuracy is greedy exact match (teacher-forced top-1 where greedy decoding was off), the mean over the
 grid's depths and samples, then mean ± std over seeds. The answer NLL is the answer tokens' mean negative
 log-probability (nats). Every run scores byte-identical prompts (the probes are made from eval-seed
-alone), so sample i of one run pairs with sample i of another: the dagger marks lengths where the
-reference's NLL is significantly lower (paired t-test over (seed, sample) pairs, p < alpha).
+alone), so sample i of one run pairs with sample i of another. † / ‡ mark lengths where the reference's
+NLL is significantly lower / higher: across seeds when the runs have several, else paired over samples
+(significance.py; the table's heading says which test).
 """
 import argparse
 import sys
@@ -20,8 +21,7 @@ from megatron.evaluation.results import ResultFileError
 from megatron.neox_arguments import run_cli
 from .result_selection import add_selection_arguments, selected_documents
 from .results_index import index_results, method_sort_key
-
-DAGGER = "†"
+from .significance import mark, seed_aware_test, tests_note
 
 
 def probe_modes(documents) -> list[str]:
@@ -56,6 +56,12 @@ def paired(reference: dict, other: dict, keep=None):
     return np.array(ref), np.array(oth)
 
 
+def _samples(reference: dict, other: dict):
+    """The per-sample NLLs of two single-seed records, paired (the same probes, whatever their seeds)."""
+    seed = reference.get("seed", 0)
+    return paired({seed: reference}, {seed: other})
+
+
 def paired_p(ref: np.ndarray, oth: np.ndarray) -> float | None:
     if len(ref) < 2 or np.all(ref == oth):
         return None
@@ -73,7 +79,7 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
         lengths = sorted({L for m in methods for L in index[dataset][m]})
         records = [r for m in methods for by_seed in index[dataset][m].values() for r in by_seed.values()]
         header = "| length | " + " | ".join(m.display for m in methods) + " |\n|---|" + "---|" * len(methods)
-        accuracy, nll = [header], [header]
+        accuracy, nll, used = [header], [header], []
         for L in lengths:
             acc_cells, nll_cells = [], []
             ref = next((index[dataset][m].get(L, {}) for m in methods if reference in (m, m.display)), {})
@@ -87,19 +93,19 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
                 spread = f" ± {np.std(per_seed, ddof=1):.2f}" if len(per_seed) > 1 else ""
                 acc_cells.append(f"{np.mean(per_seed):.2f}{spread}")
                 losses = np.mean([r["loss"] for r in by_seed.values()])
-                dagger = ""
+                found = ""
                 if ref and reference not in (m, m.display):
-                    a, b = paired(ref, by_seed)
-                    p = paired_p(a, b)
-                    dagger = DAGGER if p is not None and p < alpha and a.mean() < b.mean() else ""
-                nll_cells.append(f"{losses:.3f}{dagger}")
+                    test, p, _, a, b = seed_aware_test(ref, by_seed, lambda r: r["loss"], _samples)
+                    found = mark(p, a, b, alpha, lower_is_better=True)
+                    used.append((test, (len(ref), len(by_seed))))
+                nll_cells.append(f"{losses:.3f}{found}")
             accuracy.append(f"| {L} | " + " | ".join(acc_cells) + " |")
             nll.append(f"| {L} | " + " | ".join(nll_cells) + " |")
         seeds = sorted({s for m in methods for by_seed in index[dataset][m].values() for s in by_seed})
         out += [f"**{dataset}, `{mode}`: accuracy** ({scored_by(records)}, mean over depths and samples; "
                 f"mean ± std over seeds {', '.join(map(str, seeds))})\n", *accuracy, "",
-                f"**{dataset}, `{mode}`: answer NLL** (nats per answer token, mean over samples and seeds; "
-                f"{DAGGER}: {reference} significantly lower, paired t-test over (seed, sample), p < {alpha})\n",
+                f"**{dataset}, `{mode}`: answer NLL** (nats per answer token, mean over samples and seeds). "
+                f"{tests_note(used, reference, alpha, better='lower', unit='samples')}\n",
                 *nll, ""]
     return "\n".join(out)
 
@@ -108,7 +114,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_selection_arguments(parser)
     parser.add_argument("--mode", help="the probe mode (default: every probe mode in the files)")
-    parser.add_argument("--reference", default="kerple_log", help="method the daggers compare against")
+    parser.add_argument("--reference", default="kerple_log", help="method the † / ‡ marks compare against")
     parser.add_argument("--alpha", type=float, default=0.05)
     args = parser.parse_args(argv)
     documents = selected_documents(args)

@@ -5,8 +5,9 @@ a cell is the score (mean over samples, then over seeds) and its bootstrap 95% i
 
 Reads `<folder>/lm_eval/*.json` (eval.py writes them there). Every run that shares a tokenizer and
 eval-seed scores the same RULER samples (megatron/evaluation/ruler.py), so sample i of one run pairs
-with sample i of another: the dagger marks lengths where the reference method scores significantly
-higher (paired t-test over the (seed, sample) pairs both runs have, p < alpha)."""
+with sample i of another. † / ‡ mark lengths where the reference method scores significantly higher /
+lower: across seeds when the runs have several, else paired over the samples both have (significance.py;
+the table's heading says which test)."""
 import argparse
 import json
 import pathlib
@@ -17,11 +18,10 @@ import numpy as np
 from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
 from megatron.neox_arguments import run_cli
-from .probe_table import paired_p
+from .significance import mark, seed_aware_test, tests_note
 from .results_index import method_sort_key
 
 SCHEMA = "neox-lm-eval/1"
-DAGGER = "†"
 
 
 def load_ruler(folder) -> list[dict]:
@@ -66,19 +66,15 @@ def seed_mean(runs: dict) -> tuple[float, float, float] | None:
                  for k, i in (("score", 0), ("ci95", 0), ("ci95", 1)))
 
 
-def paired_scores(reference: dict, other: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Per-sample scores of the (seed, doc id) pairs both {seed: record} have."""
-    ref, oth = [], []
-    for seed in sorted(set(reference) & set(other)):
-        a, b = reference[seed], other[seed]
-        if a.get("score") is None or b.get("score") is None:
-            continue
-        theirs = dict(zip(b["doc_ids"], b["scores"]))
-        for doc, score in zip(a["doc_ids"], a["scores"]):
-            if doc in theirs:
-                ref.append(score)
-                oth.append(theirs[doc])
-    return np.array(ref), np.array(oth)
+def paired_samples(reference: dict, other: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample scores of the doc ids both records (one seed each) have."""
+    theirs = dict(zip(other["doc_ids"], other["scores"]))
+    pairs = [(score, theirs[doc]) for doc, score in zip(reference["doc_ids"], reference["scores"]) if doc in theirs]
+    return np.array([a for a, _ in pairs]), np.array([b for _, b in pairs])
+
+
+def _scored(runs: dict) -> dict:
+    return {seed: r for seed, r in runs.items() if r.get("score") is not None}
 
 
 def ruler_tables(documents, reference: str = "kerple_log", alpha: float = 0.05) -> str:
@@ -88,10 +84,7 @@ def ruler_tables(documents, reference: str = "kerple_log", alpha: float = 0.05) 
         methods = sorted(index[task], key=method_sort_key)
         lengths = sorted({n for m in methods for n in index[task][m]})
         ref = next((m for m in methods if str(m) == reference), None)
-        out.append(f"RULER {task}: score (mean over samples; seeds averaged) [bootstrap 95% interval]"
-                   + (f"; {DAGGER} {reference} significantly higher (paired t-test, p < {alpha})" if ref else ""))
-        out.append("| length | " + " | ".join(str(m) for m in methods) + " |")
-        out.append("|---|" + "---|" * len(methods))
+        rows, used = [], []
         for length in lengths:
             cells = []
             for method in methods:
@@ -100,24 +93,29 @@ def ruler_tables(documents, reference: str = "kerple_log", alpha: float = 0.05) 
                 if mean is None:
                     cells.append("no sample fits" if runs else "")
                     continue
-                dagger = ""
-                if ref is not None and method != ref:
-                    a, b = paired_scores(index[task][ref].get(length, {}), runs)
-                    p = paired_p(a, b)
-                    dagger = DAGGER if p is not None and p < alpha and a.mean() > b.mean() else ""
+                found = ""
+                ref_runs = _scored(index[task][ref].get(length, {})) if ref is not None else {}
+                if ref_runs and method != ref:
+                    test, p, _, a, b = seed_aware_test(ref_runs, _scored(runs), lambda r: r["score"], paired_samples)
+                    found = mark(p, a, b, alpha, lower_is_better=False)
+                    used.append((test, (len(ref_runs), len(_scored(runs)))))
                 n = sum(r.get("n", 0) for r in runs.values())
-                cells.append(f"{mean[0]:.3f}{dagger} [{mean[1]:.2f}, {mean[2]:.2f}] n={n}")
+                cells.append(f"{mean[0]:.3f}{found} [{mean[1]:.2f}, {mean[2]:.2f}] n={n}")
             label = f"{length}" + (f" ({length / trained:g}×)" if trained else "")
-            out.append(f"| {label} | " + " | ".join(cells) + " |")
-        out.append("")
+            rows.append(f"| {label} | " + " | ".join(cells) + " |")
+        out.append(f"RULER {task}: score (mean over samples; seeds averaged) [bootstrap 95% interval]"
+                   + (f"; {tests_note(used, reference, alpha, better='higher', unit='samples')}" if ref is not None else ""))
+        out.append("| length | " + " | ".join(str(m) for m in methods) + " |")
+        out.append("|---|" + "---|" * len(methods))
+        out += rows + [""]
     return "\n".join(out)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="eval-results-dir (eval.py wrote its RULER results into its lm_eval/)")
-    parser.add_argument("--reference", default="kerple_log", help="method the daggers compare against")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the paired t-test")
+    parser.add_argument("--reference", default="kerple_log", help="method the † / ‡ marks compare against")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the t-tests")
     args = parser.parse_args(argv)
     documents = load_ruler(args.results)
     if not documents:
