@@ -161,6 +161,11 @@ class TrainingArgs:
     train_micro_batch_size_per_gpu: Optional[int] = arg(None, "Samples per rank per forward.")
     gradient_accumulation_steps: Optional[int] = arg(None, "Micro-batches per optimizer step.")
     seed: int = arg(1234, "Seed of the run (initialisation, data order, dropout).")
+    run_dir: Optional[str] = arg(
+        None, "One folder for everything the run writes: checkpoints in `<run-dir>/checkpoints` (save and load: the "
+        "same command resumes), TensorBoard events in `tensorboard`, logs in `logs`, evaluation results in "
+        "`eval_results`. A key set explicitly (save, load, tensorboard-dir, log-dir, eval-results-dir) wins.",
+        path="dir")
     save: Optional[str] = arg(None, "Directory to write checkpoints to.", path="dir")
     load: Optional[str] = arg(None, "Directory to load a checkpoint from.", path="dir")
     checkpoint_factor: Optional[int] = arg(None, "Save every this many steps.")
@@ -273,8 +278,11 @@ class _ScoringKeys:
         "cross", "`cross` (the paper's): chunks run across the documents the evaluation stream concatenates; "
         "`within`: only chunks that lie inside one document are scored (fewer at long lengths).")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
-    eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go (a checkpoint evaluated alone: "
-                                "its run's).", path="dir")
+    eval_results_dir: str = arg(
+        "eval_results", "Where per-run result JSON files go. Unset: `<run-dir>/eval_results`; else, when a "
+        "checkpoint is loaded, its run's folder (`load`'s parent when `load` is a run folder's `checkpoints`, else "
+        "`load` itself: for a checkpoint evaluated alone, the folder its own config named); this default otherwise.",
+        path="dir")
     eval_force: bool = arg(False, "Score again what the result file already holds for this checkpoint and these "
                                   "settings (without it, those lengths are skipped); evaluate.py's --force.")
 
