@@ -279,9 +279,9 @@ class _ScoringKeys:
         "`within`: only chunks that lie inside one document are scored (fewer at long lengths).")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
     eval_results_dir: str = arg(
-        "eval_results", "Where per-run result JSON files go. Unset: `<run-dir>/eval_results`; else, when a "
-        "checkpoint is loaded, its run's folder (`load`'s parent when `load` is a run folder's `checkpoints`, else "
-        "`load` itself: for a checkpoint evaluated alone, the folder its own config named); this default otherwise.",
+        "eval_results", "Where per-run result JSON files go. Unset: `<run-dir>/eval_results`; without run-dir, "
+        "beside the checkpoint `load` names (`R/eval_results` for `load: R/checkpoints`, else `<load>/eval_results`; "
+        "a checkpoint evaluated alone: the folder its own run's config named); this default when nothing is loaded.",
         path="dir")
     eval_force: bool = arg(False, "Score again what the result file already holds for this checkpoint and these "
                                   "settings (without it, those lengths are skipped); evaluate.py's --force.")
@@ -313,8 +313,11 @@ class TextGenerationArgs:
     sample_input_file: Optional[str] = arg(None, "`input-file`: the prompts, separated by prompt-end.",
                                            path="file")
     sample_output_file: Optional[str] = arg(
-        None, "Write one JSON line per sample (context, text, length, finished, message); default print only.",
-        path="file")
+        None, "Write one JSON line per sample (context, text, length, finished, message); default print only. "
+        "An existing file is refused unless sample-output-force.", path="file")
+    sample_output_force: bool = arg(
+        False, "Replace an existing sample-output-file (generate.py's --force). The new file is written whole "
+        "under a temporary name and then renamed over it: the old one stays until the new one is complete.")
     prompt_end: str = arg("\n", "What separates prompts in sample-input-file (and ends an interactive one).")
     num_samples: int = arg(1, "`unconditional`: number of samples.")
     maximum_tokens: int = arg(64, "Most tokens generated per prompt; may run past seq-length (not for `learned`).")
