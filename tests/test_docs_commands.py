@@ -78,6 +78,7 @@ RULES = [
                                "DEMO_EVAL_ARGS=--set eval-chunks=2"),
                          output="perplexity against evaluation length: eval_results/tiny/ppl_vs_length.png")),
     (r"^make test$", NotRun("the whole test suite, which holds this test")),
+    (r"^make help$", Run(output="make demo ")),
     (r"configs/kerple_log\.yml .*--dry-run$", Run(output="python tools/datasets/prepare_data.py github")),
     (r"configs/kerple_log\.yml", PAPER_DATA),
     (r"^python tools/datasets/prepare_data\.py$", Run(output="openwebtext2")),
