@@ -11,6 +11,7 @@ Filled in before the checkpoint is read (`load` may come from run-dir), each wit
 ("run-dir (configs/x.yml:3)"), so --dry-run and every error name where a folder came from."""
 import pathlib
 
+from .from_checkpoint import is_stored_config
 from .yaml_loader import normalise_key
 
 SUBFOLDERS = {"save": "checkpoints", "load": "checkpoints", "tensorboard_dir": "tensorboard", "log_dir": "logs",
@@ -51,6 +52,8 @@ def results_beside_checkpoint(values: dict, sources: dict) -> tuple[dict, dict]:
     load = values.get(spelling.get("load"))
     if "eval_results_dir" in spelling or load in (None, ""):
         return values, sources
+    if is_stored_config(sources.get("load", "").rsplit(":", 1)[0]):
+        return values, sources  # a checkpoint's stored config never decides where this process writes
     values, sources = dict(values), dict(sources)
     values["eval_results_dir"] = str(checkpoint_run_folder(load) / RESULTS)
     sources["eval_results_dir"] = f"beside the checkpoint load names ({sources.get('load', 'the given config')})"

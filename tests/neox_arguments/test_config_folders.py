@@ -80,7 +80,11 @@ def test_a_checkpoints_stored_config_never_files_this_process(tmp_path):
     stored.write_text((CONFIGS / "tiny.yml").read_text().replace("{", '{\n  "run-dir": "/tmp/their-folder",', 1))
     args = NeoXArgs.from_ymls([stored], {"load": str(tmp_path / "ckpt")})
     assert args.run_dir is None and args.save is None
-    assert args.eval_results_dir == str(tmp_path / "ckpt" / "eval_results")
+    assert args.eval_results_dir == str(tmp_path / "ckpt" / "eval_results")  # beside the load the user gave
+    # Nor does its `load` (read from, as always): results beside it would be a folder the sender chose.
+    stored.write_text(stored.read_text().replace("{", '{\n  "load": "/tmp/their-folder/checkpoints",', 1))
+    args = NeoXArgs.from_ymls([stored])
+    assert args.load == "/tmp/their-folder/checkpoints" and args.eval_results_dir == "eval_results"
 
 
 def test_dry_run_shows_the_resolved_folders_and_where_each_came_from(tmp_path, capsys, repo_root, monkeypatch):
