@@ -4,8 +4,9 @@ evaluation writes its results beside the checkpoint it scores.
 With `run-dir: R`, each of these keys the config leaves out is R's subfolder: save and load R/checkpoints
 (so the same command resumes), tensorboard-dir R/tensorboard, log-dir R/logs, eval-results-dir
 R/eval_results. A key the config sets (null included) wins. Without run-dir and eval-results-dir, a process
-that loads a checkpoint writes its results into the folder of the checkpoint's run: the folder above `load`
-when `load` is a run folder's `checkpoints`, else `load` itself -- never a folder another run shares.
+that loads a checkpoint writes its results into `eval_results` in the folder of the checkpoint's run: the
+folder above `load` when `load` is a run folder's `checkpoints`, else `load` itself -- never a folder another
+run shares (a `load` from a checkpoint's stored config: the default instead).
 
 Filled in before the checkpoint is read (`load` may come from run-dir), each with its source
 ("run-dir (configs/x.yml:3)"), so --dry-run and every error name where a folder came from."""
