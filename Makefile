@@ -1,4 +1,5 @@
 # Two commands from a fresh clone: `make demo` (the main job on the built-in corpus) and `make test`.
+# `make help` lists the targets, one line each: the `## ` text after each target's name below.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -6,14 +7,14 @@ REQS := requirements/requirements.txt requirements/requirements-wandb.txt \
         requirements/requirements-tensorboard.txt requirements/requirements-dev.txt
 DEMO_DATA := data/stdlib/stdlib_text_document
 
-.PHONY: venv data demo test test-fast test-slow reproduce clean gpu-wheels gpu-check
+.PHONY: help venv data demo test test-fast test-slow reproduce clean gpu-wheels gpu-check
 
 # TORCH_CUDA=cu128 (or another CUDA tag PyTorch publishes for the pinned torch): install requirements.txt's
 # torch pin from PyTorch's index of that CUDA build first; the requirements' `torch==X` then holds (X+cu128 is X).
 TORCH_CUDA ?=
 TORCH_PIN := $(shell grep -m1 '^torch==' requirements/requirements.txt)
 TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed  ## .venv/ with the pinned requirements (every target makes it first)
 $(VENV)/.installed: $(REQS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -22,7 +23,7 @@ $(VENV)/.installed: $(REQS)
 	touch $@
 
 # The built-in default corpus: the CPython standard library of this interpreter, byte-level tokens.
-data: venv $(DEMO_DATA).bin
+data: venv $(DEMO_DATA).bin  ## the built-in corpus (this Python's standard library, byte-level tokens) in data/stdlib/
 $(DEMO_DATA).bin:
 	$(PY) tools/datasets/build_default_corpus.py
 
@@ -39,7 +40,7 @@ DEMO_FIGURE := eval_results/tiny/ppl_vs_length
 DEMO_TRAIN_ARGS :=
 DEMO_EVAL_ARGS :=
 DEMO_THREADS := 1
-demo: data
+demo: data  ## train tiny KERPLE-log and sinusoidal models, evaluate them at 1x-32x, print the table, draw the figure
 	for method in $(DEMO_METHODS); do \
 	  OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) deepy.py train.py configs/tiny.yml --set pos-emb=$$method \
 	    --set save=checkpoints/tiny/$$method --set load=checkpoints/tiny/$$method \
@@ -55,7 +56,7 @@ demo: data
 # report in runs/reproduce/cpu-mini/report/ (REPRODUCE_ARGS=--publish: the published docs/reproduction/).
 # Resumable: re-run to continue. The published report used
 # make reproduce REPRODUCE_ARGS="--datasets stdlib prose --publish"
-reproduce: venv
+reproduce: venv  ## the KERPLE paper's experiment at CPU scale (7 methods x 3 seeds), resumable
 	$(PY) -m tools.reproduce configs/reproduce/cpu-mini.yml $(REPRODUCE_ARGS)
 
 # The tests marked cpu_isa depend on torch's CPU kernels, which differ between AVX2 and AVX-512
@@ -67,26 +68,30 @@ reproduce: venv
 # tests/conftest.py's order (longest first; --no-loadscope-reorder keeps xdist from reordering them), and
 # the 30 slowest tests are listed at the end: where CI time goes (it is over its 15-minute target).
 TEST_WORKERS ?= 2
-test: venv
+test: venv  ## the whole test suite on CPU (then the cpu_isa tests again on the AVX2 code path)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m cpu_isa
 
-# The inner loop: the tests that start no process (not marked `launches`), about a minute on 2 cores.
-test-fast: venv
+# The inner loop: the tests that start no process (not marked `launches`): 3,653 of the 3,932 that `make test`
+# collects; 4-7 minutes on a busy 2-core machine (docs/performance.md, "How long the quick start takes").
+test-fast: venv  ## the tests that start no process: the inner loop
 	$(PY) -m pytest -q -m "not slow and not cuda and not launches"
 
-test-slow: venv
+test-slow: venv  ## the tests marked slow
 	$(PY) -m pytest -q -m slow
 
-clean:
+clean:  ## remove what make data and make demo wrote (never runs/, your own runs)
 	rm -rf data/stdlib checkpoints/tiny eval_results/tiny tensorboard/tiny
 
 # GPU machines (docs/gpu/README.md). Here: the wheels an offline GPU node lacks, into .whl/ (never committed).
 # There: install them, run the CUDA tests and benchmarks in about 10 minutes, report in runs/gpu-check/.
 # Without CUDA gpu-check says so in one line and fails. The GPU image has no .venv: its python3 has torch.
 GPU_PY = $(if $(wildcard $(PY)),$(PY),python3)
-gpu-wheels: venv
+gpu-wheels: venv  ## the wheels a GPU machine without internet needs, into .whl/
 	$(PY) -m tools.gpu_check.wheels
 
-gpu-check:
+gpu-check:  ## on a GPU machine: the CUDA tests, benchmarks and a real training; report in runs/gpu-check/
 	@$(GPU_PY) -m tools.gpu_check $(GPU_CHECK_ARGS)
+
+help:  ## these lines
+	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)

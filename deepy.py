@@ -25,6 +25,7 @@ import typing
 
 from megatron.model.layer_pattern import describe_layers, per_layer_modules, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
+from megatron.neox_arguments.run_folder import describe_outputs
 from megatron.neox_arguments.to_model import model_config
 from megatron.preflight import READS, PreflightError, check_inputs, reads
 from megatron.progress import switched_on
@@ -204,6 +205,8 @@ def main(argv=None):
             print(f"# {CONFIG_FILE}: the merged config, in a private temporary file written at launch, removed after")
         # Reported, not refused: a dry run also inspects a cluster's config on a machine without its data.
         print(f"\n# Inputs\n{inputs.problem or inputs.found}")
+        print(f"\n# Outputs (checkpoints read and written, logs, results: where each folder came from)\n"
+              f"{describe_outputs(neox_args)}")
         return 0
 
     if inputs.problem:

@@ -8,7 +8,7 @@ mismatched one is an error, never a random model), scores the `eval-split` strea
 The model is the checkpoint's own (its stored config): a model config given as well must agree with it.
 
 examples:
-  python evaluate.py configs/tiny.yml configs/eval/tiny.yml     # one process
+  python evaluate.py configs/tiny.yml configs/eval/tiny.yml --set load=checkpoints/tiny/kerple_log   # one process
   python evaluate.py configs/eval/tiny.yml --set load=checkpoints/tiny/kerple_log   # model, data: the checkpoint's
   python evaluate.py configs/tiny.yml configs/eval/probe.yml --set load=checkpoints/tiny/kerple_log
   python deepy.py evaluate.py configs/kerple_log.yml configs/eval/extrapolation.yml   # every rank a share

@@ -6,8 +6,8 @@ checkpoint (a missing or empty folder starts at step 0). `train-iters: 0` scores
 instead, as evaluate.py does (the KERPLE fork's way).
 
 examples:
-  python train.py configs/tiny.yml                              # one process: the tiny CPU model
-  python train.py configs/tiny.yml --set pos-emb=alibi --set train-iters=500
+  python train.py configs/tiny.yml --set run-dir=runs/tiny      # one process: the tiny CPU model, filed in runs/tiny
+  python train.py configs/tiny.yml --set pos-emb=alibi --set run-dir=runs/tiny-alibi --set train-iters=500
   python deepy.py train.py configs/kerple_log.yml               # every rank, through DeepSpeed's launcher
   python deepy.py train.py configs/kerple_log.yml --dry-run     # the merged config, DeepSpeed JSON, command
 """

@@ -17,6 +17,7 @@ from deepspeed.accelerator import get_accelerator
 
 from megatron.checkpointing import SaveFailed, load_checkpoint, save_checkpoint
 from megatron.data import build_data_loader, build_train_valid_test_datasets
+from megatron.data.packed_documents import samples_across_documents
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
 from megatron.model import GPTModel
@@ -26,6 +27,7 @@ from megatron.optimizer import build_lr_scheduler, build_optimizer
 from megatron.preflight import check_training
 from megatron.tokenizer import build_tokenizer
 from megatron.random_positions import draw_positions
+from megatron.run_banner import masking_line, model_line, run_line
 
 
 class TrainingError(RuntimeError):
@@ -71,7 +73,12 @@ def pretrain(neox_args) -> TrainingResult:
 
 def _pretrain(neox_args, tokenizer) -> TrainingResult:
     train_set, valid_set, test_set = build_train_valid_test_datasets(neox_args, tokenizer)
+    if neox_args.rank == 0:
+        print(run_line(neox_args), flush=True)
     engine, optimizer = setup_model_and_optimizer(neox_args, tokenizer.padded_vocab_size)
+    if neox_args.rank == 0 and train_set is not None and (masking := masking_line(
+            neox_args, *samples_across_documents(train_set))):
+        print(masking, flush=True)
     iteration, consumed = load_checkpoint(neox_args, engine)
     if iteration >= neox_args.train_iters and neox_args.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
         print(f"the checkpoint in {neox_args.load} is at step {iteration}, already train-iters "
@@ -114,8 +121,7 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
     if neox_args.rank == 0:
         count = sum(p.numel() for p in model.parameters())
-        print(f"model: {count:,} parameters, pos-emb {neox_args.pos_emb}, {neox_args.precision}, "
-              f"ZeRO stage {engine.zero_optimization_stage()}, {neox_args.world_size} rank(s)", flush=True)
+        print(model_line(neox_args, count, engine.zero_optimization_stage()), flush=True)
     return engine, optimizer
 
 

@@ -123,8 +123,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    # Say which CPU code path the compiled kernels took, so a log shows what was actually checked.
+    # Why tests were skipped, counted by reason (skip_summary.py), then which CPU code path the compiled
+    # kernels took, so a log shows what was actually checked.
     import torch
+    from skip_summary import skip_lines
+    for line in skip_lines(terminalreporter.stats.get("skipped", [])):
+        terminalreporter.write_line(line)
     ran = sum(len(terminalreporter.stats.get(outcome, [])) for outcome in ("passed", "failed", "error"))
     forced = os.environ.get("ATEN_CPU_CAPABILITY")
     terminalreporter.write_line(

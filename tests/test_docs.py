@@ -52,3 +52,11 @@ def test_the_config_reference_is_current(repo_root):
     result = subprocess.run([sys.executable, "tools/docs/config_reference.py", "--check"],
                             cwd=repo_root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_make_target_has_its_help_line():
+    """`make help` prints the `## ` text after each target's name: every .PHONY target has one."""
+    makefile = (REPO / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY: (.+)$", makefile, flags=re.M).group(1).split()
+    described = set(re.findall(r"^([a-z-]+):.*## \S", makefile, flags=re.M))
+    assert set(phony) == described, set(phony) ^ described

@@ -63,9 +63,8 @@ class NotRun:
     reason: str
 
 
-# The demo's steps, and the same for the docs' training commands on tiny.yml: `python train.py
-# configs/tiny.yml` after `make demo` resumes its checkpoint at its last step, so trains nothing (8 = 8),
-# and the demo's evaluation stays the only result file of that run (make_tables refuses two).
+# The demo's steps, and the same for the docs' training commands on tiny.yml (each into a run-dir of its
+# own: tiny.yml names no folder, so none of them resumes or refuses the demo's checkpoints).
 TRAIN = {"train-iters": 8, "checkpoint-factor": 8, "eval-interval": 8, "eval-iters": 1, "log-interval": 2}
 GENERATE = {"maximum_tokens": 8, "num-samples": 1}
 RULER = {"eval-task-limit": 1, "eval-task-metadata": "{max_seq_lengths: [512]}"}
@@ -79,6 +78,7 @@ RULES = [
                                "DEMO_EVAL_ARGS=--set eval-chunks=2"),
                          output="perplexity against evaluation length: eval_results/tiny/ppl_vs_length.png")),
     (r"^make test$", NotRun("the whole test suite, which holds this test")),
+    (r"^make help$", Run(output="make demo ")),
     (r"configs/kerple_log\.yml .*--dry-run$", Run(output="python tools/datasets/prepare_data.py github")),
     (r"configs/kerple_log\.yml", PAPER_DATA),
     (r"^python tools/datasets/prepare_data\.py$", Run(output="openwebtext2")),
@@ -106,10 +106,11 @@ RULES = [
     (r"^\.venv/bin/python -m tools\.gpu_check\.wheels --list$", Run(output="deepspeed")),
     (r"^\.venv/bin/python -c .*prepare_data\(load_sweep\('configs/reproduce/gpu-mini\.yml'\)",
      NotRun("tokenizes with GPT-2's BPE, whose files `prepare_data.py gpt2` downloads (needs the internet)")),
-    (r"^python train\.py configs/tiny\.yml$", Run(sets=TRAIN, output="already train-iters (8): nothing to train")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
     (r"^python evaluate\.py --set load=checkpoints/variants/", Run(sets={"eval-chunks": 2})),  # a checkpoint alone
+    (r"^python evaluate\.py configs/eval/kv_retrieval\.yml",
+     Run(sets={"eval-lengths": "[64, 128]", "probe-depths": "[0.0, 1.0]", "probe-samples": 1})),
     (r"^python evaluate\.py configs/tiny\.yml configs/eval/probe\.yml",
      Run(sets={"eval-lengths": "[128, 256]", "probe-depths": "[0.0, 1.0]", "probe-samples": 1})),
     (r"^python -m tools\.analysis\.make_tables eval_results/tiny --train-logs", Run(output="sec/step")),

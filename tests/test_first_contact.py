@@ -143,7 +143,7 @@ def test_deepy_refuses_before_launching_and_dry_run_reports(tmp_path, monkeypatc
 def test_dry_run_lists_what_it_checked(tmp_path, capsys):
     write_pair(tmp_path / "corpus")
     assert deepy.main(["train.py", str(TINY), "--set", f"data-path={tmp_path}/corpus", "--dry-run"]) == 0
-    assert capsys.readouterr().out.split("# Inputs\n", 1)[1].strip() == \
+    assert capsys.readouterr().out.split("# Inputs\n", 1)[1].split("\n\n# Outputs")[0].strip() == \
         f"data-path {tmp_path}/corpus.bin and .idx (set by command line)"
 
 

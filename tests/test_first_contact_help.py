@@ -137,6 +137,12 @@ def test_the_local_task_example_runs_against_a_freshly_trained_checkpoint(tmp_pa
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "|python_mc|" in done.stdout.replace(" ", "") and "acc" in done.stdout
-    written = json.loads(next((results / "lm_eval").glob("*.json")).read_text())
+    result_file = next((results / "lm_eval").glob("*.json"))
+    written = json.loads(result_file.read_text())
     assert written["evaluation"]["tasks"] == ["python_mc"] and "acc,none" in written["results"]["python_mc"]
-    assert "is defined, but aggregation is not" not in done.stderr
+    # lm-eval's own output (progress bars, its log, git's complaint outside a repository) is kept beside the
+    # result, named on stdout; the terminal gets the table and the paths alone.
+    log = result_file.with_suffix(".log")
+    assert f"lm-eval's own output (its log, progress bars, warnings): {log}\n" in done.stdout
+    assert done.stderr == "" and "it/s]" in log.read_text()
+    assert "is defined, but aggregation is not" not in log.read_text()

@@ -7,6 +7,7 @@ checks these ids and positions against). They are computed here from the sample'
 rather than taken from megatron-core: it gives the documents only as an [s, s] mask, and a training
 probe (probe_mix.py) replaces a sample's tokens after megatron-core made its positions.
 """
+import numpy
 import torch
 
 
@@ -41,3 +42,32 @@ class WithDocuments(torch.utils.data.Dataset):
         if self.reset_positions:
             item["position_ids"] = positions_in_documents(item["document_ids"])
         return item
+
+
+def samples_across_documents(dataset) -> tuple[int, int]:
+    """(samples whose input tokens come from more than one document, samples) in the sample index of
+    `dataset` (megatron-core's GPTDataset; a BlendedDataset, probe mix or WithDocuments around them): what
+    document masking changes. Read from the index (each sample's first and last document and offset), not
+    from the tokens: a few numpy operations, whatever the number of samples.
+
+    A sample is seq_length + 1 tokens; the last is a label only. So a sample that ends on the first token
+    of the next document (end offset 0, one document later) still feeds the model one document."""
+    inner = [dataset]
+    counts = [0, 0]
+    while inner:
+        current = inner.pop()
+        if hasattr(current, "datasets"):  # BlendedDataset
+            inner.extend(current.datasets)
+        elif getattr(current, "sample_index", None) is not None or hasattr(current, "path_to_sample_index"):
+            index = current.sample_index
+            if index is None:  # megatron-core maps it lazily on the first item
+                index = numpy.load(current.path_to_sample_index, allow_pickle=False, mmap_mode="r")
+            first, last, last_offset = index[:-1, 0], index[1:, 0], index[1:, 1]
+            across = (last - first >= 2) | ((last - first == 1) & (last_offset > 0))
+            counts[0] += int(across.sum())
+            counts[1] += len(across)
+        elif hasattr(current, "dataset"):  # WithDocuments, ProbeMix
+            inner.append(current.dataset)
+        else:
+            raise TypeError(f"no sample index in {type(current).__name__}")
+    return counts[0], counts[1]

@@ -16,6 +16,7 @@ from megatron.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import reported_write
 from megatron.preflight import folder_problem
 from .lm_eval_adapter import NeoXLM
+from .lm_eval_log import lm_eval_output_to
 from .merge import CHECKPOINT_FIELDS, differences
 from .results import ResultFileError, folder_locked, write_atomic
 from .ruler import RulerRun, ruler_table, ruler_tasks
@@ -146,26 +147,31 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     from lm_eval.utils import make_table
 
     tasks = list(neox_args.eval_tasks or [])
-    others = [t for t in tasks if not (ruler and (t in ruler.tasks or t == "ruler"))]
-    manager = task_manager_for(neox_args)[0] if others or not ruler else None
-    loaded = load(opened, neox_args, device)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    limit = model.position_limit()
-    if limit is not None and length > limit:
-        raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb {neox_args.pos_emb} "
-                              f"can embed; set eval-task-length <= {limit}.")
-    lm = NeoXLM(model, tokenizer, max_length=length, stride=neox_args.eval_stride, device=device)
-    output = {"results": {}}
-    if others:
-        output = lm_eval.simple_evaluate(model=lm, tasks=others, task_manager=manager, limit=neox_args.eval_task_limit,
-                                         num_fewshot=neox_args.eval_task_num_fewshot, log_samples=False,
-                                         random_seed=neox_args.eval_seed, numpy_random_seed=neox_args.eval_seed,
-                                         torch_random_seed=neox_args.eval_seed, fewshot_random_seed=neox_args.eval_seed)
-        print(make_table(output), flush=True)
-    if ruler:  # each task at each length (megatron/evaluation/ruler.py)
-        measured = ruler.evaluate(lm, tokenizer)
-        output = dict(output, results={**output["results"], **measured["results"]}, ruler=measured["ruler"])
-        print(ruler_table(measured["ruler"]), flush=True)
+    # lm-eval's own output (stderr: its log, progress bars, warnings) goes to a file beside the results; this
+    # project's lines (tables, what could not be scored) are printed to stdout and stay on the terminal.
+    with lm_eval_output_to(path.with_suffix(".log"), f"eval.py {' '.join(tasks)} on {run['name']}"):
+        others = [t for t in tasks if not (ruler and (t in ruler.tasks or t == "ruler"))]
+        manager = task_manager_for(neox_args)[0] if others or not ruler else None
+        loaded = load(opened, neox_args, device)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        limit = model.position_limit()
+        if limit is not None and length > limit:
+            raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb "
+                                  f"{neox_args.pos_emb} can embed; set eval-task-length <= {limit}.")
+        lm = NeoXLM(model, tokenizer, max_length=length, stride=neox_args.eval_stride, device=device)
+        output = {"results": {}}
+        if others:
+            seed = neox_args.eval_seed
+            output = lm_eval.simple_evaluate(model=lm, tasks=others, task_manager=manager,
+                                             limit=neox_args.eval_task_limit,
+                                             num_fewshot=neox_args.eval_task_num_fewshot, log_samples=False,
+                                             random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+                                             fewshot_random_seed=seed)
+            print(make_table(output), flush=True)
+        if ruler:  # each task at each length (megatron/evaluation/ruler.py)
+            measured = ruler.evaluate(lm, tokenizer)
+            output = dict(output, results={**output["results"], **measured["results"]}, ruler=measured["ruler"])
+            print(ruler_table(measured["ruler"]), flush=True)
     document = {"schema": SCHEMA, "run": run,
                 "evaluation": {"tasks": tasks, **evaluation, "device": str(device),
                                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},

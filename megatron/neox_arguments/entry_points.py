@@ -45,7 +45,9 @@ ENTRY_POINTS = {
                     "and these settings (the same as --set eval-force=true)", switch=True),)),
     "generate.py": EntryPoint(keys=(
         "load", "text-gen-type", "sample-input-file", "sample-output-file", "num-samples", "maximum-tokens",
-        "temperature", "top-k", "top-p", "recompute", "generation-batch-size")),
+        "temperature", "top-k", "top-p", "recompute", "generation-batch-size"),
+        flags=(Flag("--force", "sample_output_force", "", "replace an existing sample-output-file (the same as "
+                    "--set sample-output-force=true)", switch=True),)),
     "eval.py": EntryPoint(
         keys=("load", "eval-tasks", "eval-task-paths", "eval-task-length", "eval-task-limit",
               "eval-task-num-fewshot", "eval-stride", "eval-results-dir"),

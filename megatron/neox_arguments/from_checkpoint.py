@@ -130,7 +130,7 @@ def _model_config_source(folder: pathlib.Path, values: dict, sources: dict) -> t
 # the model and the data to read, but never these. They are left out rather than refused: the file is
 # the documented way to use a checkpoint, and the user's own config or --set (or the default) decides
 # where the results go, as with a checkpoint named by `load` alone.
-WRITE_KEYS = ("save", "log_dir", "tensorboard_dir", "eval_results_dir", "sample_output_file", "data_cache_path",
+WRITE_KEYS = ("run_dir", "save", "log_dir", "tensorboard_dir", "eval_results_dir", "sample_output_file", "data_cache_path",
               "eval_task_paths")
 
 

@@ -165,6 +165,11 @@ class TrainingArgs:
     train_micro_batch_size_per_gpu: Optional[int] = arg(None, "Samples per rank per forward.")
     gradient_accumulation_steps: Optional[int] = arg(None, "Micro-batches per optimizer step.")
     seed: int = arg(1234, "Seed of the run (initialisation, data order, dropout).")
+    run_dir: Optional[str] = arg(
+        None, "One folder for everything the run writes: checkpoints in `<run-dir>/checkpoints` (save and load: the "
+        "same command resumes), TensorBoard events in `tensorboard`, logs in `logs`, evaluation results in "
+        "`eval_results`. A key set explicitly (save, load, tensorboard-dir, log-dir, eval-results-dir) wins.",
+        path="dir")
     save: Optional[str] = arg(None, "Directory to write checkpoints to.", path="dir")
     load: Optional[str] = arg(None, "Directory to load a checkpoint from.", path="dir")
     checkpoint_factor: Optional[int] = arg(None, "Save every this many steps.")
@@ -277,8 +282,11 @@ class _ScoringKeys:
         "cross", "`cross` (the paper's): chunks run across the documents the evaluation stream concatenates; "
         "`within`: only chunks that lie inside one document are scored (fewer at long lengths).")
     eval_micro_batch_size: int = arg(1, "Sequences per evaluation forward.")
-    eval_results_dir: str = arg("eval_results", "Where per-run result JSON files go (a checkpoint evaluated alone: "
-                                "its run's).", path="dir")
+    eval_results_dir: str = arg(
+        "eval_results", "Where per-run result JSON files go. Unset: `<run-dir>/eval_results`; without run-dir, "
+        "beside the checkpoint `load` names (`R/eval_results` for `load: R/checkpoints`, else `<load>/eval_results`; "
+        "a checkpoint evaluated alone: the folder its own run's config named); this default when nothing is loaded.",
+        path="dir")
     eval_force: bool = arg(False, "Score again what the result file already holds for this checkpoint and these "
                                   "settings (without it, those lengths are skipped); evaluate.py's --force.")
 
@@ -309,8 +317,11 @@ class TextGenerationArgs:
     sample_input_file: Optional[str] = arg(None, "`input-file`: the prompts, separated by prompt-end.",
                                            path="file")
     sample_output_file: Optional[str] = arg(
-        None, "Write one JSON line per sample (context, text, length, finished, message); default print only.",
-        path="file")
+        None, "Write one JSON line per sample (context, text, length, finished, message); default print only. "
+        "An existing file is refused unless sample-output-force.", path="file")
+    sample_output_force: bool = arg(
+        False, "Replace an existing sample-output-file (generate.py's --force). The new file is written whole "
+        "under a temporary name and then renamed over it: the old one stays until the new one is complete.")
     prompt_end: str = arg("\n", "What separates prompts in sample-input-file (and ends an interactive one).")
     num_samples: int = arg(1, "`unconditional`: number of samples.")
     maximum_tokens: int = arg(64, "Most tokens generated per prompt; may run past seq-length (not for `learned`).")

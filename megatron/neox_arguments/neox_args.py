@@ -17,6 +17,7 @@ from .from_checkpoint import checkpoint_source, drop_write_keys
 from .group_checks import CHECKS
 from .groups import GROUPS, EvaluationArgs, LauncherArgs, LoggingArgs
 from .log_files import start_log_files
+from .run_folder import results_beside_checkpoint, run_folder_source
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
 from .yaml_loader import drop_nested, key_path, load_config_files, normalise_key, where_of
@@ -53,7 +54,9 @@ class NeoXArgs(*reversed(GROUPS)):
         """Validated args from a {key: value} dict (keys may use '-' or '_')."""
         known = cls.user_keys()
         values, sources, notes = translate(values, sources or {}, known)  # upstream NeoX / KERPLE-fork keys
+        values, sources = run_folder_source(values, sources)  # save, load, ... under run-dir
         values, sources = checkpoint_source(values, sources, known["pos_emb"].default)  # the model of `load`
+        values, sources = results_beside_checkpoint(values, sources)
         hints = typing.get_type_hints(cls)
         kwargs = {}
         for raw_key, value in values.items():
@@ -196,7 +199,7 @@ class NeoXArgs(*reversed(GROUPS)):
 # A run's config hash (megatron/evaluation/identity.py) leaves out the settings that do not change what
 # was trained: evaluation, logging and launcher keys, the seed (the seeds of one configuration share a
 # hash) and where things are.
-_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path"} | {
+_UNHASHED_KEYS = {"seed", "run_dir", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path"} | {
     f.name for group in (EvaluationArgs, LoggingArgs, LauncherArgs) for f in dataclasses.fields(group)}
 
 

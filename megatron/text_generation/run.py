@@ -19,7 +19,7 @@ from megatron.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
 from megatron.inference_model import inference_device_and_dtype, load
-from megatron.output_paths import new_file_problem, reported_write
+from megatron.output_paths import new_file_problem, not_writable, reported_write
 from .memory import run_memory_problem
 from .samples import generate_samples
 from .sampling import setting_problems
@@ -50,7 +50,7 @@ def generate_run(neox_args, stdin=None) -> list[dict]:
     if neox_args.rank == 0:
         for item in records:
             show(item)
-        write_records(neox_args.sample_output_file, records)
+        write_records(neox_args.sample_output_file, records, neox_args.sample_output_force)
     return records
 
 
@@ -84,7 +84,13 @@ def check_generation_keys(neox_args) -> None:
         fail("text_gen_type", "is 'interactive', which reads prompts from one terminal: run it with "
              "`python generate.py`, not on several ranks.")
     if neox_args.sample_output_file:
-        problem = new_file_problem(neox_args.sample_output_file)
+        path = pathlib.Path(neox_args.sample_output_file)
+        if neox_args.sample_output_force and path.is_file():  # to be replaced: its folder must take the new one
+            problem = not_writable(path.parent)
+        else:
+            problem = new_file_problem(path)
+            if problem and path.exists() and not path.is_dir():
+                problem += " (generate.py replaces it only when given --force: sample-output-force: true.)"
         if problem:
             fail("sample_output_file", problem)
 
@@ -142,7 +148,7 @@ def interact(neox_args, model, tokenizer, stdin) -> list[dict]:
         context = line.rstrip("\n").split(neox_args.prompt_end)[0]
         records += generate_samples(neox_args, model, tokenizer, [context])
         show(records[-1])
-    write_records(neox_args.sample_output_file, records)
+    write_records(neox_args.sample_output_file, records, neox_args.sample_output_force)
     return records
 
 
@@ -151,21 +157,21 @@ def show(item: dict) -> None:
     print("-" * 40, flush=True)
 
 
-def write_records(path, records) -> None:
+def write_records(path, records, replace: bool = False) -> None:
     if not path:
         return
     with reported_write(path, f"the {len(records)} samples", "sample-output-file"):
-        written = write_new_file(pathlib.Path(path), "".join(json.dumps(item) + "\n" for item in records))
+        written = write_new_file(pathlib.Path(path), "".join(json.dumps(item) + "\n" for item in records), replace)
     moved = "" if written == pathlib.Path(path) else (f" ({path} appeared while generating, by another process, "
                                                       "and is never overwritten)")
     print(f"wrote {len(records)} samples to {written}{moved}", file=sys.stderr, flush=True)
 
 
-def write_new_file(path: pathlib.Path, text: str) -> pathlib.Path:
+def write_new_file(path: pathlib.Path, text: str, replace: bool = False) -> pathlib.Path:
     """Write `text` under a temporary name in `path`'s folder, then link it to `path` only if that name
     is still free (no reader sees half a file, nothing is overwritten). Should `path` have appeared since
     it was checked, the file gets the first free name `<stem>-2<suffix>`, `-3`, ...; returns the path
-    written."""
+    written. `replace` (--force): renamed over `path` instead, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".samples-", suffix=".tmp", dir=path.parent)
     try:
@@ -174,6 +180,9 @@ def write_new_file(path: pathlib.Path, text: str) -> pathlib.Path:
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a sample file is as readable as any other
+        if replace:
+            os.replace(tmp, path)
+            return path
         for n in range(1, 1000):
             target = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
             try:

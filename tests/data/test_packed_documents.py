@@ -12,7 +12,7 @@ from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
 from test_training_support import run_script, set_flags, tiny_args, tiny_overrides
 
 from megatron.data import build_train_valid_test_datasets
-from megatron.data.packed_documents import document_ids, positions_in_documents
+from megatron.data.packed_documents import document_ids, positions_in_documents, samples_across_documents
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
@@ -238,6 +238,10 @@ def test_a_document_masked_run_trains_and_evaluates_through_the_entry_points(std
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     runs = [json.loads(path.read_text())["run"] for path in (tmp_path / "results").glob("*.json")]
     assert runs and all("docpos" in run["variant"] for run in runs)
+    # The banner says that masking is on and how much of the data it changes (counted: the in-process test below).
+    assert "pos-emb kerple_log + docpos, fp32" in trained.stdout, trained.stdout[:2000]
+    assert ("document masking on (reset-attention-mask, positions restart in each document): "
+            in trained.stdout), trained.stdout[:2000]
 
 
 def test_every_split_carries_document_ids_and_reset_positions(stdlib_data, tmp_path):
@@ -254,3 +258,13 @@ def test_every_split_carries_document_ids_and_reset_positions(stdlib_data, tmp_p
             assert torch.equal(item["document_ids"], document_ids(tokens, eod))
             crossed += int(item["document_ids"][-1])
     assert crossed > 0  # samples do span several documents
+
+
+def test_the_share_of_samples_across_documents_is_what_the_samples_hold(stdlib_data, tmp_path):
+    """The banner's count, read from megatron-core's sample index, against the samples themselves: a sample
+    spans a boundary when its input tokens hold an EOD before the last (its document ids reach 1)."""
+    args = tiny_args(stdlib_data, tmp_path, reset_attention_mask=True, data_cache_path=str(tmp_path / "cache"))
+    for split in build_train_valid_test_datasets(args)[1:]:  # valid and test: every sample read in a second
+        across = sum(int(split[index]["document_ids"][-1] > 0) for index in range(len(split)))
+        assert samples_across_documents(split) == (across, len(split))
+        assert 0 < across < len(split)

@@ -33,7 +33,7 @@ from hf_export_support import tiny_source
 from test_hostile_runs import unwritable_folder  # noqa: F401  (fixture)
 from test_import_neox_checkpoint import config as fork_config
 from test_lm_eval import run  # noqa: F401  (the module fixture: a tiny kerple_log checkpoint and local tasks)
-from test_training_support import REPO_ROOT, TINY, child_environment, tiny_args, tiny_overrides
+from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_args, tiny_overrides
 from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
@@ -180,6 +180,24 @@ def test_an_existing_sample_output_file_is_refused_before_loading_and_kept(tmp_p
                        r"is never overwritten: give a new file name, or move the file away first"):
         generate_run(generation_args(tmp_path, sample_output_file=str(kept)))
     assert kept.read_text() == "earlier samples\n"
+
+
+def test_force_replaces_the_sample_output_file_whole_and_only_then(tmp_path, monkeypatch):
+    """generate.py --force: the existing file passes the check (the checkpoint is what is missing here), and
+    is replaced by a rename of the complete new file; without --force the refusal says how to replace it."""
+    kept = tmp_path / "samples.jsonl"
+    kept.write_text("earlier samples\n")
+    with pytest.raises(GenerationError, match=r"replaces it only when given --force: sample-output-force: true"):
+        generate_run(generation_args(tmp_path, sample_output_file=str(kept)))
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", str(REPO_ROOT / "generate.py"), raising=False)
+    forced = NeoXArgs.consume_args([str(TINY), str(GENERATION), "--force", *set_flags(
+        tiny_overrides("unused-data", tmp_path, load=str(tmp_path / "no-checkpoint"), sample_output_file=str(kept)))])
+    assert forced.sample_output_force and forced.config_sources["sample_output_force"] == "command line"
+    with pytest.raises(Exception, match="no-checkpoint") as refused:
+        generate_run(forced)
+    assert "sample-output-file" not in str(refused.value)
+    assert write_new_file(kept, "new samples\n", replace=True) == kept and kept.read_text() == "new samples\n"
+    assert os.listdir(tmp_path).count("samples.jsonl") == 1 and not list(tmp_path.glob(".samples-*"))
 
 
 @pytest.mark.parametrize("name, fragment", [

@@ -88,8 +88,11 @@ def carried_packages() -> dict:
 
 
 def ignore_folder(dest: pathlib.Path) -> None:
-    """Make git ignore the wheel folder (it must never be committed), via .git/info/exclude."""
-    relative = dest.resolve().relative_to(REPO_ROOT)
+    """Make git ignore the wheel folder (it must never be committed), via .git/info/exclude; a folder
+    outside the repository is no concern of git's."""
+    if not dest.resolve().is_relative_to(REPO_ROOT.resolve()):
+        return
+    relative = dest.resolve().relative_to(REPO_ROOT.resolve())
     if subprocess.run(["git", "check-ignore", "-q", str(relative)], cwd=REPO_ROOT).returncode == 0:
         return
     exclude = REPO_ROOT / subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=REPO_ROOT,
