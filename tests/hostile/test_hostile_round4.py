@@ -257,10 +257,13 @@ from test_hostile_training import full_disk  # noqa: E402,F401 (a fixture: a 3 M
 
 @pytest.mark.launches  # the checkpoint is trained by train.py
 def test_convert_to_hf_on_a_full_disk_is_one_paragraph_and_leaves_nothing(trained, full_disk, capsys):
+    """200 KB left: the export's code and config files fit, its weights (about 0.5 MB) do not, so the write that
+    fails is safetensors' (a SafetensorError, not an OSError, which was a traceback)."""
     from megatron.output_paths import WriteFailed
-    from test_hostile_round3 import fill
     from tools.ckpts import convert_to_hf
-    fill(full_disk)
+    space = os.statvfs(full_disk)
+    with open(full_disk / "filler", "wb") as filler:
+        filler.write(b"\0" * (space.f_bavail * space.f_frsize - 200_000))
     with pytest.raises(WriteFailed) as info:
         convert_to_hf.main(["--input_dir", str(trained / "global_step2"), "--output_dir", str(full_disk / "hf")])
     assert str(info.value) == (f"the Hugging Face export could not be written to {full_disk / 'hf'}: 'no space left "

@@ -7,7 +7,8 @@ SRC is the run's `save` directory (or one global_stepN folder). The architecture
 config: the configs/*.yml the run saved beside its weights, or --config_file (the files you trained
 with, upstream keys and all). The positional method must be the config's `pos-emb` (or --pos-emb):
 KERPLE-log and -power store the same parameter names, so the weights cannot tell them apart.
-Then score it: `python evaluate.py OUT/global_stepN/configs/*.yml configs/eval/extrapolation.yml --set load=OUT`.
+Then score it: `python evaluate.py OUT/global_stepN/configs/*.yml configs/eval/extrapolation.yml --set load=OUT`
+(and `--set data-path=PREFIX` when the run's config names no data: the command it prints says so).
 """
 import argparse
 import pathlib
