@@ -137,9 +137,11 @@ def check_ruler_lengths_fit(neox_args, lengths: list[int], vocab_rows: int) -> N
         sized.eval_lengths = [(low + high) // 2]
         low, high = (sized.eval_lengths[0], high) if memory_problem(sized, False, vocab_rows) is None else \
             (low, sized.eval_lengths[0])
-    source = neox_args.config_sources.get("eval_task_metadata") and "eval-task-metadata max_seq_lengths" or \
-        "the RULER lengths (eval-lengths, as eval-task-metadata sets none)"
-    where = neox_args.config_sources.get("eval_task_metadata") or neox_args.config_sources.get("eval_lengths", "the config")
+    key = ("eval_task_metadata" if (neox_args.eval_task_metadata or {}).get("max_seq_lengths") else
+           "eval_lengths" if neox_args.eval_lengths else None)  # ruler_lengths' order; None: its ladder
+    source = {"eval_task_metadata": "eval-task-metadata max_seq_lengths", "eval_lengths": "eval-lengths (RULER's "
+              "lengths, as eval-task-metadata names none)"}.get(key, "RULER's default lengths (multiples of seq-length)")
+    where = neox_args.config_sources.get(key, "the config") if key else "the config"
     raise EvaluationError(f"{where}: {source} {quote(lengths)} cannot be scored here, at the longest: {problem} "
                           f"The longest RULER length that fits is {low:,} tokens; give lengths up to it "
                           "(eval-task-metadata: {max_seq_lengths: [...]}). Nothing was built or scored.")

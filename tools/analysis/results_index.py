@@ -44,7 +44,7 @@ def index_results(documents: list[dict], mode: str) -> dict:
                 chunks = record.get("eval_chunks", doc.get("evaluation", {}).get("eval_chunks"))
                 held = candidates[run["dataset"], method, record["length"], run["seed"]]
                 for other_chunks, other, other_path in held:
-                    if other_chunks == chunks and _scores(other) != _scores(record):
+                    if other_chunks == chunks and _disagree(other, record):
                         raise ResultFileError(_conflict_message(method, run, record, chunks, other_path, doc.get("path"),
                                                                 other))
                 held.append((chunks, record, doc.get("path", "a result document")))
@@ -69,6 +69,13 @@ UNSCORED = ("seconds", "peak_memory_mb")  # how long and how much memory the sco
 
 def _scores(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in UNSCORED}
+
+
+def _disagree(first: dict, second: dict) -> bool:
+    """Two records of one run, length, mode and chunks whose numbers differ (a field only one of them has,
+    written by another version, is no disagreement)."""
+    a, b = _scores(first), _scores(second)
+    return any(a[k] != b[k] for k in set(a) & set(b))
 
 
 def _conflict_message(method, run, record, chunks, first, second, other) -> str:
