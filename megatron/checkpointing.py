@@ -137,9 +137,15 @@ def stored_step(state: dict, where) -> int:
     reported under this step, so a file that disagrees with its folder (copied or edited) is refused."""
     step = int(TAG.fullmatch(pathlib.Path(where).name).group(1))
     if state.get("iteration") != step:
+        held = state.get("iteration")
+        # A step is found by its folder's name only, so the one way to load these weights is under the name
+        # that matches their file: `iteration` cannot reach a folder that is not there.
+        fix = (f"To load it, rename the folder back to {pathlib.Path(where).parent / f'global_step{held}'} (and, if "
+               f"`latest` names it, write global_step{held} into `latest`); or use a checkpoint train.py wrote."
+               if isinstance(held, int) and not isinstance(held, bool) and held >= 0 else
+               "The file is damaged or not from this project: use a checkpoint train.py wrote.")
         raise CheckpointError(f"{where} is the folder of step {step}, but its model-states file says iteration "
-                              f"{quote(state.get('iteration'))}: the folder was renamed or the file copied from another "
-                              "step. Load it by the step its file holds, or use a checkpoint train.py wrote.")
+                              f"{quote(held)}: the folder was renamed or the file copied from another step. {fix}")
     return step
 
 

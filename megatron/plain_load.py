@@ -41,6 +41,17 @@ class NotPlainData(CheckpointError):
     """A checkpoint file that holds an object other than plain data: refused, never constructed."""
 
 
+class NotAPickle(ValueError):
+    """A file whose bytes torch's reader cannot follow (random bytes, a truncated or damaged copy): no
+    object in it was refused, there is simply no checkpoint to read. Callers call the file damaged."""
+
+
+# What torch's weights-only reader says when the file really names an object it does not build (a global,
+# a function to call, a class to instantiate); anything else it stops at (an unknown opcode, a string
+# longer than the file, a list operation on a non-list) is bytes that are not a pickle at all.
+_FOREIGN_OBJECT = re.compile(r"GLOBAL \S+|unrecognized function|add_safe_globals|must be imported to load")
+
+
 def load_plain(path, mmap: bool = True):
     """torch.load of `path` as data only (memory-mapped where the format allows it)."""
     with torch.serialization.safe_globals(PLAIN_GLOBALS):
@@ -49,6 +60,9 @@ def load_plain(path, mmap: bool = True):
         except pickle.UnpicklingError as err:
             if "weights only" not in str(err).lower():
                 raise
+            if not _FOREIGN_OBJECT.search(str(err)):
+                raise NotAPickle(f"its bytes are not a checkpoint torch can read, so it is damaged or not a "
+                                 f"checkpoint (torch's reader stopped at {quote(_reader_error(str(err)))})") from None
             raise NotPlainData(_refusal(path, str(err))) from None
 
 
@@ -62,6 +76,12 @@ def as_plain_data(value):
     if isinstance(value, (list, tuple)):
         return type(value)(as_plain_data(v) for v in value)
     return value
+
+
+def _reader_error(message: str) -> str:
+    """The weights-only reader's own words inside torch's wrapping message."""
+    inner = message.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation of torch.load")[0]
+    return " ".join(inner.split()) or message.strip().splitlines()[0]
 
 
 def _refusal(path, reason: str) -> str:

@@ -319,9 +319,21 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
         activations = 4 * micro * length * (neox_args.hidden_size + vocab_size)
         what = f"{params:,} parameters x 4 bytes"
     available, kind = available_bytes()
+    gib = 2 ** 30
+    if training and state + activations <= available and (tables := random_positions_table_bytes(neox_args, model)):
+        if state + activations + tables > available:
+            per_position = tables // neox_args.random_positions
+            largest = (available - state - activations) // per_position
+            return (f"random-positions {neox_args.random_positions:,} ({neox_args.config_sources.get('random_positions', 'the config')}) "
+                    f"cannot fit: a training step spans up to that many distances, and pos-emb {neox_args.pos_emb} "
+                    f"builds a per-distance table over them ({per_position} bytes a distance: one float32 row per head "
+                    f"and the distances themselves), {tables / gib:,.1f} GiB, with the model's {(state + activations) / gib:,.1f}"
+                    f" GiB, but there are {available / gib:,.1f} GiB {kind}. The largest random-positions that fits is "
+                    f"{largest:,}" + (f" (the run's seq-length {neox_args.seq_length} is its least)" if largest >= neox_args.seq_length
+                                      else f", below seq-length {neox_args.seq_length}: turn random-positions off (null)")
+                    + "; or train a method without distance tables (rotary).")
     if state + activations <= available:
         return None
-    gib = 2 ** 30
     return (f"this model cannot fit: it needs at least {(state + activations) / gib:,.1f} GiB ({what}: "
             f"{state / gib:,.1f} GiB; activations of {micro} sequence(s) of {length:,} tokens: "
             f"{activations / gib:,.1f} GiB), but there are {available / gib:,.1f} GiB {kind}"
@@ -329,6 +341,25 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
                "lower the positional method's sizes (e.g. cope-max-positions)" if positional > params // 2 else "")
             + ". Lower hidden-size, num-layers, the sequence length or the micro-batch size (config keys of this "
             "run).")
+
+
+def random_positions_table_bytes(neox_args, model: ModelConfig) -> int:
+    """Bytes of the per-distance table a training step with random-positions N builds, or 0: drawn positions
+    span up to N, and a method with distance tables (KERPLE, ALiBi, T5, ...) builds its float32 table over every
+    distance in the span, one row per head, from a float32 vector of the distances (a lower bound: one table,
+    no gradient). Rotary and the other methods without tables allocate nothing per distance."""
+    if neox_args.random_positions is None:
+        return 0
+    from megatron.model.layer_pattern import layer_kinds
+    from megatron.model.positional_embeddings.base import PositionalEmbedding
+
+    def has_tables(name):
+        method = lookup(name)
+        return (method.distance_tables is not PositionalEmbedding.distance_tables
+                or method.distance_tables_at is not PositionalEmbedding.distance_tables_at)
+    if not any(has_tables(kind.pos_emb) for kind in layer_kinds(model)):
+        return 0
+    return 4 * (model.num_attention_heads + 1) * neox_args.random_positions
 
 
 def _precision_problem(neox_args) -> str | None:

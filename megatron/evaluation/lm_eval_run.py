@@ -7,6 +7,7 @@ A result file that already exists is never overwritten (as evaluate.py's, megatr
 when it holds the same checkpoint scored the same way (same length, stride, limit, few-shot count, seed
 and lm-eval version), the new tasks merge into it — the earlier tasks not run again are kept, the ones
 run again replaced; otherwise eval.py stops before loading anything and says what differs."""
+import copy
 import datetime
 import difflib
 import json
@@ -14,7 +15,9 @@ import pathlib
 
 from megatron.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import reported_write
-from megatron.preflight import folder_problem
+from megatron.evaluating import check_position_range
+from megatron.preflight import folder_problem, memory_problem
+from megatron.quoting import quote
 from .lm_eval_adapter import NeoXLM
 from .lm_eval_log import lm_eval_output_to
 from .merge import CHECKPOINT_FIELDS, differences
@@ -121,6 +124,30 @@ def merged_tasks(earlier: dict | None, document: dict) -> tuple[dict, list[str]]
     return out, kept
 
 
+def check_ruler_lengths_fit(neox_args, lengths: list[int], vocab_rows: int) -> None:
+    """RULER's lengths against memory with evaluate.py's start-up check (preflight.memory_problem at the longest
+    length, one sequence a forward), before lm-eval builds any sample: a length nothing could score (10^8
+    tokens) otherwise had lm-eval build its haystack until the process was killed."""
+    sized = copy.copy(neox_args)
+    sized.eval_lengths, sized.eval_micro_batch_size = list(lengths), 1
+    problem = memory_problem(sized, False, vocab_rows)
+    if problem is None:
+        return
+    low, high = 0, max(lengths)  # the longest length that fits: memory_problem is monotone in the length
+    while high - low > 1:
+        sized.eval_lengths = [(low + high) // 2]
+        low, high = (sized.eval_lengths[0], high) if memory_problem(sized, False, vocab_rows) is None else \
+            (low, sized.eval_lengths[0])
+    key = ("eval_task_metadata" if (neox_args.eval_task_metadata or {}).get("max_seq_lengths") else
+           "eval_lengths" if neox_args.eval_lengths else None)  # ruler_lengths' order; None: its ladder
+    source = {"eval_task_metadata": "eval-task-metadata max_seq_lengths", "eval_lengths": "eval-lengths (RULER's "
+              "lengths, as eval-task-metadata names none)"}.get(key, "RULER's default lengths (multiples of seq-length)")
+    where = neox_args.config_sources.get(key, "the config") if key else "the config"
+    raise EvaluationError(f"{where}: {source} {quote(lengths)} cannot be scored here, at the longest: {problem} "
+                          f"The longest RULER length that fits is {low:,} tokens; give lengths up to it "
+                          "(eval-task-metadata: {max_seq_lengths: [...]}). Nothing was built or scored.")
+
+
 def evaluate_tasks(neox_args) -> pathlib.Path:
     # Everything that can be checked without lm-eval or the model: before either is loaded.
     checked_plan(neox_args)  # `load` is set and exists (eval-task-limit and the like: checked with the config)
@@ -138,6 +165,8 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
                               "its prompts would lose their beginning (and the needle). Leave eval-task-length unset "
                               f"(eval.py then uses {ruler.longest}) or set it to at least {ruler.longest}.")
     opened, run = open_run(neox_args)
+    if ruler:  # before lm-eval builds a haystack of each length, and before the model loads
+        check_ruler_lengths_fit(neox_args, ruler.lengths, opened.config.padded_vocab_size)
     path = results_dir / f"{run['name']}.json"
     import lm_eval
     evaluation = {"max_length": length, "stride": neox_args.eval_stride or length, "limit": neox_args.eval_task_limit,
@@ -158,6 +187,8 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
         if limit is not None and length > limit:
             raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb "
                                   f"{neox_args.pos_emb} can embed; set eval-task-length <= {limit}.")
+        if ruler:  # what each positional module computes in this dtype (xpos), as evaluate.py checks its lengths
+            check_position_range(model, ruler.lengths, next(model.parameters()).dtype)
         lm = NeoXLM(model, tokenizer, max_length=length, stride=neox_args.eval_stride, device=device)
         output = {"results": {}}
         if others:

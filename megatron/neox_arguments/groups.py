@@ -247,8 +247,8 @@ class LoggingArgs:
     run_name: Optional[str] = arg(
         None, "A human name for the run (e.g. \"KERPLE-log, ALiBi on windowed layers\"): kept in its checkpoint and "
         "every result file, and the label of its column and line in every table and figure. The config hash "
-        "stays the run's identity: two different runs under one name are refused. Null: a label made of what "
-        "the run was trained with (`kerple_log + layers[alibi/w64, kerple_log]`).")
+        "stays the run's identity: two different runs under one name are refused. One line of printable text, "
+        "at most 100 characters. Null: a label made of what the run was trained with (`kerple_log + layers[alibi/w64, kerple_log]`).")
     steps_per_print: int = arg(10, "DeepSpeed's own print interval.")
     wall_clock_breakdown: bool = arg(False, "DeepSpeed timing breakdown.")
 

@@ -63,9 +63,33 @@ def check_values(args, fail) -> None:
         fail("min_lr", f"must be >= 0, got {quote(args.min_lr)}.")
     _check_eval_task_keys(args, fail)
     _check_paths(args, fail)
+    if args.run_name is not None and (problem := run_name_problem(args.run_name)):
+        fail("run_name", problem)
     if not _SPLIT.fullmatch(args.split) or sum(map(float, re.findall(_NUMBER, args.split))) <= 0:
         fail("split", f"{quote(args.split)} is not train/valid/test weights: write up to three non-negative numbers "
              "separated by commas, at least one of them positive, e.g. '969,30,1' or '100,0,0'.")
+
+
+RUN_NAME_LIMIT = 100  # characters: a table's column header and a figure's legend entry, not a paragraph
+
+
+def run_name_problem(name) -> str | None:
+    """Why `name` cannot be a run's name, else None. It heads a column in every Markdown table and a line
+    in every figure's legend, so it is one line of printable text of bounded length: a newline would start a
+    row of its own (a forged one above the real numbers), and a megabyte would be an image too large to draw."""
+    if not isinstance(name, str):
+        return f"must be a name (a string), got {quote(name)}."
+    if not name.strip():
+        return "is empty; give the run a name, or remove the key (null labels it by what it trained with)."
+    if len(name) > RUN_NAME_LIMIT:
+        return (f"is {len(name)} characters long ({quote(name, 60)}); a run's name labels a table column and a "
+                f"figure legend, so it may hold at most {RUN_NAME_LIMIT}. Choose a shorter name.")
+    unprintable = sorted({c for c in name if not c.isprintable()})
+    if unprintable:
+        return (f"{quote(name, 60)} holds {', '.join(repr(c) for c in unprintable[:5])}, which is not printable "
+                "text: a run's name is one line of printable characters (it heads table columns, where a line "
+                "break would start a row of its own). Remove them.")
+    return None
 
 
 def _check_eval_task_keys(args, fail) -> None:

@@ -5,9 +5,26 @@
 - `CachedSteps`: the prompts once (left-padded, in blocks of `attention-block-size` queries), then
   one token per row per step against the KV cache (megatron/model/kv_cache.py).
 """
+import sys
+
 import torch
 
 from megatron.model.kv_cache import KVCache
+from megatron.progress import Progress
+
+
+LONG_PREFILL = 16_384  # prompt tokens from which the prefill says what it does and shows its progress
+PREFILL_INTERVAL = 10.0  # seconds between two plain progress lines (megatron/progress.py's rule)
+
+
+def say(line: str) -> None:
+    if _rank_zero():
+        print(line, file=sys.stderr, flush=True)
+
+
+def _rank_zero() -> bool:
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or \
+        torch.distributed.get_rank() == 0
 
 
 class RecomputedSteps:
@@ -47,9 +64,18 @@ class CachedSteps:
         self.block = model.attention_config.block_size  # prompt queries per forward: O(H * block * L) terms
 
     def first(self) -> torch.Tensor:
-        for start in range(0, self.tokens.shape[1], self.block):
-            end = start + self.block
-            logits = self.model(self.tokens[:, start:end], cache=self.cache, padding=self.padding[:, start:end])
+        length = self.tokens.shape[1]
+        blocks = -(-length // self.block)
+        long = length >= LONG_PREFILL
+        if long:  # a 200,000-token prompt takes minutes before the first new token: say so, then show progress
+            say(f"prefill: {length:,} prompt tokens x {self.tokens.shape[0]} row(s) in {blocks:,} blocks of "
+                f"{self.block} queries (attention-block-size) before the first new token; progress below")
+        with Progress("prefill", total=blocks, unit="block", show=long and _rank_zero(),
+                      interval=PREFILL_INTERVAL) as progress:
+            for start in range(0, length, self.block):
+                end = start + self.block
+                logits = self.model(self.tokens[:, start:end], cache=self.cache, padding=self.padding[:, start:end])
+                progress.update(1, note=f"{min(end, length):,} tokens")
         return logits[:, -1].float()
 
     def next(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ from megatron.neox_arguments import run_cli
 from .probe_table import correct
 from .results_index import method_sort_key
 from .ruler_table import load_ruler
+from .table_text import md_row
 
 PPL_MODES = ("nonoverlap", "sliding")
 DRAWS = 1000
@@ -188,10 +189,10 @@ def render_table(by_measure: dict, threshold: float, ppl_factor: float) -> str:
             f"{ppl_factor:g}x the reference's, scores >= {threshold:g} x the reference's; reference = the training "
             "length, or `ref` where the task cannot be measured there; ≥: nothing failed up to the longest length "
             "measured, so the effective length is at least that",
-            "| measure | " + " | ".join(str(m) for m in methods) + " |", "|---|" + "---|" * len(methods)]
+            md_row(["measure", *methods]), "|---|" + "---|" * len(methods)]
     for measure in sorted(by_measure, key=lambda m: (not m.startswith("ppl"), m)):
-        rows.append(f"| {measure} | " + " | ".join(cell_text(by_measure[measure][m]) if m in by_measure[measure]
-                                                    else "" for m in methods) + " |")
+        rows.append(md_row([measure, *(cell_text(by_measure[measure][m]) if m in by_measure[measure]
+                                        else "" for m in methods)]))
     return "\n".join(rows)
 
 

@@ -31,6 +31,7 @@ from .long_context_tables import add_ruler_arguments, long_context_tables
 from .result_selection import add_selection_arguments, selected_documents
 from .results_index import budgets, index_results, method_sort_key, train_lengths
 from .significance import REFERENCE_BETTER, REFERENCE_WORSE, Comparison, compare, tests_note
+from .table_text import md_cell, md_row, tex_text
 from .training_speed import render_table4, speed_table
 
 ACROSS_BUDGETS = "*"  # the mark of a test between runs trained for different budgets
@@ -189,12 +190,12 @@ def render_markdown(table: Table3) -> str:
     for dataset in table.datasets:
         columns = _columns(table, dataset)
         train = table.train_length.get(dataset)
-        out.append(f"**{dataset}** (trained at {train if train else 'several lengths'})\n")
-        out.append("| L | " + " | ".join(h for h, _ in columns) + " |")
+        out.append(f"**{md_cell(dataset)}** (trained at {train if train else 'several lengths'})\n")
+        out.append(md_row(["L", *(h for h, _ in columns)]))
         out.append("|---|" + "---|" * len(columns))
-        out.append("| trained | " + " | ".join(_budget_of(table, dataset, h) for h, _ in columns) + " |")
+        out.append(md_row(["trained", *(_budget_of(table, dataset, h) for h, _ in columns)]))
         for length in table.lengths:
-            out.append(f"| {_row_label(table, dataset, length)} | " + " | ".join(f(length) for _, f in columns) + " |")
+            out.append(md_row([_row_label(table, dataset, length), *(f(length) for _, f in columns)]))
         out.append("\n" + _footnote(table, dataset) + "\n")
     return "\n".join(out)
 
@@ -205,7 +206,7 @@ def _budget_of(table, dataset, header) -> str:
 
 
 def _tex(text: str) -> str:
-    return (text.replace("_", r"\_").replace("±", r"$\pm$").replace(REFERENCE_BETTER, r"$^\dagger$")
+    return (tex_text(text).replace("_", r"\_").replace("±", r"$\pm$").replace(REFERENCE_BETTER, r"$^\dagger$")
             .replace(REFERENCE_WORSE, r"$^\ddagger$")
             .replace("×", r"$\times$").replace("—", "--").replace("α", r"$\alpha$"))
 

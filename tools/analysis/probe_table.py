@@ -22,6 +22,7 @@ from megatron.neox_arguments import run_cli
 from .result_selection import add_selection_arguments, selected_documents
 from .results_index import index_results, method_sort_key
 from .significance import mark, seed_aware_test, tests_note
+from .table_text import md_cell, md_row
 
 
 def probe_modes(documents) -> list[str]:
@@ -78,7 +79,7 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
         methods = sorted(index[dataset], key=method_sort_key)
         lengths = sorted({L for m in methods for L in index[dataset][m]})
         records = [r for m in methods for by_seed in index[dataset][m].values() for r in by_seed.values()]
-        header = "| length | " + " | ".join(m.display for m in methods) + " |\n|---|" + "---|" * len(methods)
+        header = md_row(["length", *(m.display for m in methods)]) + "\n|---|" + "---|" * len(methods)
         accuracy, nll, used = [header], [header], []
         for L in lengths:
             acc_cells, nll_cells = [], []
@@ -99,10 +100,10 @@ def probe_tables(documents, mode: str, reference: str = "kerple_log", alpha: flo
                     found = mark(p, a, b, alpha, lower_is_better=True)
                     used.append((test, (len(ref), len(by_seed))))
                 nll_cells.append(f"{losses:.3f}{found}")
-            accuracy.append(f"| {L} | " + " | ".join(acc_cells) + " |")
-            nll.append(f"| {L} | " + " | ".join(nll_cells) + " |")
+            accuracy.append(md_row([L, *acc_cells]))
+            nll.append(md_row([L, *nll_cells]))
         seeds = sorted({s for m in methods for by_seed in index[dataset][m].values() for s in by_seed})
-        out += [f"**{dataset}, `{mode}`: accuracy** ({scored_by(records)}, mean over depths and samples; "
+        out += [f"**{md_cell(dataset)}, `{mode}`: accuracy** ({scored_by(records)}, mean over depths and samples; "
                 f"mean ± std over seeds {', '.join(map(str, seeds))})\n", *accuracy, "",
                 f"**{dataset}, `{mode}`: answer NLL** (nats per answer token, mean over samples and seeds). "
                 f"{tests_note(used, reference, alpha, better='lower', unit='samples')}\n",

@@ -5,12 +5,14 @@ what it was trained with). Files of one run (one checkpoint: config hash, seed, 
 folders are one run: their records merge. Where a run holds several records of one length and mode
 (scored with different eval-chunks), the one scored like most other runs at that length is taken (so
 runs pair over the same chunks), then the one with the most chunks. Two different runs under one label
-are refused."""
+are refused, and so are two files of one run whose numbers differ for one length, mode and eval-chunks
+(neither is quietly taken: both files are named)."""
 import re
 from collections import Counter, defaultdict
 
 from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
+from megatron.quoting import quote
 
 # Paper order first (Table 3), then anything else alphabetically; a method's windowed run and its
 # evaluation-only variants (alphabetically) follow it.
@@ -28,7 +30,7 @@ def method_sort_key(method: Method):
 def index_results(documents: list[dict], mode: str) -> dict:
     """{dataset: {method: {length: {seed: record}}}} for one mode; one run per (dataset, method, seed).
     Methods are identity.Method labels, built from each file's run."""
-    candidates = defaultdict(list)  # (dataset, method, length, seed) -> [(eval-chunks, record)]
+    candidates = defaultdict(list)  # (dataset, method, length, seed) -> [(eval-chunks, record, file)]
     owner = {}
     for doc in documents:
         run = doc["run"]
@@ -40,12 +42,17 @@ def index_results(documents: list[dict], mode: str) -> dict:
         for record in doc["results"]:
             if record["mode"] == mode:
                 chunks = record.get("eval_chunks", doc.get("evaluation", {}).get("eval_chunks"))
-                candidates[run["dataset"], method, record["length"], run["seed"]].append((chunks, record))
+                held = candidates[run["dataset"], method, record["length"], run["seed"]]
+                for other_chunks, other, other_path in held:
+                    if other_chunks == chunks and _disagree(other, record):
+                        raise ResultFileError(_conflict_message(method, run, record, chunks, other_path, doc.get("path"),
+                                                                other))
+                held.append((chunks, record, doc.get("path", "a result document")))
     settings = Counter((dataset, length, chunks) for (dataset, _, length, _), held in candidates.items()
-                       for chunks in {c for c, _ in held})
+                       for chunks in {c for c, _, _ in held})
     index = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
     for (dataset, method, length, seed), held in candidates.items():
-        _, record = max(held, key=lambda c: (settings[dataset, length, c[0]], _chunks(c[1])))
+        _, record, _ = max(held, key=lambda c: (settings[dataset, length, c[0]], _chunks(c[1])))
         index[dataset][method][length][seed] = record
     return index
 
@@ -55,6 +62,31 @@ def run_identity(run: dict) -> tuple:
     way per run (short label: per-run options, window)."""
     return (run.get("config_hash"), run["seed"], run.get("checkpoint_step"), str(Method.of_run(run).short),
             run["dataset"])
+
+
+UNSCORED = ("seconds", "peak_memory_mb")  # how long and how much memory the scoring took, not what it scored
+
+
+def _scores(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in UNSCORED}
+
+
+def _disagree(first: dict, second: dict) -> bool:
+    """Two records of one run, length, mode and chunks whose numbers differ (a field only one of them has,
+    written by another version, is no disagreement)."""
+    a, b = _scores(first), _scores(second)
+    return any(a[k] != b[k] for k in set(a) & set(b))
+
+
+def _conflict_message(method, run, record, chunks, first, second, other) -> str:
+    numbers = (f"loss {other['loss']:.6g} vs {record['loss']:.6g}" if isinstance(record.get("loss"), (int, float))
+               and isinstance(other.get("loss"), (int, float)) and other["loss"] != record["loss"] else
+               f"{sorted(k for k in set(_scores(record)) | set(_scores(other)) if record.get(k) != other.get(k))} differ")
+    return (f"{first} and {second} are the same run ({quote(method.display)}, dataset {run['dataset']}, seed {run['seed']}, "
+            f"step {run.get('checkpoint_step')}, config hash {str(run.get('config_hash'))[:8]}) but disagree at length "
+            f"{record['length']}, mode {record['mode']}, eval-chunks {'unset' if chunks is None else chunks}: {numbers}. One of them is stale or was "
+            "scored another way (dtype, data); keep the one you trust (move the other out of the folders given), or "
+            "give only one of the folders.")
 
 
 def _chunks(record: dict) -> int:

@@ -19,7 +19,9 @@ from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
 from megatron.neox_arguments import run_cli
 from .significance import mark, seed_aware_test, tests_note
+from megatron.quoting import quote
 from .results_index import method_sort_key
+from .table_text import md_cell, md_row
 
 SCHEMA = "neox-lm-eval/1"
 
@@ -36,9 +38,51 @@ def load_ruler(folder) -> list[dict]:
                 and isinstance(document.get("run"), dict)):
             raise ResultFileError(f"{path} is not an lm-eval result file of schema {SCHEMA}; eval.py writes them.")
         if isinstance(document.get("ruler"), dict) and document["ruler"]:
+            if problem := ruler_problem(document):
+                raise ResultFileError(f"{path} is not an lm-eval result file of schema {SCHEMA}: {problem}. eval.py "
+                                      "writes these files; re-run it to regenerate this one, or move it out of the folder.")
             document["path"] = str(path)
             documents.append(document)
     return documents
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+
+
+def ruler_problem(document: dict) -> str | None:
+    """What the tables would trip over in a RULER result document (the field and its value), else None: checked
+    as load_result checks a perplexity file, so a hand-edited or foreign file is named, not a numpy traceback."""
+    run = document["run"]
+    if not isinstance(run.get("seed"), int) or isinstance(run.get("seed"), bool):
+        return f"run.seed is {quote(run.get('seed'))}, not an integer"
+    if run.get("train_length") is not None and not isinstance(run["train_length"], int):
+        return f"run.train_length is {quote(run['train_length'])}, not an integer"
+    for task, per_length in document["ruler"].items():
+        if not isinstance(per_length, dict):
+            return f"ruler.{str(task)[:60]} is {quote(per_length)}, not a mapping of lengths to records"
+        for length, record in per_length.items():
+            where = f"ruler.{str(task)[:60]}.{str(length)[:20]}"
+            if not str(length).isdigit() or int(length) < 1:
+                return f"{where}: the length {quote(length)} is not a positive whole number"
+            if not isinstance(record, dict):
+                return f"{where} is {quote(record)}, not a record"
+            if record.get("score") is None:
+                continue  # no sample fitted at this length
+            if not _number(record["score"]):
+                return f"{where}.score is {quote(record['score'])}, not a finite number"
+            ci = record.get("ci95")
+            if not (isinstance(ci, list) and len(ci) == 2 and all(map(_number, ci))):
+                return f"{where}.ci95 is {quote(ci)}, not two finite numbers"
+            if not isinstance(record.get("n"), int) or isinstance(record.get("n"), bool):
+                return f"{where}.n is {quote(record.get('n'))}, not a count"
+            ids, scores = record.get("doc_ids"), record.get("scores")
+            if not (isinstance(ids, list) and isinstance(scores, list) and len(ids) == len(scores)):
+                return f"{where}: doc_ids and scores are not two lists of one length ({quote(ids, 40)}, {quote(scores, 40)})"
+            bad = [v for v in scores if not _number(v)]
+            if bad:
+                return f"{where}.scores holds {quote(bad[0])}, not a finite number"
+    return None
 
 
 def index_ruler(documents) -> dict:
@@ -102,10 +146,10 @@ def ruler_tables(documents, reference: str = "kerple_log", alpha: float = 0.05) 
                 n = sum(r.get("n", 0) for r in runs.values())
                 cells.append(f"{mean[0]:.3f}{found} [{mean[1]:.2f}, {mean[2]:.2f}] n={n}")
             label = f"{length}" + (f" ({length / trained:g}×)" if trained else "")
-            rows.append(f"| {label} | " + " | ".join(cells) + " |")
-        out.append(f"RULER {task}: score (mean over samples; seeds averaged) [bootstrap 95% interval]"
+            rows.append(md_row([label, *cells]))
+        out.append(f"RULER {md_cell(task)}: score (mean over samples; seeds averaged) [bootstrap 95% interval]"
                    + (f"; {tests_note(used, reference, alpha, better='higher', unit='samples')}" if ref is not None else ""))
-        out.append("| length | " + " | ".join(str(m) for m in methods) + " |")
+        out.append(md_row(["length", *methods]))
         out.append("|---|" + "---|" * len(methods))
         out += rows + [""]
     return "\n".join(out)

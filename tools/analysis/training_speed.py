@@ -14,6 +14,7 @@ from megatron.evaluation.identity import Method
 from megatron.evaluation.results import ResultFileError
 from .paper_numbers import TABLE4
 from .results_index import method_sort_key
+from .table_text import md_row, tex_text
 
 STEP_TIME_TAG = "train/seconds_per_step"
 
@@ -67,10 +68,10 @@ def render_table4(speeds: dict, fmt: str = "md", with_paper: bool = False) -> st
     if fmt == "csv":
         return "\n".join(",".join(r) for r in [header, *rows]) + "\n"
     if fmt == "tex":
-        body = [" & ".join(r).replace("_", r"\_").replace("±", r"$\pm$") + r" \\" for r in rows]
+        body = [" & ".join(map(tex_text, r)).replace("_", r"\_").replace("±", r"$\pm$") + r" \\" for r in rows]
         return "\n".join([r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule",
                           " & ".join(header) + r" \\", r"\midrule", *body, r"\bottomrule", r"\end{tabular}"]) + "\n"
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines = [md_row(header), "|" + "---|" * len(header)]
+    lines += [md_row(r) for r in rows]
     note = "\n\nPaper column: the KERPLE paper's Table 4 (one A100), not this machine.\n" if with_paper else "\n"
     return "\n".join(lines) + note

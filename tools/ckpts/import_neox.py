@@ -7,7 +7,8 @@ SRC is the run's `save` directory (or one global_stepN folder). The architecture
 config: the configs/*.yml the run saved beside its weights, or --config_file (the files you trained
 with, upstream keys and all). The positional method must be the config's `pos-emb` (or --pos-emb):
 KERPLE-log and -power store the same parameter names, so the weights cannot tell them apart.
-Then score it: `python evaluate.py OUT/global_stepN/configs/*.yml configs/eval/extrapolation.yml --set load=OUT`.
+Then score it: `python evaluate.py OUT/global_stepN/configs/*.yml configs/eval/extrapolation.yml --set load=OUT`
+(and `--set data-path=PREFIX` when the run's config names no data: the command it prints says so).
 """
 import argparse
 import pathlib
@@ -35,8 +36,24 @@ def main(argv=None):
     print(f"imported {folder}")
     for note in notes:
         print(f"note: {note}")
-    configs = " ".join(str(p) for p in sorted((folder / "configs").glob("*.yml")))
-    print(f"evaluate: python evaluate.py {configs} configs/eval/extrapolation.yml --set load={ns.output}")
+    paths = sorted((folder / "configs").glob("*.yml"))
+    data = [] if names_data(paths) else ["--set", "data-path=PREFIX"]
+    if data:
+        print("note: the run's config names no data (data-path, or test-data-paths for evaluate.py's test split), "
+              "so the command below adds --set data-path=PREFIX: replace PREFIX with the .bin/.idx prefix of the "
+              "data it was trained on (`make data` builds data/stdlib/stdlib_text_document)")
+    print("evaluate: python evaluate.py " + " ".join([*map(str, paths), "configs/eval/extrapolation.yml",
+                                                      "--set", f"load={ns.output}", *data]))
+
+
+DATA_KEYS = ("data_path", "test_data_paths")  # where evaluate.py's split comes from (extrapolation.yml: test)
+
+
+def names_data(paths) -> bool:
+    """Whether the imported configs set a data key evaluate.py reads: a fork's saved config may hold none."""
+    from megatron.neox_arguments.yaml_loader import load_config_files, normalise_key
+    values, _, _ = load_config_files(paths)
+    return any(normalise_key(key) in DATA_KEYS and value for key, value in values.items())
 
 
 if __name__ == "__main__":

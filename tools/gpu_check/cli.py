@@ -1,7 +1,7 @@
 """`make gpu-check`: on a machine with a CUDA GPU, install the carried wheels, run the device tests, time
 the training step of every method and long-sequence evaluation, and write one report.
 
-    python -m tools.gpu_check [--out runs/gpu-check] [--wheels .whl] [--site /tmp/site]
+    python -m tools.gpu_check [--out DIR] [--force] [--wheels .whl] [--site /tmp/site]
     python -m tools.gpu_check --device cpu --tiny --out /tmp/smoke     # developers: the code paths on CPU
     TRITON_INTERPRET=1 python -m tools.gpu_check --device cpu --tiny --parts train --out /tmp/smoke  # + `triton`
 
@@ -12,7 +12,9 @@ part reads `.gpu-data/` (`python -m tools.gpu_check.train_loop --stage` fills it
 own process under a time limit, so one that hangs or runs out of memory costs only its share; the parts
 together take about 10 minutes on an H200, more than one device-tool call allows, so run it there as two calls
 (`--parts tests`, then `--parts train eval loop fla`; `--budget PART=SECONDS` changes one part's limit), and the report is rewritten after each, so a run stopped early still
-leaves one. The report (report.md, report.json and the tests' log) goes to --out.
+leaves one. The report (report.md, report.json and the tests' log) goes to --out, by default a new
+runs/gpu-check/<device>-<profile>-<UTC time>/; a folder holding a report made on another device or profile
+(the committed docs/gpu/ for a CPU smoke run) is refused before anything runs, unless --force.
 Exit status 1 when a test failed or a part did not finish, 0 otherwise.
 """
 import argparse
@@ -26,6 +28,7 @@ import time
 
 from . import report, tests_part
 from .processes import run_whole_group
+from megatron.quoting import quote
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NO_CUDA = 2
@@ -55,6 +58,44 @@ def cuda_problem() -> str | None:
             f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable device"
         return f"torch.cuda.is_available() is False: {build}"
     return None
+
+
+def this_device(device: str) -> str:
+    """The device a report is made on, as its report.json's environment names it (`gpu`, or a CPU run)."""
+    if device == "cpu":
+        return "cpu"
+    import torch
+    return torch.cuda.get_device_name(0)
+
+
+def report_folder(given: str | None, device: str, profile: str) -> pathlib.Path:
+    """--out, or a new folder per run under runs/gpu-check/ (ignored by git): a run never writes over the
+    measured reports committed in docs/gpu/ unless told to, and two runs never share a folder."""
+    if given is not None:
+        return (REPO_ROOT / given).resolve()
+    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return REPO_ROOT / "runs" / "gpu-check" / f"{slug}-{profile.lower()}-{stamp}"
+
+
+def replaced_report_problem(out: pathlib.Path, device: str, profile: str) -> str | None:
+    """Why writing into `out` would replace a report made elsewhere (another device or profile: a CPU smoke
+    run over an H200's numbers), or None. A report of the same device and profile is a rerun and is replaced."""
+    existing = out / "report.json"
+    if not existing.is_file():
+        return None
+    try:
+        old = json.loads(existing.read_text())
+        old_device = old.get("environment", {}).get("gpu") or "cpu"
+        old_profile = old.get("profile")
+    except (OSError, ValueError, AttributeError) as err:
+        return (f"{existing} exists and cannot be read as a report ({quote(str(err))}); it was not replaced. "
+                "Give another --out, or --force to write over it.")
+    if (old_device, old_profile) == (device, profile):
+        return None
+    return (f"{out} holds a report made on {old_device} (profile {old_profile}, {old.get('created', 'date unknown')}), "
+            f"and this run is on {device} (profile {profile}): it was not replaced. Leave --out out (each run then "
+            f"gets its own folder under runs/gpu-check/), give another folder, or add --force to replace it.")
 
 
 def install_wheels(wheels: pathlib.Path, site: pathlib.Path, env: dict, budget: float) -> dict:
@@ -91,8 +132,11 @@ def run_part(name: str, argv: list, env: dict, budget: float, scratch: pathlib.P
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    # Not docs/gpu/: the measured reports committed there stay as they are.
-    parser.add_argument("--out", default="runs/gpu-check", help="report folder (default: runs/gpu-check)")
+    parser.add_argument("--out", default=None,
+                        help="report folder (default: a new runs/gpu-check/<device>-<UTC time>/, never the committed "
+                             "docs/gpu/)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into --out even when it holds a report made on another device or profile")
     parser.add_argument("--wheels", default=".whl", help="wheel folder from `make gpu-wheels` (default: .whl)")
     parser.add_argument("--site", default="/tmp/site", help="where the wheels are installed (default: /tmp/site)")
     parser.add_argument("--parts", nargs="+", default=["tests", *PARTS], choices=["tests", *PARTS])
@@ -113,8 +157,12 @@ def main(argv=None) -> int:
             print(f"gpu-check: no CUDA device here ({problem}); run `make gpu-check` on a machine with a CUDA GPU")
             return NO_CUDA
 
-    began, out = time.perf_counter(), (REPO_ROOT / cli.out).resolve()
     profile = "tiny" if cli.tiny else "162M"
+    device = this_device(cli.device)
+    began, out = time.perf_counter(), report_folder(cli.out, device, profile)
+    if not cli.force and (problem := replaced_report_problem(out, device, profile)):
+        print(f"gpu-check: {problem}")
+        return NO_CUDA
     budgets = dict(BUDGETS["tiny" if cli.tiny else "cuda"])
     for given in cli.budget:
         part, _, seconds = given.partition("=")

@@ -19,7 +19,8 @@ from typing import Optional
 
 import torch
 
-from .rope_scaling import SEQUENCE_DEPENDENT, STRETCHES_THE_BASE, inverse_frequencies, parse_scaling, scaling_problem
+from .rope_scaling import (SEQUENCE_DEPENDENT, STRETCHES_THE_BASE, inverse_frequencies, parse_scaling,
+                           plain_inverse_frequencies, scaling_problem)
 from .base import PositionalEmbedding, PositionalEmbeddingError, fraction, option, quote
 from .registry import register
 
@@ -57,12 +58,12 @@ class Rotary(PositionalEmbedding):
                 f"pos-emb '{self.name}': rotary-pct={rotary_pct} of head dim {shape.head_dim} gives {self.rotary_dims} "
                 f"rotated dims; it must be a positive even number. Choose rotary-pct so that it is.")
         self.base = self.options.rotary_emb_base
-        self.scaling = self._scaling(self.options.rotary_scaling, shape.max_positions, self.rotary_dims)
+        self.scaling = self._scaling(self.options.rotary_scaling, shape.max_positions, self.rotary_dims, self.base)
         self.cache_exact = self.scaling is None or self.scaling.type not in SEQUENCE_DEPENDENT
         self.unrotated_pairs = self._unrotated_pairs(self.options.rotary_unrotated_fraction, self.rotary_dims)
 
     @staticmethod
-    def _scaling(value, max_positions, rotary_dims):
+    def _scaling(value, max_positions, rotary_dims, base):
         if value is None:
             return None
         scaling = parse_scaling(value, max_positions)
@@ -82,7 +83,32 @@ class Rotary(PositionalEmbedding):
                     f"pos-emb 'rotary': rotary-scaling {key.replace('_', '-')} has {len(factors)} numbers, but "
                     f"rotary rotates {rotary_dims} dims of each head (head dim x rotary-pct), {rotary_dims // 2} "
                     f"frequency pairs: give one number per pair.")
+            if factors is not None:
+                Rotary._check_factors(key, factors, rotary_dims, base)
         return scaling
+
+    # Largest inverse frequency whose angle stays finite in float32 at any position up to 2^31 tokens.
+    LARGEST_INV_FREQ = torch.finfo(torch.float32).max / 2 ** 31
+
+    @staticmethod
+    def _check_factors(key, factors, rotary_dims, base):
+        """longrope's per-pair factors divide inv_freq in float32: one that makes it 0 (underflow, or a factor
+        past float32) or inf (a factor that is 0 in float32) turns the rotation into NaN logits at the first
+        forward, which then look like the weights' or the dtype's fault. Refused here with the numbers."""
+        with torch.device("cpu"):  # the memory check builds the modules on the meta device: these are numbers
+            plain = plain_inverse_frequencies(rotary_dims, base)
+            scaled = plain / torch.tensor(factors, dtype=torch.float32)
+        tiny = torch.finfo(torch.float32).tiny
+        bad = [i for i, f in enumerate(scaled.tolist()) if not tiny <= f <= Rotary.LARGEST_INV_FREQ]
+        if bad:
+            i = bad[0]
+            raise PositionalEmbeddingError(
+                f"pos-emb 'rotary': rotary-scaling {key.replace('_', '-')}[{i}] = {factors[i]:.6g} divides pair {i}'s "
+                f"inverse frequency {plain[i].item():.6g} into {scaled[i].item():.6g} in float32 ("
+                f"{len(bad)} pair(s) like it: {bad[:8]}), which {'underflows' if scaled[i].item() < tiny else 'overflows'}"
+                f" and makes the rotation NaN. Each factor must keep inv_freq / factor between {tiny:.3g} and "
+                f"{Rotary.LARGEST_INV_FREQ:.3g}: for pair {i}, a factor between {plain[i].item() / Rotary.LARGEST_INV_FREQ:.3g}"
+                f" and {plain[i].item() / tiny:.3g}.")
 
     @staticmethod
     def _unrotated_pairs(fraction, rotary_dims) -> int:

@@ -1,6 +1,8 @@
 """Choose the target, write the folder: weights, config, code (custom only) and tokenizer files."""
+import contextlib
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 
@@ -41,10 +43,11 @@ def export_model(source: Source, output_dir, target: str = "auto") -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = pathlib.Path(tempfile.mkdtemp(prefix=".export-partial-", dir=out.parent))
     try:
-        if target == "gpt_neox":
-            build_gpt_neox(source).save_pretrained(str(partial))
-        else:
-            write_custom(source, partial)
+        with safetensors_errors_as_os_errors():
+            if target == "gpt_neox":
+                build_gpt_neox(source).save_pretrained(str(partial))
+            else:
+                write_custom(source, partial)
         export_tokenizer(source.tokenizer, partial)
         mask = os.umask(0)
         os.umask(mask)
@@ -60,6 +63,21 @@ def export_model(source: Source, output_dir, target: str = "auto") -> str:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def safetensors_errors_as_os_errors():
+    """safetensors' writer reports a failed write (a full disk, a quota) as SafetensorError, not OSError, with the
+    OS error only in its text ("... No space left on device (os error 28)"): turned back into the OSError it was,
+    so the export's full-disk paragraph (reported_write) says it, not a traceback."""
+    from safetensors import SafetensorError
+    try:
+        yield
+    except SafetensorError as err:
+        code = re.search(r"os error (\d+)", str(err))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1)))) from None
 
 
 def check_output_dir(output_dir) -> None:
