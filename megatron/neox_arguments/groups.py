@@ -151,6 +151,10 @@ class PrecisionArgs:
         None, "Derived from the fp16/bf16 dicts when not given; setting it fills them in.")
     fp16: Optional[dict] = arg(None, "DeepSpeed fp16 dict ({enabled, loss_scale, ...}).")
     bf16: Optional[dict] = arg(None, "DeepSpeed bf16 dict ({enabled}).")
+    bf16_weights: Literal["fp32", "bf16"] = arg(
+        "fp32", "With bf16: `fp32` keeps fp32 weights and computes in bf16 under autocast (DeepSpeed's "
+        "torch_autocast; one fused optimizer step, no per-tensor host syncs); `bf16` is DeepSpeed's bf16 engine "
+        "(bf16 weights, fp32 copies in its optimizer, a host sync per tensor each step).")
 
 
 @dataclass

@@ -168,7 +168,9 @@ class NeoXArgs(*reversed(GROUPS)):
         }
         if self.fp16 is not None:
             config["fp16"] = self.fp16
-        if self.bf16 is not None:
+        if self.precision == "bf16" and self.bf16_weights == "fp32":
+            config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
+        elif self.bf16 is not None:
             config["bf16"] = self.bf16
         return merge_deepspeed_extra(config, self.deepspeed_extra_args,
                                      self.config_sources.get("deepspeed_extra_args", "the config"))
