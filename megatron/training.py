@@ -20,6 +20,7 @@ from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
 from megatron.model import GPTModel
+from megatron.model.transformer import compile_layers
 from megatron.neox_arguments.to_model import model_config
 from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
@@ -107,6 +108,8 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
     schedule (the DeepSpeed JSON's own `optimizer` entry is dropped: the optimizer built here carries
     the weight-decay groups)."""
     model = GPTModel(model_config(neox_args, vocab_size))
+    if neox_args.compile_blocks:
+        compile_layers(model.layers)
     optimizer = build_optimizer(neox_args, model)
     scheduler = build_lr_scheduler(neox_args, optimizer)
     config = {k: v for k, v in neox_args.deepspeed_config().items() if k not in ("optimizer", "scheduler")}
@@ -247,6 +250,14 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
         kept += batch["loss_mask"].sum().double()
         if micro < accumulation - 1:
             engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
+    with torch.profiler.record_function(AFTER_BACKWARD):
+        return _after_backward(neox_args, engine, optimizer, total, kept, accumulation)
+
+
+AFTER_BACKWARD = "train_step: after the backward"  # its profiler label: all-reduce, clip, host read, optimizer
+
+
+def _after_backward(neox_args, engine, optimizer, total, kept, accumulation) -> StepOutcome:
     both = torch.stack([total, kept])
     torch.distributed.all_reduce(both)  # NaN anywhere makes the sum NaN everywhere: all ranks agree
     clips_here = clips_in_step(engine)

@@ -65,6 +65,9 @@ class ModelArgs:
     hidden_dropout: float = arg(0.0, "Dropout on the residual branches.")
     make_vocab_size_divisible_by: int = arg(128, "Pad the vocabulary to a multiple of this.")
     checkpoint_activations: bool = arg(False, "Recompute each layer in the backward pass.")
+    compile_blocks: bool = arg(
+        False, "Training: compile each transformer layer with torch.compile (inductor; the first steps compile, "
+        "then the layer's elementwise work runs fused). Off: the layers run eagerly.")
 
 
 @dataclass

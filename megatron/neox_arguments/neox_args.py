@@ -198,7 +198,7 @@ class NeoXArgs(*reversed(GROUPS)):
 # A run's config hash (megatron/evaluation/identity.py) leaves out the settings that do not change what
 # was trained: evaluation, logging and launcher keys, the seed (the seeds of one configuration share a
 # hash) and where things are.
-_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path"} | {
+_UNHASHED_KEYS = {"seed", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path", "compile_blocks"} | {
     f.name for group in (EvaluationArgs, LoggingArgs, LauncherArgs) for f in dataclasses.fields(group)}
 
 

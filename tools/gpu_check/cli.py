@@ -137,7 +137,7 @@ def main(argv=None) -> int:
             if part in cli.parts:
                 print(f"gpu-check: {part} (limit {budgets[part]} s)", flush=True)
                 tiny = ["--steps", "2", "--rounds", "2", "--warmup", "1", "--methods", "none", "kerple_log",
-                        "alibi"] if cli.tiny and part == "train" else []
+                        "alibi", "rotary"] if cli.tiny and part == "train" else []
                 results[part] = run_part(module, common + tiny + ["--budget", str(budgets[part])], env,
                                          budgets[part], scratch)
                 _write(results, out, began)  # a run stopped later still leaves the parts done so far
