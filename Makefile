@@ -76,7 +76,7 @@ clean:
 	rm -rf data/stdlib checkpoints/tiny eval_results/tiny tensorboard/tiny
 
 # GPU machines (docs/gpu/README.md). Here: the wheels the machine lacks, into .whl/ (never committed).
-# There: install them, run the CUDA tests and benchmarks in about 10 minutes, report in docs/gpu/.
+# There: install them, run the CUDA tests and benchmarks (parts' limits: about 15 minutes), report in docs/gpu/.
 # Without CUDA gpu-check says so in one line and fails. The GPU image has no .venv: its python3 has torch.
 GPU_PY = $(if $(wildcard $(PY)),$(PY),python3)
 gpu-wheels: venv

@@ -123,7 +123,8 @@ def _train(train):
                      f"{len(met)} of {len(flex)} ({', '.join(met) or 'none'}).\n")
     if any("+" in c["label"] for c in configs):
         lines.append("Step variants: `+old-step` is DeepSpeed's bf16 engine (bf16-weights: bf16; the rows without "
-                     "it keep fp32 weights under bf16 autocast), `+compiled` compiles each layer (compile-blocks).\n")
+                     "it keep fp32 weights, under bf16 autocast in bf16), `+bf16` the same method in bf16 where the "
+                     "profile is fp32, `+compiled` compiles each layer (compile-blocks).\n")
     lines += _profiles(train.get("profiles") or {})
     lines += _gpu_mini(next((c for c in train["configs"] if c.get("profile") == "gpu-mini"), None))
     return lines
@@ -133,7 +134,8 @@ def _profiles(profiles: dict) -> list:
     lines = []
     for label, summary in profiles.items():
         lines += [f"### Profile of `{label}` ({summary['steps']} steps, torch.profiler, {summary['clock']} time)\n",
-                  f"Per step: {summary['kernel_launches_per_step']:,.0f} kernel launches; "
+                  f"Per step: {summary['kernel_launches_per_step']:,.0f} "
+                  + ("kernel launches" if summary["clock"] == "device" else "aten calls (nested ones included)") + "; "
                   f"{summary['after_backward_ms_per_step']:.2f} ms on the host from the end of the backward to the "
                   "end of the step (all-reduce, clip, host read, optimizer).\n",
                   "| op | ms/step | calls/step |", "|---|---|---|"]

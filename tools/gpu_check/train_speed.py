@@ -31,7 +31,8 @@ PEER = "hf_gpt_neox"
 
 
 # The training step's variants, for the methods of STEP_VARIANT_METHODS: DeepSpeed's bf16 engine (bf16 weights,
-# the step before fp32 weights under autocast: `bf16-weights: bf16`) and the compiled layers (`compile-blocks`).
+# the step before fp32 weights under autocast: `bf16-weights: bf16`) and the compiled layers (`compile-blocks`);
+# on a profile that is not bf16 (tiny), the new step in bf16 as well, what the old step compares with.
 STEP_VARIANT_METHODS = ("none", "rotary", "kerple_log")
 VARIANTS = {"old-step": {"precision": "bf16", "bf16_weights": "bf16"}, "compiled": {"compile_blocks": True}}
 PROFILED = ("none", "none+old-step")  # one torch.profiler summary each, after the timed rounds
@@ -95,7 +96,10 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
         if device == "cuda" and distance_only and method != "none":
             chosen.append({"label": f"{method}+flex", "method": method, "impl": "flex"})
     chosen.append({"label": PEER, "method": "rotary", "impl": "transformers sdpa"})
-    for variant, overrides in VARIANTS.items():  # after the rest: compiling may use up the time budget
+    variants = dict(VARIANTS)
+    if model_args(profile, "none")[0].precision != "bf16":  # the tiny profile: the new step in bf16 too
+        variants = {"bf16": {"precision": "bf16"}, **variants}
+    for variant, overrides in variants.items():  # after the rest: compiling may use up the time budget
         for method in (m for m in STEP_VARIANT_METHODS if m in methods):
             chosen.append({"label": f"{method}+{variant}", "method": method, "impl": "auto", "overrides": overrides})
     if profile == "162M":
