@@ -92,8 +92,8 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
             assert config["error"].startswith("not built: half of the"), config
             continue
         assert config["seconds_per_step"] > 0 and len(config["rounds"]) == results["train"]["rounds_run"] >= 1
-    assert set(results["train"]["profiles"]) == {"none", "none+old-step"}
-    assert results["train"]["profiles"]["none"]["top"][0]["ms_per_step"] > 0
+    assert set(results["train"]["profiles"]) == {"none+bf16", "none+old-step"}  # the tiny profile is fp32
+    assert results["train"]["profiles"]["none+bf16"]["top"][0]["ms_per_step"] > 0
     evaluation = {(r["impl"], r["length"]): r for r in results["eval"]["rows"]}
     assert set(evaluation) == {(impl, L) for impl in ("auto", "sdpa") for L in (128, 256)}
     for row in evaluation.values():

@@ -57,9 +57,10 @@ def _engine(args):
 # after the last backward: the gradient norm and clip, the loss/kept-tokens all-reduce and its one copy to
 # the host, one fused AdamW per parameter group, zeroing the gradients. Measured 2026-11-28: 24 launches
 # (fp32 and bf16) and no host read there; the whole step 2 host reads (the attention plan's two checks of
-# its positions in the forward). Before, the whole step took 1374 ops and 66 host reads on DeepSpeed's bf16
-# engine (per parameter tensor: an inf/NaN check read on the host, an fp32 copy, a norm, a multiply, a copy
-# back), and 817 ops and 34 reads in fp32 (torch's unfused AdamW reads each tensor's step count). Any loop
+# its positions in the forward). DeepSpeed's bf16 engine (bf16-weights: bf16) takes 1120 ops and 35 host
+# reads (per parameter tensor: an inf/NaN check read on the host, an fp32 copy, a norm, a multiply, a copy
+# back); before this step, with torch's unfused AdamW on CPU (it reads each tensor's step count), bf16 took
+# 1374 ops and 66 reads, fp32 817 ops and 34 reads. Any loop
 # over the parameter tensors adds at least 28 ops to the tail, so its budget is below 24 + 28; on a GPU each
 # op is a kernel launch (~5 us) and each host read drains the queue.
 STEP_TAIL_BUDGET = 45
