@@ -90,6 +90,40 @@ def _check_compatible(state: dict, neox_args, model, where) -> None:
                               f"{pathlib.Path(where) / RESOLVED_NAME} (every key of that run, --set included).")
 
 
+def weights_dtype(model: torch.nn.Module) -> str:
+    """'float32', 'bfloat16' or 'float16': what the trained weights are kept in."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def stored_weights_dtype(state: dict) -> str:
+    """The dtype a checkpoint's weights were trained in; checkpoints from before it was recorded trained bf16
+    on DeepSpeed's bf16 engine (bf16 weights)."""
+    if "weights_dtype" in state:
+        return state["weights_dtype"]
+    precision = (state.get("neox_args") or {}).get("precision")
+    return {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+
+
+TRAINED_BY = {"bfloat16": "precision: bf16 with bf16-weights: bf16", "float16": "precision: fp16",
+              "float32": "precision: fp32, or bf16 with bf16-weights: fp32"}
+
+
+def _check_weights_dtype(state: dict, neox_args, engine, where) -> None:
+    """Weights load in any dtype (cast). The optimizer state of DeepSpeed's bf16 engine without ZeRO resumes on
+    fp32 weights (megatron/optimizer.py takes its fp32 master weights); other changes of the weights' dtype
+    cannot take the optimizer state along."""
+    stored, here = stored_weights_dtype(state), weights_dtype(engine.module)
+    if stored == here or neox_args.finetune or neox_args.no_load_optim:
+        return
+    if stored == "bfloat16" and here == "float32" and not engine.zero_optimization():
+        return
+    raise CheckpointError(
+        f"the checkpoint {where} was trained with {stored} weights and this run keeps {here} weights"
+        f"{' under ZeRO stage ' + str(engine.zero_optimization_stage()) if engine.zero_optimization() else ''}: "
+        f"its optimizer state cannot be resumed in that form. Resume it as it was trained ({TRAINED_BY.get(stored, stored)}), "
+        "or load its weights alone with a fresh optimizer (--set no-load-optim=true).")
+
+
 def _config_came_from(neox_args, resolved: pathlib.Path) -> bool:
     """Some key of the run's config was read from `resolved` (given as a config file, or taken from the
     checkpoint by from_checkpoint.py): sources read 'FILE:LINE' or 'checkpoint FILE:LINE'."""
@@ -183,6 +217,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
         "model_config": model_config(neox_args, engine.module.vocab_size).record(),
         "neox_args": as_plain_data({k: v for k, v in neox_args.to_dict().items() if k != "config_files"}),
         "rng_state": rng_state(),
+        "weights_dtype": weights_dtype(engine.module),  # bf16 runs keep fp32 or bf16 weights (bf16-weights)
     }
     # Every write happens before anything is renamed; a failure on any rank is shared, so every rank
     # finishes DeepSpeed's collective steps and then all stop together, with the partial files removed.
@@ -330,7 +365,9 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
         return 0, 0
     tag = resolve_tag(neox_args.load, neox_args.iteration)
     where = pathlib.Path(neox_args.load) / tag
-    _check_compatible(read_client_state(neox_args.load, tag), neox_args, engine.module, where)
+    client_state = read_client_state(neox_args.load, tag)
+    _check_compatible(client_state, neox_args, engine.module, where)
+    _check_weights_dtype(client_state, neox_args, engine, where)
     verify_folder(where)  # DeepSpeed unpickles its files (model states, optimizer partitions) itself
     weights_only = neox_args.finetune
     with weights_only_engine(engine):

@@ -25,6 +25,23 @@ class SkippableStep:
             return None
         return super().step(closure)
 
+    def load_state_dict(self, state_dict):
+        """Also a checkpoint of DeepSpeed's bf16 engine (`bf16-weights: bf16`, ZeRO 0) resumed on fp32
+        weights: its optimizer's state, and its fp32 master weights in place of the module's bf16 rounding."""
+        if "fp32_groups" not in state_dict or "optimizer_state_dict" not in state_dict:
+            return super().load_state_dict(state_dict)
+        masters = state_dict["fp32_groups"]
+        ours = [[p.shape for p in group["params"]] for group in self.param_groups]
+        if [[m.shape for m in group] for group in masters] != ours:
+            raise ValueError("the checkpoint's fp32 master weights do not match this model's parameters "
+                             f"(shapes per group {[[tuple(m.shape) for m in g] for g in masters]}, here {ours})")
+        super().load_state_dict(state_dict["optimizer_state_dict"])
+        with torch.no_grad():
+            for group, saved in zip(self.param_groups, masters):
+                for param, master in zip(group["params"], saved):
+                    param.copy_(master)
+        return None
+
 
 class AdamW(SkippableStep, torch.optim.AdamW):
     pass
@@ -46,6 +63,8 @@ def _prebuilt_fused_adam():
 
 def _adam_class(device_type: str):
     """(class, extra kwargs) of the fastest Adam with decoupled weight decay on this device."""
+    if device_type == "cpu":
+        return AdamW, {"fused": True}  # one kernel over all tensors (the unfused one reads each step count on the host)
     if device_type != "cuda":
         return AdamW, {}
     fused = _prebuilt_fused_adam()

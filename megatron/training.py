@@ -21,6 +21,7 @@ from megatron.data.packed_documents import samples_across_documents
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
 from megatron.model import GPTModel
+from megatron.model.transformer import compile_layers
 from megatron.neox_arguments.to_model import model_config
 from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
@@ -114,10 +115,14 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
     schedule (the DeepSpeed JSON's own `optimizer` entry is dropped: the optimizer built here carries
     the weight-decay groups)."""
     model = GPTModel(model_config(neox_args, vocab_size))
+    if neox_args.compile_blocks:
+        compile_layers(model.layers)
     optimizer = build_optimizer(neox_args, model)
     scheduler = build_lr_scheduler(neox_args, optimizer)
     config = {k: v for k, v in neox_args.deepspeed_config().items() if k not in ("optimizer", "scheduler")}
     config["zero_allow_untested_optimizer"] = True  # ZeRO checks the exact class; ours subclasses torch's AdamW
+    if not deepspeed_clips(config):
+        config["gradient_clipping"] = 0.0  # train_step clips (clip_gradients), with one norm over all tensors
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
     if neox_args.rank == 0:
         count = sum(p.numel() for p in model.parameters())
@@ -232,7 +237,10 @@ def packing(neox_args, batch: dict, positions=None) -> dict:
 
 def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepOutcome:
     """One optimizer step over gradient-accumulation-steps micro-batches. A step whose loss is NaN/inf
-    on any rank changes nothing (fp16 overflow is DeepSpeed's to skip; the LR schedule then waits too)."""
+    on any rank changes nothing (fp16 overflow is DeepSpeed's to skip; the LR schedule then waits too).
+
+    The host reads the device once per step (loss sum, kept tokens and, where the step clips, the gradient
+    norm, in one copy): each read waits for the accelerator's queue to drain, so none is taken per tensor."""
     device = get_accelerator().current_device_name()
     accumulation = neox_args.gradient_accumulation_steps
     total = torch.zeros((), dtype=torch.float64, device=device)
@@ -248,26 +256,61 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
         kept += batch["loss_mask"].sum().double()
         if micro < accumulation - 1:
             engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
+    with torch.profiler.record_function(AFTER_BACKWARD):
+        return _after_backward(neox_args, engine, optimizer, total, kept, accumulation)
+
+
+AFTER_BACKWARD = "train_step: after the backward"  # its profiler label: all-reduce, clip, host read, optimizer
+
+
+def _after_backward(neox_args, engine, optimizer, total, kept, accumulation) -> StepOutcome:
     both = torch.stack([total, kept])
     torch.distributed.all_reduce(both)  # NaN anywhere makes the sum NaN everywhere: all ranks agree
-    total, kept = both[0], both[1]
-    if kept.item() == 0:
+    clips_here = clips_in_step(engine)
+    if clips_here:  # the gradients are all-reduced by now: the norm is the global one on every rank
+        both = torch.cat([both, clip_gradients(engine.module, neox_args.gradient_clipping).double().view(1)])
+    read = both.to("cpu", copy=True).tolist()  # the step's one host read
+    total, kept = read[0], read[1]
+    if kept == 0:
         raise empty_loss_mask(neox_args, "a training step's global batch")
-    mean_loss = total.item() / (accumulation * torch.distributed.get_world_size())
-    skip = not torch.isfinite(total).item() and not engine.fp16_enabled()
-
-    # DeepSpeed reports the gradient norm, except for fp32 without ZeRO, where it is computed here.
-    plain_fp32 = not (engine.zero_optimization() or engine.fp16_enabled() or engine.bfloat16_enabled())
-    grad_norm = _gradient_norm(engine.module) if plain_fp32 else None
+    mean_loss = total / (accumulation * torch.distributed.get_world_size())
+    grad_norm = read[2] if clips_here else None
+    # A NaN/inf gradient norm skips the step as a NaN/inf loss does (the finite check is the clip's norm).
+    skip = (not math.isfinite(total) and not engine.fp16_enabled()) or not math.isfinite(grad_norm or 0.0)
     optimizer.skip_step = skip
     try:
         engine.step(lr_kwargs={"increment": 0 if skip else 1})
     finally:
         optimizer.skip_step = False
-    if not plain_fp32:
+    if not clips_here:  # ZeRO and fp16: DeepSpeed clips and reports the norm
         grad_norm = engine.get_global_grad_norm()
-    grad_norm = None if grad_norm is None else float(grad_norm)
+        grad_norm = None if grad_norm is None else float(grad_norm)
     return StepOutcome(mean_loss, skip or not engine.was_step_applied(), grad_norm)
+
+
+def clips_in_step(engine) -> bool:
+    """Whether train_step clips the gradients itself: without ZeRO, in fp32 or bf16 on fp32 weights
+    (DeepSpeed's torch_autocast). DeepSpeed's own clipping there takes a norm and a multiply per tensor;
+    setup_model_and_optimizer turns it off for these runs (`deepspeed_clips`)."""
+    return not (engine.zero_optimization() or engine.fp16_enabled() or engine.bfloat16_enabled())
+
+
+def deepspeed_clips(config: dict) -> bool:
+    """clips_in_step's answer negated, from the DeepSpeed config the engine is built from."""
+    on = lambda key: bool(config.get(key, {}).get("enabled", False))  # noqa: E731
+    return bool(config.get("zero_optimization", {}).get("stage", 0)) or on("fp16") or on("bf16")
+
+
+def clip_gradients(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """Scale the gradients to a global norm of at most `max_norm` (0: leave them) in a few multi-tensor
+    kernels; returns the norm before clipping as a device tensor, NaN/inf when any gradient is."""
+    parameters = [p for p in model.parameters() if p.grad is not None]
+    if not parameters:
+        return torch.zeros((), device=get_accelerator().current_device_name())
+    norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], foreach=True)
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm, foreach=True)
+    return norm
 
 
 def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
@@ -343,11 +386,6 @@ def _current_lr(engine) -> float:
     return engine.optimizer.param_groups[0]["lr"]
 
 
-def _gradient_norm(model: torch.nn.Module) -> float:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return torch.nn.utils.get_total_norm(grads).item() if grads else 0.0
-
-
 class Preemption:
     """SIGTERM (a scheduler's preemption notice, or DeepSpeed's launcher passing one on) and SIGINT
     (Ctrl-C) ask the loop to save and stop after the current step. Every rank stops at the same step:
@@ -372,6 +410,8 @@ class Preemption:
         return signal.Signals(self.received).name if self.received else "a stop request from another rank"
 
     def requested(self) -> bool:
+        if torch.distributed.get_world_size() == 1:  # no rank to agree with: no device read each step
+            return self.received is not None
         flag = torch.tensor([float(self.received is not None)], device=get_accelerator().current_device_name())
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         return bool(flag.item())

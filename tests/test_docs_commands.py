@@ -143,7 +143,7 @@ RULES = [
     (r"^export TORCHINDUCTOR_CACHE_DIR|^cat > repro\.py|python repro\.py$",
      NotRun("reproduces a torch bug of the compiled CPU flex kernel "
             "(docs/known-issues.md): compiles kernels for minutes")),
-    (r"^(make gpu-|\.venv/bin/python -m tools\.gpu_check( --device cpu|\.train_loop --stage))",
+    (r"^(OMP_NUM_THREADS=1 )?(make gpu-|\.venv/bin/python -m tools\.gpu_check( --device cpu|\.train_loop --stage|\.train_speed ))",
      NotRun("the GPU check; tests/test_gpu_check.py runs its CPU smoke form")),
     (r"^(cp \.\./shared|\.venv/bin/python -c|python3 -m pip install)", GPU),
 ]

@@ -2,6 +2,7 @@
 import torch.nn as nn
 import torch.nn.functional as F
 
+from megatron.compiled_code import keep_compiled_code_apart
 from megatron.model.attention import AttentionPlan, attend
 from megatron.model.init_functions import init_normal_
 from megatron.model.attention.cached import attend_cached
@@ -78,3 +79,13 @@ class TransformerLayer(nn.Module):
             return x + attention_out + self.hidden_dropout(self.mlp(self.post_attention_layernorm(x)))
         x = x + attention_out
         return x + self.hidden_dropout(self.mlp(self.post_attention_layernorm(x)))
+
+
+def compile_layers(layers: nn.ModuleList) -> None:
+    """Compile each layer in place (torchtitan's per-block torch.compile): its norms, bias-adds, activation,
+    residual adds and positional rotation become a few fused kernels. In place (nn.Module.compile), so the
+    weights keep their names in checkpoints. Inductor's compiled code is kept per CPU code path
+    (megatron/compiled_code.py). Not fullgraph: an attention strategy may leave the graph."""
+    keep_compiled_code_apart()
+    for layer in layers:
+        layer.compile()

@@ -206,6 +206,9 @@ def check_precision(args, fail):
         args.fp16 = {"enabled": True}
     elif args.precision == "bf16" and args.bf16 is None:
         args.bf16 = {"enabled": True}
+    if "bf16_weights" in args.config_sources and args.precision != "bf16":
+        fail("bf16_weights", f"chooses how bf16 trains, but precision is {args.precision}; remove it or set "
+             "precision: bf16.")
 
 
 def check_batch_sizes(args, fail):

@@ -65,6 +65,9 @@ class ModelArgs:
     hidden_dropout: float = arg(0.0, "Dropout on the residual branches.")
     make_vocab_size_divisible_by: int = arg(128, "Pad the vocabulary to a multiple of this.")
     checkpoint_activations: bool = arg(False, "Recompute each layer in the backward pass.")
+    compile_blocks: bool = arg(
+        False, "Training: compile each transformer layer with torch.compile (inductor; the first steps compile, "
+        "then the layer's elementwise work runs fused). Off: the layers run eagerly.")
 
 
 @dataclass
@@ -155,6 +158,10 @@ class PrecisionArgs:
         None, "Derived from the fp16/bf16 dicts when not given; setting it fills them in.")
     fp16: Optional[dict] = arg(None, "DeepSpeed fp16 dict ({enabled, loss_scale, ...}).")
     bf16: Optional[dict] = arg(None, "DeepSpeed bf16 dict ({enabled}).")
+    bf16_weights: Literal["fp32", "bf16"] = arg(
+        "fp32", "With bf16: `fp32` keeps fp32 weights and computes in bf16 under autocast (DeepSpeed's "
+        "torch_autocast; one fused optimizer step, no per-tensor host syncs); `bf16` is DeepSpeed's bf16 engine "
+        "(bf16 weights, fp32 copies in its optimizer, a host sync per tensor each step).")
 
 
 @dataclass

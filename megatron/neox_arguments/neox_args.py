@@ -171,7 +171,9 @@ class NeoXArgs(*reversed(GROUPS)):
         }
         if self.fp16 is not None:
             config["fp16"] = self.fp16
-        if self.bf16 is not None:
+        if self.precision == "bf16" and self.bf16_weights == "fp32":
+            config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
+        elif self.bf16 is not None:
             config["bf16"] = self.bf16
         return merge_deepspeed_extra(config, self.deepspeed_extra_args,
                                      self.config_sources.get("deepspeed_extra_args", "the config"))
@@ -199,7 +201,7 @@ class NeoXArgs(*reversed(GROUPS)):
 # A run's config hash (megatron/evaluation/identity.py) leaves out the settings that do not change what
 # was trained: evaluation, logging and launcher keys, the seed (the seeds of one configuration share a
 # hash) and where things are.
-_UNHASHED_KEYS = {"seed", "run_dir", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path"} | {
+_UNHASHED_KEYS = {"seed", "run_dir", "load", "save", "iteration", "finetune", "num_workers", "data_cache_path", "compile_blocks"} | {
     f.name for group in (EvaluationArgs, LoggingArgs, LauncherArgs) for f in dataclasses.fields(group)}
 
 

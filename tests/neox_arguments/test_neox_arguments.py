@@ -182,7 +182,14 @@ def test_precision_is_derived_from_the_dicts_and_fills_them():
     assert NeoXArgs.from_dict(minimal(fp16={"enabled": True, "loss_scale": 0})).precision == "fp16"
     assert NeoXArgs.from_dict(minimal()).precision == "fp32"
     args = NeoXArgs.from_dict(minimal(precision="bf16"))
-    assert args.bf16 == {"enabled": True} and args.deepspeed_config()["bf16"] == {"enabled": True}
+    assert args.bf16 == {"enabled": True}
+    # fp32 weights under DeepSpeed's bf16 autocast by default; DeepSpeed's bf16 engine with bf16-weights: bf16
+    assert args.deepspeed_config()["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
+    assert "bf16" not in args.deepspeed_config()
+    engine = NeoXArgs.from_dict(minimal(precision="bf16", bf16_weights="bf16")).deepspeed_config()
+    assert engine["bf16"] == {"enabled": True} and "torch_autocast" not in engine
+    with pytest.raises(NeoXArgsError, match="bf16-weights: chooses how bf16 trains, but precision is fp32; remove it or set precision: bf16"):
+        NeoXArgs.from_dict(minimal(bf16_weights="bf16"))
     with pytest.raises(NeoXArgsError, match="precision: is 'fp16' but the bf16 dict is enabled"):
         NeoXArgs.from_dict(minimal(precision="fp16", bf16={"enabled": True}))
 
@@ -194,7 +201,7 @@ def test_deepspeed_config_is_derived_from_the_same_yaml(repo_root):
     assert ds["gradient_accumulation_steps"] == 1 and ds["gradient_clipping"] == 1.0
     assert ds["optimizer"] == {"type": "Adam", "params": {"lr": 6e-4, "betas": [0.9, 0.999], "eps": 1e-8,
                                                           "weight_decay": 0.0}}
-    assert ds["bf16"] == {"enabled": True} and ds["zero_optimization"] == {"stage": 0}
+    assert ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and ds["zero_optimization"] == {"stage": 0}
     json.dumps(ds)  # must be JSON
 
 

@@ -111,7 +111,7 @@ def _train(train):
              "paper vs ALiBi |", "|---|---|---|---|---|---|---|---|"]
     for c in configs:
         s = c.get("seconds_per_step")
-        paper = TABLE4.get(c["method"]) if c["impl"] == "auto" else None
+        paper = TABLE4.get(c["method"]) if c["impl"] == "auto" and not c.get("overrides") else None
         cells = ([f"{s:.4f}", f"{c['tokens_per_s']:,.0f}", _ratio(s, none), _ratio(s, alibi)] if s else
                  [f"error: {c.get('error', 'not measured')}", "", "", ""])
         lines.append(f"| {c['label']} | {c['impl']} | " + " | ".join(cells) + f" | {paper or ''} | "
@@ -125,7 +125,26 @@ def _train(train):
             met = [c["label"] for c in timed if c["seconds_per_step"] <= FLEX_GOAL * none]
             lines.append(f"Goal (not a test): the methods run with `{impl}` within {FLEX_GOAL}x of `none`: "
                          f"{len(met)} of {len(timed)} ({', '.join(met) or 'none'}).\n")
+    if any("+" in c["label"] for c in configs):
+        lines.append("Step variants: `+old-step` is DeepSpeed's bf16 engine (bf16-weights: bf16; the rows without "
+                     "it keep fp32 weights, under bf16 autocast in bf16), `+bf16` the same method in bf16 where the "
+                     "profile is fp32, `+compiled` compiles each layer (compile-blocks).\n")
+    lines += _profiles(train.get("profiles") or {})
     lines += _gpu_mini(next((c for c in train["configs"] if c.get("profile") == "gpu-mini"), None))
+    return lines
+
+
+def _profiles(profiles: dict) -> list:
+    lines = []
+    for label, summary in profiles.items():
+        lines += [f"### Profile of `{label}` ({summary['steps']} steps, torch.profiler, {summary['clock']} time)\n",
+                  f"Per step: {summary['kernel_launches_per_step']:,.0f} "
+                  + ("kernel launches" if summary["clock"] == "device" else "aten calls (nested ones included)") + "; "
+                  f"{summary['after_backward_ms_per_step']:.2f} ms on the host from the end of the backward to the "
+                  "end of the step (all-reduce, clip, host read, optimizer).\n",
+                  "| op | ms/step | calls/step |", "|---|---|---|"]
+        lines += [f"| `{k['name']}` | {k['ms_per_step']:.3f} | {k['calls_per_step']:g} |" for k in summary["top"]]
+        lines.append("")
     return lines
 
 

@@ -28,18 +28,28 @@ from benchmarks.train_throughput import random_batches
 from megatron.initialize import initialize_megatron
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments.to_model import positional_embedding
-from megatron.training import lm_loss, setup_model_and_optimizer, train_step
+from megatron.training import AFTER_BACKWARD, lm_loss, setup_model_and_optimizer, train_step
 from megatron.model.attention.triton_flash import interpreting
 from .profiles import GPU_MINI_SWEEP, KERNEL_METHODS, LEARNABLE_TABLE_METHODS, TABLE4_METHODS, describe, model_args
 
 PEER = "hf_gpt_neox"
 
 
+# The training step's variants, for the methods of STEP_VARIANT_METHODS: DeepSpeed's bf16 engine (bf16 weights,
+# the step before fp32 weights under autocast: `bf16-weights: bf16`) and the compiled layers (`compile-blocks`);
+# on a profile that is not bf16 (tiny), the new step in bf16 as well, what the old step compares with.
+STEP_VARIANT_METHODS = ("none", "rotary", "kerple_log")
+VARIANTS = {"old-step": {"precision": "bf16", "bf16_weights": "bf16"}, "compiled": {"compile_blocks": True}}
+# One torch.profiler summary each, after the timed rounds: the new step (in bf16: on the tiny profile its +bf16
+# row) and the old one.
+PROFILED = ("none", "none+bf16", "none+old-step")
+
+
 class OurStep:
     """One method's engine, stepping on its own stream of random batches."""
 
-    def __init__(self, profile, method, impl, device):
-        self.args, self.vocab, padded_vocab = model_args(profile, method, attention_impl=impl)
+    def __init__(self, profile, method, impl, device, overrides=None):
+        self.args, self.vocab, padded_vocab = model_args(profile, method, attention_impl=impl, **(overrides or {}))
         initialize_megatron(self.args)
         self.engine, self.optimizer = setup_model_and_optimizer(self.args, padded_vocab)
         self.batches = random_batches(self.args, self.vocab, self.args.seed)
@@ -98,6 +108,12 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
         if method in LEARNABLE_TABLE_METHODS:  # (a fixed table's mask needs no gradient: `sdpa` itself)
             chosen.append({"label": f"{method}+sdpa_mask_gradient", "method": method, "impl": "sdpa_mask_gradient"})
     chosen.append({"label": PEER, "method": "rotary", "impl": "transformers sdpa"})
+    variants = dict(VARIANTS)
+    if model_args(profile, "none")[0].precision != "bf16":  # the tiny profile: the new step in bf16 too
+        variants = {"bf16": {"precision": "bf16"}, **variants}
+    for variant, overrides in variants.items():  # after the rest: compiling may use up the time budget
+        for method in (m for m in STEP_VARIANT_METHODS if m in methods):
+            chosen.append({"label": f"{method}+{variant}", "method": method, "impl": "auto", "overrides": overrides})
     if profile == "162M":
         chosen.append({"label": "gpu-mini/kerple_log", "method": "kerple_log", "impl": "auto", "profile": "gpu-mini"})
     return chosen
@@ -106,7 +122,7 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
 def build(config, profile, device):
     if config["label"] == PEER:
         return PeerStep(profile, device)
-    return OurStep(config.get("profile", profile), config["method"], config["impl"], device)
+    return OurStep(config.get("profile", profile), config["method"], config["impl"], device, config.get("overrides"))
 
 
 def timed(step, steps: int, device: str) -> float:
@@ -120,11 +136,40 @@ def timed(step, steps: int, device: str) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def profile_step(step, device: str, steps: int = 2, top: int = 12) -> dict:
+    """torch.profiler over `steps` steps: the kernels (device time on CUDA, CPU time otherwise) that take
+    longest, their launch count, and the host's time from the end of the backward to the end of the step
+    (train_step's AFTER_BACKWARD: all-reduce, clip, the host read, the optimizer; the peer has no such label)."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    on_device = device == "cuda"
+    own = (lambda e: e.self_device_time_total) if on_device else (lambda e: e.self_cpu_time_total)
+    kernels = [e for e in events if (own(e) > 0 and not e.key.startswith(("Optimizer.", "ProfilerStep")))
+               and (on_device or e.key.startswith("aten::"))]
+    kernels.sort(key=own, reverse=True)
+    after_backward_us = sum(e.cpu_time_total for e in events if e.key == AFTER_BACKWARD)
+    return {"steps": steps, "clock": "device" if on_device else "cpu",
+            "top": [{"name": e.key[:120], "ms_per_step": round(own(e) / 1e3 / steps, 3), "calls_per_step": e.count / steps}
+                    for e in kernels[:top]],
+            "after_backward_ms_per_step": round(after_backward_us / 1e3 / steps, 3),
+            "kernel_launches_per_step": sum(e.count for e in events if own(e) > 0 and (
+                e.device_type.name == "CUDA" if on_device else e.key.startswith("aten::"))) / steps}
+
+
 def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup: int, budget: float) -> dict:
     began = time.perf_counter()
     configs = configurations(profile, device, methods)
     runners = {}
     for config in configs:
+        if time.perf_counter() - began > budget / 2:  # the timed rounds need the other half
+            config["error"] = f"not built: half of the {budget:.0f} s budget was spent building the others"
+            continue
         try:
             runners[config["label"]] = build(config, profile, device)
             timed(runners[config["label"]], warmup, device)  # compilation and allocator warm-up, not counted
@@ -141,6 +186,8 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
         for label, runner in runners.items():
             seconds[label].append(timed(runner, steps, device))
         last_round = time.perf_counter() - round_start
+    profiled = [label for label in PROFILED if label in runners and not (label == "none" and "none+bf16" in runners)]
+    profiles = {label: profile_step(runners[label], device) for label in profiled}
     args, _, _ = model_args(profile, "none")
     tokens_per_step = args.train_micro_batch_size_per_gpu * args.seq_length
     for config in configs:
@@ -159,6 +206,7 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
     return {"profile": profile, "model": describe(args), "device": device, "steps_per_round": steps,
             "rounds_requested": rounds, "rounds_run": min((len(s) for s in seconds.values()), default=0),
             "warmup_steps": warmup, "seconds": round(time.perf_counter() - began, 1), "configs": configs,
+            "profiles": profiles,
             "peak_memory_mb": round(torch.cuda.max_memory_allocated() / 2**20) if device == "cuda" else None}
 
 
