@@ -16,7 +16,7 @@ What a positional method gives attention becomes global in that exchange:
   head and go through the same all-to-all as q, k and v;
 - absolute embeddings are added at the shard's global positions.
 A method that mixes heads (dape: an MLP or convolution across the heads of each score) cannot run on H/P
-heads; `sequence_parallel_problem` says so, and the config refuses it before anything runs.
+heads; `sequence_parallel_problem` (head_split.py) says so, and the config refuses it before anything runs.
 
 Gradients: each rank's loss is its share of the sequence's loss (its tokens' sum over the whole
 sequence's count), the all-to-alls' backward carries every rank's share to the heads that made it, and
@@ -32,15 +32,6 @@ from megatron.model.gpt_model import shared_and_row_positions
 
 # DistributedAttention's layout for q, k, v here: [b, s, H, D] (batch first), heads scattered, sequence gathered.
 BATCH_DIM, HEAD_DIM, SEQUENCE_DIM = 0, 2, 1
-
-
-def sequence_parallel_problem(pe) -> str | None:
-    """Why positional module `pe` cannot run with its heads split over ranks (its `mixes_heads`), or None."""
-    if pe.mixes_heads is None:
-        return None
-    return (f"sequence-parallel-size > 1 splits the attention heads over ranks (DeepSpeed-Ulysses: each rank "
-            f"attends over the whole sequence with H/P heads), but {pe.mixes_heads}, so no rank holds what it "
-            "reads. Set sequence-parallel-size to 1 for this run, or remove dape.")
 
 
 class HeadShard:

@@ -1,6 +1,8 @@
 """Sequence parallelism (megatron/model/sequence_parallel.py): a model whose sequences are split over two gloo
 ranks gives the logits and gradients of the same model in one process, for every positional method."""
+import importlib.util
 import json
+import pathlib
 import socket
 
 import pytest
@@ -9,11 +11,13 @@ import torch.multiprocessing as mp
 
 from megatron.model.positional_embeddings import ModelShape, available, lookup
 from megatron.model.positional_embeddings.dape import Dape
-from megatron.model.sequence_parallel import HeadShard, sequence_parallel_problem
+from megatron.model.head_split import sequence_parallel_problem
+from megatron.model.sequence_parallel import HeadShard
 from sequence_parallel_cases import cases, run
 
 # Cases computed in float32: the fp32 runs, and methods whose terms are float32 whatever the model's dtype (fox.py's
 # gate, fire.py's MLP input). Summing over ranks in another order shows at float32's rounding (2^-24 = 6e-8) there.
+REPO = pathlib.Path(__file__).resolve().parents[2]
 FLOAT32_TERMS = {"fox", "fox/documents", "fire", "layer-pattern", "fox/fp32", "kerple_log/fp32", "rotary/fp32"}
 
 
@@ -58,3 +62,12 @@ def test_dape_is_refused_because_it_mixes_heads():
     assert all(sequence_parallel_problem(lookup(name)(shape)) is None for name in available())
     problem = sequence_parallel_problem(Dape(lookup("kerple_log")(shape), {"version": 1}))
     assert "reads every head's score" in problem and "sequence-parallel-size to 1" in problem
+
+
+def test_the_compatibility_table_in_the_docs_is_current():
+    spec = importlib.util.spec_from_file_location("table", REPO / "tools/docs/sequence_parallel_table.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    page = (REPO / tool.PAGE).read_text()
+    assert tool.table() in page, "regenerate it: python tools/docs/sequence_parallel_table.py --write"
+    assert "| `dape` over any method | refused: " in page and "| `fox` | per-token gate" in page
