@@ -96,7 +96,7 @@ RULES = [
     (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is
     (r"^python train\.py configs/tiny\.yml$", Run(sets=TRAIN, output="already train-iters (8): nothing to train")),
     (r"sequence-parallel-size=", NotRun("two ranks for minutes on CPU; tests/model/test_sequence_parallel_training.py "
-                                        "runs it reduced (2 ranks x 4 steps, against one process)")),
+                                        "runs it reduced (2 ranks x 4 steps and an evaluation, against one process)")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
     (r"^python evaluate\.py --set load=checkpoints/variants/", Run(sets={"eval-chunks": 2})),  # a checkpoint alone

@@ -274,6 +274,10 @@ def check_evaluation(args, fail):
         args.eval_lengths = [args.seq_length]
     if not all(isinstance(n, int) and n > 0 for n in args.eval_lengths):
         fail("eval_lengths", f"must be a list of positive integers, got {quote(args.eval_lengths)}.")
+    if [n for n in args.eval_lengths if n % args.sequence_parallel_size]:
+        fail("eval_lengths", f"{[n for n in args.eval_lengths if n % args.sequence_parallel_size]} do not divide by "
+             f"sequence-parallel-size {args.sequence_parallel_size}, which splits every scored window into that many "
+             "equal shards. Choose lengths that are multiples of it.")
     for key in ("eval_chunks", "eval_stride"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             fail(key, f"must be a positive integer (or null for the default), got {quote(getattr(args, key))}.")

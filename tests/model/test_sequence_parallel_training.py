@@ -1,9 +1,14 @@
-"""`sequence-parallel-size: 2` through the real entry point: `deepy.py train.py` on two ranks, each holding half
-of every sequence, trains the losses one process trains, and its checkpoint resumes in one process."""
+"""`sequence-parallel-size: 2` through the real entry points: `deepy.py train.py` on two ranks, each holding half
+of every sequence, trains the losses one process trains, and its checkpoint resumes in one process;
+`deepy.py evaluate.py` on two ranks scores every chunk as one process does."""
+import json
 import re
 
+import numpy as np
 import pytest
 
+from megatron.evaluating import evaluate_run
+from megatron.neox_arguments import NeoXArgs
 from megatron.training import pretrain
 from test_training_support import TINY, free_port, run_script, set_flags, tiny_args, tiny_overrides
 
@@ -11,7 +16,7 @@ COMMON = {"train_iters": 6, "log_interval": 1, "train_micro_batch_size_per_gpu":
           "eval_iters": 1}
 
 
-@pytest.mark.launches  # one two-rank deepy.py launch (about 60 s on a busy 2-core machine) and two in-process runs
+@pytest.mark.launches  # two two-rank deepy.py launches (about 60 s each on a busy 2-core machine), three in-process runs
 def test_two_sequence_shards_train_as_one_process_and_their_checkpoint_resumes_in_one(stdlib_data, tmp_path):
     one = pretrain(tiny_args(stdlib_data, tmp_path / "one", **COMMON))
 
@@ -29,3 +34,20 @@ def test_two_sequence_shards_train_as_one_process_and_their_checkpoint_resumes_i
     assert sorted(resumed.losses) == [5, 6]
     for step in (5, 6):
         assert resumed.losses[step] == pytest.approx(one.losses[step], rel=1e-5), step
+
+    # Evaluation: the one-process run's checkpoint, one window split over the two ranks, against one process.
+    scoring = {"load": str(tmp_path / "one" / "ckpt"), "eval_lengths": "[64, 256]", "eval_chunks": 3,
+               "eval_modes": "[nonoverlap, sliding]"}
+    alone = evaluate_run(NeoXArgs.from_ymls([TINY], {**tiny_overrides(stdlib_data, tmp_path / "one"), **scoring,
+                                                       "eval_lengths": [64, 256], "eval_modes": ["nonoverlap", "sliding"],
+                                                       "eval_results_dir": str(tmp_path / "alone")}))
+    split = run_script(["deepy.py", "evaluate.py", str(TINY), *set_flags({
+        **tiny_overrides(stdlib_data, tmp_path / "one"), **scoring, "num_gpus": 2, "sequence_parallel_size": 2, "master_port": free_port(),
+        "eval_results_dir": str(tmp_path / "split")})])
+    assert split.returncode == 0, split.stdout[-3000:] + split.stderr[-3000:]
+    one_file = json.loads(alone.read_text())
+    two_file = json.loads((tmp_path / "split" / alone.name).read_text())
+    assert two_file["evaluation"]["ranks"] == 2 and len(one_file["results"]) == len(two_file["results"]) == 4
+    for a, b in zip(one_file["results"], two_file["results"]):
+        assert (a["mode"], a["length"]) == (b["mode"], b["length"])
+        np.testing.assert_allclose(b["chunk_losses"], a["chunk_losses"], rtol=1e-5)
