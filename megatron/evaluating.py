@@ -22,7 +22,10 @@ from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
 from megatron.neox_arguments.from_checkpoint import model_config_only
+from megatron.model.sequence_parallel import SequenceParallel
 from megatron.output_paths import reported_write
+from megatron.parallel import SequenceParallelGroups
+from megatron.parallel.sequence_scoring import SequenceParallelScorer
 from megatron.preflight import check_evaluation, raise_together
 from megatron.tokenizer import build_tokenizer
 
@@ -49,6 +52,17 @@ def evaluate_run(neox_args) -> pathlib.Path:
     loaded = load(opened, neox_args)
     model, iteration = loaded.model, loaded.step
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    scorer = lambda x: model(x.to(device))  # noqa: E731
+    if neox_args.sequence_parallel_size > 1:  # each window split over the ranks of a replica (megatron/parallel)
+        refused = [mode.name for mode in modes if not mode.splits_sequences]
+        if refused:
+            raise EvaluationError(
+                f"sequence-parallel-size {neox_args.sequence_parallel_size} splits every scored window over ranks, "
+                f"but eval-modes {refused} run the whole model on prompts of their own, which it does not split. "
+                "Score those modes with sequence-parallel-size 1, or leave them out of eval-modes here.")
+        groups = SequenceParallelGroups(neox_args.sequence_parallel_size)
+        model.sequence_parallel = SequenceParallel(groups.sequence_group)
+        scorer = SequenceParallelScorer(model, device)
     limit = model.position_limit()
     check_position_range(model, lengths, dtype)
 
@@ -83,7 +97,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
             if limit is not None and length > limit:
                 records += skipped_records(neox_args, length, todo, limit, say)
                 continue
-            context = ModeContext(lambda x: model(x.to(device)), stream, plan[length], length, neox_args,
+            context = ModeContext(scorer, stream, plan[length], length, neox_args,
                                   tokenizer.vocab_size, network=model, tokenizer=tokenizer)
             records += [scored_record(mode, context, device, say) for mode in todo]
     for record in records:  # another chunk count is another record of the same file (merge.py)

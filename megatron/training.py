@@ -25,6 +25,8 @@ from megatron.model.transformer import compile_layers
 from megatron.neox_arguments.to_model import model_config
 from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
+from megatron.parallel import SequenceParallelGroups, loss_share
+from megatron.model.sequence_parallel import SequenceParallel
 from megatron.preflight import check_training
 from megatron.tokenizer import build_tokenizer
 from megatron.random_positions import draw_positions
@@ -123,7 +125,12 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
     config["zero_allow_untested_optimizer"] = True  # ZeRO checks the exact class; ours subclasses torch's AdamW
     if not deepspeed_clips(config):
         config["gradient_clipping"] = 0.0  # train_step clips (clip_gradients), with one norm over all tensors
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
+    mpu = None  # sequence-parallel-size > 1: the groups, so the engine sums gradients over a sequence's ranks
+    if neox_args.sequence_parallel_size > 1:
+        mpu = SequenceParallelGroups(neox_args.sequence_parallel_size)
+        model.sequence_parallel = SequenceParallel(mpu.sequence_group)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config,
+                                           mpu=mpu)
     if neox_args.rank == 0:
         count = sum(p.numel() for p in model.parameters())
         print(model_line(neox_args, count, engine.zero_optimization_stage()), flush=True)
@@ -226,6 +233,12 @@ def learned_nothing(neox_args, result: TrainingResult, bad_in_a_row: int, last_s
             f"{TRY_INSTEAD}")
 
 
+def sequence_share(engine, loss, batch: dict):
+    """`loss` (a rank's mean), or under sequence parallelism its share of the whole sequences' loss."""
+    parallel = engine.module.sequence_parallel
+    return loss if parallel is None else loss_share(loss, batch["loss_mask"], parallel.group)
+
+
 def packing(neox_args, batch: dict, positions=None) -> dict:
     """The model's keyword arguments for a batch's packed documents (reset-attention-mask,
     reset-position-ids: megatron/data/packed_documents.py), or `positions` [s] (random-positions)."""
@@ -249,8 +262,8 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
         batch = {k: v.to(device) for k, v in next(train_batches).items()}
         positions = None if neox_args.random_positions is None else draw_positions(
             batch["tokens"].shape[1], neox_args.random_positions, device)
-        loss = lm_loss(engine(batch["tokens"], **packing(neox_args, batch, positions)), batch["labels"],
-                       batch["loss_mask"], vocab_size)
+        loss = sequence_share(engine, lm_loss(engine(batch["tokens"], **packing(neox_args, batch, positions)),
+                                              batch["labels"], batch["loss_mask"], vocab_size), batch)
         engine.backward(loss)
         total += loss.detach().double()
         kept += batch["loss_mask"].sum().double()
@@ -273,7 +286,8 @@ def _after_backward(neox_args, engine, optimizer, total, kept, accumulation) -> 
     total, kept = read[0], read[1]
     if kept == 0:
         raise empty_loss_mask(neox_args, "a training step's global batch")
-    mean_loss = total / (accumulation * torch.distributed.get_world_size())
+    replicas = torch.distributed.get_world_size() // neox_args.sequence_parallel_size  # a sequence's ranks add up
+    mean_loss = total / (accumulation * replicas)
     grad_norm = read[2] if clips_here else None
     # A NaN/inf gradient norm skips the step as a NaN/inf loss does (the finite check is the clip's norm).
     skip = (not math.isfinite(total) and not engine.fp16_enabled()) or not math.isfinite(grad_norm or 0.0)
@@ -324,9 +338,9 @@ def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
         for batch in itertools.islice(build_data_loader(dataset, neox_args, 0), neox_args.eval_iters):
             batch = {k: v.to(device) for k, v in batch.items()}
-            stats[0] += lm_loss(engine(batch["tokens"], **packing(neox_args, batch)), batch["labels"],
-                                batch["loss_mask"], vocab_size).double()
-            stats[1] += 1
+            stats[0] += sequence_share(engine, lm_loss(engine(batch["tokens"], **packing(neox_args, batch)),
+                                                       batch["labels"], batch["loss_mask"], vocab_size), batch).double()
+            stats[1] += 1 / neox_args.sequence_parallel_size  # a sequence's ranks hold shares of one batch
             stats[2] += batch["loss_mask"].sum().double()
     engine.train()
     torch.distributed.all_reduce(stats)

@@ -4,12 +4,18 @@ The global sample stream is dataset[0], dataset[1], ... (the dataset is already 
 megatron-core), continuing at dataset[g % len(dataset)] if a run asks for more samples than were
 built. Each micro-step takes `micro_batch * data_parallel_size` consecutive samples and rank r gets
 the r-th slice, so a run resumed with `consumed_samples` (global samples used so far, i.e.
-iteration x train_batch_size) sees exactly the samples an uninterrupted run would. The sampler is
+iteration x train_batch_size) sees exactly the samples an uninterrupted run would. Under sequence
+parallelism the rank is its data-parallel replica's (megatron/parallel), and each rank of a replica keeps
+its shard of every sequence. The sampler is
 endless, so the loader is iterated once per run: no re-created iterators, no `itertools.cycle`
 caching every batch.
 """
+import functools
+
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Sampler, default_collate
+
+from megatron.parallel import sequence_shard, shard_of
 
 
 class PretrainingBatchSampler(Sampler):
@@ -37,8 +43,16 @@ def build_data_loader(dataset, neox_args, consumed_samples: int = 0, micro_batch
     `consumed_samples` global samples. None for a split without data."""
     if dataset is None:
         return None
+    # Sequence parallelism: the ranks of one replica read the same samples, each its shard of every sequence.
+    size = neox_args.sequence_parallel_size
+    replica, shard = shard_of(neox_args.rank, size)
     sampler = PretrainingBatchSampler(
         len(dataset), consumed_samples, micro_batch_size or neox_args.train_micro_batch_size_per_gpu,
-        neox_args.rank, neox_args.world_size)
+        replica, neox_args.world_size // size)
+    collate = None if size == 1 else functools.partial(_collated_shard, shard=shard, size=size)
     return DataLoader(dataset, batch_sampler=sampler, num_workers=neox_args.num_workers,
-                      pin_memory=torch.cuda.is_available())
+                      pin_memory=torch.cuda.is_available(), collate_fn=collate)
+
+
+def _collated_shard(samples, shard: int, size: int) -> dict:
+    return sequence_shard(default_collate(samples), shard, size)

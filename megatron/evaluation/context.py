@@ -30,13 +30,17 @@ class ModeContext:
         batch_size=, progress=, vocab_size=) over this rank's chunks, gathered over ranks."""
         if name not in self._passes:
             args = self.neox_args
-            mine = self.starts[args.rank::args.world_size]  # this rank's share of the chunks
+            # this rank's share of the chunks: every replica-th (sequence parallelism: a replica's ranks score
+            # the same chunks, each its shard of every sequence, and get the whole losses back)
+            replicas = args.world_size // args.sequence_parallel_size
+            mine = self.starts[args.rank // args.sequence_parallel_size::replicas]
             began = time.perf_counter()
             with _ProgressBar(f"L={self.length} {name}", len(mine), args.rank == 0) as progress:
                 losses = score(model=self.model, stream=self.stream, starts=mine, length=self.length,
                                batch_size=args.eval_micro_batch_size, progress=progress,
                                vocab_size=self.vocab_size)
-            self._passes[name] = (_gathered(losses, args.world_size), time.perf_counter() - began)
+            self._passes[name] = (_gathered(losses, args.world_size, args.sequence_parallel_size),
+                                  time.perf_counter() - began)
         losses, seconds = self._passes[name]
         self.seconds += seconds
         return losses
@@ -46,15 +50,18 @@ class ModeContext:
         return summarize(losses, self.length, self.mode, self.starts)
 
 
-def _gathered(losses: np.ndarray, world_size: int) -> np.ndarray:
-    """Every rank's [its chunks, L] losses back in chunk order (rank r scored chunks r, r + world, ...)."""
+def _gathered(losses: np.ndarray, world_size: int, sequence_parallel_size: int = 1) -> np.ndarray:
+    """Every replica's [its chunks, L] losses back in chunk order (replica r scored chunks r, r + replicas, ...;
+    a replica is one rank, or a sequence-parallel group whose ranks hold the same losses)."""
     if world_size == 1:
         return losses
     parts = [None] * world_size
     torch.distributed.all_gather_object(parts, losses)
+    parts = parts[::sequence_parallel_size]  # one rank of each replica
+    replicas = len(parts)
     out = np.empty((sum(len(p) for p in parts), losses.shape[1]), dtype=losses.dtype)
     for rank, part in enumerate(parts):
-        out[rank::world_size] = part
+        out[rank::replicas] = part
     return out
 
 

@@ -21,7 +21,13 @@ LOSS_SLICE = 2048
 def window_losses(model, windows: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:
     """windows [b, s + 1] token ids -> losses [b, s] (fp32) of predicting windows[:, 1:]."""
     inputs, targets = windows[:, :-1], windows[:, 1:]
-    logits = model(inputs)[..., :vocab_size]  # [b, s, V]
+    if hasattr(model, "sequence_losses"):  # a sequence-parallel group's scorer (megatron/parallel): its shards' losses
+        return model.sequence_losses(inputs, targets, vocab_size)
+    return token_losses(model(inputs)[..., :vocab_size], targets)
+
+
+def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """logits [b, s, V], targets [b, s] -> losses [b, s] (fp32, on the CPU), upcast LOSS_SLICE positions at once."""
     losses = torch.empty(targets.shape, dtype=torch.float32)
     for i in range(0, targets.shape[1], LOSS_SLICE):
         piece = logits[:, i:i + LOSS_SLICE]

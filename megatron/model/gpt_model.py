@@ -79,6 +79,9 @@ class GPTModel(nn.Module):
                 "Remove pos-emb-per-layer (it is meant for methods that act inside attention).")
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.num_layers))
         self.final_layernorm = build_norm(config)
+        # A sequence-parallel group's side (megatron/model/sequence_parallel.py: forward then takes this rank's
+        # shard of every sequence), set by the run, not the config: a checkpoint loads under any group size.
+        self.sequence_parallel = None
         self.output_head = None
         if config.no_weight_tying:
             self.output_head = nn.Linear(config.hidden_size, vocab_size, bias=False)
@@ -125,6 +128,8 @@ class GPTModel(nn.Module):
             x = per_row(lambda p, x_: add_positions(x_, p), positions, self.word_embeddings(tokens))
             plans = [plan_cached(pe, cache, s, window) for pe, window in zip(self.pos_embs, self.windows)]
             return self._layers_and_head(x, plans, cache.layers)
+        if self.sequence_parallel is not None:
+            return self.sequence_parallel.forward(self, tokens, position_ids, document_ids)
         position_ids, row_positions = shared_and_row_positions(position_ids, document_ids, b, s, tokens.device)
         x = self.word_embeddings(tokens)  # [b, s, hidden]
         if row_positions is None:

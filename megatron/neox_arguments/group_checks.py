@@ -8,6 +8,7 @@ import difflib
 from megatron.evaluation.modes import mode_names, mode_options
 from megatron.probes import TrainOptions as ProbeTrainOptions
 from megatron.model.attention.config import AttentionConfigError
+from megatron.model.head_split import model_sequence_parallel_problem
 from megatron.model.layer_pattern import LayerPatternError, layer_kinds
 from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem
@@ -211,9 +212,35 @@ def check_precision(args, fail):
              "precision: bf16.")
 
 
+def check_sequence_parallel(args, fail):
+    """sequence-parallel-size P: it divides the ranks, the heads and the lengths, and every layer's method
+    keeps its heads apart (megatron/model/head_split.py)."""
+    size = args.sequence_parallel_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        fail("sequence_parallel_size", f"must be a positive integer (1: off), got {quote(size)}.")
+    if size == 1:
+        return
+    if args.world_size % size:
+        fail("sequence_parallel_size", f"{size} does not divide the {args.world_size} rank(s) launched: each sequence "
+             f"is split over {size} ranks, so the ranks are data-parallel size x {size}. Launch with deepy.py and "
+             f"num-gpus a multiple of {size} (e.g. `--set num-gpus={size}`: one sequence over {size} processes).")
+    for key in ("num_attention_heads", "seq_length", "seq_length_val"):
+        if getattr(args, key) % size:
+            what = "heads (each rank attends with heads/P of them)" if key == "num_attention_heads" else \
+                "tokens (each rank holds length/P of every sequence)"
+            fail("sequence_parallel_size", f"{size} does not divide {key.replace('_', '-')} {getattr(args, key)}: "
+                 f"it splits the {what}. Choose a sequence-parallel-size that divides it.")
+    if args.random_positions is not None:
+        fail("sequence_parallel_size", f"{size} is set together with random-positions: each rank would draw its "
+             "own positions for its shard, not one draw for the whole sequence. Use one of them.")
+    if (problem := model_sequence_parallel_problem(layers_config(args))) is not None:
+        fail("sequence_parallel_size", problem)
+
+
 def check_batch_sizes(args, fail):
-    """train_batch_size = micro x grad_accum x data-parallel size, given any two (or micro alone)."""
-    dp = args.world_size
+    """train_batch_size = micro x grad_accum x data-parallel size, given any two (or micro alone); the
+    data-parallel size is the ranks over sequence-parallel-size (the ranks that share a sequence are one)."""
+    dp = args.world_size // args.sequence_parallel_size
     glob, micro, gas = (args.train_batch_size, args.train_micro_batch_size_per_gpu,
                         args.gradient_accumulation_steps)
     for key, value in (("train_batch_size", glob), ("train_micro_batch_size_per_gpu", micro),
@@ -250,6 +277,10 @@ def check_evaluation(args, fail):
         args.eval_lengths = [args.seq_length]
     if not all(isinstance(n, int) and n > 0 for n in args.eval_lengths):
         fail("eval_lengths", f"must be a list of positive integers, got {quote(args.eval_lengths)}.")
+    if [n for n in args.eval_lengths if n % args.sequence_parallel_size]:
+        fail("eval_lengths", f"{[n for n in args.eval_lengths if n % args.sequence_parallel_size]} do not divide by "
+             f"sequence-parallel-size {args.sequence_parallel_size}, which splits every scored window into that many "
+             "equal shards. Choose lengths that are multiples of it.")
     for key in ("eval_chunks", "eval_stride"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             fail(key, f"must be a positive integer (or null for the default), got {quote(getattr(args, key))}.")
@@ -283,4 +314,4 @@ def check_data(args, fail):
 # In this order: every number finite first, so the range checks see real numbers; the model's keys
 # before attention's (which reads max-position-embeddings); value_checks last, once lr is derived.
 CHECKS = (check_finite, check_model, check_training, check_positional, check_data, check_attention,
-          check_optimizer, check_precision, check_batch_sizes, check_evaluation, check_values)
+          check_sequence_parallel, check_optimizer, check_precision, check_batch_sizes, check_evaluation, check_values)

@@ -194,6 +194,11 @@ class TrainingArgs:
         20, "Stop after this many consecutive steps with a NaN/inf loss or overflow.")
     model_parallel_size: int = arg(1, "Tensor parallelism (only 1 is supported).")
     pipe_parallel_size: int = arg(1, "Pipeline parallelism (only 1 is supported).")
+    sequence_parallel_size: int = arg(
+        1, "Sequence parallelism (DeepSpeed-Ulysses): P ranks split every sequence, each holding seq-length/P tokens "
+        "and attending over the whole sequence with num-attention-heads/P heads, so activations per rank fall as "
+        "1/P. The ranks launched (num-gpus x nodes) are data-parallel x P; P divides them, the heads, seq-length "
+        "and seq-length-val. Every method runs under it but a dape wrapper (it mixes heads), which is refused.")
     random_positions: Optional[int] = arg(
         None, "Randomized positions (Ruoss et al. 2023): each training micro-batch's positions are sorted draws "
         "without replacement from [0, N), N >= seq-length (one draw per micro-batch, shared by its sequences); "

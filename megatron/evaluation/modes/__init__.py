@@ -40,6 +40,9 @@ class EvalMode:
     score: Callable  # (context) -> the record's fields
     check: Callable | None = None  # (neox_args, tokenizer, stream, lengths): raises for a length it cannot score
     options: type | None = None    # the dataclass of its config keys
+    # Scores only through loss passes (ModeContext.losses), so a sequence split over a sequence-parallel group
+    # scores it; False: it runs the whole model on prompts of its own (context.network: the probes).
+    splits_sequences: bool = True
 
 
 _REGISTRY: dict[str, EvalMode] = {}
@@ -47,14 +50,15 @@ _discovered = False
 _broken: list[NeoXArgsError] = []  # the errors of mode files that could not be loaded
 
 
-def register(name: str, help: str, check: Callable | None = None, options: type | None = None):
+def register(name: str, help: str, check: Callable | None = None, options: type | None = None,
+             splits_sequences: bool = True):
     """Decorator: `@register("sliding", "what it measures")` above `def score(context) -> dict`."""
     def add(score):
         if name in _REGISTRY:
             raise EvalModeError(
                 f"evaluation mode {name!r} is registered twice ({_REGISTRY[name].score.__module__} and "
                 f"{score.__module__}); rename one of them")
-        _REGISTRY[name] = EvalMode(name, help, score, check, options)
+        _REGISTRY[name] = EvalMode(name, help, score, check, options, splits_sequences)
         return score
     return add
 

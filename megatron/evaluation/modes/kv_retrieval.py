@@ -14,7 +14,7 @@ def check(args, tokenizer, stream, lengths) -> None:
 
 @register("kv-retrieval", "key-value retrieval at probe-depths among probe-kv-pairs pairs (answer log-prob, "
                           "rank, greedy exact match); short enough for 64-token models", check=check,
-          options=Options)
+          options=Options, splits_sequences=False)
 def score(context) -> dict:
     args = context.neox_args
     return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,

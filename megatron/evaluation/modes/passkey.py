@@ -11,7 +11,7 @@ def check(args, tokenizer, stream, lengths) -> None:
 
 
 @register("passkey", "passkey retrieval at probe-depths (answer log-prob, rank, greedy exact match)", check=check,
-          options=Options)
+          options=Options, splits_sequences=False)
 def score(context) -> dict:
     args = context.neox_args
     return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,

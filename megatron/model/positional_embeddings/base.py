@@ -130,6 +130,9 @@ class PositionalEmbedding(nn.Module):
     reads_whole_matrix: bool = False
     replaces_softmax: bool = False  # its own weights in place of the softmax (normalise: stickbreaking)
     uses_key_transforms: bool = False  # key_transforms returns Householder transforms (path)
+    # Why a score term reads every head's scores (dape), or None: heads are independent, so sequence parallelism
+    # (megatron/model/sequence_parallel.py) may give each rank the whole sequence for a share of them.
+    mixes_heads: str | None = None
 
     @dataclass
     class Options:

@@ -86,6 +86,8 @@ def dape_problem(value) -> str | None:
 class Dape(PositionalEmbedding):
     """`base` with DAPE's learned edit of its score matrix (see the module's text)."""
     modifies_scores = True
+    mixes_heads = ("dape's learned function f reads every head's score at each query and key and writes every "
+                   "head's logit")
 
     def __init__(self, base: PositionalEmbedding, dape: dict):
         super().__init__(base.shape, base.options)

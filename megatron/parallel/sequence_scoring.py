@@ -1,0 +1,21 @@
+"""Evaluation with each sequence split over a sequence-parallel group: every rank of a replica runs the model on
+its shard of every window and computes the losses of its shard's tokens alone (the [b, s/P, vocab] logits, so
+their memory per rank falls as 1/P); the ranks then exchange the [b, s/P] losses, and each holds the window's."""
+import torch
+
+from megatron.evaluation.scoring import token_losses
+
+
+class SequenceParallelScorer:
+    """What evaluation's loss passes call (megatron/evaluation/scoring.py's window_losses reads
+    `sequence_losses`), for a model whose `sequence_parallel` is set."""
+
+    def __init__(self, model, device):
+        self.model, self.device, self.parallel = model, device, model.sequence_parallel
+
+    def sequence_losses(self, inputs: torch.Tensor, targets: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
+        """inputs, targets [b, s] -> losses [b, s] (fp32, CPU) of the whole windows."""
+        part = inputs.shape[1] // self.parallel.size
+        mine = slice(self.parallel.rank * part, (self.parallel.rank + 1) * part)
+        logits = self.model(inputs[:, mine].to(self.device))[..., :vocab_size]
+        return self.parallel.gather(token_losses(logits, targets[:, mine]), dim=1)
