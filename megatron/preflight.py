@@ -20,9 +20,9 @@ import socket
 import tempfile
 from dataclasses import dataclass
 
-import psutil
 import torch
 
+from megatron.device_memory import available_bytes
 from megatron.errors import NeoXArgsError
 from megatron.model.layer_pattern import positional_parameter_count
 from megatron.model.model_config import ModelConfig
@@ -288,15 +288,6 @@ def parameter_count(config: ModelConfig) -> int:
 def run_parameter_count(neox_args, vocab_size: int) -> int:
     """parameter_count of the model a run's config builds with `vocab_size` embedding rows."""
     return parameter_count(model_config(neox_args, vocab_size))
-
-
-def available_bytes() -> tuple[int, str]:
-    from deepspeed.accelerator import get_accelerator  # here: the preprocessing tool imports this module too
-    accelerator = get_accelerator()
-    if accelerator.device_name() == "cuda" and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
-        return free, "free on the GPU"
-    return psutil.virtual_memory().available, "of available memory"
 
 
 def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:

@@ -300,3 +300,20 @@ def test_no_module_writes_into_another_at_import_time():
 ])
 def test_a_write_into_another_module_is_found(source, hits):
     assert [line for line, _ in writes_into_other_modules(source)] == hits
+
+
+# Modules a user or a tool may import first, before the config package: each sits on the path by which the
+# config package, when it imports the evaluation modes, reaches back to generation (a mode's probe scoring
+# generates). An import cycle through it leaves a mode file half-imported, and every later config build then
+# fails on that mode.
+FIRST_IMPORTS = ("megatron.text_generation.steps", "megatron.evaluation.probes.scoring")
+
+
+@pytest.mark.launches  # a fresh interpreter: the import order is the point, and this one has imported everything
+@pytest.mark.parametrize("first", FIRST_IMPORTS)
+def test_a_config_builds_whatever_was_imported_first(first):
+    probe = (f"import {first}; from megatron.neox_arguments import NeoXArgs; "
+             "args = NeoXArgs.from_dict({'train-micro-batch-size-per-gpu': 1, 'eval-modes': ['kv-retrieval']}); "
+             "print(args.eval_modes)")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "['kv-retrieval']", run.stderr[-2000:]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 
-from megatron.preflight import available_bytes
+from megatron.device_memory import available_bytes
 from megatron.text_generation import generate_tokens
 from megatron.text_generation.memory import generation_memory_problem
 from .run import EvaluationError

@@ -5,7 +5,7 @@ memory than there is, and without this check torch fails deep inside the first f
 kernel kills the process with no message)."""
 import torch
 
-from megatron.preflight import available_bytes, run_parameter_count
+from megatron.device_memory import available_bytes
 
 GIB = 2 ** 30
 
@@ -53,13 +53,3 @@ def generation_memory_problem(*, num_layers: int, hidden: int, vocab: int, dtype
             f"{need / GIB:,.2f} GiB for {what}{weights}, but there are {available / GIB:,.2f} GiB {kind}. Set "
             f"{key.replace('_', '-')} to at most {fits:,} (with prompts of up to {longest_prompt:,} tokens), or "
             "generate fewer prompts at once (generation-batch-size).")
-
-
-def run_memory_problem(neox_args, vocab_size: int, batches: list[int], longest_prompt: int, dtype) -> str | None:
-    """generate.py's check, from the config before the model is loaded: its weights and the largest
-    batch's cache (`batches`: the batch sizes it will generate)."""
-    return generation_memory_problem(
-        num_layers=neox_args.num_layers, hidden=neox_args.hidden_size, vocab=vocab_size, dtype=dtype,
-        batch=max(batches), longest_prompt=longest_prompt, max_new_tokens=neox_args.maximum_tokens,
-        recompute=neox_args.recompute, weights_bytes=run_parameter_count(neox_args, vocab_size) * element_bytes(dtype),
-        where=neox_args.config_sources.get("maximum_tokens", "the config"))

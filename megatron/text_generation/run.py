@@ -20,7 +20,8 @@ from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
 from megatron.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import new_file_problem, not_writable, reported_write
-from .memory import run_memory_problem
+from megatron.preflight import run_parameter_count
+from .memory import element_bytes, generation_memory_problem
 from .samples import generate_samples
 from .sampling import setting_problems
 
@@ -105,7 +106,12 @@ def check_generation_memory(neox_args, tokenizer, contexts: list[str]) -> None:
         batches = [len(mine[i:i + size]) for i in range(0, len(mine), size)]
         longest = max(len(tokenizer.tokenize(text)) if text else 1 for text in mine)
     _, dtype = inference_device_and_dtype(neox_args)
-    problem = run_memory_problem(neox_args, tokenizer.padded_vocab_size, batches, longest, dtype)
+    vocab = tokenizer.padded_vocab_size
+    problem = generation_memory_problem(
+        num_layers=neox_args.num_layers, hidden=neox_args.hidden_size, vocab=vocab, dtype=dtype,
+        batch=max(batches), longest_prompt=longest, max_new_tokens=neox_args.maximum_tokens,
+        recompute=neox_args.recompute, weights_bytes=run_parameter_count(neox_args, vocab) * element_bytes(dtype),
+        where=neox_args.config_sources.get("maximum_tokens", "the config"))
     if problem:
         raise GenerationError(problem)
 

@@ -10,10 +10,12 @@ rotated when it was added (as transformers' cache does). Hence `cache_exact`: Fa
 longrope, whose cached generation can differ from `recompute` once n passes original-max-position.
 
 `rotary-unrotated-fraction: u` is p-RoPE (Barbero et al. 2024, arXiv 2410.06205, "Round and Round We Go",
-p = 1 - u): the lowest-frequency floor(u * rotated dims / 2) frequency pairs get frequency 0 (left
-unrotated, carrying no position: semantic channels), the others keep plain RoPE's frequencies
-base^(-2i/d) over the rotated dims d. Not `rotary-pct`, which rotates fewer dims but still spans the
-whole range of frequencies down to the lowest (its frequencies are computed over the fewer dims)."""
+p = 1 - u): of the d rotated dims' d/2 frequency pairs, the highest floor(p d/2) keep plain RoPE's
+frequencies base^(-2i/d) over the rotated dims d, and the others, the lowest, get frequency 0 (left
+unrotated, carrying no position: semantic channels); the paper's rounding, and transformers' `proportional`
+rope's. Not `rotary-pct`, which rotates fewer dims but still spans the whole range of frequencies down to
+the lowest (its frequencies are computed over the fewer dims)."""
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -112,13 +114,19 @@ class Rotary(PositionalEmbedding):
 
     @staticmethod
     def _unrotated_pairs(fraction, rotary_dims) -> int:
-        pairs = int(fraction * (rotary_dims // 2))
-        if fraction > 0 and pairs == 0:
+        """The pairs p-RoPE leaves unrotated: the paper keeps the p = 1 - u highest frequencies rounded down,
+        floor(p d/2) (transformers' `proportional` rope: int(p * head_dim // 2)), so the rest, ceil(u d/2) up
+        to float rounding, are unrotated: a fraction that is not a whole number of pairs unrotates one more.
+        Rounded to 9 decimals before the floor, so that u = 0.9 of 10 pairs rotates the 1 pair p = 0.1 does
+        (in floats (1 - 0.9) * 10 = 0.999...)."""
+        pairs = rotary_dims // 2
+        rotated = math.floor(round((1 - fraction) * pairs, 9))
+        if fraction > 0 and rotated == 0:
             raise PositionalEmbeddingError(
-                f"pos-emb 'rotary': rotary-unrotated-fraction {fraction} of {rotary_dims // 2} rotated frequency "
-                f"pairs leaves none unrotated (floor({fraction} x {rotary_dims // 2}) = 0); raise it to at least "
-                f"{1 / (rotary_dims // 2):.4g} or set 0 for plain rotary.")
-        return pairs
+                f"pos-emb 'rotary': rotary-unrotated-fraction {fraction} of {pairs} rotated frequency pairs leaves "
+                f"none rotated (floor({1 - fraction:.4g} x {pairs}) = 0), which is no positional encoding at all; "
+                f"set at most {1 - 1 / pairs:.4g}, or use `pos-emb: none` for that.")
+        return pairs - rotated
 
     def frequencies(self, seq_len: int | None = None):
         """(inv_freq [rotary_dims/2] float32, attention factor) for a forward over seq_len positions; the

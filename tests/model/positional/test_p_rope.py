@@ -1,7 +1,7 @@
-"""`rotary-unrotated-fraction` (p-RoPE, arXiv 2410.06205) against a float64 rotation written here: of the d
-rotated dims' d/2 frequency pairs (rotate-half layout: pair i is dims i and i + d/2), the lowest-frequency
-floor(u d/2) get frequency 0 and the rest plain RoPE's base^(-2i/d); not rotary-pct; the config's errors;
-cached generation equals recompute."""
+"""`rotary-unrotated-fraction` (p-RoPE, arXiv 2410.06205) against transformers' `proportional` rope (its
+frequencies, p = 1 - u) and a float64 rotation written here: of the d rotated dims' d/2 frequency pairs
+(rotate-half layout: pair i is dims i and i + d/2), the highest floor(p d/2) keep plain RoPE's base^(-2i/d)
+and the rest frequency 0; not rotary-pct; the config's errors; cached generation equals recompute."""
 import math
 
 import pytest
@@ -21,13 +21,23 @@ def p_rope(fraction, pct=1.0):
                                       rotary_unrotated_fraction=fraction)
 
 
+def proportional_frequencies(fraction, dims):
+    """transformers' `proportional` rope (p-RoPE) over `dims` rotated dims, rotating the fraction p = 1 - u (as a
+    user writes p: 0.1, not 1 - 0.9 = 0.09999999999999998)."""
+    from transformers import PretrainedConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    config = PretrainedConfig(hidden_size=dims, num_attention_heads=1, head_dim=dims, rope_parameters={
+        "rope_type": "proportional", "rope_theta": float(BASE), "partial_rotary_factor": round(1 - fraction, 9)})
+    return ROPE_INIT_FUNCTIONS["proportional"](config, "cpu")[0]
+
+
 def formula(x, positions, fraction, pct=1.0):
-    """float64: x [b, H, s, D] with its first d = D pct dims rotated pair by pair, the lowest floor(u d/2)
-    frequencies (the last pairs) not at all."""
+    """float64: x [b, H, s, D] with its first d = D pct dims rotated pair by pair, as many of the highest
+    frequencies as transformers' proportional rope keeps; the rest (the last pairs) not at all."""
     x = x.double().clone()
     d = int(HEAD_DIM * pct)
     half = d // 2
-    kept = half - math.floor(fraction * half)
+    kept = int((proportional_frequencies(fraction, d) > 0).sum())
     out = x.clone()
     for i in range(half):
         theta = BASE ** (-2 * i / d) if i < kept else 0.0
@@ -39,7 +49,7 @@ def formula(x, positions, fraction, pct=1.0):
 
 
 @pytest.mark.parametrize("pct", [1.0, 0.5])
-@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75, 0.3])
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75, 0.3, 0.1])
 def test_the_rotation_equals_the_float64_formula(fraction, pct):
     torch.manual_seed(0)
     q, k = torch.randn(2, 1, HEADS, 40, HEAD_DIM).unbind(0)
@@ -65,11 +75,22 @@ def test_the_unrotated_pairs_carry_no_position_and_it_is_not_rotary_pct():
                            q, q, positions, positions)[0])
 
 
-def test_a_fraction_that_unrotates_nothing_is_refused_with_the_numbers():
-    with pytest.raises(PositionalEmbeddingError, match=r"rotary-unrotated-fraction 0.1 of 8 rotated frequency pairs "
-                                                       r"leaves none unrotated \(floor\(0.1 x 8\) = 0\); raise it to "
-                                                       r"at least 0.125"):
-        p_rope(0.1)
+@pytest.mark.parametrize("dims", [16, 20, 64])
+@pytest.mark.parametrize("fraction", [0.1, 0.25, 0.3, 0.33, 0.5, 0.7, 0.8])
+def test_the_frequencies_are_transformers_proportional_rope(fraction, dims):
+    """A fraction that is not a whole number of pairs (0.1 of 8, 0.3 of 10) unrotates one pair more than
+    floor(u d/2): the paper keeps floor(p d/2) rotated, p = 1 - u."""
+    got, _ = build_positional_embedding("rotary", 1, dims, dims, rotary_unrotated_fraction=fraction).frequencies()
+    torch.testing.assert_close(got, proportional_frequencies(fraction, dims), rtol=1e-6, atol=0)
+
+
+def test_a_fraction_that_rotates_nothing_is_refused_with_the_numbers():
+    with pytest.raises(PositionalEmbeddingError, match=r"rotary-unrotated-fraction 0.9 of 8 rotated frequency pairs "
+                                                       r"leaves none rotated \(floor\(0.1 x 8\) = 0\), which is no "
+                                                       r"positional encoding at all; set at most 0.875, or use "
+                                                       r"`pos-emb: none`"):
+        p_rope(0.9)
+    p_rope(0.875)  # one pair rotated
 
 
 @pytest.mark.parametrize("values,message", [
