@@ -8,7 +8,7 @@ too), so that a change breaking one fails here naming the file and line:
 - megatron's top-level folders import each other without cycles;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
-- everything that computes attention lives in megatron/model/attention, which imports torch, the
+- everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
   standard library, itself and two leaf modules (megatron/errors.py, megatron/compiled_code.py), and
   importing one of its kernels does not build GPTModel's module graph.
 """
@@ -28,6 +28,9 @@ ATTENTION = MEGATRON / "model" / "attention"
 # What the attention folder may import besides itself, torch and the standard library: leaf modules that
 # import nothing of the project (the user-error type; where compiled code is kept).
 ATTENTION_LEAVES = ("megatron.errors", "megatron.compiled_code")
+# The packages it may import: torch, and Triton for its CUDA kernels (imported on CUDA only: torch's CUDA wheels
+# bring it).
+ATTENTION_PACKAGES = ("torch", "triton", *sys.stdlib_module_names)
 ENTRY_POINTS = ("deepy.py", "train.py", "evaluate.py", "generate.py", "eval.py")
 
 
@@ -188,9 +191,9 @@ def test_the_attention_folder_imports_only_torch_itself_and_two_leaves():
             if under(module, "megatron") and not (under(module, "megatron.model.attention")
                                                   or any(under(module, leaf) for leaf in ATTENTION_LEAVES)):
                 found.append(f"{where(path, line)} imports {module}")
-            elif not under(module, "megatron") and module.split(".")[0] not in ("torch", *sys.stdlib_module_names):
+            elif not under(module, "megatron") and module.split(".")[0] not in ATTENTION_PACKAGES:
                 found.append(f"{where(path, line)} imports {module}")
-    assert not found, ("megatron/model/attention imports only torch, itself and " + ", ".join(ATTENTION_LEAVES) +
+    assert not found, ("megatron/model/attention imports only torch, triton, itself and " + ", ".join(ATTENTION_LEAVES) +
                        " (the positional method comes in as an object):\n" + "\n".join(found))
     for leaf in ATTENTION_LEAVES:
         leaf_path = ROOT / (leaf.replace(".", "/") + ".py")
