@@ -8,7 +8,7 @@ too), so that a change breaking one fails here naming the file and line:
 - megatron's top-level folders import each other without cycles;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
-- everything that computes attention lives in megatron/model/attention, which imports torch, the
+- everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
   standard library, itself and two leaf modules (megatron/errors.py, megatron/compiled_code.py), and
   importing one of its kernels does not build GPTModel's module graph.
 """
@@ -28,7 +28,7 @@ ATTENTION = MEGATRON / "model" / "attention"
 # What the attention folder may import besides itself, torch and the standard library: leaf modules that
 # import nothing of the project (the user-error type; where compiled code is kept).
 ATTENTION_LEAVES = ("megatron.errors", "megatron.compiled_code")
-TRITON_KERNEL = "triton_kernel.py"  # the one attention file written in Triton (its strategy imports it in attend)
+TRITON_KERNELS = ("triton_kernel.py", "rotary_kernel.py")  # the attention files written in Triton (imported lazily, on CUDA or under its interpreter)
 ENTRY_POINTS = ("deepy.py", "train.py", "evaluate.py", "generate.py", "eval.py")
 
 
@@ -190,12 +190,12 @@ def test_the_attention_folder_imports_only_torch_itself_and_two_leaves():
                                                   or any(under(module, leaf) for leaf in ATTENTION_LEAVES)):
                 found.append(f"{where(path, line)} imports {module}")
             elif module.split(".")[0] == "triton":  # the language of this project's kernel, in its one file
-                if path.name != TRITON_KERNEL:
-                    found.append(f"{where(path, line)} imports {module} (only {TRITON_KERNEL} may, imported lazily)")
+                if path.name not in TRITON_KERNELS:
+                    found.append(f"{where(path, line)} imports {module} (only {', '.join(TRITON_KERNELS)} may, imported lazily)")
             elif not under(module, "megatron") and module.split(".")[0] not in ("torch", *sys.stdlib_module_names):
                 found.append(f"{where(path, line)} imports {module}")
     assert not found, ("megatron/model/attention imports only torch, itself and " + ", ".join(ATTENTION_LEAVES) +
-                       f" (the positional method comes in as an object), and triton in {TRITON_KERNEL}:\n"
+                       f" (the positional method comes in as an object), and triton in {", ".join(TRITON_KERNELS)}:\n"
                        + "\n".join(found))
     for leaf in ATTENTION_LEAVES:
         leaf_path = ROOT / (leaf.replace(".", "/") + ".py")

@@ -16,6 +16,7 @@ import torch
 from megatron.model.attention.inputs import AttentionInputs, terms_by_distance
 from megatron.model.attention.masks import allowed_keys, keys_seen, same_document
 from megatron.model.attention.needs import NEEDS, needs_of
+from megatron.model.attention.rotation import rotate
 
 
 class AttentionPlan:
@@ -45,10 +46,17 @@ class AttentionPlan:
         self.row_positions = row_positions
         # t [b | 1, H, s] on each query's logits row (pe.query_scale: ssmax), from the keys it sees, or None.
         self.query_scale = pe.query_scale(keys_seen(positions, window, documents)) if pe.scales_queries else None
+        # ((cos, sin) of q, (cos, sin) of k) when the method rotates by tables (rotary, xpos): computed here once
+        # for every layer of the forward, applied by rotation.py (one fused kernel per tensor on CUDA); or None.
+        rotated_at = positions if row_positions is None else row_positions
+        self.rotation = pe.rotation_tables(rotated_at, rotated_at, dtype)
 
     def rotate(self, q, k):
         """q, k [b, H, s, D] rotated by the method (rotary) at each row's positions, q times query_scale."""
-        if self.row_positions is None:
+        if self.rotation is not None:
+            (q_cos, q_sin), (k_cos, k_sin) = self.rotation
+            q, k = rotate(self.pe, q, q_cos, q_sin), rotate(self.pe, k, k_cos, k_sin)
+        elif self.row_positions is None:
             q, k = self.pe.rotate_qk(q, k, self.positions, self.positions)
         else:
             rows = [self.pe.rotate_qk(q[r:r + 1], k[r:r + 1], p, p) for r, p in enumerate(self.row_positions)]

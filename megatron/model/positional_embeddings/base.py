@@ -3,7 +3,9 @@
 Attention calls only this protocol and never branches on a method's name. The three channels are
 independent and each defaults to "do nothing":
 - `add_to_embeddings(x, positions)`: absolute methods (learned, sinusoidal) add to token embeddings;
-- `rotate_qk(q, k, q_positions, k_positions)`: rotary rotates queries and keys;
+- `rotate_qk(q, k, q_positions, k_positions)`: rotary rotates queries and keys; a method whose rotation is
+  by per-position cos/sin tables also gives `rotation_tables` and `rotate` (rotary, xpos), so attention
+  computes the tables once per forward and rotates with one fused kernel per tensor on CUDA;
 - `pairwise(q_positions, k_positions)` -> (bias, weight): per-head score edits
   `score = (q.k / sqrt(D)) * weight + bias`. Methods whose edit depends only on d = i - j
   (`distance_only`, all but fire) implement `distance_tables(length)` instead, so attention can read
@@ -155,6 +157,12 @@ class PositionalEmbedding(nn.Module):
 
     def rotate_qk(self, q, k, q_positions, k_positions):
         return q, k  # q, k [b, H, s, D]
+
+    def rotation_tables(self, q_positions, k_positions, dtype=torch.float32):
+        """((cos, sin) of the queries, (cos, sin) of the keys) when `rotate_qk` is a rotation by such tables
+        (rotary, xpos: rotary.py's `rotate`), computed once per forward so that a fused kernel applies them
+        in every layer; None: rotate_qk is the method's own code."""
+        return None
 
     def token_terms(self, x: torch.Tensor) -> torch.Tensor | None:
         """g [b, H, s] (float32, differentiable) from the attention input x [b, s, hidden] (after the

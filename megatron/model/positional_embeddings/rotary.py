@@ -137,20 +137,38 @@ class Rotary(PositionalEmbedding):
             inv_freq[len(inv_freq) - self.unrotated_pairs:] = 0.0
         return inv_freq, attention_factor
 
-    def _rotate(self, x, positions, inv_freq, attention_factor):
-        half = self.rotary_dims // 2
-        angles = positions.float()[:, None] * inv_freq.to(x.device)  # [s, half]
-        cos, sin = angles.cos(), angles.sin()
-        if attention_factor != 1.0:  # yarn: transformers scales cos and sin, so only the rotated dims
-            cos, sin = cos * attention_factor, sin * attention_factor
-        x1, x2 = x[..., :half].float(), x[..., half:self.rotary_dims].float()
-        rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-        return torch.cat([rotated.to(x.dtype), x[..., self.rotary_dims:]], dim=-1)
-
-    def rotate_qk(self, q, k, q_positions, k_positions):
+    def rotation_tables(self, q_positions, k_positions, dtype=torch.float32):
+        """(cos, sin) of the queries and (cos, sin) of the keys, float32 [s, rotary_dims/2] each ([b, s, ...]
+        for per-row positions [b, s]): what `rotate` applies, computed once per forward (the attention plan
+        keeps them for every layer). yarn's attention factor is in them (transformers scales cos and sin, so
+        only the rotated dims). `dtype`: q's and k's, for methods whose tables must fit it (xpos)."""
         seq_len = None
         if self.scaling is not None and self.scaling.type in SEQUENCE_DEPENDENT:  # the only ones that read it
             seq_len = int(max(q_positions.max(), k_positions.max())) + 1
         inv_freq, attention_factor = self.frequencies(seq_len)
-        return (self._rotate(q, q_positions, inv_freq, attention_factor),
-                self._rotate(k, k_positions, inv_freq, attention_factor))
+
+        def tables(positions):
+            angles = positions.float()[..., None] * inv_freq.to(positions.device)  # [..., s, half]
+            cos, sin = angles.cos(), angles.sin()
+            if attention_factor != 1.0:
+                cos, sin = cos * attention_factor, sin * attention_factor
+            return cos, sin
+        q_tables = tables(q_positions)
+        return q_tables, (q_tables if k_positions is q_positions else tables(k_positions))
+
+    @staticmethod
+    def rotate(x, cos, sin):
+        """x [b, H, s, D] with its first 2 x cos.shape[-1] dims rotated by the tables (rotate-half layout), in
+        float32, returned in x's dtype. The eager form of megatron/model/attention/rotary_kernel.py (CUDA)."""
+        half = cos.shape[-1]
+        if cos.dim() == 3:  # per-row tables [b, s, half]: one for every head
+            cos, sin = cos[:, None], sin[:, None]
+        x1, x2 = x[..., :half].float(), x[..., half:2 * half].float()
+        rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+        if 2 * half == x.shape[-1]:
+            return rotated
+        return torch.cat([rotated, x[..., 2 * half:]], dim=-1)
+
+    def rotate_qk(self, q, k, q_positions, k_positions):
+        (q_cos, q_sin), (k_cos, k_sin) = self.rotation_tables(q_positions, k_positions, q.dtype)
+        return self.rotate(q, q_cos, q_sin), self.rotate(k, k_cos, k_sin)

@@ -84,6 +84,14 @@ class Tempered(PositionalEmbedding):
             return q, k
         return (q.float() * self.temperature_scale.float()[None, :, None, None]).to(q.dtype), k
 
+    def rotation_tables(self, q_positions, k_positions, dtype=torch.float32):
+        if self.type == "head_scale":  # q scaled per head after the rotation: rotate_qk's own code
+            return None
+        return self.base.rotation_tables(q_positions, k_positions, dtype)
+
+    def rotate(self, x, cos, sin):
+        return self.base.rotate(x, cos, sin)
+
     def distance_tables(self, length):
         bias, weight = self.base.distance_tables(length)
         if bias is not None:  # head_scale here (ssmax with a bias is pairwise)

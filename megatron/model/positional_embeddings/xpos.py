@@ -56,28 +56,25 @@ class XPos(Rotary):
         """The largest position whose scales (and inverse scales) fit `dtype` with HEADROOM to spare."""
         return int((math.log(torch.finfo(dtype).max) - HEADROOM) / -self.log_zeta[0] * self.scale_base)
 
-    def _scaled(self, x, positions, sign: float):
-        # x [b, H, s, D] float32 (rotated); scale [s, r]: zeta_k^(sign * p / B) for dims k and k + r/2.
-        log_zeta = torch.tensor(self.log_zeta, device=x.device, dtype=torch.float64)
-        exponent = positions.to(x.device, torch.float64)[:, None] * (sign / self.scale_base) * log_zeta
-        scale = exponent.exp().float().repeat(1, 2)
-        r = self.rotary_dims
-        return torch.cat([x[..., :r] * scale, x[..., r:]], dim=-1)
+    def _scale(self, positions, sign: float):
+        """zeta_k^(sign * p / B) [..., s, r/2], computed in float64, returned in float32."""
+        log_zeta = torch.tensor(self.log_zeta, device=positions.device, dtype=torch.float64)
+        return (positions.to(torch.float64)[..., None] * (sign / self.scale_base) * log_zeta).exp().float()
 
-    def rotate_qk(self, q, k, q_positions, k_positions):
+    def rotation_tables(self, q_positions, k_positions, dtype=torch.float32):
+        """Rotary's tables times the decay (queries zeta^(n/B), keys zeta^(-m/B)): the rotation and the scale
+        in one float32 step, rounded once to the model's dtype."""
         largest = int(max(q_positions.max(), k_positions.max())) if q_positions.numel() else 0
-        for dtype in {q.dtype, k.dtype}:
-            limit = self.max_position(dtype)
-            if largest > limit:
-                raise PositionalEmbeddingError(
-                    f"pos-emb 'xpos': position {largest} needs decay factors up to "
-                    f"{math.exp(-self.log_zeta[0] * largest / self.scale_base):.3g}, past what {dtype} holds "
-                    f"({torch.finfo(dtype).max:.3g}, with 2^8 to spare): with xpos-scale-base {self.scale_base} "
-                    f"the largest position in {dtype} is {limit}. "
-                    + ("Evaluate in float32 or bfloat16, or train" if dtype == torch.float16 else
-                       f"Use sequences of at most {limit + 1} positions, or train")  # float32's range is bfloat16's
-                    + " with a larger xpos-scale-base.")
-        # Rotate in float32 (rotary keeps a float32 input float32), scale, round once to the model's dtype.
-        q32, k32 = super().rotate_qk(q.float(), k.float(), q_positions, k_positions)
-        return (self._scaled(q32, q_positions, 1.0).to(q.dtype),
-                self._scaled(k32, k_positions, -1.0).to(k.dtype))
+        limit = self.max_position(dtype)
+        if largest > limit:
+            raise PositionalEmbeddingError(
+                f"pos-emb 'xpos': position {largest} needs decay factors up to "
+                f"{math.exp(-self.log_zeta[0] * largest / self.scale_base):.3g}, past what {dtype} holds "
+                f"({torch.finfo(dtype).max:.3g}, with 2^8 to spare): with xpos-scale-base {self.scale_base} "
+                f"the largest position in {dtype} is {limit}. "
+                + ("Evaluate in float32 or bfloat16, or train" if dtype == torch.float16 else
+                   f"Use sequences of at most {limit + 1} positions, or train")  # float32's range is bfloat16's
+                + " with a larger xpos-scale-base.")
+        (q_cos, q_sin), (k_cos, k_sin) = super().rotation_tables(q_positions, k_positions, dtype)
+        q_scale, k_scale = self._scale(q_positions, 1.0), self._scale(k_positions, -1.0)
+        return (q_cos * q_scale, q_sin * q_scale), (k_cos * k_scale, k_sin * k_scale)
