@@ -195,7 +195,7 @@ def test_the_attention_folder_imports_only_torch_itself_and_two_leaves():
             elif not under(module, "megatron") and module.split(".")[0] not in ("torch", *sys.stdlib_module_names):
                 found.append(f"{where(path, line)} imports {module}")
     assert not found, ("megatron/model/attention imports only torch, itself and " + ", ".join(ATTENTION_LEAVES) +
-                       f" (the positional method comes in as an object), and triton in {", ".join(TRITON_KERNELS)}:\n"
+                       f" (the positional method comes in as an object), and triton in {', '.join(TRITON_KERNELS)}:\n"
                        + "\n".join(found))
     for leaf in ATTENTION_LEAVES:
         leaf_path = ROOT / (leaf.replace(".", "/") + ".py")
