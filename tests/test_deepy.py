@@ -31,7 +31,7 @@ def test_dry_run_prints_the_162m_config_deepspeed_json_and_command(repo_root):
                for line in config_part.splitlines())
     assert any(line.startswith("num_layers ") and " 12 " in line for line in config_part.splitlines())
     ds = json.loads(rest.split("# Launcher command")[0])
-    assert ds["train_micro_batch_size_per_gpu"] == 32 and ds["bf16"] == {"enabled": True}
+    assert ds["train_micro_batch_size_per_gpu"] == 32 and ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
     cmd = launcher_line(out)
     # The config reaches ranks on this machine in a file (no command-line limit): tests/hostile/test_hostile_launch.py.
     assert "-m deepspeed.launcher.runner" in cmd and "train.py --megatron_config_file CONFIG_FILE" in cmd

@@ -85,7 +85,9 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert tests["exit_code"] == 0 and tests["counts"]["skipped"] >= len(METHODS)  # the cuda tests, skipped here
     train = {c["label"]: c for c in results["train"]["configs"]}
     ours = {"none", "kerple_log", "rotary"}
-    assert set(train) == {"none", "kerple_log", "kerple_log+sdpa_mask_gradient", "alibi", "rotary", "hf_gpt_neox"} | {
+    # `triton` joins only when the check ran under Triton's interpreter (TRITON_INTERPRET=1, ~30 s a step): a worker
+    # of the test run may have it set; its row is then timed like the others.
+    assert set(train) - {"kerple_log+triton"} == {"none", "kerple_log", "kerple_log+sdpa_mask_gradient", "alibi", "rotary", "hf_gpt_neox"} | {
         f"{m}+{variant}" for m in ours for variant in ("bf16", "old-step", "compiled")}
     for config in train.values():  # compiling may take the build half of the budget on a busy CPU
         if config["label"].endswith("+compiled") and "error" in config:

@@ -60,7 +60,8 @@ def long_context_tables(args, documents: list[dict]) -> str:
         return ""
     ruler = rename(ruler + documents, args.rename)[:len(ruler)]  # --rename names a run of either kind
     if getattr(args, "keep_lengths", None):  # the effective length reads every length measured
-        documents = selected_documents(argparse.Namespace(**{**vars(args), "keep_lengths": None}))
+        # (RULER results alone: no perplexity result to read again)
+        documents = selected_documents(argparse.Namespace(**{**vars(args), "keep_lengths": None})) if documents else []
         every = selected_ruler(args, filter_lengths=False)
         by_measure = estimates_of(curves_of(documents, rename(every + documents, args.rename)[:len(every)]),
                                   THRESHOLD, PPL_FACTOR)
