@@ -106,8 +106,9 @@ RULES = [
     (r"^\.venv/bin/python -m tools\.gpu_check\.wheels --list$", Run(output="deepspeed")),
     (r"^\.venv/bin/python -c .*prepare_data\(load_sweep\('configs/reproduce/gpu-mini\.yml'\)",
      NotRun("tokenizes with GPT-2's BPE, whose files `prepare_data.py gpt2` downloads (needs the internet)")),
-    (r"sequence-parallel-size=", NotRun("two ranks for minutes on CPU; tests/model/test_sequence_parallel_training.py "
-                                        "runs it reduced (2 ranks x 4 steps and an evaluation, against one process)")),
+    (r"sequence-parallel-size=", NotRun("2 or 4 ranks for minutes on CPU; tests/model/test_sequence_parallel_training.py "
+                                        "runs them reduced (2 ranks x 2 steps resumed both ways and an evaluation; "
+                                        "2 replicas x 2 shards x 3 steps, marked slow; against one process)")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
     (r"^python evaluate\.py --set load=checkpoints/variants/", Run(sets={"eval-chunks": 2})),  # a checkpoint alone

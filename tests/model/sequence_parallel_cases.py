@@ -48,7 +48,7 @@ def cases() -> dict[str, tuple[dict, bool]]:
                                                                   {"pos-emb": "fox"}]}, False),
         "path/forget-gate": ({"pos_emb": "path", "path_forget_gate": True}, False),
     }
-    found |= {f"{name}/fp32": ({"pos_emb": name, "dtype": "float32"}, False) for name in ("kerple_log", "rotary", "fox")}
+    found |= {f"{name}/fp32": ({"pos_emb": name, "dtype": "float32"}, False) for name in available()}
     return found
 
 

@@ -1,11 +1,11 @@
 """`sequence-parallel-size: 2` through the real entry points: `deepy.py train.py` on two ranks, each holding half
-of every sequence, trains the losses one process trains, and its checkpoint resumes in one process;
-`deepy.py evaluate.py` on two ranks scores every chunk as one process does."""
+of every sequence, resumes a one-process checkpoint and trains the losses one process trains, and its checkpoint
+resumes in one process; `deepy.py evaluate.py` on two ranks scores every chunk as one process does."""
 import json
-import re
 
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from megatron.evaluating import evaluate_run
 from megatron.neox_arguments import NeoXArgs
@@ -16,19 +16,34 @@ COMMON = {"train_iters": 6, "log_interval": 1, "train_micro_batch_size_per_gpu":
           "eval_iters": 1}
 
 
-@pytest.mark.launches  # two two-rank deepy.py launches (about 60 s each on a busy 2-core machine), three in-process runs
-def test_two_sequence_shards_train_as_one_process_and_their_checkpoint_resumes_in_one(stdlib_data, tmp_path):
-    one = pretrain(tiny_args(stdlib_data, tmp_path / "one", **COMMON))
+def logged_steps(folder) -> dict[int, tuple[float, float]]:
+    """step -> (loss, gradient norm) from a run's tensorboard scalars (float32). The norm is taken after the
+    engine's all-reduce: a gradient averaged over the wrong ranks shows there, whereas Adam's update (and so the
+    next losses) barely changes with the gradient's scale."""
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0}).Reload()
+    loss, norm = ({e.step: e.value for e in events.Scalars(tag)} for tag in ("train/loss", "train/grad_norm"))
+    return {step: (loss[step], norm[step]) for step in loss}
+
+
+def assert_same_steps(logged: dict, reference: dict, steps: list[int]) -> None:
+    assert sorted(logged) == steps, logged
+    for step in steps:
+        assert logged[step] == pytest.approx(reference[step], rel=1e-5), (step, logged[step], reference[step])
+
+
+@pytest.mark.launches  # two two-rank deepy.py launches, three in-process runs: 35-70 s on the busy 2-core machine
+def test_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_ways(stdlib_data, tmp_path):
+    # The uninterrupted one-process run, which also keeps its step-2 checkpoint: P = 1 -> P = 2 -> P = 1.
+    one = pretrain(tiny_args(stdlib_data, tmp_path / "one", extra_save_iters=[2], tensorboard_dir=str(tmp_path / "tb1"),
+                             **COMMON))
 
     overrides = tiny_overrides(stdlib_data, tmp_path / "sp", num_gpus=2, sequence_parallel_size=2, exit_interval=4,
+                               load=str(tmp_path / "one" / "ckpt"), iteration=2, tensorboard_dir=str(tmp_path / "tb2"),
                                master_port=free_port(), **COMMON)
     done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 rank(s)" in done.stdout
-    printed = {int(step): float(loss) for step, loss in re.findall(r"step (\d+)/6 \| loss ([\d.]+)", done.stdout)}
-    assert sorted(printed) == [1, 2, 3, 4], done.stdout
-    for step, loss in printed.items():  # printed to 4 decimals
-        assert loss == pytest.approx(one.losses[step], abs=1e-4), (step, loss, one.losses[step])
+    assert "2 rank(s)" in done.stdout and "resumed from step 2" in done.stdout, done.stdout
+    assert_same_steps(logged_steps(tmp_path / "tb2"), logged_steps(tmp_path / "tb1"), [3, 4])
 
     resumed = pretrain(tiny_args(stdlib_data, tmp_path / "sp", **COMMON))  # sequence-parallel-size 1 now
     assert sorted(resumed.losses) == [5, 6]
@@ -51,3 +66,20 @@ def test_two_sequence_shards_train_as_one_process_and_their_checkpoint_resumes_i
     for a, b in zip(one_file["results"], two_file["results"]):
         assert (a["mode"], a["length"]) == (b["mode"], b["length"])
         np.testing.assert_allclose(b["chunk_losses"], a["chunk_losses"], rtol=1e-5)
+
+
+@pytest.mark.launches  # four deepy.py ranks and a 3-step in-process run: 24 s on the shared 2-core machine
+def test_two_replicas_of_two_sequence_shards_train_as_one_process(stdlib_data, tmp_path):
+    """num-gpus 4, sequence-parallel-size 2: two data-parallel replicas (micro-batch 2 each), each sequence split
+    over a replica's two ranks, train the losses and gradient norms of one process with the same global batch of 4:
+    DeepSpeed sums the gradients over all four ranks and divides by the two replicas."""
+    steps = {**COMMON, "train_iters": 3}
+    pretrain(tiny_args(stdlib_data, tmp_path / "one", tensorboard_dir=str(tmp_path / "tb1"), **steps))
+
+    overrides = tiny_overrides(stdlib_data, tmp_path / "2x2", **{**steps, "train_micro_batch_size_per_gpu": 2},
+                               num_gpus=4, sequence_parallel_size=2, tensorboard_dir=str(tmp_path / "tb4"),
+                               master_port=free_port())
+    done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "4 rank(s)" in done.stdout, done.stdout
+    assert_same_steps(logged_steps(tmp_path / "tb4"), logged_steps(tmp_path / "tb1"), [1, 2, 3])
