@@ -119,7 +119,9 @@ def _positional_group():
             ("attention_temperature", Optional[dict], arg(
                 None, "A learned temperature on the attention logits, for any method: {type: ssmax} multiplies "
                 "them by s_h ln(n), n the keys a query sees (init 1/ln max-position-embeddings); {type: "
-                "head_scale} by s_h (init 1); `init` sets s_h. A layer-pattern entry may set its own.")),
+                "head_scale} by s_h (init 1); `init` sets s_h; {type: llama4, scale: 0.1, floor: 8192} by the fixed "
+                "1 + scale ln(1 + floor(n / floor)) of Llama 4's layers without positions. A layer-pattern entry may "
+                "set its own.")),
             ("dape", Optional[dict], arg(
                 None, "DAPE over the run's method (its bias B, zeros without one): logits = A + B + f([A; B]), A the "
                 "scaled q.k, f learned across the heads: {version: 1, hidden: 32} an MLP per (i, j); {version: 2, "

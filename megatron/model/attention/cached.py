@@ -98,7 +98,8 @@ class CachedPlan:
         q, k = per_row(lambda positions, q_, k_: self.pe.rotate_qk(q_, k_, positions, positions),
                        self.q_positions, q, k)
         if self.query_scale is not None:
-            q = (q.float() * self.query_scale[..., None]).to(q.dtype)
+            work = torch.promote_types(q.dtype, torch.float32)  # bf16 up to fp32, fp64 kept
+            q = (q.to(work) * self.query_scale[..., None].to(work)).to(q.dtype)
         bias = self.bias
         if self.token_terms is not None:
             new, visible = kv.store_token_terms(self.token_terms, self.start)  # [b, H, s], [b, H, visible keys]

@@ -62,7 +62,8 @@ class AttentionPlan:
             rows = [self.pe.rotate_qk(q[r:r + 1], k[r:r + 1], p, p) for r, p in enumerate(self.row_positions)]
             q, k = torch.cat([q_ for q_, _ in rows]), torch.cat([k_ for _, k_ in rows])
         if self.query_scale is not None:
-            q = (q.float() * self.query_scale[..., None]).to(q.dtype)
+            work = torch.promote_types(q.dtype, torch.float32)  # bf16 up to fp32, fp64 kept
+            q = (q.to(work) * self.query_scale[..., None].to(work)).to(q.dtype)
         return q, k
 
     def visible(self, queries: slice, keys: slice):

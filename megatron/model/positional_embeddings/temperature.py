@@ -9,6 +9,10 @@
   documents (so the temperature a model trains with is the one it is evaluated with).
   `init` null starts s_h at 1 / ln(max-position-embeddings): the plain softmax at the training length.
 - `head_scale` (the per-head learned scale of NoPE length generalisation, Wang et al. 2024): t_h = s_h.
+- `llama4` (Llama 4's attention temperature tuning on its layers without positions, iRoPE):
+  t(i) = 1 + a * ln(1 + floor(n_i / f)), fixed (nothing learned), a = `scale` (0.1), f = `floor` (8192);
+  n_i counted as for ssmax, which is Llama 4's position + 1 in a plain causal sequence. Meant for the `none`
+  layers of a `layer-pattern`: it keeps queries sharp past f keys, where a NoPE layer's attention flattens.
 
 The score term is scaled through q (q_i * t_h(i)), so a method without a bias keeps every attention path
 and its O(L) memory; a bias is scaled with it: per head for `head_scale` (still a per-distance table),
@@ -22,7 +26,9 @@ from torch import nn
 
 from .base import PositionalEmbedding, PositionalEmbeddingError, quote, softmax_wrapper_problem
 
-TYPES = ("ssmax", "head_scale")
+TYPES = ("ssmax", "head_scale", "llama4")
+KEYS = {"ssmax": {"type", "init"}, "head_scale": {"type", "init"}, "llama4": {"type", "scale", "floor"}}
+LLAMA4_DEFAULTS = {"scale": 0.1, "floor": 8192}  # transformers' Llama4TextConfig attn_scale, floor_scale
 EXAMPLE = "attention-temperature: {type: ssmax}"
 
 
@@ -33,11 +39,16 @@ def temperature_problem(value) -> str | None:
     if not isinstance(value, dict):
         return f"must be a mapping such as {{type: ssmax}} or {{type: head_scale, init: 1.0}}, got {quote(value)}."
     given = {str(k).replace("-", "_"): v for k, v in value.items()}
-    unknown = sorted(set(given) - {"type", "init"})
-    if unknown:
-        return f"unknown key(s) {quote(unknown)}; it takes type and init (e.g. {EXAMPLE})."
     if given.get("type") not in TYPES:
         return f"type is {quote(given.get('type'))}; choose one of {list(TYPES)} (e.g. {EXAMPLE})."
+    unknown = sorted(set(given) - KEYS[given["type"]])
+    if unknown:
+        return (f"unknown key(s) {quote(unknown)}; type {given['type']} takes "
+                f"{' and '.join(sorted(KEYS[given['type']]))} (e.g. {EXAMPLE}).")
+    for key in ("scale", "floor"):
+        number = given.get(key)
+        if number is not None and (isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0):
+            return f"{key} must be a positive number, got {quote(number)}."
     init = given.get("init")
     if init is not None and (isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0):
         return f"init must be a positive number (the initial s_h), got {quote(init)}."
@@ -54,23 +65,33 @@ class Tempered(PositionalEmbedding):
                                            "the score matrix itself.")
         given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
         self.base, self.type = base, given["type"]
-        self.scales_queries = self.type == "ssmax"  # t_h(i) from the keys i sees: attention counts them
+        self.scales_queries = self.type in ("ssmax", "llama4")  # t(i) from the keys i sees: attention counts them
         self.name, self.max_length = base.name, base.max_length
         self.uses_max_positions, self.cache_exact = base.uses_max_positions, getattr(base, "cache_exact", True)
         init = given.get("init")
         if init is None:
             init = 1.0 / math.log(base.shape.max_positions) if self.type == "ssmax" and base.shape.max_positions \
                 and base.shape.max_positions > 1 else 1.0
-        self.temperature_scale = nn.Parameter(torch.full((base.num_heads,), float(init)))
+        if self.type == "llama4":  # fixed: nothing learned, nothing in the checkpoint
+            self.temperature_scale = None
+            self.llama4_scale = float(given.get("scale", LLAMA4_DEFAULTS["scale"]))
+            self.llama4_floor = float(given.get("floor", LLAMA4_DEFAULTS["floor"]))
+        else:
+            self.temperature_scale = nn.Parameter(torch.full((base.num_heads,), float(init)))
         with torch.no_grad():
             tables = base.distance_tables(1) if base.distance_only else (True, None)
         self.has_bias = tables[0] is not None
         # A per-query temperature times a bias depends on i, not on i - j alone.
-        self.distance_only = base.distance_only and not (self.type == "ssmax" and self.has_bias)
+        self.distance_only = base.distance_only and not (self.scales_queries and self.has_bias)
 
     def query_scale(self, keys_seen: torch.Tensor) -> torch.Tensor | None:
         """ssmax: t [b | 1, H, s] = s_h ln(n_i), keys_seen n [b | 1, s] (at least 1: a padding query of an
-        export that sees no key gets t = 0, not -inf); head_scale: None (rotate_qk scales q)."""
+        export that sees no key gets t = 0, not -inf); llama4: 1 + a ln(1 + floor(n_i / f)), the same for every
+        head; head_scale: None (rotate_qk scales q)."""
+        if self.type == "llama4":
+            n = keys_seen.double().clamp(min=1)  # exact floor(n / f) for any count; the strategy casts t
+            t = 1.0 + self.llama4_scale * torch.log1p(torch.floor(n / self.llama4_floor))
+            return t[:, None, :].expand(-1, self.num_heads, -1)
         if self.type != "ssmax":
             return None
         return self.temperature_scale.float()[None, :, None] * keys_seen.float().clamp(min=1).log()[:, None, :]
@@ -94,7 +115,7 @@ class Tempered(PositionalEmbedding):
 
     def distance_tables(self, length):
         bias, weight = self.base.distance_tables(length)
-        if bias is not None:  # head_scale here (ssmax with a bias is pairwise)
+        if bias is not None and self.type == "head_scale":  # a query scale with a bias is pairwise
             bias = bias * self.temperature_scale.float()[:, None]
         return bias, weight
 
@@ -108,6 +129,8 @@ class Tempered(PositionalEmbedding):
         return self.base.pairwise_bytes(needs_grad) + 4 * self.num_heads
 
     def kernel_parameters(self):
+        if self.temperature_scale is None:  # llama4: nothing learned
+            return self.base.kernel_parameters()
         return {**self.base.kernel_parameters(), "temperature_s": self.temperature_scale.float()}
 
 

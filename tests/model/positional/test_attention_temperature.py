@@ -123,7 +123,7 @@ def test_the_checkpoint_records_the_temperature():
 
 
 @pytest.mark.parametrize("value,message", [
-    ({"type": "x"}, r"attention-temperature: type is 'x'; choose one of \['ssmax', 'head_scale'\]"),
+    ({"type": "x"}, r"attention-temperature: type is 'x'; choose one of \['ssmax', 'head_scale', 'llama4'\]"),
     ({"type": "ssmax", "init": 0}, r"attention-temperature: init must be a positive number"),
     ({"type": "ssmax", "slope": 1}, r"attention-temperature: unknown key\(s\) \['slope'\]"),
 ])
