@@ -87,7 +87,8 @@ def _short_hash(value) -> str:
 
 def switch_labels(config) -> list[str]:
     """Labels of the switches that change what a method's name stands for: hybrid layers (`layers-1a2b3c`),
-    an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set), p-RoPE
+    an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set), an output gate
+    (`gate-head`), p-RoPE
     (`prope0.75`: rotary-unrotated-fraction 0.25), randomized
     training positions (`randpos256`) and document masking in training (`docmask`; `docpos` with
     positions restarting in each document). `config`: NeoXArgs or the config dict a checkpoint stores."""
@@ -100,6 +101,8 @@ def switch_labels(config) -> list[str]:
     if dape := value_of(config, "dape"):
         given = {str(k).replace("-", "_"): v for k, v in dape.items()}
         labels.append(f"dape{given.get('version')}-" + _short_hash(given))
+    if gate := value_of(config, "attention_output_gate"):
+        labels.append(f"gate-{gate}")
     if fraction := value_of(config, "rotary_unrotated_fraction"):  # p-RoPE, p the rotated fraction
         labels.append(f"prope{1 - fraction:.4g}")
     if limit := value_of(config, "random_positions"):

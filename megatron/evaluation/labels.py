@@ -30,7 +30,7 @@ def _pattern_entry(entry: dict) -> str:
 
 
 def trained_parts(trained) -> list[str]:
-    """What the run was trained with beyond its method: hybrid layers, attention temperature, DAPE,
+    """What the run was trained with beyond its method: hybrid layers, attention temperature, DAPE, output gate,
     randomized positions, document masking (the switches identity.switch_labels hashes)."""
     parts = []
     if pattern := value_of(trained, "layer_pattern"):
@@ -40,6 +40,8 @@ def trained_parts(trained) -> list[str]:
         parts.append(str(_plain(temperature).get("type")) + _settings(temperature, ("type",)))
     if dape := value_of(trained, "dape"):
         parts.append(f"dape{_plain(dape).get('version')}" + _settings(dape, ("version",)))
+    if gate := value_of(trained, "attention_output_gate"):
+        parts.append(f"{gate} gate")
     if fraction := value_of(trained, "rotary_unrotated_fraction"):
         parts.append(f"p-RoPE p={1 - fraction:.4g}")
     if limit := value_of(trained, "random_positions"):

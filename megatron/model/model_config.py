@@ -26,7 +26,7 @@ SCHEMA = 2
 ARCHITECTURE_KEYS = (
     "num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "padded_vocab_size",
     "tokenizer_type", "norm", "layernorm_epsilon", "activation", "no_weight_tying", "gpt_j_residual",
-    "pos_emb", "pos_emb_per_layer", "layer_pattern", "attention_temperature", "dape",
+    "pos_emb", "pos_emb_per_layer", "layer_pattern", "attention_temperature", "dape", "attention_output_gate",
 )
 # Recorded to rebuild the tokenizer, never compared: the same vocabulary may live at another path.
 TOKENIZER_FILES = ("vocab_file", "merge_file")
@@ -53,6 +53,7 @@ class ModelConfig:
     layer_pattern: list | None  # hybrid layers (layer_pattern.py), None: every layer is pos_emb
     attention_temperature: dict | None  # positional_embeddings/temperature.py, None: none
     dape: dict | None = None  # positional_embeddings/dape.py, None: none
+    attention_output_gate: str | None = None  # "head" | "channel" (transformer.py's OutputGate), None: none
     options: dict = field(default_factory=dict)  # the method's checkpoint options: {config key: value}
     tokenizer_files: dict = field(default_factory=dict)  # {vocab_file, merge_file}: as the run gave them
     lengths: dict = field(default_factory=dict)  # LENGTH_KEYS of the run, for the record

@@ -1,4 +1,5 @@
 """One pre-norm decoder layer: self-attention and an MLP, in sequence or in parallel (GPT-J)."""
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -8,6 +9,26 @@ from megatron.model.init_functions import init_normal_
 from megatron.model.attention.cached import attend_cached
 from megatron.model.model_config import ModelConfig
 from megatron.model.norms import build_norm
+
+
+class OutputGate(nn.Module):
+    """Gated attention (Qiu et al. 2025, arXiv 2505.06708; Qwen3-Next): y' = y * sigmoid(x W_g), x the layer's
+    input, one gate per head (`head`: W_g is hidden x H) or per channel (`channel`: hidden x hidden), no bias
+    (the paper's form). It acts per token, so the KV cache and sequence shards need nothing of it."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        hidden, heads = config.hidden_size, config.num_attention_heads
+        self.per_channel = config.attention_output_gate == "channel"
+        self.heads, self.head_dim = heads, hidden // heads
+        self.gate = nn.Linear(hidden, hidden if self.per_channel else heads, bias=False)
+        init_normal_(self.gate.weight, config.init_method, config)
+
+    def forward(self, x, y):
+        """x [b, s, hidden] the layer's input, y [b, s, H, D] attention's output -> y gated, same shape."""
+        b, s, _ = x.shape
+        g = torch.sigmoid(self.gate(x)).view(b, s, self.heads, self.head_dim if self.per_channel else 1)
+        return y * g
 
 
 class SelfAttention(nn.Module):
@@ -23,6 +44,7 @@ class SelfAttention(nn.Module):
         init_normal_(self.dense.weight, config.output_layer_init_method, config)
         nn.init.zeros_(self.query_key_value.bias)
         nn.init.zeros_(self.dense.bias)
+        self.output_gate = OutputGate(config) if config.attention_output_gate is not None else None
 
     def forward(self, x, plan: AttentionPlan, kv=None):
         b, s, hidden = x.shape
@@ -35,7 +57,10 @@ class SelfAttention(nn.Module):
         else:
             q, k = plan.rotate(q, k)
             y = attend(q, k, v, plan, self.attention_dropout if self.training else 0.0)  # [b, H, s, D]
-        return self.dense(y.transpose(1, 2).reshape(b, s, hidden))
+        y = y.transpose(1, 2)  # [b, s, H, D]
+        if self.output_gate is not None:
+            y = self.output_gate(x, y)
+        return self.dense(y.reshape(b, s, hidden))
 
 
 class MLP(nn.Module):

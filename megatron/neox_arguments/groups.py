@@ -94,6 +94,10 @@ class AttentionArgs:
     attention_window: Optional[int] = arg(
         None, "Mask keys at distance >= W (any method): the paper's windowed baseline.")
     attention_dropout: float = arg(0.0, "Dropout on the attention probabilities.")
+    attention_output_gate: Optional[Literal["head", "channel"]] = arg(
+        None, "Gated attention (Qiu et al. 2025; Qwen3-Next): each layer's attention output times sigmoid(x W_g) "
+        "before the output projection, W_g learned from the layer's input, one gate per head (`head`) or per "
+        "channel (`channel`); any method.")
     attention_flex_kernel_options: Optional[dict] = arg(
         None, "torch's FlexAttention kernel_options for the `flex` path on CUDA (block sizes BLOCK_M/BLOCK_N, "
         "num_warps, num_stages, BACKEND: AUTO | TRITON | FLASH | TRITON_DECODE, ...; fwd_/bwd_ prefixes), "

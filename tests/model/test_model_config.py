@@ -95,7 +95,8 @@ def test_a_schema_1_record_reads_as_the_model_it_describes():
     assert config.lengths == {"seq_length": 64, "max_position_embeddings": 64, "seq_length_val": 64,
                               "attention_window": None}
     assert {k: v for k, v in config.record().items() if k != "schema"} == \
-        {**SCHEMA_1_RECORD, "layer_pattern": None, "attention_temperature": None, "dape": None}
+        {**SCHEMA_1_RECORD, "layer_pattern": None, "attention_temperature": None, "dape": None,
+         "attention_output_gate": None}
     model = GPTModel(config)
     assert model.word_embeddings.weight.shape == (384, 64) and model.output_head is not None
     assert differences(config, replace(config, num_layers=3)) == ["num-layers: checkpoint 2, this run 3"]

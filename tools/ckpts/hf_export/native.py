@@ -29,6 +29,8 @@ def native_problems(config) -> list[str]:
         problems.append("attention-temperature is set (GPT-NeoX has no learned attention temperature)")
     if config.dape is not None:
         problems.append("dape is set (GPT-NeoX's attention has no learned edit of its scores)")
+    if config.attention_output_gate is not None:
+        problems.append("attention-output-gate is set (GPT-NeoX's attention has no output gate)")
     if config.norm != "layernorm":
         problems.append(f"norm is {config.norm!r} (GPT-NeoX has LayerNorm only)")
     if config.activation != "gelu":

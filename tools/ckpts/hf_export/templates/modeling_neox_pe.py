@@ -101,6 +101,12 @@ class SelfAttention(nn.Module):
         self.layer_idx = layer_idx
         self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        # Gated attention: y * sigmoid(x W_g), one gate per head or per channel (no bias), or none.
+        self.gate_kind = getattr(config, "attention_output_gate", None)
+        if self.gate_kind is not None:
+            self.output_gate = nn.Module()
+            self.output_gate.gate = nn.Linear(config.hidden_size, config.hidden_size if self.gate_kind == "channel"
+                                              else self.num_heads, bias=False)
 
     def forward(self, x, pe, positions, key_positions, same, allowed, terms, cache):
         b, s, hidden = x.shape
@@ -117,7 +123,11 @@ class SelfAttention(nn.Module):
         # -inf: a padding query that sees no key gets a uniform row instead of NaN.
         y = attend(q, k, v, pe, positions, key_positions, allowed[:, None], bias=bias, weight=weight,
                    token_differences=differences, finite_mask=True, key_transforms=transforms)
-        return self.dense(y.transpose(1, 2).reshape(b, s, hidden))
+        y = y.transpose(1, 2)  # [b, s, H, D]
+        if self.gate_kind is not None:
+            y = y * torch.sigmoid(self.output_gate.gate(x)).view(
+                b, s, self.num_heads, self.head_dim if self.gate_kind == "channel" else 1)
+        return self.dense(y.reshape(b, s, hidden))
 
 
 class MLP(nn.Module):
