@@ -2,25 +2,25 @@
 attention (Qwen3-Next's `Qwen3NextAttention`, whose q_proj also gives the gate) in float64, forward and backward;
 per head against the paper's formula written here; through the model: KERPLE-log + gate decodes with the KV
 cache as the full forward does at 4x the training length, the Hugging Face export gives the same logits, the
-checkpoint records it, and a plain GPT-NeoX export refuses it."""
+checkpoint and the result labels record it, and a plain GPT-NeoX export refuses it."""
 import math
 
 import pytest
 import torch
 import transformers
-from hf_export_support import TRAIN_LENGTH, greedy_reference, tiny_config
+from hf_export_support import assert_cached_decoding_and_export_follow, tiny_config
 from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextAttention
 
 from megatron.errors import NeoXArgsError
+from megatron.evaluation.identity import switch_labels
+from megatron.evaluation.labels import trained_parts
 from megatron.model import GPTModel
 from megatron.model.model_config import ModelConfig, differences
 from megatron.model.transformer import OutputGate
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.to_model import model_config
-from megatron.text_generation import generate_tokens
 from megatron.tokenizer import build_tokenizer
-from tools.ckpts.hf_export import Source, export_model
 from tools.ckpts.hf_export.native import native_problems
 
 H, D, S = 4, 8, 24
@@ -50,11 +50,9 @@ def test_a_channel_gate_equals_qwen3_nexts_gated_attention_forward_and_backward(
     expected, _ = theirs(x, position_embeddings=identity, attention_mask=None)
     (y,) = seen  # attention's output before the gate, in the graph of x
 
-    gate = OutputGate(ModelConfig(num_layers=1, hidden_size=H * D, num_attention_heads=H, intermediate_size=None,
-                                  padded_vocab_size=8, tokenizer_type="x", norm="layernorm", layernorm_epsilon=1e-5,
-                                  activation="gelu", no_weight_tying=False, gpt_j_residual=False, pos_emb="none",
-                                  pos_emb_per_layer=False, layer_pattern=None, attention_temperature=None,
-                                  attention_output_gate="channel")).double()
+    args = NeoXArgs.from_dict(tiny_config("none") | {"attention_output_gate": "channel"})
+    gate = OutputGate(model_config(args, 384)).double()
+    assert (gate.heads, gate.head_dim) == (H, D)
     with torch.no_grad():  # Qwen3-Next's q_proj holds per head its D query rows, then its D gate rows
         gate.gate.weight.copy_(theirs.q_proj.weight.view(H, 2 * D, H * D)[:, D:].reshape(H * D, H * D))
     ours = theirs.o_proj(gate(x, y).reshape(1, S, H * D))
@@ -88,14 +86,7 @@ def test_kerple_with_a_gate_decodes_with_the_cache_and_exports_with_the_same_log
     torch.manual_seed(0)
     model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
     assert sum(name.endswith("output_gate.gate.weight") for name, _ in model.named_parameters()) == args.num_layers
-    prompt = list(range(40, 49))
-    new = 4 * TRAIN_LENGTH - len(prompt)
-    assert generate_tokens(model, [prompt], max_new_tokens=new)[0] == greedy_reference(model, prompt, new)
-    export_model(Source(args, model, build_tokenizer(args), step=1), tmp_path / "hf")
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
-    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(theirs(tokens).logits, model(tokens), atol=1e-5, rtol=0)
+    assert_cached_decoding_and_export_follow(args, model, tmp_path / "hf")
     assert any("output-gate" in problem for problem in native_problems(model.config))
 
 
@@ -104,5 +95,8 @@ def test_the_checkpoint_records_the_gate_and_a_bad_value_is_refused():
     plain = model_config(NeoXArgs.from_dict(tiny_config("alibi")), 384)
     assert ModelConfig.from_record(gated.record()) == gated
     assert differences(gated, plain) == ["attention-output-gate: checkpoint 'head', this run None"]
+    gated_args = NeoXArgs.from_dict(tiny_config("alibi") | {"attention_output_gate": "head"})
+    assert "gate-head" in switch_labels(gated_args) and "head gate" in trained_parts(gated_args)
+    assert not any("gate" in label for label in switch_labels(NeoXArgs.from_dict(tiny_config("alibi"))))
     with pytest.raises(NeoXArgsError, match=r"attention-output-gate"):
         NeoXArgs.from_dict(tiny_config("alibi") | {"attention_output_gate": "per-token"})

@@ -6,21 +6,18 @@ import math
 
 import pytest
 import torch
-import transformers
-from hf_export_support import TRAIN_LENGTH, greedy_reference, tiny_config
+from hf_export_support import assert_cached_decoding_and_export_follow, tiny_config
 
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import attend, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
-from megatron.model.model_config import ModelConfig, differences
+from megatron.model.model_config import differences
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.temperature import Tempered
 from megatron.neox_arguments import NeoXArgs
-from megatron.text_generation import generate_tokens
 from megatron.tokenizer import build_tokenizer
-from tools.ckpts.hf_export import Source, export_model
 
 H, D, L = 4, 16, 96
 
@@ -103,14 +100,7 @@ def model_with(temperature, method="kerple_log", seed=0):
 @pytest.mark.parametrize("kind", ["ssmax", "head_scale"])
 def test_cached_generation_and_the_export_follow_the_temperature(kind, tmp_path):
     args, model = model_with({"type": kind})
-    prompt = list(range(40, 49))
-    new = 4 * TRAIN_LENGTH - len(prompt)
-    assert generate_tokens(model, [prompt], max_new_tokens=new)[0] == greedy_reference(model, prompt, new)
-    export_model(Source(args, model, build_tokenizer(args), step=1), tmp_path / "hf")
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
-    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(theirs(tokens).logits, model(tokens), atol=1e-5, rtol=0)
+    assert_cached_decoding_and_export_follow(args, model, tmp_path / "hf")
 
 
 def test_the_checkpoint_records_the_temperature():

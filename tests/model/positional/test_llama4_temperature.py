@@ -5,8 +5,7 @@ of rotary and tempered NoPE layers (Llama 4's iRoPE) decodes with the KV cache a
 Hugging Face export gives the same logits."""
 import pytest
 import torch
-import transformers
-from hf_export_support import TRAIN_LENGTH, greedy_reference, tiny_config
+from hf_export_support import assert_cached_decoding_and_export_follow, tiny_config
 from transformers.models.llama4.configuration_llama4 import Llama4TextConfig
 from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
 
@@ -17,9 +16,7 @@ from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.temperature import Tempered
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.to_model import model_config
-from megatron.text_generation import generate_tokens
 from megatron.tokenizer import build_tokenizer
-from tools.ckpts.hf_export import Source, export_model
 
 H, D, L = 4, 8, 70
 SCALE, FLOOR = 0.7, 8  # a floor far under L, so most queries are scaled, and by different factors
@@ -81,14 +78,8 @@ def test_irope_decodes_with_the_cache_and_exports_with_the_same_logits(tmp_path)
     args = NeoXArgs.from_dict(tiny_config("rotary") | {"layer_pattern": [{"pos-emb": "rotary"}, nope]})
     torch.manual_seed(0)
     model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
-    prompt = list(range(40, 49))
-    new = 4 * TRAIN_LENGTH - len(prompt)
-    assert generate_tokens(model, [prompt], max_new_tokens=new)[0] == greedy_reference(model, prompt, new)
-    export_model(Source(args, model, build_tokenizer(args), step=1), tmp_path / "hf")
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
-    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
+    tokens = assert_cached_decoding_and_export_follow(args, model, tmp_path / "hf")
     with torch.no_grad():
-        torch.testing.assert_close(theirs(tokens).logits, model(tokens), atol=1e-5, rtol=0)
         untempered = NeoXArgs.from_dict(tiny_config("rotary") | {"layer_pattern": [{"pos-emb": "rotary"},
                                                                                      {"pos-emb": "none"}]})
         torch.manual_seed(0)
