@@ -75,9 +75,8 @@ class LayerKV:
                 values[:, :, values.shape[2] - min(kept, values.shape[2]):]
             return keys, values
         if self.keys is None:
-            b, heads, _, head_dim = k.shape
-            self.keys = k.new_empty(b, heads, self.capacity, head_dim)
-            self.values = v.new_empty(b, heads, self.capacity, head_dim)
+            self.keys = k.new_empty(*k.shape[:2], self.capacity, k.shape[-1])  # pope's keys are wider than v
+            self.values = v.new_empty(*v.shape[:2], self.capacity, v.shape[-1])
         end = start + k.shape[2]
         self.keys[:, :, start:end], self.values[:, :, start:end] = k, v
         return self.keys[:, :, :end], self.values[:, :, :end]

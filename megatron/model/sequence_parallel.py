@@ -63,6 +63,14 @@ class HeadShard:
         scale = self._pe.query_scale(keys_seen)  # [b | 1, H, s]
         return None if scale is None else scale[:, self._heads]
 
+    def rotate_qk(self, q, k, q_positions, k_positions):
+        """`pe.rotate_qk` of this rank's heads q, k [b, H/P, s, D], placed among zero heads at their global index,
+        so that a per-head parameter of the transform (pope's phase bias, head_scale's scale) meets its own head."""
+        def spread(x):
+            return torch.nn.functional.pad(x, (0, 0, 0, 0, self._heads.start, self._pe.num_heads - self._heads.stop))
+        q, k = self._pe.rotate_qk(spread(q), spread(k), q_positions, k_positions)
+        return q[:, self._heads], k[:, self._heads]
+
 
 def exchange_heads(x: torch.Tensor, group) -> torch.Tensor:
     """[b, H, s/P, ...] sequence shard, every head -> [b, H/P, s, ...] this rank's heads, the whole sequence

@@ -11,18 +11,31 @@ backward 526, 927 and 592 ms.
 mask must still hide the future keys with -inf: `causal` only lets the kernel skip work, and the
 result is the same bit for bit. The aten op has an autograd formula (q, k and v; never the mask),
 so the mask must not require a gradient.
+
+The kernel takes one head size for q, k and v; a method whose `rotate_qk` widens q and k (pope: 2D dims) gives a
+narrower v, which goes through with zero columns added and leaves with them dropped (the same numbers: a zero
+column of v adds nothing to the output, and its gradient is not returned).
 """
 import torch
+import torch.nn.functional as F
+
+
+def _as_wide_as(x, q):
+    """x [..., Dv] with zero columns up to q's head size (x itself when Dv is that)."""
+    return x if x.shape[-1] == q.shape[-1] else F.pad(x, (0, q.shape[-1] - x.shape[-1]))
 
 
 def attention(q, k, v, mask, causal: bool):
     """q [b, H, q, D], k/v [b, H, k, D], mask [1 | b, 1 | H, q, k] -> (out [b, H, q, D], logsumexp)."""
     if mask.dtype != q.dtype:  # the kernel would read the mask's memory as q's dtype
         raise TypeError(f"cpu_flash.attention: mask dtype {mask.dtype} differs from q's {q.dtype}")
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask)
+    out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, _as_wide_as(v, q), 0.0, causal,
+                                                                                attn_mask=mask)[:2]
+    return out[..., :v.shape[-1]], logsumexp
 
 
 def attention_backward(grad_out, q, k, v, out, logsumexp, mask, causal: bool):
     """-> (dq, dk, dv) of `attention`, from its output and logsumexp (nothing is recomputed)."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        grad_out, q, k, v, out, logsumexp, 0.0, causal, attn_mask=mask)
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        _as_wide_as(grad_out, q), q, k, _as_wide_as(v, q), _as_wide_as(out, q), logsumexp, 0.0, causal, attn_mask=mask)
+    return dq, dk, dv[..., :v.shape[-1]]

@@ -20,6 +20,9 @@ from megatron.neox_arguments import NeoXArgsError
 
 HEADS, HEAD_DIM, LENGTH, BLOCK = 4, 8, 40, 16  # 40 = two full blocks and a partial one
 METHODS = available()
+# pope's logits reach 15 here (softplus magnitudes over 2D dims, where rotary's stay near 1): float32's rounding of
+# its scores moves these outputs by up to 3.3e-6. Its paths agree to 5e-15 in float64 (test_strategies.py).
+FLOAT32_ATOL = {"pope": 1e-5}
 
 
 def make_pe(name, head_dim=HEAD_DIM):
@@ -64,7 +67,8 @@ def test_every_path_matches_the_float64_reference(name, window):
         flex_runs = pe.distance_only and not (pe.replaces_softmax or pe.uses_key_transforms)  # flex: a softmax of q.k
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             out = run_path(pe, impl, q, k, v, window)
-            torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5, msg=f"path {impl}")
+            torch.testing.assert_close(out.double(), expected, atol=FLOAT32_ATOL.get(name, 2e-6), rtol=1e-5,
+                                       msg=f"path {impl}")
 
 
 @pytest.mark.parametrize("length", [128, 300, 513])
