@@ -81,8 +81,9 @@ def check_positional(args, fail):
         if (option.spec.exclusive and value != option.default
                 and option.name not in option_names(args.pos_emb)):
             owners = [m for m in POS_EMB_CHOICES if option.name in option_names(m)]
-            fail(option.name, f"is set, but pos-emb is '{args.pos_emb}', which has no such option (only "
-                 f"{', '.join(owners)} does). Remove it, or set pos-emb to {owners[0]}.")
+            which = owners[0] + " does" if len(owners) == 1 else f"{', '.join(owners[:-1])} and {owners[-1]} do"
+            fail(option.name, f"is set, but pos-emb is '{args.pos_emb}', which has no such option (only {which}). "
+                 f"Remove it, or set pos-emb to {owners[0]}.")
     try:
         make_options(args.pos_emb, {o: getattr(args, o) for o in option_names(args.pos_emb)})
     except OptionError as err:

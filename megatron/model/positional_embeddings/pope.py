@@ -33,7 +33,7 @@ class PoPE(PositionalEmbedding):
         rotary_emb_base: int = rotary_option("rotary_emb_base")  # theta_c = base^(-c/D), one declaration
         pope_bias_uniform_init: bool = option(
             False, "`pope`: start each key phase bias delta_hc at a draw from U(-2 pi, 0) instead of 0.",
-            init_only=True)
+            init_only=True, exclusive=True)
 
     def __init__(self, shape, options=None):
         super().__init__(shape, options)

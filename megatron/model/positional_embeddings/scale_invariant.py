@@ -35,7 +35,7 @@ class ScaleInvariant(Rotary):
         scale_invariant_tau: float = option(
             10.0, "`scale_invariant`: tau, the distance (tokens) up to which logits stay nearly as they are; each "
             "logit at distance t becomes a_t * score + 1 - a_t^2 with a_t^2 = 1 + 2 log(1 + t / tau).",
-            check=positive_number)
+            check=positive_number, exclusive=True, label="tau")
         rotary_scaling = None  # a class attribute, not an option: Rotary reads it, plain frequencies
 
     def distance_tables(self, length):

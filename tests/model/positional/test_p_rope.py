@@ -97,7 +97,8 @@ def test_a_fraction_that_rotates_nothing_is_refused_with_the_numbers():
     ({"rotary-unrotated-fraction": 1.0}, "rotary-unrotated-fraction: must be a number in [0, 1)"),
     ({"rotary-unrotated-fraction": "half"}, "rotary-unrotated-fraction must be a number, got 'half' (str)"),
     ({"pos-emb": "alibi", "rotary-unrotated-fraction": 0.5},
-     "rotary-unrotated-fraction: is set, but pos-emb is 'alibi', which has no such option (only rotary does)"),
+     "rotary-unrotated-fraction: is set, but pos-emb is 'alibi', which has no such option (only rotary and "
+     "scale_invariant do)"),
 ])
 def test_bad_values_are_one_paragraph(values, message):
     with pytest.raises(NeoXArgsError) as err:

@@ -132,3 +132,10 @@ def test_the_phase_bias_starts_at_zero_or_uniform_in_its_range():
     torch.manual_seed(0)
     bias = build_positional_embedding("pope", num_heads=H, head_dim=D, pope_bias_uniform_init=True).phase_bias
     assert bias.min() >= -2 * math.pi and bias.max() <= 0 and bias.unique().numel() == H * D
+
+
+def test_its_option_under_another_method_is_refused():
+    from megatron.neox_arguments import NeoXArgs, NeoXArgsError
+    with pytest.raises(NeoXArgsError, match=r"pope-bias-uniform-init: is set, but pos-emb is 'rotary', which has no "
+                                            r"such option \(only pope does\)"):
+        NeoXArgs.from_dict({"train-micro-batch-size-per-gpu": 1, "pos-emb": "rotary", "pope-bias-uniform-init": True})

@@ -122,3 +122,13 @@ def test_a_tau_that_is_not_positive_is_one_paragraph():
     with pytest.raises(NeoXArgsError, match=r"scale-invariant-tau: must be a positive number \(tokens\), got 0"):
         NeoXArgs.from_dict({"train-micro-batch-size-per-gpu": 1, "pos-emb": "scale_invariant",
                             "scale-invariant-tau": 0})
+
+
+def test_tau_under_another_method_is_refused_and_names_the_runs_trained_with_it():
+    with pytest.raises(NeoXArgsError, match=r"scale-invariant-tau: is set, but pos-emb is 'alibi', which has no such "
+                                            r"option \(only scale_invariant does\)"):
+        NeoXArgs.from_dict({"train-micro-batch-size-per-gpu": 1, "pos-emb": "alibi", "scale-invariant-tau": 3.0})
+    from megatron.evaluation.identity import evaluation_variant
+    base = {"train-micro-batch-size-per-gpu": 1, "pos-emb": "scale_invariant"}
+    assert evaluation_variant(NeoXArgs.from_dict(base)) is None
+    assert evaluation_variant(NeoXArgs.from_dict(base | {"scale-invariant-tau": 3.0})) == "tau=3.0"
