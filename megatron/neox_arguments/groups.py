@@ -65,6 +65,11 @@ class ModelArgs:
     hidden_dropout: float = arg(0.0, "Dropout on the residual branches.")
     make_vocab_size_divisible_by: int = arg(128, "Pad the vocabulary to a multiple of this.")
     checkpoint_activations: bool = arg(False, "Recompute each layer in the backward pass.")
+    loss_head: Literal["auto", "sliced", "full"] = arg(
+        "auto", "How training's and evaluation's loss applies the output layer: `sliced` 2,048 positions at a "
+        "time, never the whole [tokens x vocabulary] logits (the backward recomputes each slice); `full` all the "
+        "logits at once. `auto`: sliced on CPU, where it measured leaner; full on CUDA until a GPU run measures "
+        "the sliced head there.")
 
 
 @dataclass
