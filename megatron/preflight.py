@@ -27,6 +27,7 @@ from megatron.errors import NeoXArgsError
 from megatron.model.layer_pattern import positional_parameter_count
 from megatron.model.model_config import ModelConfig
 from megatron.model.positional_embeddings import lookup
+from megatron.model.sliced_loss import LOSS_SLICE
 from megatron.neox_arguments.to_model import model_config
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -295,19 +296,22 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     certainly cannot fit is refused (the bound leaves out most activations, buffers and fragmentation).
     Training: fp32 weights, gradients and two Adam moments (16 bytes a parameter, ZeRO stages shard
     them, so they are divided by the ranks), one hidden state per layer and the logits of a micro-batch.
-    Evaluation: fp32 weights and the logits of one forward at the longest length."""
+    Evaluation: fp32 weights and the logits of one forward at the longest length. The logits are those of
+    one slice of LOSS_SLICE positions where the loss head is sliced (megatron/model/sliced_loss.py)."""
     model = model_config(neox_args, vocab_size)
     params, positional = parameter_count(model), positional_parameter_count(model)
     if training:
         shards = neox_args.world_size if neox_args.zero_optimization.get("stage", 0) else 1
         state = 16 * params // shards
         micro, length = neox_args.train_micro_batch_size_per_gpu, neox_args.seq_length
-        activations = 4 * micro * length * (neox_args.hidden_size * neox_args.num_layers + vocab_size)
+        activations = 4 * (micro * length * neox_args.hidden_size * neox_args.num_layers
+                           + _logit_rows(neox_args, micro * length, training) * vocab_size)
         what = f"{params:,} parameters x 16 bytes (weights, gradients, Adam)"
     else:
         state = 4 * params
         micro, length = neox_args.eval_micro_batch_size, max(neox_args.eval_lengths)
-        activations = 4 * micro * length * (neox_args.hidden_size + vocab_size)
+        activations = 4 * (micro * length * neox_args.hidden_size
+                           + _logit_rows(neox_args, micro * length, training) * vocab_size)
         what = f"{params:,} parameters x 4 bytes"
     available, kind = available_bytes()
     gib = 2 ** 30
@@ -351,6 +355,17 @@ def random_positions_table_bytes(neox_args, model: ModelConfig) -> int:
     if not any(has_tables(kind.pos_emb) for kind in layer_kinds(model)):
         return 0
     return 4 * (model.num_attention_heads + 1) * neox_args.random_positions
+
+
+def _logit_rows(neox_args, tokens: int, training: bool) -> int:
+    """Positions whose logits exist at once: one slice where `loss-head` slices (auto: on CPU, and whenever no
+    gradient is taken), else all of them."""
+    from deepspeed.accelerator import get_accelerator
+    on_cpu = get_accelerator().device_name() == "cpu"
+    head = neox_args.loss_head
+    if head == "sliced" or (head == "auto" and (on_cpu or not training)):
+        return min(tokens, LOSS_SLICE)
+    return tokens
 
 
 def _precision_problem(neox_args) -> str | None:

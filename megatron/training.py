@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import deepspeed
 import torch
-import torch.nn.functional as F
 from deepspeed.accelerator import get_accelerator
 
 from megatron.checkpointing import SaveFailed, load_checkpoint, save_checkpoint
@@ -22,6 +21,7 @@ from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
 from megatron.model import GPTModel
 from megatron.model.transformer import compile_layers
+from megatron.model.sliced_loss import logits_losses
 from megatron.neox_arguments.to_model import model_config
 from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
@@ -58,9 +58,19 @@ class StepOutcome:
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Mean next-token cross entropy over the tokens loss_mask keeps. logits [b, s, padded_vocab];
     the rows past `vocab_size` pad the output layer and are no tokens, so they get no probability."""
-    losses = F.cross_entropy(logits[..., :vocab_size].float().flatten(0, 1), labels.flatten(), reduction="none")
+    return masked_mean(logits_losses(logits, labels, vocab_size), loss_mask)
+
+
+def batch_loss(model, batch: dict, vocab_size: int, packed: dict) -> torch.Tensor:
+    """lm_loss of `batch`, the model applying its head with the loss (`loss-head`: by slices, never the whole
+    logits, where it is sliced)."""
+    return masked_mean(model(batch["tokens"], labels=batch["labels"], vocab_size=vocab_size, **packed),
+                       batch["loss_mask"])
+
+
+def masked_mean(losses: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     mask = loss_mask.flatten().float()
-    return (losses * mask).sum() / mask.sum().clamp(min=1.0)
+    return (losses.flatten() * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def pretrain(neox_args) -> TrainingResult:
@@ -262,8 +272,7 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
         batch = {k: v.to(device) for k, v in next(train_batches).items()}
         positions = None if neox_args.random_positions is None else draw_positions(
             batch["tokens"].shape[1], neox_args.random_positions, device)
-        loss = sequence_share(engine, lm_loss(engine(batch["tokens"], **packing(neox_args, batch, positions)),
-                                              batch["labels"], batch["loss_mask"], vocab_size), batch)
+        loss = sequence_share(engine, batch_loss(engine, batch, vocab_size, packing(neox_args, batch, positions)), batch)
         engine.backward(loss)
         total += loss.detach().double()
         kept += batch["loss_mask"].sum().double()
@@ -338,8 +347,8 @@ def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
         for batch in itertools.islice(build_data_loader(dataset, neox_args, 0), neox_args.eval_iters):
             batch = {k: v.to(device) for k, v in batch.items()}
-            stats[0] += sequence_share(engine, lm_loss(engine(batch["tokens"], **packing(neox_args, batch)),
-                                                       batch["labels"], batch["loss_mask"], vocab_size), batch).double()
+            stats[0] += sequence_share(engine, batch_loss(engine, batch, vocab_size, packing(neox_args, batch)),
+                                       batch).double()
             stats[1] += 1 / neox_args.sequence_parallel_size  # a sequence's ranks hold shares of one batch
             stats[2] += batch["loss_mask"].sum().double()
     engine.train()
@@ -371,8 +380,7 @@ class WeightCheck:
         batch = {k: v.to(device) for k, v in self.probe.items()}
         self.engine.eval()  # every rank runs the forward (collective under ZeRO-3), whatever its weights hold
         with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
-            loss = lm_loss(self.engine(batch["tokens"], **packing(self.neox_args, batch)), batch["labels"],
-                           batch["loss_mask"], self.vocab_size)
+            loss = batch_loss(self.engine, batch, self.vocab_size, packing(self.neox_args, batch))
         self.engine.train()
         parameters = self.engine.module.parameters()
         finite = torch.isfinite(loss).item() and all(torch.isfinite(p).all() for p in parameters)

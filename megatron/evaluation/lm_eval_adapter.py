@@ -100,7 +100,7 @@ class NeoXLM(TemplateLM):
         stream[1:n + 1] = tokens
         starts = np.arange(chunks, dtype=np.int64) * length
         with torch.inference_mode():
-            losses = sliding_losses(lambda x: self.model(x.to(self._device)), stream, starts, length,
+            losses = sliding_losses(lambda x, **loss: self.model(x.to(self._device), **loss), stream, starts, length,
                                     stride=stride, batch_size=1, vocab_size=self.vocab_size)
         return losses.reshape(-1)[:n]
 

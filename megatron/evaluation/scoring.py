@@ -1,4 +1,6 @@
-"""Per-token losses over a token stream, for any `model(tokens[b, s]) -> logits[b, s, V]` callable.
+"""Per-token losses over a token stream, for any `model(tokens[b, s], labels=[b, s], vocab_size=V) -> losses[b, s]`
+callable (GPTModel: the head and the loss by slices of positions, megatron/model/sliced_loss.py, so the
+[L x vocabulary] logits never exist).
 
 `vocab_size` cuts the logits to the tokenizer's vocabulary: the rows that pad the output layer are no
 tokens and get no probability, as in training's loss (megatron/training.lm_loss).
@@ -9,13 +11,8 @@ the stream; `position` averages the non-overlapping matrix over chunks instead o
 """
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .chunks import sliding_windows
-
-# Positions whose logits are upcast to fp32 at once: the full [L, V] fp32 copy at L = 16384 with the
-# GPT-2 vocabulary would be 3.3 GB on top of the model's own logits.
-LOSS_SLICE = 2048
 
 
 def window_losses(model, windows: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:
@@ -23,18 +20,7 @@ def window_losses(model, windows: torch.Tensor, vocab_size: int | None = None) -
     inputs, targets = windows[:, :-1], windows[:, 1:]
     if hasattr(model, "sequence_losses"):  # a sequence-parallel group's scorer (megatron/parallel): its shards' losses
         return model.sequence_losses(inputs, targets, vocab_size)
-    return token_losses(model(inputs)[..., :vocab_size], targets)
-
-
-def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """logits [b, s, V], targets [b, s] -> losses [b, s] (fp32, on the CPU), upcast LOSS_SLICE positions at once."""
-    losses = torch.empty(targets.shape, dtype=torch.float32)
-    for i in range(0, targets.shape[1], LOSS_SLICE):
-        piece = logits[:, i:i + LOSS_SLICE]
-        target = targets[:, i:i + LOSS_SLICE].to(piece.device)
-        loss = F.cross_entropy(piece.float().flatten(0, 1), target.flatten(), reduction="none")
-        losses[:, i:i + LOSS_SLICE] = loss.view(target.shape).cpu()
-    return losses
+    return model(inputs, labels=targets.to(inputs.device), vocab_size=vocab_size).float().cpu()
 
 
 def _batches(n: int, batch_size: int):

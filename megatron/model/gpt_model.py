@@ -12,6 +12,7 @@ from megatron.model.layer_pattern import build_kind, layer_kinds, per_layer_modu
 from megatron.model.model_config import ModelConfig
 from megatron.model.norms import build_norm
 from megatron.model.positional_embeddings import PositionalEmbedding
+from megatron.model.sliced_loss import logits_losses, sliced, token_losses
 from megatron.model.transformer import TransformerLayer
 from megatron.errors import NeoXArgsError
 
@@ -56,6 +57,7 @@ class GPTModel(nn.Module):
         self.vocab_size = vocab_size = config.padded_vocab_size
         self.attention_config = config.attention
         self.checkpoint_activations = config.checkpoint_activations
+        self.loss_head = config.loss_head
 
         self.word_embeddings = nn.Embedding(vocab_size, config.hidden_size)
         init_normal_(self.word_embeddings.weight, config.init_method, config)
@@ -110,8 +112,11 @@ class GPTModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
                 cache: KVCache | None = None, padding: torch.Tensor | None = None,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens [b, s] -> logits [b, s, padded_vocab].
+                document_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                vocab_size: int | None = None) -> torch.Tensor:
+        """tokens [b, s] -> logits [b, s, padded_vocab]; with `labels` [b, s], their cross entropy [b, s] (fp32)
+        over the first `vocab_size` rows (default all) instead, the head applied by slices (`loss-head`,
+        sliced_loss.py) so that the [b, s, vocab] logits need not exist.
 
         `position_ids`: [s] shared by the rows (default 0..s-1), or [b, s] per row, stepping by 1
         inside each document (reset-position-ids: positions restart after each EOD). `document_ids`
@@ -127,9 +132,9 @@ class GPTModel(nn.Module):
             add_positions = self.pos_embs[0].add_to_embeddings
             x = per_row(lambda p, x_: add_positions(x_, p), positions, self.word_embeddings(tokens))
             plans = [plan_cached(pe, cache, s, window) for pe, window in zip(self.pos_embs, self.windows)]
-            return self._layers_and_head(x, plans, cache.layers)
+            return self._layers_and_head(x, plans, cache.layers, labels, vocab_size)
         if self.sequence_parallel is not None:
-            return self.sequence_parallel.forward(self, tokens, position_ids, document_ids)
+            return self.sequence_parallel.forward(self, tokens, position_ids, document_ids, labels, vocab_size)
         position_ids, row_positions = shared_and_row_positions(position_ids, document_ids, b, s, tokens.device)
         x = self.word_embeddings(tokens)  # [b, s, hidden]
         if row_positions is None:
@@ -146,7 +151,7 @@ class GPTModel(nn.Module):
                                 flex_kernel_options=attention.flex_kernel_options, documents=document_ids,
                                 row_positions=row_positions)
                  for pe, window in zip(self.pos_embs, self.windows)]
-        return self._layers_and_head(x, plans, [None] * len(self.layers))
+        return self._layers_and_head(x, plans, [None] * len(self.layers), labels, vocab_size)
 
     def compute_dtype(self) -> torch.dtype:
         """The dtype of q, k and v in the layers: autocast's where it is on, else the weights'."""
@@ -155,7 +160,7 @@ class GPTModel(nn.Module):
             return torch.get_autocast_dtype(device)
         return self.word_embeddings.weight.dtype
 
-    def _layers_and_head(self, x, plans, kvs):
+    def _layers_and_head(self, x, plans, kvs, labels=None, vocab_size=None):
         for i, layer in enumerate(self.layers):
             plan = plans[self.layer_module[i]]
             if self.checkpoint_activations and torch.is_grad_enabled() and kvs[i] is None:
@@ -164,4 +169,9 @@ class GPTModel(nn.Module):
                 x = layer(x, plan, kvs[i])
         x = self.final_layernorm(x)
         head = self.word_embeddings.weight if self.output_head is None else self.output_head.weight
-        return F.linear(x, head)  # [b, s, padded_vocab]
+        if labels is None:
+            return F.linear(x, head)  # [b, s, padded_vocab]
+        vocab_size = vocab_size or head.shape[0]
+        if sliced(self.loss_head, x.device):
+            return token_losses(x, head, labels, vocab_size)
+        return logits_losses(F.linear(x, head), labels, vocab_size)

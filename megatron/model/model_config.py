@@ -69,6 +69,7 @@ class ModelConfig:
     attention: AttentionConfig = field(default_factory=AttentionConfig, compare=False)
     hidden_dropout: float = field(default=0.0, compare=False)
     checkpoint_activations: bool = field(default=False, compare=False)
+    loss_head: str = field(default="auto", compare=False)  # sliced_loss.py: "auto" | "sliced" | "full"
 
     @property
     def max_position_embeddings(self) -> int | None:

@@ -133,9 +133,10 @@ class SequenceParallel:
         dist.all_gather(parts, t.contiguous(), group=self.group)
         return torch.cat(parts, dim=dim)
 
-    def forward(self, model, tokens, position_ids, document_ids):
+    def forward(self, model, tokens, position_ids, document_ids, labels=None, vocab_size=None):
         """GPTModel.forward on this rank's shard: tokens [b, s/P] -> logits [b, s/P, vocab]. `position_ids`
-        ([s/P] or [b, s/P]) and `document_ids` ([b, s/P]) are the shard's, as a loader slices them."""
+        ([s/P] or [b, s/P]) and `document_ids` ([b, s/P]) are the shard's, as a loader slices them; with the
+        shard's `labels` [b, s/P], its tokens' losses [b, s/P] instead of logits, as GPTModel.forward."""
         b, local = tokens.shape
         s = local * self.size
         if position_ids is not None:
@@ -158,4 +159,4 @@ class SequenceParallel:
             memory_budget_mb=attention.memory_budget_mb, flex_kernel_options=attention.flex_kernel_options,
             documents=document_ids, row_positions=row_positions), pe, self.group)
             for pe, window in zip(model.pos_embs, model.windows)]
-        return model._layers_and_head(x, plans, [None] * len(model.layers))
+        return model._layers_and_head(x, plans, [None] * len(model.layers), labels, vocab_size)

@@ -68,6 +68,11 @@ class ModelArgs:
     compile_blocks: bool = arg(
         False, "Training: compile each transformer layer with torch.compile (inductor; the first steps compile, "
         "then the layer's elementwise work runs fused). Off: the layers run eagerly.")
+    loss_head: Literal["auto", "sliced", "full"] = arg(
+        "auto", "How training's and evaluation's loss applies the output layer: `sliced` 2,048 positions at a "
+        "time, never the whole [tokens x vocabulary] logits (the backward recomputes each slice); `full` all the "
+        "logits at once. `auto`: sliced on CPU, where it measured leaner; full on CUDA until a GPU run measures "
+        "the sliced head there.")
 
 
 @dataclass

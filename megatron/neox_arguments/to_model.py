@@ -7,7 +7,7 @@ from megatron.model.model_config import ARCHITECTURE_KEYS, LENGTH_KEYS, TOKENIZE
 from megatron.model.positional_embeddings import PositionalEmbedding, build_positional_embedding, declared_options, option_names
 
 INIT_KEYS = ("init_method", "output_layer_init_method", "init_method_std")
-RUN_MODEL_KEYS = ("hidden_dropout", "checkpoint_activations")
+RUN_MODEL_KEYS = ("hidden_dropout", "checkpoint_activations", "loss_head")
 
 
 def attention_config(neox_args) -> AttentionConfig:

@@ -1,9 +1,8 @@
 """Evaluation with each sequence split over a sequence-parallel group: every rank of a replica runs the model on
-its shard of every window and computes the losses of its shard's tokens alone (the [b, s/P, vocab] logits, so
-their memory per rank falls as 1/P); the ranks then exchange the [b, s/P] losses, and each holds the window's."""
+its shard of every window and computes the losses of its shard's tokens alone (its head applied as `loss-head`
+says, so the logits' memory per rank falls as 1/P or to one slice); the ranks then exchange the [b, s/P]
+losses, and each holds the window's."""
 import torch
-
-from megatron.evaluation.scoring import token_losses
 
 
 class SequenceParallelScorer:
@@ -17,5 +16,6 @@ class SequenceParallelScorer:
         """inputs, targets [b, s] -> losses [b, s] (fp32, CPU) of the whole windows."""
         part = inputs.shape[1] // self.parallel.size
         mine = slice(self.parallel.rank * part, (self.parallel.rank + 1) * part)
-        logits = self.model(inputs[:, mine].to(self.device))[..., :vocab_size]
-        return self.parallel.gather(token_losses(logits, targets[:, mine]), dim=1)
+        losses = self.model(inputs[:, mine].to(self.device), labels=targets[:, mine].to(self.device),
+                            vocab_size=vocab_size)
+        return self.parallel.gather(losses.float(), dim=1).cpu()

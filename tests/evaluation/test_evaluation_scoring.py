@@ -1,4 +1,5 @@
-"""Chunk choice, sliding windows, per-token scoring and the result file, on small real callables."""
+"""Chunk choice, sliding windows, per-token scoring and the result file, on small real callables; a model's
+losses by slices of positions equal to its full logits' cross entropy."""
 import json
 import math
 
@@ -10,11 +11,19 @@ from scipy import stats
 from megatron.evaluation.chunks import chunk_starts, sliding_windows
 from megatron.evaluation.modes.position import position_fields
 from megatron.evaluation.results import ResultFileError, load_result, summarize, write_atomic
-from megatron.evaluation.scoring import nonoverlap_losses, sliding_losses
+from megatron.evaluation.scoring import nonoverlap_losses, sliding_losses, window_losses
+from megatron.model import sliced_loss
+from megatron.model.sliced_loss import logits_losses
 
 VOCAB = 4
 
 
+def scorer(logits_of):
+    """A model as scoring calls it (tokens, labels, vocab_size -> losses) from a logits function."""
+    return lambda inputs, labels, vocab_size=None: logits_losses(logits_of(inputs), labels, vocab_size)
+
+
+@scorer
 def context_revealer(inputs):
     """Logits whose loss tells how many tokens of context the scored position had, whatever the target:
     VOCAB real tokens at logit 0 and one never-targeted extra token at log(p + 1) give
@@ -83,7 +92,7 @@ def test_sliding_gives_every_target_between_length_minus_stride_plus_one_and_len
 def test_scores_match_a_float64_bigram_reference_and_do_not_depend_on_batch_size():
     torch.manual_seed(0)
     table = torch.randn(VOCAB, VOCAB + 3, dtype=torch.float64)  # 3 padding rows of the output layer
-    bigram = lambda inputs: table[inputs]  # noqa: E731  (logits of the next token given the current one)
+    bigram = scorer(lambda inputs: table[inputs])  # logits of the next token given the current one
     stream = np.random.default_rng(0).integers(0, VOCAB, 500)
     starts = chunk_starts(len(stream), 32, 6, seed=1)
     one = nonoverlap_losses(bigram, stream, starts, 32, batch_size=1, vocab_size=VOCAB)
@@ -148,3 +157,17 @@ def test_evaluation_keys_are_checked_before_any_work(tmp_path):
         args(eval_modes=[])
     with pytest.raises(EvaluationError, match="`load` is not set"):
         evaluate_run(args(load=None))
+
+
+def test_a_models_sliced_losses_are_its_full_logits_cross_entropy(monkeypatch):
+    """evaluate.py's perplexities are unchanged by the head applied 5 positions at a time."""
+    from test_generation_cache import tiny_model
+    model = tiny_model("kerple_log")
+    windows = torch.randint(0, 300, (2, 17))
+    with torch.no_grad():
+        logits = model(windows[:, :-1])
+    expected = torch.nn.functional.cross_entropy(logits[..., :300].flatten(0, 1), windows[:, 1:].flatten(),
+                                                 reduction="none").view(2, 16)
+    monkeypatch.setattr(sliced_loss, "LOSS_SLICE", 5)
+    with torch.no_grad():
+        torch.testing.assert_close(window_losses(model, windows, 300), expected, rtol=1e-5, atol=1e-5)

@@ -69,10 +69,10 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
             start = time.perf_counter()
             try:
                 with torch.inference_mode():
-                    window_losses(lambda x: model(x.to(device)), windows, vocab)  # compiles flex per length
+                    window_losses(lambda x, **loss: model(x.to(device), **loss), windows, vocab)  # compiles flex per length
                     with PeakMemory(device) as peak:
                         timed_start = time.perf_counter()
-                        losses = window_losses(lambda x: model(x.to(device)), windows, vocab)
+                        losses = window_losses(lambda x, **loss: model(x.to(device), **loss), windows, vocab)
                         seconds = time.perf_counter() - timed_start
             except torch.OutOfMemoryError as err:
                 row["error"] = f"out of memory: {str(err).splitlines()[0][:200]}"

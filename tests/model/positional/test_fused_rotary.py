@@ -19,6 +19,7 @@ HEADS, HEAD_DIM, ORIGINAL = 2, 16, 32
 VARIANTS = {
     "rotary": ("rotary", {}),
     "rotary-pct 0.5": ("rotary", {"rotary_pct": 0.5}),
+    "rotary-pct 0.75": ("rotary", {"rotary_pct": 0.75}),  # 6 pairs: not a power of 2, a 4-dim tail
     "p-RoPE 0.3": ("rotary", {"rotary_unrotated_fraction": 0.3}),
     "linear": ("rotary", {"rotary_scaling": {"type": "linear", "factor": 4}}),
     "ntk": ("rotary", {"rotary_scaling": {"type": "ntk", "factor": 4}}),
