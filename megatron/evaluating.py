@@ -52,7 +52,9 @@ def evaluate_run(neox_args) -> pathlib.Path:
     loaded = load(opened, neox_args)
     model, iteration = loaded.model, loaded.step
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
-    scorer = lambda x: model(x.to(device))  # noqa: E731
+    def scorer(x, labels=None, vocab_size=None):  # logits, or with labels their losses (the head by slices)
+        labels = None if labels is None else labels.to(device)
+        return model(x.to(device), labels=labels, vocab_size=vocab_size)
     if neox_args.sequence_parallel_size > 1:  # each window split over the ranks of a replica (megatron/parallel)
         refused = [mode.name for mode in modes if not mode.splits_sequences]
         if refused:
