@@ -128,7 +128,8 @@ def _train(train):
     if any("+" in c["label"] for c in configs):
         lines.append("Step variants: `+old-step` is DeepSpeed's bf16 engine (bf16-weights: bf16; the rows without "
                      "it keep fp32 weights, under bf16 autocast in bf16), `+bf16` the same method in bf16 where the "
-                     "profile is fp32, `+compiled` compiles each layer (compile-blocks).\n")
+                     "profile is fp32, `+compiled` compiles each layer (compile-blocks), `+sliced-head` / `+full-head` the "
+                     "loss head `auto` does not take on this device (loss-head: sliced, or full logits).\n")
     lines += _profiles(train.get("profiles") or {})
     lines += _gpu_mini(next((c for c in train["configs"] if c.get("profile") == "gpu-mini"), None))
     return lines

@@ -40,6 +40,9 @@ PEER = "hf_gpt_neox"
 # on a profile that is not bf16 (tiny), the new step in bf16 as well, what the old step compares with.
 STEP_VARIANT_METHODS = ("none", "rotary", "kerple_log")
 VARIANTS = {"old-step": {"precision": "bf16", "bf16_weights": "bf16"}, "compiled": {"compile_blocks": True}}
+# The loss head `auto` does not take on this device (`loss-head`: sliced on CPU, full logits when training on
+# CUDA), for `none` alone (the head costs the same under every method): the number auto's rule is read against.
+OTHER_HEAD = {"cuda": ("sliced-head", {"loss_head": "sliced"}), "cpu": ("full-head", {"loss_head": "full"})}
 # One torch.profiler summary each, after the timed rounds: the new step (in bf16: on the tiny profile its +bf16
 # row) and the old one.
 PROFILED = ("none", "none+bf16", "none+old-step")
@@ -114,6 +117,9 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
     for variant, overrides in variants.items():  # after the rest: compiling may use up the time budget
         for method in (m for m in STEP_VARIANT_METHODS if m in methods):
             chosen.append({"label": f"{method}+{variant}", "method": method, "impl": "auto", "overrides": overrides})
+    if "none" in methods:
+        label, overrides = OTHER_HEAD["cuda" if device == "cuda" else "cpu"]
+        chosen.append({"label": f"none+{label}", "method": "none", "impl": "auto", "overrides": overrides})
     if profile == "162M":
         chosen.append({"label": "gpu-mini/kerple_log", "method": "kerple_log", "impl": "auto", "profile": "gpu-mini"})
     return chosen
