@@ -97,6 +97,14 @@ class LengthSchedule:
         window = self._value(stage, stage.window, done, divisor=False)
         return LengthAt(index, seq_length, window, self.full_length // seq_length)
 
+    def unreached(self, train_iters: int) -> str | None:
+        """The line that says which stages a run of `train_iters` steps does not reach, or None."""
+        late = [i for i, stage in enumerate(self.stages) if stage.start_step >= train_iters]
+        if not late:
+            return None
+        return (f"length schedule: stage(s) {', '.join(map(str, late))} start at or after train-iters "
+                f"{train_iters} and are not reached in this run")
+
     def _value(self, stage: Stage, value, done: int, divisor: bool) -> int | None:
         if not isinstance(value, tuple):
             return value
@@ -122,6 +130,10 @@ class LengthSchedule:
                     spans[-1][1] = done + 1
                 else:
                     spans.append([done + 1, done + 1, at])
+            if not spans:
+                rows.append(f"{'-':>13}  {index:>5}  starts after step {stage.start_step}, past train-iters "
+                            f"{train_iters}: not reached in this run")
+                continue
             shown = spans if len(spans) <= max_rows_per_stage else \
                 spans[:max_rows_per_stage // 2] + [None] + spans[-(max_rows_per_stage // 2):]
             for span in shown:
@@ -139,11 +151,13 @@ def length_schedule_of(neox_args) -> LengthSchedule | None:
     """The run's schedule (checked with the config), or None without one."""
     if neox_args.length_schedule is None:
         return None
-    return parse_schedule(neox_args.length_schedule, neox_args.seq_length, neox_args.train_iters)
+    return parse_schedule(neox_args.length_schedule, neox_args.seq_length)
 
 
-def parse_schedule(value, full_length: int, train_iters: int) -> LengthSchedule:
-    """`length-schedule` read and checked; LengthScheduleError names the entry and the key."""
+def parse_schedule(value, full_length: int) -> LengthSchedule:
+    """`length-schedule` read and checked; LengthScheduleError names the entry and the key. A stage may start
+    after train-iters (a short trial run of a long schedule): --dry-run's table and the run's first lines say
+    which stages it does not reach."""
     top = "length_schedule"
     if not isinstance(value, list) or not value:
         raise LengthScheduleError(top, f"is {quote(value)}; give a list of stages such as [{{start-step: 0, "
@@ -159,11 +173,11 @@ def parse_schedule(value, full_length: int, train_iters: int) -> LengthSchedule:
             if key not in STAGE_KEYS:
                 raise LengthScheduleError(f"{where}.{key}", "is not a stage key; a stage takes " + ", ".join(
                     k.replace("_", "-") for k in STAGE_KEYS) + ". Remove it.")
-        stages.append(_stage(entry, where, full_length, train_iters, stages))
+        stages.append(_stage(entry, where, full_length, stages))
     return LengthSchedule(stages, full_length)
 
 
-def _stage(entry: dict, where: str, full_length: int, train_iters: int, before: list[Stage]) -> Stage:
+def _stage(entry: dict, where: str, full_length: int, before: list[Stage]) -> Stage:
     def integer(key, value, low):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise LengthScheduleError(f"{where}.{key.replace('_', '-')}", f"is {quote(value)}; it must be an "
@@ -180,10 +194,6 @@ def _stage(entry: dict, where: str, full_length: int, train_iters: int, before: 
     if before and start <= before[-1].start_step:
         raise LengthScheduleError(f"{where}.start-step", f"is {start}, not after the previous stage's "
                                   f"{before[-1].start_step}; list the stages in the order they run.")
-    if start >= train_iters:
-        raise LengthScheduleError(f"{where}.start-step", f"is {start}, but the run trains train-iters = "
-                                  f"{train_iters} steps, so this stage would never run. Remove it or raise "
-                                  "train-iters.")
     if before and before[-1].ramp and before[-1].start_step + before[-1].steps > start:
         raise LengthScheduleError(f"{where}.start-step", f"is {start}, inside the previous stage's ramp (steps "
                                   f"{before[-1].start_step} + {before[-1].steps}); start it after the ramp ends "

@@ -170,6 +170,8 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
         last_saved = 0
     schedule = length_schedule_of(neox_args)
     length = None
+    if schedule is not None and (line := schedule.unreached(neox_args.train_iters)):
+        monitor.print(line)
     while iteration < neox_args.train_iters:
         if schedule is not None:
             length, previous = schedule.at(iteration), length
