@@ -111,3 +111,17 @@ def test_a_pose_run_has_its_own_identity(stdlib_data, tmp_path):
     from megatron.evaluation.labels import trained_parts
     args = tiny_args(stdlib_data, tmp_path, pose_target_length=256, pose_chunks=3)
     assert switch_labels(args) == ["pose256x3"] and trained_parts(args) == ["PoSE <256 (3 chunks)"]
+
+
+def test_a_target_whose_distance_table_cannot_fit_is_refused_before_training():
+    """PoSE positions span the target window: a distance-table method builds its table over all of it."""
+    from test_training_support import TINY
+
+    from megatron.neox_arguments import NeoXArgs
+    from megatron.preflight import memory_problem
+    message = memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "pose_target_length": 10 ** 13}),
+                             True, 257)
+    assert message.startswith("pose-target-length 10,000,000,000,000 (command line) cannot fit: "), message
+    assert "The largest pose-target-length that fits is " in message
+    assert memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "pose_target_length": 10 ** 6}),
+                          True, 257) is None
