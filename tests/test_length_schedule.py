@@ -177,3 +177,25 @@ def test_a_scheduled_run_has_its_own_identity(stdlib_data, tmp_path):
     underscored = switch_labels(tiny_args(stdlib_data, tmp_path, length_schedule=[{"start_step": 0, "window": 8}]))
     other = switch_labels(tiny_args(stdlib_data, tmp_path, length_schedule=[{"start-step": 0, "window": 9}]))
     assert plain == [] and dashed == underscored and dashed[0].startswith("lensched-") and other != dashed
+
+
+def test_a_stage_window_keeps_a_smaller_layer_window(stdlib_data, tmp_path):
+    args = tiny_args(stdlib_data, tmp_path, layer_pattern=[{"attention-window": 4}, {"pos-emb": "alibi"}],
+                     length_schedule=[{"start-step": 0, "window": 16}])
+    model = GPTModel(model_config(args, 256))
+    assert model.layer_windows() == [4, None]
+    with length_schedule_of(args).at(0).windows_applied(model):
+        assert model.layer_windows() == [4, 16]
+    assert model.layer_windows() == [4, None]
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"length_schedule": [{"start-step": 0, "seq-length": 16}]}, "a length-schedule that shortens the sequences"),
+    ({"pose_target_length": 256}, "pose-target-length: each rank would draw its own PoSE positions"),
+])
+def test_sequence_parallelism_refuses_what_a_shard_cannot_do(overrides, words):
+    from megatron.neox_arguments import NeoXArgs
+    with pytest.raises(NeoXArgsError) as err:
+        NeoXArgs.from_ymls([TINY], {"sequence_parallel_size": 2, **overrides}, 2)
+    assert "sequence-parallel-size:" in str(err.value) and words in str(err.value), str(err.value)
+    NeoXArgs.from_ymls([TINY], {"sequence_parallel_size": 2, "length_schedule": [{"start-step": 0, "window": 8}]}, 2)
