@@ -23,6 +23,7 @@ import tempfile
 import time
 import typing
 
+from megatron.length_schedule import length_schedule_of
 from megatron.model.layer_pattern import describe_layers, per_layer_modules, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.neox_arguments.run_folder import describe_outputs
@@ -197,6 +198,11 @@ def main(argv=None):
         print(f"\n# Attention at seq-length {neox_args.seq_length} in training{documents}, as chosen on this "
               "machine's CPU:")
         print("\n".join(f"# {line}" for line in plans))
+        if (schedule := length_schedule_of(neox_args)) is not None:
+            print(f"\n# Length schedule (length-schedule): steps as the log numbers them; a sample of seq-length "
+                  f"{neox_args.seq_length} is split into sequences of the stage's length, so the tokens stay the same")
+            print("\n".join(f"# {line}" for line in schedule.table(
+                neox_args.train_iters, neox_args.train_micro_batch_size_per_gpu or 1)))
         print("\n# DeepSpeed config")
         print(json.dumps(neox_args.deepspeed_config(), indent=2))
         print("\n# Launcher command")

@@ -24,6 +24,7 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
+from megatron.length_schedule import length_schedule_of
 from megatron.checkpoint_folder import (TAG, CheckpointError, checkpoint_steps, removed_while_read,  # noqa: F401
                                        resolve_tag)  # (re-exported)
 from megatron.model.model_config import ModelConfig, differences
@@ -219,6 +220,8 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
         "rng_state": rng_state(),
         "weights_dtype": weights_dtype(engine.module),  # bf16 runs keep fp32 or bf16 weights (bf16-weights)
     }
+    if (schedule := length_schedule_of(neox_args)) is not None:  # the stage of the step that made these weights
+        client_state["length_stage"] = schedule.at(max(iteration - 1, 0)).record()
     # Every write happens before anything is renamed; a failure on any rank is shared, so every rank
     # finishes DeepSpeed's collective steps and then all stop together, with the partial files removed.
     with _failures_kept(engine) as failures:

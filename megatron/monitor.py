@@ -75,8 +75,9 @@ class Monitor:
         self.last = {"lr": lr, "grad_norm": grad_norm, "loss_scale": loss_scale}
         self.progress.update(1, note=f"loss={loss:.4f}")
 
-    def report(self, iteration: int, kernel: dict[str, float]) -> None:
-        """The interval's averages and rates (call every log_interval steps, on every rank)."""
+    def report(self, iteration: int, kernel: dict[str, float], note: str | None = None) -> None:
+        """The interval's averages and rates (call every log_interval steps, on every rank); `note` ends the
+        line (a length-schedule's stage)."""
         now = time.time()
         steps = len(self.losses) + self.interval_skipped
         per_step = (now - self.interval_start) / max(steps, 1)
@@ -101,6 +102,8 @@ class Monitor:
                    f"ETA {_duration(remaining)}"]
         if self.interval_skipped:
             fields.append(f"skipped {self.interval_skipped} (NaN/inf loss or fp16 overflow)")
+        if note:
+            fields.append(note)
         self.print(" | ".join(fields))
         self._reset_interval()
 

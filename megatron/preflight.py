@@ -317,15 +317,17 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     gib = 2 ** 30
     if training and state + activations <= available and (tables := random_positions_table_bytes(neox_args, model)):
         if state + activations + tables > available:
-            per_position = tables // neox_args.random_positions
+            key, span = drawn_position_span(neox_args)
+            name = key.replace("_", "-")
+            per_position = tables // span
             largest = (available - state - activations) // per_position
-            return (f"random-positions {neox_args.random_positions:,} ({neox_args.config_sources.get('random_positions', 'the config')}) "
+            return (f"{name} {span:,} ({neox_args.config_sources.get(key, 'the config')}) "
                     f"cannot fit: a training step spans up to that many distances, and pos-emb {neox_args.pos_emb} "
                     f"builds a per-distance table over them ({per_position} bytes a distance: one float32 row per head "
                     f"and the distances themselves), {tables / gib:,.1f} GiB, with the model's {(state + activations) / gib:,.1f}"
-                    f" GiB, but there are {available / gib:,.1f} GiB {kind}. The largest random-positions that fits is "
+                    f" GiB, but there are {available / gib:,.1f} GiB {kind}. The largest {name} that fits is "
                     f"{largest:,}" + (f" (the run's seq-length {neox_args.seq_length} is its least)" if largest >= neox_args.seq_length
-                                      else f", below seq-length {neox_args.seq_length}: turn random-positions off (null)")
+                                      else f", below seq-length {neox_args.seq_length}: turn {name} off (null)")
                     + "; or train a method without distance tables (rotary).")
     if state + activations <= available:
         return None
@@ -339,11 +341,11 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
 
 
 def random_positions_table_bytes(neox_args, model: ModelConfig) -> int:
-    """Bytes of the per-distance table a training step with random-positions N builds, or 0: drawn positions
-    span up to N, and a method with distance tables (KERPLE, ALiBi, T5, ...) builds its float32 table over every
+    """Bytes of the per-distance table a training step with random-positions N (or PoSE's target N) builds, or 0:
+    drawn positions span up to N, and a method with distance tables (KERPLE, ALiBi, T5, ...) builds its float32 table over every
     distance in the span, one row per head, from a float32 vector of the distances (a lower bound: one table,
     no gradient). Rotary and the other methods without tables allocate nothing per distance."""
-    if neox_args.random_positions is None:
+    if drawn_position_span(neox_args) is None:
         return 0
     from megatron.model.layer_pattern import layer_kinds
     from megatron.model.positional_embeddings.base import PositionalEmbedding
@@ -354,7 +356,15 @@ def random_positions_table_bytes(neox_args, model: ModelConfig) -> int:
                 or method.distance_tables_at is not PositionalEmbedding.distance_tables_at)
     if not any(has_tables(kind.pos_emb) for kind in layer_kinds(model)):
         return 0
-    return 4 * (model.num_attention_heads + 1) * neox_args.random_positions
+    return 4 * (model.num_attention_heads + 1) * drawn_position_span(neox_args)[1]
+
+
+def drawn_position_span(neox_args) -> tuple[str, int] | None:
+    """(key, N) of the training positions drawn from [0, N) (random-positions, pose-target-length), or None."""
+    for key in ("random_positions", "pose_target_length"):
+        if getattr(neox_args, key) is not None:
+            return key, getattr(neox_args, key)
+    return None
 
 
 def _logit_rows(neox_args, tokens: int, training: bool) -> int:

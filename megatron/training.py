@@ -4,6 +4,7 @@ pretrain() -> initialise -> datasets -> model, optimizer, LR schedule -> deepspe
 resume -> train() (train_step() per step, evaluate() every eval-interval, save every
 checkpoint-factor) -> final checkpoint, validation and test.
 """
+import contextlib
 import itertools
 import math
 import signal
@@ -30,6 +31,9 @@ from megatron.model.sequence_parallel import SequenceParallel
 from megatron.preflight import check_training
 from megatron.tokenizer import build_tokenizer
 from megatron.random_positions import draw_positions
+from megatron.pose_positions import draw_pose_positions
+from megatron.length_schedule import LengthAt, length_schedule_of, step_scalars
+from megatron.data.fragments import split_into_fragments
 from megatron.run_banner import masking_line, model_line, run_line
 
 
@@ -53,6 +57,7 @@ class StepOutcome:
     loss: float        # mean over the global batch (all micro-batches and ranks)
     skipped: bool      # the optimizer did not update (NaN/inf loss, fp16 overflow)
     grad_norm: float | None
+    shape: dict | None = None  # with a length-schedule: what the step trained on (length_schedule.step_scalars)
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -163,8 +168,16 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
     if neox_args.save and iteration == 0 and 0 in extra_saves:  # upstream's "save the initial weights"
         checked_save(neox_args, engine, weights, 0, consumed, monitor, last_saved)
         last_saved = 0
+    schedule = length_schedule_of(neox_args)
+    length = None
+    if schedule is not None and (line := schedule.unreached(neox_args.train_iters)):
+        monitor.print(line)
     while iteration < neox_args.train_iters:
-        step = train_step(neox_args, engine, optimizer, train_batches, vocab_size)
+        if schedule is not None:
+            length, previous = schedule.at(iteration), length
+            if previous is None or previous.stage != length.stage:  # the first step of this launch, or a new stage
+                monitor.print(f"length schedule: step {iteration + 1} is in {length.describe()}")
+        step = train_step(neox_args, engine, optimizer, train_batches, vocab_size, length)
         iteration += 1
         consumed += neox_args.train_batch_size
         result.iteration, result.losses[iteration] = iteration, step.loss
@@ -173,7 +186,9 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
         scale = engine.optimizer.loss_scale if engine.fp16_enabled() else None
         monitor.record_step(step.loss, step.skipped, _current_lr(engine), step.grad_norm, scale)
         if iteration % neox_args.log_interval == 0:
-            monitor.report(iteration, kernel_scalars(engine.module))
+            shape = step_scalars(step.shape) if step.shape else {}
+            monitor.report(iteration, {**kernel_scalars(engine.module), **shape},
+                           length.describe() if length else None)
         if bad_in_a_row >= neox_args.max_consecutive_bad_steps:
             raise TrainingError(
                 f"stopping at step {iteration}: the last {bad_in_a_row} steps had a NaN/inf loss or fp16 "
@@ -258,9 +273,11 @@ def packing(neox_args, batch: dict, positions=None) -> dict:
             "position_ids": batch["position_ids"] if neox_args.reset_position_ids else positions}
 
 
-def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepOutcome:
+def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: LengthAt | None = None) -> StepOutcome:
     """One optimizer step over gradient-accumulation-steps micro-batches. A step whose loss is NaN/inf
     on any rank changes nothing (fp16 overflow is DeepSpeed's to skip; the LR schedule then waits too).
+    `length` (length-schedule): each sample split into sequences of its seq-length, the windows capped at its
+    window; the outcome's `shape` says what the step trained on.
 
     The host reads the device once per step (loss sum, kept tokens and, where the step clips, the gradient
     norm, in one copy): each read waits for the accelerator's queue to drain, so none is taken per tensor."""
@@ -268,18 +285,46 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size) -> StepO
     accumulation = neox_args.gradient_accumulation_steps
     total = torch.zeros((), dtype=torch.float64, device=device)
     kept = torch.zeros((), dtype=torch.float64, device=device)  # tokens the loss counts
-    for micro in range(accumulation):
-        batch = {k: v.to(device) for k, v in next(train_batches).items()}
-        positions = None if neox_args.random_positions is None else draw_positions(
-            batch["tokens"].shape[1], neox_args.random_positions, device)
-        loss = sequence_share(engine, batch_loss(engine, batch, vocab_size, packing(neox_args, batch, positions)), batch)
-        engine.backward(loss)
-        total += loss.detach().double()
-        kept += batch["loss_mask"].sum().double()
-        if micro < accumulation - 1:
-            engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
+    shape = None if length is None else {"length": length, "tokens": 0, "last_position": 0}
+    with windows_for(engine.module, length):
+        for micro in range(accumulation):
+            batch = {k: v.to(device) for k, v in next(train_batches).items()}
+            if length is not None:
+                batch = split_into_fragments(batch, length.seq_length)
+            positions = training_positions(neox_args, batch["tokens"].shape[1], device)
+            arguments = packing(neox_args, batch, positions)
+            loss = sequence_share(engine, batch_loss(engine, batch, vocab_size, arguments), batch)
+            engine.backward(loss)
+            total += loss.detach().double()
+            kept += batch["loss_mask"].sum().double()
+            if shape is not None:
+                shape["sequences"], shape["seq_length"] = batch["tokens"].shape
+                shape["tokens"] += batch["tokens"].numel()
+                shape["last_position"] = max(shape["last_position"], batch["tokens"].shape[1] - 1 if
+                                             arguments["position_ids"] is None else int(arguments["position_ids"].max()))
+                shape["window"] = max((w or batch["tokens"].shape[1] for w in engine.module.windows), default=0)
+            if micro < accumulation - 1:
+                engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
     with torch.profiler.record_function(AFTER_BACKWARD):
-        return _after_backward(neox_args, engine, optimizer, total, kept, accumulation)
+        outcome = _after_backward(neox_args, engine, optimizer, total, kept, accumulation)
+    outcome.shape = shape
+    return outcome
+
+
+def training_positions(neox_args, length: int, device) -> torch.Tensor | None:
+    """A training micro-batch's positions [length] shared by its sequences: random-positions' or PoSE's draw,
+    or None (0..length-1, or the documents' with reset-position-ids)."""
+    if neox_args.random_positions is not None:
+        return draw_positions(length, neox_args.random_positions, device)
+    if neox_args.pose_target_length is not None:
+        # A length-schedule's shorter sequences keep the target window: each stage sees its distances.
+        return draw_pose_positions(length, neox_args.pose_target_length, min(neox_args.pose_chunks, length), device)
+    return None
+
+
+def windows_for(model, length: LengthAt | None):
+    """The model's windows capped by a length-schedule stage inside the block (length_schedule.py)."""
+    return contextlib.nullcontext() if length is None else length.windows_applied(model)
 
 
 AFTER_BACKWARD = "train_step: after the backward"  # its profiler label: all-reduce, clip, host read, optimizer

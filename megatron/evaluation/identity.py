@@ -90,7 +90,8 @@ def switch_labels(config) -> list[str]:
     an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set), an output gate
     (`gate-head`), p-RoPE
     (`prope0.75`: rotary-unrotated-fraction 0.25), randomized
-    training positions (`randpos256`) and document masking in training (`docmask`; `docpos` with
+    training positions (`randpos256`), PoSE positions (`pose256x2`: target window, chunks), a length-schedule
+    (`lensched-1a2b3c`) and document masking in training (`docmask`; `docpos` with
     positions restarting in each document). `config`: NeoXArgs or the config dict a checkpoint stores."""
     labels = []
     if pattern := value_of(config, "layer_pattern"):
@@ -107,6 +108,11 @@ def switch_labels(config) -> list[str]:
         labels.append(f"prope{1 - fraction:.4g}")
     if limit := value_of(config, "random_positions"):
         labels.append(f"randpos{limit}")
+    if target := value_of(config, "pose_target_length"):
+        labels.append(f"pose{target}x{value_of(config, 'pose_chunks') or 2}")
+    if schedule := value_of(config, "length_schedule"):  # lengths and windows over training time
+        labels.append("lensched-" + _short_hash([{str(k).replace("-", "_"): v for k, v in stage.items()}
+                                                 if isinstance(stage, dict) else stage for stage in schedule]))
     from megatron.model.positional_embeddings import option_labels
     labels += option_labels(value_of(config, "pos_emb"), lambda key: value_of(config, key))  # e.g. forget-gate
     if value_of(config, "reset_attention_mask"):  # trained on documents masked from each other

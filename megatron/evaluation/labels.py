@@ -46,6 +46,10 @@ def trained_parts(trained) -> list[str]:
         parts.append(f"p-RoPE p={1 - fraction:.4g}")
     if limit := value_of(trained, "random_positions"):
         parts.append(f"random positions <{limit}")
+    if target := value_of(trained, "pose_target_length"):
+        parts.append(f"PoSE <{target} ({value_of(trained, 'pose_chunks') or 2} chunks)")
+    if value_of(trained, "length_schedule"):
+        parts.append("length schedule")
     from megatron.model.positional_embeddings import option_labels
     parts += option_labels(value_of(trained, "pos_emb"), lambda key: value_of(trained, key))  # e.g. forget-gate
     if value_of(trained, "reset_attention_mask"):

@@ -13,6 +13,7 @@ from megatron.model.layer_pattern import LayerPatternError, layer_kinds
 from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
+from megatron.length_schedule import LengthScheduleError, length_schedule_of, parse_schedule
 from megatron.quoting import quote
 
 from .errors import NeoXArgsError
@@ -63,6 +64,44 @@ def check_training(args, fail):
                  "parallelism (and ZeRO) only. Set it to 1.")
 
 
+def check_pose(args, fail):
+    """pose-target-length and pose-chunks (megatron/pose_positions.py)."""
+    target, chunks = args.pose_target_length, args.pose_chunks
+    if target is None:
+        if "pose_chunks" in args.config_sources:
+            fail("pose_chunks", f"is {quote(chunks)}, but pose-target-length is null, so there are no PoSE "
+                 "positions to cut into chunks. Set pose-target-length (e.g. 4 x seq-length) or remove pose-chunks.")
+        return
+    if isinstance(target, bool) or target <= args.seq_length:
+        fail("pose_target_length", f"is {quote(target)}; it must be a target window T > seq-length "
+             f"{quote(args.seq_length)} (the skips move the chunks within it; at T = seq-length there is no room to "
+             "skip), or null for 0..L-1.")
+    if isinstance(chunks, bool) or not 2 <= chunks <= args.seq_length:
+        fail("pose_chunks", f"is {quote(chunks)}; PoSE cuts each sequence into 2 or more chunks (the paper uses "
+             f"2), at most seq-length {quote(args.seq_length)}.")
+    if args.random_positions is not None:
+        fail("pose_target_length", f"is set together with random-positions {quote(args.random_positions)}: both "
+             "choose the training positions. Use one of them.")
+    if args.reset_position_ids:
+        fail("pose_target_length", "is set together with reset-position-ids: both choose the training positions "
+             "(PoSE skips within a sequence, reset-position-ids restarts at each document). Use one of them; "
+             "reset-attention-mask alone (documents masked, positions running) works with PoSE.")
+    if lookup(args.pos_emb).uses_max_positions and target > (args.max_position_embeddings or args.seq_length):
+        fail("pose_target_length", f"is {quote(target)}, past max-position-embeddings "
+             f"{quote(args.max_position_embeddings or args.seq_length)}: pos-emb '{args.pos_emb}' has no row for "
+             "the positions it would skip to. Lower it or raise max-position-embeddings.")
+
+
+def check_length_schedule(args, fail):
+    """`length-schedule` (megatron/length_schedule.py)."""
+    if args.length_schedule is None:
+        return
+    try:
+        parse_schedule(args.length_schedule, args.seq_length)
+    except LengthScheduleError as err:
+        fail(err.path, err.message)
+
+
 def check_positional(args, fail):
     """`pos-emb` (an alias becomes its name), every method's option values by their declared checks,
     then the chosen method's options together (e.g. one mep-weight per mep-kernel), then the positions
@@ -104,6 +143,7 @@ def check_positional(args, fail):
             fail("random_positions", f"is {quote(args.random_positions)}, past max-position-embeddings "
                  f"{quote(args.max_position_embeddings)}: pos-emb '{args.pos_emb}' has no row for the positions "
                  "it would draw. Lower it or raise max-position-embeddings.")
+    check_pose(args, fail)
     if args.reset_position_ids and not args.reset_attention_mask:
         fail("reset_position_ids", "is set without reset-attention-mask: a token would attend to the earlier "
              "document's keys, whose positions now lie after its own (a negative distance, which no "
@@ -234,6 +274,14 @@ def check_sequence_parallel(args, fail):
     if args.random_positions is not None:
         fail("sequence_parallel_size", f"{size} is set together with random-positions: each rank would draw its "
              "own positions for its shard, not one draw for the whole sequence. Use one of them.")
+    if args.pose_target_length is not None:
+        fail("sequence_parallel_size", f"{size} is set together with pose-target-length: each rank would draw its "
+             "own PoSE positions for its shard, not one draw for the whole sequence. Use one of them.")
+    if args.length_schedule is not None and any(
+            stage.seq_length is not None for stage in length_schedule_of(args).stages):
+        fail("sequence_parallel_size", f"{size} is set together with a length-schedule that shortens the "
+             "sequences: each rank holds a slice of a sample, not whole fragments of it. Schedule only the window "
+             "(which works on every path), or train on one rank per sequence.")
     if (problem := model_sequence_parallel_problem(layers_config(args))) is not None:
         fail("sequence_parallel_size", problem)
 
@@ -314,5 +362,5 @@ def check_data(args, fail):
 
 # In this order: every number finite first, so the range checks see real numbers; the model's keys
 # before attention's (which reads max-position-embeddings); value_checks last, once lr is derived.
-CHECKS = (check_finite, check_model, check_training, check_positional, check_data, check_attention,
+CHECKS = (check_finite, check_model, check_training, check_length_schedule, check_positional, check_data, check_attention,
           check_sequence_parallel, check_optimizer, check_precision, check_batch_sizes, check_evaluation, check_values)

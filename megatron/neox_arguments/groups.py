@@ -214,6 +214,22 @@ class TrainingArgs:
         None, "Randomized positions (Ruoss et al. 2023): each training micro-batch's positions are sorted draws "
         "without replacement from [0, N), N >= seq-length (one draw per micro-batch, shared by its sequences); "
         "validation, evaluation and generation use 0..L-1. Null: off.")
+    pose_target_length: Optional[int] = arg(
+        None, "PoSE position ids (Zhu et al. 2023, arXiv 2309.10400): each training micro-batch's sequence is cut "
+        "into pose-chunks chunks at random points, and each chunk's positions are shifted by a random skip that "
+        "never shrinks from one chunk to the next, the last position below this target window T > seq-length (one "
+        "draw per micro-batch, shared by its sequences); validation, evaluation and generation use 0..L-1. "
+        "Null: off.")
+    pose_chunks: int = arg(2, "PoSE: chunks per sequence (the paper uses 2; at least 2, at most seq-length).")
+    length_schedule: Optional[list] = arg(
+        None, "Sequence length and attention window over training time: a list of stages, each {start-step, "
+        "seq-length, window} (a stage from start-step, counted in steps done, until the next one), or a ramp "
+        "{start-step, ramp: linear, steps, seq-length: [L0, L1] and/or window: [W0, W1]}. A stage's seq-length "
+        "divides the run's seq-length: each sample is split into seq-length/L sequences of L tokens (positions "
+        "restart in each), so the tokens per batch stay the same; a ramp's length is the largest divisor of "
+        "seq-length at or below the line from L0 to L1. A window caps every layer's attention window (a "
+        "smaller configured one stays); validation and evaluation use the configured windows. docs/length-"
+        "schedules.md. Null: one length for the whole run.")
 
 
 @dataclass

@@ -95,8 +95,10 @@ REFUSED = {
     "DeepSpeed features that replace this project's schedule, precision, data or checkpoints": {
         "scheduler": (None,), "amp": (None,), "elasticity": (None,), "autotuning": (None,),
         "autotuning_run": (None,), "checkpoint": (None,), "compression_training": (None,),
-        "curriculum_learning": (None,), "data_efficiency": (None,), "sparse_attention": (None,),
+        "data_efficiency": (None,), "sparse_attention": (None,),
         "use_bnb_optimizer": (False,)},
+    "DeepSpeed's sequence-length curriculum, which truncates samples (length-schedule warms the length up "
+    "without dropping tokens: docs/length-schedules.md)": {"curriculum_learning": (None,)},
     "resuming with a schedule other than the config's, or saving elsewhere": {
         "override_lr_scheduler": (False,), "use_checkpoint_lr_scheduler": (False,),
         "checkpoint_scale": ("linear",), "s3_path": (None,), "s3_chunk_size": (104857600,)},

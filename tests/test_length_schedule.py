@@ -1,0 +1,201 @@
+"""`length-schedule`: the stages and ramps against the rule written out here, the split of a real training batch
+(tokens, labels, loss mask and positions), the window a stage puts on the model against a model configured with
+that window, resume mid-schedule with PoSE on, the refused schedules, and one launch through deepy.py whose
+per-step scalars say the length, window, positions and tokens at chosen steps."""
+import math
+import re
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_training_support import TINY, run_script, set_flags, tiny_args, tiny_overrides
+
+from megatron.checkpointing import read_client_state
+from megatron.data import build_train_valid_test_datasets
+from megatron.data.fragments import split_into_fragments
+from megatron.initialize import initialize_megatron
+from megatron.length_schedule import length_schedule_of, parse_schedule
+from megatron.model import GPTModel
+from megatron.neox_arguments import NeoXArgsError
+from megatron.neox_arguments.to_model import model_config
+from megatron.tokenizer import build_tokenizer
+from megatron.training import pretrain
+
+RAMP = [{"start-step": 0, "seq-length": 16, "window": 8},
+        {"start-step": 3, "ramp": "linear", "steps": 10, "seq-length": [16, 64], "window": [8, 40]},
+        {"start-step": 20, "window": 12}]
+
+
+def expected(done: int, full: int = 64):
+    """RAMP's (seq-length, window) after `done` steps, from the rule as the guide states it."""
+    if done < 3:
+        return 16, 8
+    if done >= 20:
+        return full, 12
+    progress = min(done - 3, 10) / 10
+    line = 16 + (64 - 16) * progress
+    length = max(d for d in (1, 2, 4, 8, 16, 32, 64) if d <= line)
+    return length, math.floor(8 + (40 - 8) * progress)
+
+
+def test_stages_and_ramps_follow_the_rule():
+    schedule = parse_schedule(RAMP, 64)
+    for done in range(40):
+        at = schedule.at(done)
+        assert (at.seq_length, at.window) == expected(done), done
+        assert at.samples_split * at.seq_length == 64
+        assert at.stage == (0 if done < 3 else 1 if done < 20 else 2)
+
+
+def test_dry_run_table_lists_each_span(stdlib_data, tmp_path):
+    table = length_schedule_of(tiny_args(stdlib_data, tmp_path, length_schedule=RAMP, train_iters=40)).table(40, 4)
+    assert table[1].split() == ["1-3", "0", "16", "8", "16", "256"]
+    assert table[-1].split() == ["21-40", "2", "64", "12", "4", "256"]
+    assert all(row.split()[-1] == "256" for row in table[1:] if "more rows" not in row)  # tokens stay the same
+    short = length_schedule_of(tiny_args(stdlib_data, tmp_path, length_schedule=RAMP, train_iters=8))
+    assert short.table(8, 4)[-1].split()[:2] == ["-", "2"] and "not reached in this run" in short.table(8, 4)[-1]
+    assert short.unreached(8) == ("length schedule: stage(s) 2 start at or after train-iters 8 and are not "
+                                  "reached in this run")
+
+
+def test_a_real_batch_splits_into_fragments_that_keep_every_token(stdlib_data, tmp_path):
+    args = tiny_args(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
+                     train_micro_batch_size_per_gpu=3, data_cache_path=str(tmp_path / "cache"))
+    initialize_megatron(args)
+    train, _, _ = build_train_valid_test_datasets(args, build_tokenizer(args))
+    crossing = []  # real samples that span a document boundary (on this corpus a few in a hundred)
+    for index in range(len(train)):
+        item = {k: torch.as_tensor(v) for k, v in train[index].items()}
+        if int(item["document_ids"][-1]) > 0:
+            crossing.append(item)
+        if len(crossing) == 3:
+            break
+    batch = {name: torch.stack([item[name] for item in crossing]) for name in crossing[0]}
+    assert set(batch) >= {"tokens", "labels", "loss_mask", "document_ids", "position_ids"}
+    fragments = split_into_fragments(batch, 16)
+    for name in batch:
+        assert fragments[name].shape == (12, 16)
+    for row in range(12):
+        sample, start = divmod(row, 4)
+        for name in ("tokens", "labels", "loss_mask", "document_ids"):
+            assert torch.equal(fragments[name][row], batch[name][sample, 16 * start:16 * start + 16])
+        positions, documents = fragments["position_ids"][row].tolist(), fragments["document_ids"][row].tolist()
+        assert positions[0] == 0  # a fragment starts its positions again
+        for k in range(1, 16):
+            assert positions[k] == (positions[k - 1] + 1 if documents[k] == documents[k - 1] else 0)
+
+
+def test_a_stage_window_is_the_model_configured_with_that_window(stdlib_data, tmp_path):
+    args = tiny_args(stdlib_data, tmp_path, length_schedule=[{"start-step": 0, "window": 5}])
+    windowed = tiny_args(stdlib_data, tmp_path / "w", attention_window=5)
+    torch.manual_seed(0)
+    model = GPTModel(model_config(args, 256)).eval()
+    reference = GPTModel(model_config(windowed, 256)).eval()
+    reference.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(tokens)
+        with length_schedule_of(args).at(0).windows_applied(model):
+            capped = model(tokens)
+        after = model(tokens)
+        want = reference(tokens)
+    assert torch.allclose(capped, want, atol=1e-6) and not torch.allclose(full, want, atol=1e-3)
+    assert torch.equal(after, full)  # the configured windows come back after the step
+
+
+def test_resume_mid_schedule_is_the_uninterrupted_run(stdlib_data, tmp_path):
+    """PoSE draws and the schedule's stages after a resume are those of the run that never stopped."""
+    schedule = [{"start-step": 0, "seq-length": 16, "window": 8}, {"start-step": 3, "seq-length": 32}]
+    common = dict(length_schedule=schedule, pose_target_length=256, log_interval=1, checkpoint_factor=None,
+                  train_micro_batch_size_per_gpu=4)
+    straight = pretrain(tiny_args(stdlib_data, tmp_path / "straight", train_iters=6, **common))
+    first = pretrain(tiny_args(stdlib_data, tmp_path / "split", train_iters=6, exit_interval=2, **common))
+    assert first.preempted and first.iteration == 2
+    state = read_client_state(str(tmp_path / "split" / "ckpt"), "global_step2")
+    assert state["length_stage"] == {"stage": 0, "seq_length": 16, "window": 8}
+    second = pretrain(tiny_args(stdlib_data, tmp_path / "split", train_iters=6, **common))
+    assert {**first.losses, **second.losses} == straight.losses
+    assert read_client_state(str(tmp_path / "split" / "ckpt"), "global_step6")["length_stage"] == \
+        {"stage": 1, "seq_length": 32, "window": None}
+
+
+@pytest.mark.parametrize("schedule, path, words", [
+    ([{"start-step": 0, "seq-length": 24}], r"length-schedule\[0\]\.seq-length", "does not divide seq-length 64"),
+    ([{"start-step": 0, "seq-length": 128}], r"length-schedule\[0\]\.seq-length", "longer than seq-length 64"),
+    ([{"start-step": 2, "seq-length": 16}], r"length-schedule\[0\]\.start-step", "the first stage starts at 0"),
+    ([{"start-step": 0, "seq-length": 16}, {"start-step": 0, "window": 8}], r"length-schedule\[1\]\.start-step",
+     "not after the previous stage's 0"),
+    ([{"start-step": 0, "rotary-emb-base": 500000}], r"length-schedule\[0\]\.rotary_emb_base",
+     "is not a stage key"),
+    ([{"start-step": 0, "ramp": "linear", "steps": 4, "seq-length": 16}], r"length-schedule\[0\]\.seq-length",
+     "first and the last value"),
+    ([{"start-step": 0, "ramp": "cosine", "steps": 4, "window": [4, 8]}], r"length-schedule\[0\]\.ramp",
+     "the ramps are linear"),
+    ([{"start-step": 0, "ramp": "linear", "steps": 6, "window": [4, 8]}, {"start-step": 3, "window": 2}],
+     r"length-schedule\[1\]\.start-step", "inside the previous stage's ramp"),
+    ([{"start-step": 0, "steps": 6, "window": 4}], r"length-schedule\[0\]\.steps", "without a ramp"),
+    ([], r"length-schedule", "give a list of stages"),
+])
+def test_refused_schedules_say_why(schedule, path, words, stdlib_data, tmp_path):
+    with pytest.raises(NeoXArgsError) as err:
+        tiny_args(stdlib_data, tmp_path, length_schedule=schedule, train_iters=8)
+    assert re.search(path + ":", str(err.value)) and words in str(err.value), str(err.value)
+
+
+@pytest.mark.launches
+def test_deepy_trains_a_schedule_with_pose(stdlib_data, tmp_path):
+    """One tiny launch: the scalars of each step say the length, window, positions and tokens it trained on."""
+    schedule = "[{start-step: 0, seq-length: 16, window: 8}, {start-step: 2, ramp: linear, steps: 2, " \
+               "seq-length: [32, 64]}, {start-step: 4, window: 24}]"
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=6, log_interval=1, tensorboard_dir=str(tmp_path / "tb"),
+                               train_micro_batch_size_per_gpu=4, pose_target_length=256)
+    done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides), "--set", f"length-schedule={schedule}"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "length schedule: step 3 is in stage 1: seq-length 32, window configured" in done.stdout
+    tensorboard = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
+    tensorboard.Reload()
+    scalar = lambda tag: {e.step: e.value for e in tensorboard.Scalars(tag)}  # noqa: E731
+    # step: (stage, seq-length, sequences per micro-batch, widest window)
+    want = {1: (0, 16, 16, 8), 2: (0, 16, 16, 8), 3: (1, 32, 8, 32), 4: (1, 32, 8, 32), 5: (2, 64, 4, 24),
+            6: (2, 64, 4, 24)}
+    for step, (stage, length, sequences, window) in want.items():
+        assert scalar("length/stage")[step] == stage
+        assert scalar("length/seq_length")[step] == length
+        assert scalar("length/sequences_per_micro_batch")[step] == sequences
+        assert scalar("length/window")[step] == window
+        assert scalar("length/tokens_per_step_per_rank")[step] == 4 * 64  # the same tokens at every length
+    last = scalar("length/last_position")
+    assert all(length - 1 <= last[step] <= 255 for step, (_, length, _, _) in want.items())
+    assert any(last[step] > 63 for step in want)  # PoSE skipped past the longest sequence
+
+
+def test_a_scheduled_run_has_its_own_identity(stdlib_data, tmp_path):
+    """Evaluation groups runs by their switches: a schedule (however its keys are spelled) is one."""
+    from megatron.evaluation.identity import switch_labels
+    plain = switch_labels(tiny_args(stdlib_data, tmp_path))
+    dashed = switch_labels(tiny_args(stdlib_data, tmp_path, length_schedule=[{"start-step": 0, "window": 8}]))
+    underscored = switch_labels(tiny_args(stdlib_data, tmp_path, length_schedule=[{"start_step": 0, "window": 8}]))
+    other = switch_labels(tiny_args(stdlib_data, tmp_path, length_schedule=[{"start-step": 0, "window": 9}]))
+    assert plain == [] and dashed == underscored and dashed[0].startswith("lensched-") and other != dashed
+
+
+def test_a_stage_window_keeps_a_smaller_layer_window(stdlib_data, tmp_path):
+    args = tiny_args(stdlib_data, tmp_path, layer_pattern=[{"attention-window": 4}, {"pos-emb": "alibi"}],
+                     length_schedule=[{"start-step": 0, "window": 16}])
+    model = GPTModel(model_config(args, 256))
+    assert model.layer_windows() == [4, None]
+    with length_schedule_of(args).at(0).windows_applied(model):
+        assert model.layer_windows() == [4, 16]
+    assert model.layer_windows() == [4, None]
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"length_schedule": [{"start-step": 0, "seq-length": 16}]}, "a length-schedule that shortens the sequences"),
+    ({"pose_target_length": 256}, "pose-target-length: each rank would draw its own PoSE positions"),
+])
+def test_sequence_parallelism_refuses_what_a_shard_cannot_do(overrides, words):
+    from megatron.neox_arguments import NeoXArgs
+    with pytest.raises(NeoXArgsError) as err:
+        NeoXArgs.from_ymls([TINY], {"sequence_parallel_size": 2, **overrides}, 2)
+    assert "sequence-parallel-size:" in str(err.value) and words in str(err.value), str(err.value)
+    NeoXArgs.from_ymls([TINY], {"sequence_parallel_size": 2, "length_schedule": [{"start-step": 0, "window": 8}]}, 2)
