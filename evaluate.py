@@ -21,11 +21,11 @@ def main():
     args = NeoXArgs.consume_args()  # config errors first, before the evaluation stack is imported
     from megatron.cpu_threads import choose_cpu_threads
     choose_cpu_threads(args.rank)  # no thread cliff on a busy CPU
-    from megatron.evaluating import evaluate_run
+    from megatron.evaluation.driver import evaluate_run
     path = evaluate_run(args)
     probes = [mode for mode in args.eval_modes if mode in PROBE_TASKS]
     if probes and args.rank == 0:  # each probe's accuracy grid as a figure beside the file
-        from megatron.evaluation.probes.heatmap import heatmap_of_file
+        from megatron.evaluation.retrieval.heatmap import heatmap_of_file
         for mode in probes:
             print("wrote " + ", ".join(str(p) for p in heatmap_of_file(path, mode)), flush=True)
 

@@ -25,7 +25,7 @@ def main():
     if neox_args.train_iters == 0:
         # The KERPLE fork evaluates by training 0 steps at seq-length-val; here that is evaluate.py's
         # scoring of `load` (eval-lengths default: seq-length-val), with its result file.
-        from megatron.evaluating import evaluate_run
+        from megatron.evaluation.driver import evaluate_run
         if "eval_lengths" not in neox_args.config_sources:
             neox_args.eval_lengths = [neox_args.seq_length_val]
         evaluate_run(neox_args)

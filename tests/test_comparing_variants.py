@@ -13,7 +13,7 @@ from test_hostile_config import assert_clear_error
 from test_training_support import TINY, run_script, set_flags, tiny_overrides
 
 from megatron.evaluation.labels import readable_label, trained_parts
-from megatron.evaluation.probes.heatmap import quantity_grid
+from megatron.evaluation.retrieval.heatmap import quantity_grid
 from megatron.evaluation.results import ResultFileError, load_result
 from tools.analysis import make_tables, plot_lengths, plot_probe
 from tools.analysis.plot_lengths import BOOTSTRAP_SAMPLES, chunk_bootstrap, plot_perplexity_vs_length

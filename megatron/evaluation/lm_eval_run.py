@@ -15,7 +15,7 @@ import pathlib
 
 from megatron.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import reported_write
-from megatron.evaluating import check_position_range
+from megatron.evaluation.driver import check_position_range
 from megatron.preflight import folder_problem, memory_problem
 from megatron.quoting import quote
 from .lm_eval_adapter import NeoXLM

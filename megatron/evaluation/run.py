@@ -1,4 +1,4 @@
-"""The pieces of one run's evaluation that evaluate.py (megatron/evaluating.py) and eval.py
+"""The pieces of one run's evaluation that evaluate.py (megatron/evaluation/driver.py) and eval.py
 (lm_eval_run.py) share: the checked plan, opening the run (its checkpoint, read once, and the result file's
 `run`), one (length, mode) record."""
 import json

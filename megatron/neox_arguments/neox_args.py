@@ -13,7 +13,7 @@ from megatron.progress import follow_config
 
 from .entry_points import argument_parser, flag_overrides, name_the_cpu_accelerator
 from .errors import NeoXArgsError
-from .from_checkpoint import checkpoint_source, drop_write_keys
+from .from_checkpoint import checkpoint_source, drop_write_keys, model_config_only
 from .group_checks import CHECKS
 from .groups import GROUPS, EvaluationArgs, LauncherArgs, LoggingArgs
 from .log_files import start_log_files
@@ -138,6 +138,11 @@ class NeoXArgs(*reversed(GROUPS)):
     def where(self, path: str) -> str:
         """'file:line' that set a key or a key path inside one (`optimizer.params.lr`)."""
         return where_of({**self.nested_sources, **self.config_sources}, path)
+
+    def model_only_checkpoint(self) -> str | None:
+        """The checkpoint folder whose model-states file gave this config's model because it keeps no merged
+        config (so its run's data and batch sizes are not known), or None."""
+        return model_config_only(self.config_sources)
 
     def _derive_and_validate(self):
         """Each group's checks (group_checks.py), which also fill in the derived values."""

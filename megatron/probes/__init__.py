@@ -1,6 +1,6 @@
 """Synthetic retrieval probes made on the fly (no downloads): the generators (passkey.py, kv_retrieval.py,
 sharing common.py), used by the evaluation modes of the same names (their scoring and record:
-megatron/evaluation/probes) and by the training mix (megatron/data/probe_mix.py). A leaf package: it
+megatron/evaluation/retrieval) and by the training mix (megatron/data/probe_mix.py). A leaf package: it
 imports nothing of evaluation, data or the config.
 
 Each generator module has `Options` (its config keys, declared with `option(...)`),

@@ -13,7 +13,7 @@ from test_training_support import free_port
 
 from megatron.checkpointing import CheckpointError
 from megatron.evaluation.results import find_record, load_result, load_results
-from megatron.evaluating import evaluate_run
+from megatron.evaluation.driver import evaluate_run
 from megatron.evaluation.run import EvaluationError
 from megatron.neox_arguments import NeoXArgs
 from tools.analysis import plot_kernels

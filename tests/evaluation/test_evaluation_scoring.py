@@ -140,7 +140,7 @@ def test_load_result_names_the_file_and_the_problem(tmp_path):
 
 
 def test_evaluation_keys_are_checked_before_any_work(tmp_path):
-    from megatron.evaluating import evaluate_run
+    from megatron.evaluation.driver import evaluate_run
     from megatron.evaluation.run import EvaluationError
     from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 

@@ -11,7 +11,7 @@ import torch
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.modes import get_mode
 from megatron.probes.kv_retrieval import ProbeError, fixed_tokens, make_grid, make_sample
-from megatron.evaluation.probes.scoring import teacher_forced
+from megatron.evaluation.retrieval.scoring import teacher_forced
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer
 from test_generation_cache import VOCAB, tiny_model

@@ -13,7 +13,7 @@ import torch
 
 from megatron.probes import kv_retrieval, passkey
 from megatron.probes.common import ProbeError
-from megatron.evaluating import evaluate_run
+from megatron.evaluation.driver import evaluate_run
 from megatron.preflight import SaveFolderLock
 from megatron.tokenizer.tokenizer import ByteLevelTokenizer
 from megatron.training import TrainingError, pretrain

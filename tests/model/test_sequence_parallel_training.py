@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from megatron.evaluating import evaluate_run
+from megatron.evaluation.driver import evaluate_run
 from megatron.neox_arguments import NeoXArgs
 from megatron.training import pretrain
 from test_training_support import TINY, free_port, run_script, set_flags, tiny_args, tiny_overrides

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from megatron.probes.passkey import PasskeySample, ProbeError, fixed_tokens, make_grid, make_sample
-from megatron.evaluation.probes.scoring import greedy_exact, teacher_forced
+from megatron.evaluation.retrieval.scoring import greedy_exact, teacher_forced
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer
 from test_generation_cache import VOCAB, tiny_model

@@ -6,13 +6,13 @@ file, for the `passkey` or the `kv-retrieval` mode.
     python -m tools.analysis.plot_probe eval_results/a eval_results/b --name 'KERPLE*' --out figures/passkey
     python -m tools.analysis.plot_probe eval_results/tiny_probe --show rank --out figures/passkey_rank
 
-The drawing is megatron/evaluation/probes/heatmap.py's, which evaluate.py uses for the heatmap it
+The drawing is megatron/evaluation/retrieval/heatmap.py's, which evaluate.py uses for the heatmap it
 writes beside each result file.
 """
 import argparse
 
 from megatron.probes import TASKS
-from megatron.evaluation.probes.heatmap import QUANTITIES, draw_panel, plot_heatmaps  # noqa: F401 (tools.reproduce draws panels)
+from megatron.evaluation.retrieval.heatmap import QUANTITIES, draw_panel, plot_heatmaps  # noqa: F401 (tools.reproduce draws panels)
 from megatron.neox_arguments import run_cli
 from .result_selection import add_selection_arguments, selected_documents
 

@@ -1,9 +1,9 @@
 """`kv-retrieval`: the value of one of `probe-kv-pairs` key-value pairs ` [abc=1234]`, the queried one
 at each of `probe-depths`, in `probe-samples` prompts of the evaluated length
 (megatron/probes/kv_retrieval.py); the record as every probe's
-(megatron/evaluation/probes/record.py), its `probe_keys` the queried values."""
+(megatron/evaluation/retrieval/record.py), its `probe_keys` the queried values."""
 from megatron.probes.kv_retrieval import Options, check_lengths, make_grid
-from ..probes.record import probe_record
+from ..retrieval.record import probe_record
 from . import register
 
 

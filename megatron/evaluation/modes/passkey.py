@@ -1,8 +1,8 @@
 """`passkey`: retrieval of a 5-digit key hidden at each of `probe-depths` in `probe-samples` prompts of
 the evaluated length (megatron/probes/passkey.py); the record as every probe's
-(megatron/evaluation/probes/record.py)."""
+(megatron/evaluation/retrieval/record.py)."""
 from megatron.probes.passkey import Options, check_lengths, make_grid
-from ..probes.record import probe_record
+from ..retrieval.record import probe_record
 from . import register
 
 

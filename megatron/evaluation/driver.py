@@ -1,9 +1,8 @@
 """Evaluate one trained run at several lengths and write its result file (what evaluate.py calls, and
 train.py with `train-iters: 0`).
 
-It sits above megatron/evaluation, beside training.py, because it reads the evaluation stream from
-megatron/data, whose training mix uses the probes of megatron/evaluation: the folders import each other
-in one direction only (tests/test_architecture_rules.py)."""
+It reads the evaluation stream from megatron/data; the data package imports only the probes' generators
+(megatron/probes, a leaf), never this package, so the driver lives with the rest of evaluation."""
 import datetime
 import hashlib
 import pathlib
@@ -17,11 +16,10 @@ from megatron.evaluation.merge import already_scored, earlier_records, merged
 from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
 from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, open_run, planned_starts,
                                      scored_record, skipped_records)
-from megatron.evaluation_logging import log_evaluation
+from megatron.evaluation.dashboards import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
-from megatron.neox_arguments.from_checkpoint import model_config_only
 from megatron.model.sequence_parallel import SequenceParallel
 from megatron.output_paths import reported_write
 from megatron.parallel import SequenceParallelGroups
@@ -131,7 +129,7 @@ def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:
     try:
         return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     except DataError as err:
-        folder = model_config_only(neox_args.config_sources)
+        folder = neox_args.model_only_checkpoint()
         if folder is None or neox_args.data_path:
             raise
         raise DataError(f"{err} The model came from {folder}, which keeps no resolved_config.yml (written before "

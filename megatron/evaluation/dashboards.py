@@ -5,8 +5,7 @@ series per mode.
     eval/<mode>/ppl   eval/<mode>/loss   at step = evaluation length L
 
 TensorBoard draws each tag against its step, here the length; W&B is told that `eval/*` is plotted
-against `eval/length`. Beside evaluating.py (not in megatron/evaluation) because it reuses the training
-monitor's W&B start (megatron/monitor.py)."""
+against `eval/length`. W&B is started as the training monitor starts it (megatron/monitor.py)."""
 
 
 def log_evaluation(neox_args, records: list[dict]) -> list[str]:
