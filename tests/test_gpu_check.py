@@ -269,7 +269,7 @@ def make_pe(name):
 def not_a_biased_softmax(pe) -> bool:
     """Methods whose attention is not softmax(q.k / sqrt(D) * weight + bias): a score rewrite (cope, dape),
     a replaced softmax (stickbreaking), transformed keys (path)."""
-    return pe.modifies_scores or pe.replaces_softmax or pe.uses_key_transforms
+    return ("score_rewrite" in pe.channels) or ("normaliser" in pe.channels) or ("key_transforms" in pe.channels)
 
 
 def float64_reference(pe, q, k, v, window):
@@ -377,7 +377,7 @@ def check_every_path(name, dtype, device):
         expected_out, terms = float64_reference(reference_pe, q, k, v, window)
         expected = gradients(reference_pe, q, k, v, expected_out, probe)
         # flex: FlexAttention's score_mod expresses per-entry terms only, and has no backward on the CPU.
-        flex = pe.distance_only and not not_a_biased_softmax(pe) and device != "cpu"
+        flex = ("query_terms" not in pe.channels) and not not_a_biased_softmax(pe) and device != "cpu"
         # On CUDA also the `triton` kernel and `sdpa_mask_gradient`, where they run (a distance table; a learnable one).
         for impl in ("sdpa", "blocked") + (("flex",) if flex else ()) + (ON_CUDA_WHERE_THEY_RUN if device == "cuda" else ()):
             device_pe = copy.deepcopy(pe).to(device)
@@ -436,7 +436,7 @@ def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
 
     expected_logits, expected_grads = run("sdpa", "cpu")
     pe = make_pe(name)  # flex: per-entry terms only (its refusals: test_flex_refuses_what_it_cannot_do)
-    impls = ("sdpa", "blocked", "flex") if pe.distance_only and not not_a_biased_softmax(pe) else ("sdpa", "blocked")
+    impls = ("sdpa", "blocked", "flex") if ("query_terms" not in pe.channels) and not not_a_biased_softmax(pe) else ("sdpa", "blocked")
     for impl in impls:
         logits, grads = run(impl, "cuda")
         assert close(logits, expected_logits, 1e-4), f"{name} {impl} logits"

@@ -39,17 +39,17 @@ import torch
 
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.flex import FLEX_BLOCK, Flex, flex_block_mask, pad_to_whole_tiles
-from megatron.model.attention.inputs import AttentionInputs
-from megatron.model.attention.masks import (additive_mask, allowed_keys, attend_materialised, distance_mask,
+from megatron.model.attention.inputs import AttentionInputs, RunShape
+from megatron.model.attention.masks import (additive_mask, allowed_keys, distance_mask,
                                             gather_by_distance)
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.toeplitz import TOEPLITZ_BLOCK, Toeplitz
 from megatron.model.attention.choice import choose_strategy, forced_strategy, memory_budget_bytes
 from megatron.model.attention.config import check_attention_sizes
 
-__all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Blocked", "Flex", "Toeplitz",
+__all__ = ["AttentionPlan", "AttentionInputs", "RunShape", "plan_attention", "attend", "Blocked", "Flex", "Toeplitz",
            "FLEX_BLOCK", "TOEPLITZ_BLOCK", "flex_block_mask", "pad_to_whole_tiles", "additive_mask", "allowed_keys",
-           "attend_materialised", "distance_mask", "gather_by_distance"]
+           "distance_mask", "gather_by_distance"]
 
 
 def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,

@@ -9,9 +9,9 @@ positions (`pe.pairwise` -> bias, weight; `pe.token_terms` -> g, F = cumsum(g)):
     out_i = softmax_j(logits[h, i, j] over the keys visible to i) . v_j
 
 with t = `pe.query_scale(n)` (1 without one; ssmax: n_i the keys visible to query i), or, for a method
-that rewrites the score matrix (`pe.modify_scores`: cope, a dape wrapper), the softmax
+that rewrites the score matrix (its score_rewrite channel, `pe.modify_scores`: cope, a dape wrapper), the softmax
 of what it makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias (F_i - F_j included). A method
-that `replaces_softmax` (stickbreaking) gives the weights itself (`pe.normalise`, in place of softmax_j);
+with the normaliser channel (stickbreaking) gives the weights itself (`pe.normalise`, in place of softmax_j);
 one with key transforms (`pe.key_transforms`: path) has q_i . k_j replaced by q_i^T H_i ... H_{j+1} k_j,
 H_t = I - beta_t w_t w_t^T (D x D matrices, multiplied out for each query below).
 Key j is visible to query i when j <= i (by index), i - j < the window (by position) when there is one,
@@ -76,7 +76,7 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
         scores = householder_dot_products(q, k, w, beta) / math.sqrt(q.shape[-1])
     if weight is not None:
         scores = scores * weight.to(dtype)
-    if pe is not None and pe.scales_queries:  # t_i times query i's row, n_i = its visible keys
+    if pe is not None and "query_scale" in pe.channels:  # t_i times query i's row, n_i = its visible keys
         visible_count = visible.sum(-1).reshape(visible.shape[0], -1, visible.shape[-2])[:, 0]  # [b | 1, q]
         scale = pe.query_scale(visible_count).to(dtype)[..., None]
         scores = scores * scale
@@ -84,7 +84,7 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     if token_differences is not None:
         token_differences = token_differences.to(dtype)
         bias = token_differences if bias is None else bias.to(dtype) + token_differences
-    if pe is not None and pe.modifies_scores:
+    if pe is not None and "score_rewrite" in pe.channels:
         scores = pe.modify_scores(scores, bias, q, k, q_positions, k_positions, visible)
     elif bias is not None:
         scores = scores + bias.to(dtype)

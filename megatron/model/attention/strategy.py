@@ -45,7 +45,8 @@ class AttentionPlan:
         # exact at `positions`, and only methods that read a position itself (rotate_qk, pairwise) need these.
         self.row_positions = row_positions
         # t [b | 1, H, s] on each query's logits row (pe.query_scale: ssmax), from the keys it sees, or None.
-        self.query_scale = pe.query_scale(keys_seen(positions, window, documents)) if pe.scales_queries else None
+        self.query_scale = (pe.query_scale(keys_seen(positions, window, documents)) if "query_scale" in pe.channels
+                            else None)
         # ((cos, sin) of q, (cos, sin) of k) when the method rotates by tables (rotary, xpos): computed here once
         # for every layer of the forward, applied by rotation.py (one fused kernel per tensor on CUDA); or None.
         rotated_at = positions if row_positions is None else row_positions

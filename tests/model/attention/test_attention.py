@@ -64,7 +64,7 @@ def test_every_path_matches_the_float64_reference(name, window):
     pe, (q, k, v) = make_pe(name), qkv()
     expected = reference_attention(pe, q, k, v, window)
     with torch.no_grad(), flex_kernel.reference_math():
-        flex_runs = pe.distance_only and not (pe.replaces_softmax or pe.uses_key_transforms)  # flex: a softmax of q.k
+        flex_runs = ("query_terms" not in pe.channels) and not (("normaliser" in pe.channels) or ("key_transforms" in pe.channels))  # flex: a softmax of q.k
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             out = run_path(pe, impl, q, k, v, window)
             torch.testing.assert_close(out.double(), expected, atol=FLOAT32_ATOL.get(name, 2e-6), rtol=1e-5,
@@ -248,7 +248,7 @@ def test_low_precision_paths_agree_with_fp32(dtype):
 # express: a score rewrite (cope), a replaced softmax (stickbreaking), transformed keys (path); their refusals
 # are test_flex_refuses_what_it_cannot_do's.
 @pytest.mark.parametrize("name", [n for n in METHODS if n != "fire" and not (
-    make_pe(n).modifies_scores or make_pe(n).replaces_softmax or make_pe(n).uses_key_transforms)])
+    ("score_rewrite" in make_pe(n).channels) or ("normaliser" in make_pe(n).channels) or ("key_transforms" in make_pe(n).channels))])
 def test_flex_gradients_match_sdpa_on_cuda(name):
     pe = make_pe(name, head_dim=MIN_CUDA_HEAD_DIM).cuda()  # CUDA FlexAttention compiles no smaller head
     grads = {}
@@ -269,10 +269,10 @@ def test_flex_refuses_what_it_cannot_do():
     with pytest.raises(NeoXArgsError, match="no backward pass on CPU.*'blocked' or 'auto'"):
         plan_attention(make_pe("alibi"), positions, impl="flex", window=None, block_size=BLOCK,
                        needs_grad=True, dropout_p=0.0)
-    non_distance = [n for n in METHODS if not make_pe(n).distance_only]
+    non_distance = [n for n in METHODS if "query_terms" in make_pe(n).channels]
     past_thresholds = positions + 1000  # fire's terms read i only past its threshold L = 512
     for name in non_distance:
-        reason = "rewrites the whole score matrix" if make_pe(name).modifies_scores else "depends on the query position itself"
+        reason = "rewrites the whole score matrix" if ("score_rewrite" in make_pe(name).channels) else "depends on the query position itself"
         with pytest.raises(NeoXArgsError, match=reason):
             plan_attention(make_pe(name), past_thresholds, impl="flex", window=None, block_size=BLOCK,
                            needs_grad=False, dropout_p=0.0)
@@ -296,7 +296,7 @@ def test_auto_on_cpu_never_takes_flex_at_any_length():
                 plan = plan_attention(pe, torch.arange(length), impl="auto", window=length // 2, block_size=BLOCK,
                                       needs_grad=False, dropout_p=0.0, memory_budget_mb=1)
             assert plan.path != "flex", (name, length)
-            if pe.distance_only and name != "kerple_bias_weight":
+            if ("query_terms" not in pe.channels) and name != "kerple_bias_weight":
                 assert plan.name == "toeplitz", (name, length)  # one strided row per head
 
 
@@ -350,7 +350,7 @@ def test_paths_agree_at_a_realistic_size(window):
         pe = build_positional_embedding(name, num_heads=heads, head_dim=head_dim)
         q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))
         outputs, grads = {}, {}
-        flex_runs = pe.distance_only and not (pe.replaces_softmax or pe.uses_key_transforms)  # flex: a softmax of q.k
+        flex_runs = ("query_terms" not in pe.channels) and not (("normaliser" in pe.channels) or ("key_transforms" in pe.channels))  # flex: a softmax of q.k
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             needs_grad = impl != "flex"
             pe.zero_grad()

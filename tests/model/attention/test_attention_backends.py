@@ -29,7 +29,7 @@ def make_pe(name, device="cpu"):
 def learnable_distance_only(name):
     pe = make_pe(name)
     bias, weight = pe.distance_tables(4)
-    return pe.distance_only and weight is None and bias is not None and bias.requires_grad
+    return ("query_terms" not in pe.channels) and weight is None and bias is not None and bias.requires_grad
 
 
 LEARNABLE = [name for name in available() if learnable_distance_only(name)]

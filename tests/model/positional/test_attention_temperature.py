@@ -51,7 +51,7 @@ def test_every_path_equals_the_float64_formula(kind, method, impl):
         pe.temperature_scale.copy_(torch.rand(H) + 0.5)
     q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
     positions = torch.arange(L)
-    if impl == "flex" and not pe.distance_only:  # ssmax times a bias: no per-distance table to read
+    if impl == "flex" and "query_terms" in pe.channels:  # ssmax times a bias: no per-distance table to read
         with pytest.raises(NeoXArgsError, match=r"attention-impl is 'flex', but this positional method's bias "
                                                 r"depends on the query position itself"):
             plan_attention(pe, positions, impl=impl, window=window, block_size=32, needs_grad=False, dropout_p=0.0)
@@ -65,9 +65,9 @@ def test_every_path_equals_the_float64_formula(kind, method, impl):
     expected = reference(q, k, v, kind, pe.temperature_scale.detach(), params.get("r1"), params.get("r2"), window)
     torch.testing.assert_close(ours.double(), expected, atol=2e-5, rtol=0)
     if kind == "ssmax" and method == "kerple_log":
-        assert not pe.distance_only  # a bias times t(i): built pairwise
+        assert "query_terms" in pe.channels  # a bias times t(i): built pairwise
     else:
-        assert pe.distance_only  # no per-query term outside q: the table paths stay open
+        assert ("query_terms" not in pe.channels)  # no per-query term outside q: the table paths stay open
 
 
 def test_the_scale_learns_on_the_blocked_path():

@@ -192,7 +192,7 @@ def inputs_for(pe, *, batch=1, needs_grad=True, length=512):
 def test_the_planner_knows_the_class_the_paths_and_the_memory():
     pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D)
     inputs = inputs_for(pe)
-    assert inputs.token_terms and inputs.has_terms
+    assert inputs.has("token_terms") and inputs.has_terms
     assert choose_strategy("auto", inputs, 2**30).name == "blocked_token_terms"  # not the Toeplitz row: it refuses
     with pytest.raises(NeoXArgsError, match=r"attention-impl is 'flex', but torch's FlexAttention has no backward"):
         choose_strategy("flex", inputs, 2**30)

@@ -114,7 +114,7 @@ def test_the_planner_runs_it_only_where_the_weights_are_written_out():
     pe = build_positional_embedding("stickbreaking", num_heads=H, head_dim=D, hidden_size=H * D)
     inputs = AttentionInputs.describe(pe, torch.arange(512), None, None, window=None, block_size=128,
                                       needs_grad=True, dropout_p=0.0, dtype=torch.float32, batch=2)
-    assert inputs.replaces_softmax and inputs.has_terms
+    assert inputs.has("normaliser") and inputs.has_terms
     runs = sorted(name for name, strategy in STRATEGIES.items() if strategy.can_run(inputs) is None)
     assert runs == ["blocked", "sdpa_written_out"]
     for name in ("sdpa", "flex", "toeplitz"):

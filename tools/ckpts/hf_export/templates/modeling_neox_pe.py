@@ -9,7 +9,7 @@ attention (reference.py, copied unchanged), which gives, per head h, query i and
 i - j < the layer's window when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
 with F the cumulative sum of the per-token terms `token_terms` computes from the layer's input (fox), or,
-for a method that rewrites the score matrix (`modifies_scores`: cope, a `dape` wrapper), the softmax of
+for a method that rewrites the score matrix (the `score_rewrite` channel: cope, a `dape` wrapper), the softmax of
 what its `modify_scores` makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias.
 Positions are counted over the tokens the attention mask keeps (0 for the first real token), so
 left-padded batches score exactly like unpadded sequences; rows whose positions differ (padding) call
