@@ -21,7 +21,7 @@ import torch
 
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from test_training_support import REPO_ROOT, tiny_args
@@ -280,8 +280,9 @@ def float64_reference(pe, q, k, v, window):
     float64 on the CPU (`sdpa`: the whole score matrix), which the CPU tests tie to the papers' formulas and
     to x-transformers and flash-linear-attention (tests/model/positional/)."""
     if not_a_biased_softmax(pe):
-        plan = plan_attention(pe, torch.arange(LENGTH), impl="sdpa", window=window, block_size=64,
-                              needs_grad=True, dropout_p=0.0, dtype=torch.float64)
+        plan = plan_attention(pe, torch.arange(LENGTH), AttentionRun(impl="sdpa", window=window, block_size=64,
+                                                                     needs_grad=True, dropout_p=0.0,
+                                                                     dtype=torch.float64))
         return attend(q, k, v, plan), {}
     terms = {"bias": pe.bias(LENGTH, LENGTH), "weight": pe.weight(LENGTH, LENGTH)}
     terms = {name: term for name, term in terms.items() if term is not None}
@@ -384,8 +385,9 @@ def check_every_path(name, dtype, device):
             device_pe.zero_grad(set_to_none=True)
             q, k, v = (t.detach().to(device).requires_grad_() for t in inputs)
             try:
-                plan = plan_attention(device_pe, torch.arange(LENGTH, device=device), impl=impl, window=window,
-                                      block_size=64, needs_grad=True, dropout_p=0.0)
+                plan = plan_attention(device_pe, torch.arange(LENGTH, device=device),
+                                      AttentionRun(impl=impl, window=window, block_size=64, needs_grad=True,
+                                                   dropout_p=0.0))
             except NeoXArgsError:
                 if impl in ON_CUDA_WHERE_THEY_RUN:
                     continue

@@ -9,6 +9,22 @@ from megatron.model.attention.masks import consecutive
 
 
 @dataclass(frozen=True)
+class AttentionRun:
+    """What the run asks of one forward's attention, whatever the method: `plan_attention`'s record."""
+    impl: str = "auto"                   # attention-impl
+    window: int | None = None            # attention-window (of this positional module's layers)
+    block_size: int = 512                # attention-block-size
+    needs_grad: bool = False
+    dropout_p: float = 0.0               # attention-dropout, in training
+    dtype: torch.dtype = torch.float32   # of q, k and v: the `sdpa` mask is built in it
+    batch: int = 1                       # sequences per forward
+    memory_budget_mb: int | None = None  # attention-memory-budget
+    flex_kernel_options: dict | None = None  # attention-flex-kernel-options (CUDA's flex kernel)
+    documents: torch.Tensor | None = None    # [b, s]: each token's packed document (reset-attention-mask)
+    row_positions: torch.Tensor | None = None  # [b, s]: per-row positions (reset-position-ids)
+
+
+@dataclass(frozen=True)
 class RunShape:
     """The run's side of one forward: what the run asks of attention, whatever the method."""
     device_type: str        # "cpu" | "cuda" | ...

@@ -15,7 +15,7 @@ import torch
 from fla_naive import naive
 
 from megatron.errors import NeoXArgsError
-from megatron.model.attention import AttentionInputs, plan_attention
+from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention import fla_kernels
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.fla_kernels import FlaKernels, cu_seqlens_of
@@ -192,8 +192,9 @@ def test_the_plumbing_with_flas_naive_references_equals_the_blocked_path(method,
     positions = torch.arange(L)
     fla_plan = FlaKernels(pe, positions, window=None, block_size=8, span=L, dtype=torch.float64, bias_table=None,
                           weight_table=None, documents=documents)
-    ours_plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=8, needs_grad=True,
-                               dropout_p=0.0, dtype=torch.float64, batch=2, documents=documents)
+    ours_plan = plan_attention(pe, positions, AttentionRun(impl="blocked", window=None, block_size=8, needs_grad=True,
+                                                           dropout_p=0.0, dtype=torch.float64, batch=2,
+                                                           documents=documents))
     got, got_grads = forward_and_gradients(fla_plan, pe, leaves)
     want, want_grads = forward_and_gradients(ours_plan, pe, leaves)
     assert got.dtype == torch.float64 and len(got_grads) == len(want_grads) >= 3 + len(list(pe.parameters()))
@@ -231,8 +232,9 @@ def cuda_case(method, documents: bool):
 def run_cuda(pe, leaves, docs, *, impl, dtype):
     leaves = [t.to(dtype).requires_grad_() for t in leaves]
     pe.zero_grad(set_to_none=True)
-    plan = plan_attention(pe, torch.arange(CUDA_L, device="cuda"), impl=impl, window=None, block_size=128,
-                          needs_grad=True, dropout_p=0.0, dtype=dtype, batch=2, documents=docs)
+    plan = plan_attention(pe, torch.arange(CUDA_L, device="cuda"), AttentionRun(impl=impl, window=None, block_size=128,
+                                                                                needs_grad=True, dropout_p=0.0,
+                                                                                dtype=dtype, batch=2, documents=docs))
     out, grads = forward_and_gradients(plan, pe, leaves)
     return plan.name, out.float(), [g.float() for g in grads]
 

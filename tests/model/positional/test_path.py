@@ -15,7 +15,7 @@ from hf_export_support import TRAIN_LENGTH, exported, greedy_reference
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
 from test_sandwich import train_and_evaluate_at_4x
 
-from megatron.model.attention import AttentionInputs, plan_attention
+from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.registry import STRATEGIES
 from megatron.model.layer_pattern import training_plans
@@ -75,9 +75,9 @@ def pe_for(forget_gate=False):
 
 
 def ours(q, k, v, w, beta, log_f=None, *, impl, window=None, documents=None, block_size=5):
-    plan = plan_attention(pe_for(log_f is not None), torch.arange(q.shape[2]), impl=impl, window=window,
-                          block_size=block_size, needs_grad=True, dropout_p=0.0, dtype=torch.float64,
-                          batch=q.shape[0], documents=documents)
+    plan = plan_attention(pe_for(log_f is not None), torch.arange(q.shape[2]),
+                          AttentionRun(impl=impl, window=window, block_size=block_size, needs_grad=True, dropout_p=0.0,
+                                       dtype=torch.float64, batch=q.shape[0], documents=documents))
     plan = plan.with_token_terms(log_f).with_key_transforms((w, beta))
     return plan, plan.attend(q, k, v, 0.0)
 

@@ -408,7 +408,7 @@ def test_fire_is_a_distance_table_where_every_query_is_below_its_threshold():
     """Below L every row's normaliser is psi(L): distance_tables_at gives the table pairwise reads (the
     formula's own test is above), and attention takes the table strategies: in training, the table
     gradient. From the first position at L on, no table: pairwise, and attention's pairwise strategies."""
-    from megatron.model.attention import plan_attention
+    from megatron.model.attention import AttentionRun, plan_attention
     pe = build("fire", fire_init_L=16.0)
     below = torch.arange(16)
     bias, weight = pe.distance_tables_at(below, 16)
@@ -416,10 +416,11 @@ def test_fire_is_a_distance_table_where_every_query_is_below_its_threshold():
     d = (below[:, None] - below[None, :]).clamp(min=0)
     torch.testing.assert_close(bias[:, d], pe.pairwise(below, below)[0])
     assert pe.distance_tables_at(torch.arange(17), 17) is None  # position 16 = L reads i
-    plan = plan_attention(pe, below, impl="auto", window=None, block_size=8, needs_grad=True, dropout_p=0.0)
+    plan = plan_attention(pe, below, AttentionRun(impl="auto", window=None, block_size=8, needs_grad=True,
+                                                  dropout_p=0.0))
     assert plan.table_grad and plan.distance_only, plan.name
-    plan = plan_attention(pe, torch.arange(17), impl="auto", window=None, block_size=8, needs_grad=True,
-                          dropout_p=0.0)
+    plan = plan_attention(pe, torch.arange(17), AttentionRun(impl="auto", window=None, block_size=8, needs_grad=True,
+                                                             dropout_p=0.0))
     assert not plan.table_grad and not plan.distance_only, plan.name
 
 
