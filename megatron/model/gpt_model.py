@@ -146,7 +146,8 @@ class GPTModel(nn.Module):
         attention = self.attention_config
         plans = [plan_attention(pe, position_ids, attention.run(window=window, training=self.training,
                                                                 dtype=self.compute_dtype(), batch=b,
-                                                                documents=document_ids, row_positions=row_positions))
+                                                                documents=document_ids, row_positions=row_positions,
+                                                                sink=self.config.attention_sink))
                  for pe, window in zip(self.pos_embs, self.windows)]
         return self._layers_and_head(x, plans, [None] * len(self.layers), labels, vocab_size)
 

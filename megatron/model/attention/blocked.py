@@ -9,16 +9,16 @@ from megatron.model.attention.masks import gather_by_distance, token_term_differ
 from megatron.model.attention.householder import dot_products_for
 from megatron.model.attention.sdpa import written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
-from megatron.model.attention.written_out import attend_written_out
+from megatron.model.attention.written_out import WRITTEN_OUT, attend_written_out
 
 
 class Blocked(AttentionPlan):
     name = path = "blocked"
     # Every need there is (the last strategy of its path): listed, so that a need added to needs.py later
     # is handled here only once this class computes it.
-    handles = frozenset({"cpu", "score_rewrite", "query_terms", "token_terms", "normaliser", "key_transforms",
-                         "bias_table", "weight", "bias_gradient", "gradients", "cpu_gradients", "dropout",
-                         "scattered_positions", "documents", "window"})
+    handles = WRITTEN_OUT | frozenset({"cpu", "query_terms", "token_terms", "bias_table", "weight", "bias_gradient",
+                                       "gradients", "cpu_gradients", "dropout", "scattered_positions", "documents",
+                                       "window"})
 
     def __init__(self, pe, positions, *, bias_table, weight_table, **common):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
@@ -37,7 +37,7 @@ class Blocked(AttentionPlan):
             per_pair += (inputs.pairwise_bytes + run.element_size * run.heads) * inputs.mask_rows
         if inputs.has("token_terms"):  # the block's F_i - F_j [b, H, block, L] in fp32, and with the bias added
             per_pair += run.batch * run.heads * 2 * 4
-        if (inputs.channels & {"weight", "score_rewrite", "normaliser", "key_transforms"}
+        if (inputs.channels & (WRITTEN_OUT | {"weight"})
                 or (run.needs_grad and inputs.has("bias_gradient"))):
             per_pair += written_scores_bytes(batch=run.batch, heads=run.heads,
                                              element_size=run.element_size, needs_grad=run.needs_grad)
@@ -72,4 +72,5 @@ class Blocked(AttentionPlan):
         return attend_written_out(self.pe, q[:, :, start:end], k[:, :, :end], v[:, :, :end],
                                   allowed=self.visible(queries, keys), q_positions=q_positions, k_positions=k_positions,
                                   bias=bias, weight=weight, token_differences=differences,
-                                  dot_products=dot_products_for(self.key_transforms, start, end), dropout_p=dropout_p)
+                                  dot_products=dot_products_for(self.key_transforms, start, end), sink=self.sink,
+                                  dropout_p=dropout_p)

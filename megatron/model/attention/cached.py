@@ -45,6 +45,7 @@ class CachedPlan:
         if self.query_scale is not None and bias is not None:
             self.bias = bias * self.query_scale[..., None]
         self.key_transforms = None        # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
+        self.sink = None                  # the sink logits s [H] of one layer (with_sink), or None
 
     def with_token_terms(self, g):
         """This plan for one layer whose method gives per-token terms g [b, H, s] (fox): a shallow copy;
@@ -62,6 +63,14 @@ class CachedPlan:
             return self
         plan = copy.copy(self)
         plan.key_transforms = transforms
+        return plan
+
+    def with_sink(self, sink):
+        """This plan for one layer with a learnable sink s [H]: a shallow copy; `attend` applies it."""
+        if sink is None:
+            return self
+        plan = copy.copy(self)
+        plan.sink = sink
         return plan
 
     @staticmethod
@@ -108,7 +117,7 @@ class CachedPlan:
         keys, values = kv.store(k, v, self.start)
         return attend_written_out(self.pe, q, keys, values, allowed=self.allowed, q_positions=self.q_positions,
                                   k_positions=self.k_positions, bias=self.bias, weight=self.weight,
-                                  token_differences=differences)
+                                  token_differences=differences, sink=self.sink)
 
     def attend_transformed(self, q, k, v, kv, differences):
         """`attend` for a method that transforms the keys (path): one new token at a time, its transform
@@ -128,7 +137,7 @@ class CachedPlan:
             outputs.append(attend_written_out(
                 self.pe, q[:, :, t:t + 1], keys, values, allowed=row(self.allowed),
                 q_positions=self.q_positions[:, t:t + 1], k_positions=self.k_positions[:, columns], bias=row(self.bias),
-                weight=row(self.weight), token_differences=row(differences)))
+                weight=row(self.weight), token_differences=row(differences), sink=self.sink))
         return torch.cat(outputs, dim=2)
 
 

@@ -47,11 +47,11 @@ class AttentionConfig:
             raise AttentionConfigError("attention_flex_kernel_options", f"attention-flex-kernel-options: {problem}")
 
     def run(self, *, window: int | None, training: bool, dtype: torch.dtype, batch: int, documents=None,
-            row_positions=None) -> AttentionRun:
+            row_positions=None, sink: bool = False) -> AttentionRun:
         """What one forward asks of attention under these keys: `window` is the layer's (a layer pattern may
         set its own), dropout only in training, gradients when autograd records."""
         return AttentionRun(impl=self.impl, window=window, block_size=self.block_size,
                             needs_grad=torch.is_grad_enabled(), dropout_p=self.dropout if training else 0.0,
                             dtype=dtype, batch=batch, memory_budget_mb=self.memory_budget_mb,
                             flex_kernel_options=self.flex_kernel_options, documents=documents,
-                            row_positions=row_positions)
+                            row_positions=row_positions, sink=sink)

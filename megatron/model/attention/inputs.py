@@ -22,6 +22,7 @@ class AttentionRun:
     flex_kernel_options: dict | None = None  # attention-flex-kernel-options (CUDA's flex kernel)
     documents: torch.Tensor | None = None    # [b, s]: each token's packed document (reset-attention-mask)
     row_positions: torch.Tensor | None = None  # [b, s]: per-row positions (reset-position-ids)
+    sink: bool = False                   # the layers have a learnable sink (attention-sink): an output-side channel
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class RunShape:
 
 # The channels that are score terms, beyond plain causal attention (AttentionInputs.has_terms).
 TERMS = frozenset({"query_terms", "bias_table", "weight", "token_terms", "score_rewrite", "normaliser",
-                   "key_transforms"})
+                   "key_transforms", "sink"})
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class AttentionInputs:
     @classmethod
     def describe(cls, pe, positions: torch.Tensor, bias_table, weight_table, *, window: int | None, block_size: int,
                  needs_grad: bool, dropout_p: float, dtype: torch.dtype, batch: int,
-                 documents: bool = False) -> "AttentionInputs":
+                 documents: bool = False, sink: bool = False) -> "AttentionInputs":
         """From the positional module, the tables it returned for this forward (None, None for a method whose
         terms here read the query position) and the run's side."""
         run = RunShape(device_type=positions.device.type, length=positions.shape[0], batch=batch, heads=pe.num_heads,
@@ -111,7 +112,8 @@ class AttentionInputs:
         learnable = (bias_table.requires_grad if by_distance and bias_table is not None
                      else not by_distance and any(p.requires_grad for p in pe.parameters()))
         forward = {"query_terms": not by_distance, "bias_table": bias_table is not None,
-                   "weight": has_weight(pe, positions, weight_table, by_distance), "bias_gradient": learnable}
+                   "weight": has_weight(pe, positions, weight_table, by_distance), "bias_gradient": learnable,
+                   "sink": sink}
         channels = (pe.channels - {"query_terms"}) | {name for name, present in forward.items() if present}
         return cls(run=run, channels=frozenset(channels), pairwise_bytes=pe.pairwise_bytes(run.needs_grad),
                    score_bytes=pe.score_bytes(), options=pe.options)

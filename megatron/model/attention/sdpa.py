@@ -9,7 +9,7 @@ from megatron.model.attention.householder import dot_products_for
 from megatron.model.attention.masks import (additive_mask, distance_mask, fused_mask,
                                             same_document, token_term_differences)
 from megatron.model.attention.strategy import AttentionPlan
-from megatron.model.attention.written_out import attend_written_out
+from megatron.model.attention.written_out import WRITTEN_OUT, attend_written_out
 
 
 def sdpa_bytes(*, length: int, heads: int, batch: int, element_size: int, pairwise_bytes: int,
@@ -146,9 +146,9 @@ class SdpaWrittenOut(AttentionPlan):
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
 
-    handles = frozenset({"cpu", "score_rewrite", "whole_matrix", "normaliser", "key_transforms", "query_terms",
-                         "token_terms", "bias_table", "weight", "bias_gradient", "gradients", "cpu_gradients",
-                         "dropout", "scattered_positions", "documents", "window"})  # token terms alone: `sdpa` first
+    handles = WRITTEN_OUT | frozenset({"cpu", "whole_matrix", "query_terms", "token_terms", "bias_table", "weight",
+                                       "bias_gradient", "gradients", "cpu_gradients", "dropout",
+                                       "scattered_positions", "documents", "window"})  # token terms alone: `sdpa` first
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -166,4 +166,4 @@ class SdpaWrittenOut(AttentionPlan):
                                   k_positions=self.positions, bias=self.bias, weight=self.weight,
                                   token_differences=differences,
                                   dot_products=dot_products_for(self.key_transforms, 0, k.shape[2]),
-                                  dropout_p=dropout_p)
+                                  sink=self.sink, dropout_p=dropout_p)

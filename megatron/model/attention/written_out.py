@@ -9,10 +9,13 @@ For queries i and keys j of one block (positions bound by the strategy), per hea
 4. or, for a score rewrite, what pe.modify_scores makes of the scores and that sum, in place of step 3's add;
 5. -inf where key j is not visible to query i;
 6. the softmax, or the method's normaliser (pe.normalise) in place of it;
-7. attention dropout, and the weights times the values.
+7. attention dropout, and the weights times the values;
+8. with a learnable sink (one logit s_h per head in the softmax, its column dropped: GPT-OSS), the output times
+   sigmoid(lse_i - s_h), lse_i the log-sum-exp of query i's logits.
 
-Without a weight, a rewrite, a normaliser or transforms, the bias is SDPA's additive mask and its fused
-kernels compute the rest. A new written-out channel is one more step here, at its place in the order.
+Without a weight, a rewrite, a normaliser, transforms or a sink, the bias is SDPA's additive mask and its fused
+kernels compute the rest. A new written-out channel is one more step here, at its place in the order, and its
+name in WRITTEN_OUT: the strategies that call this block handle what it lists.
 """
 import math
 
@@ -21,22 +24,25 @@ import torch.nn.functional as F
 
 from megatron.model.attention.masks import fused_mask
 
+# The channels only this block computes; every strategy that calls it handles them (sdpa_written_out, blocked).
+WRITTEN_OUT = frozenset({"score_rewrite", "normaliser", "key_transforms", "sink"})
+
 
 def attend_written_out(pe, q, k, v, *, allowed, q_positions, k_positions, bias=None, weight=None,
-                       token_differences=None, dot_products=None, dropout_p: float = 0.0):
+                       token_differences=None, dot_products=None, sink=None, dropout_p: float = 0.0):
     """q [b, H, q, D], k, v [b, H, k, D] (rotated) -> [b, H, q, D] in v's dtype.
 
     allowed: bool, broadcastable to [b, H, q, k] (None: plain causal attention with no terms, SDPA's fused
     causal kernels); positions [q], [k] (or [b, q], [b, k] per row): what pe.modify_scores and pe.normalise
     read; bias, weight: broadcastable to [b, H, q, k], or None; token_differences: F_i - F_j [b, H, q, k] or
     None; dot_products(q, k) -> [b, H, q, k]: q_i . k_j as the key transforms make them
-    (householder.dot_products_for), or None."""
+    (householder.dot_products_for), or None; sink: the layer's sink logits s [H], or None."""
     if token_differences is not None:
         bias = token_differences if bias is None else bias + token_differences
     if allowed is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     rewrites, normalises = "score_rewrite" in pe.channels, "normaliser" in pe.channels
-    if weight is None and not rewrites and not normalises and dot_products is None:
+    if weight is None and not rewrites and not normalises and dot_products is None and sink is None:
         mask = allowed if bias is None else bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=fused_mask(mask), dropout_p=dropout_p)
     # SDPA cannot multiply the scores, so the softmax is written out (in fp32 for low precisions).
@@ -51,4 +57,7 @@ def attend_written_out(pe, q, k, v, *, allowed, q_positions, k_positions, bias=N
         scores = scores + bias
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = pe.normalise(scores, allowed, q_positions, k_positions) if normalises else scores.softmax(dim=-1)
-    return (F.dropout(probs, p=dropout_p) @ v.to(dtype)).to(v.dtype)
+    out = F.dropout(probs, p=dropout_p) @ v.to(dtype)
+    if sink is not None:  # the sink's column takes sigmoid(s - lse) of each row's mass: the rest keeps its share
+        out = out * torch.sigmoid(scores.logsumexp(dim=-1, keepdim=True) - sink.to(dtype)[:, None, None])
+    return out.to(v.dtype)

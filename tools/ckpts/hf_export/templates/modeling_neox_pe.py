@@ -108,6 +108,9 @@ class SelfAttention(nn.Module):
             self.output_gate.gate = nn.Linear(config.hidden_size, config.hidden_size if self.gate_kind == "channel"
                                               else self.num_heads, bias=False)
 
+        # A learnable attention sink: one logit per head in every query's softmax, its column dropped, or none.
+        self.sink = nn.Parameter(torch.zeros(self.num_heads)) if getattr(config, "attention_sink", False) else None
+
     def forward(self, x, pe, positions, key_positions, same, allowed, terms, cache):
         b, s, hidden = x.shape
         q, k, v = self.query_key_value(x).view(b, s, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -122,7 +125,7 @@ class SelfAttention(nn.Module):
         # The project's reference attention (reference.py, copied beside this file); a finite mask, not
         # -inf: a padding query that sees no key gets a uniform row instead of NaN.
         y = attend(q, k, v, pe, positions, key_positions, allowed[:, None], bias=bias, weight=weight,
-                   token_differences=differences, finite_mask=True, key_transforms=transforms)
+                   token_differences=differences, finite_mask=True, key_transforms=transforms, sink=self.sink)
         y = y.transpose(1, 2)  # [b, s, H, D]
         if self.gate_kind is not None:
             y = y * torch.sigmoid(self.output_gate.gate(x)).view(
