@@ -202,7 +202,8 @@ def training_plans(config, seq_length: int, batch: int, documents: bool) -> list
         bias, weight = pe.distance_tables_at(positions, seq_length) or (None, None)
         inputs = AttentionInputs.describe(
             pe, positions, bias, weight, window=kind.window, block_size=attention.block_size,
-            needs_grad=True, dropout_p=attention.dropout, dtype=torch.float32, batch=batch, documents=documents)
+            needs_grad=True, dropout_p=attention.dropout, dtype=torch.float32, batch=batch, documents=documents,
+            sink=bool(config.attention_sink))
         strategy = choose_strategy(attention.impl, inputs, memory_budget_bytes(positions.device, attention.memory_budget_mb))
         cuda = on_cuda(attention.impl, inputs)  # a CUDA-only strategy (fla's kernels), which the CPU never takes
         lines.append(f"positional module {index} ({kind.describe()}): {strategy.name}, about "

@@ -100,3 +100,13 @@ def test_the_checkpoint_and_the_result_labels_record_the_sink():
     assert differences(sunk, plain) == ["attention-sink: checkpoint True, this run None"]
     assert "sink" in switch_labels(NeoXArgs.from_dict(tiny_config("alibi") | {"attention_sink": True}))
     assert "sink" not in switch_labels(NeoXArgs.from_dict(tiny_config("alibi")))
+
+
+def test_the_dry_run_plans_a_strategy_that_takes_the_sink_and_refuses_it_with_a_normaliser():
+    from megatron.model.layer_pattern import training_plans
+    args = NeoXArgs.from_dict(tiny_config("kerple_log") | {"attention_sink": True})
+    (line,) = training_plans(model_config(args, None), args.seq_length, 1, False)
+    assert "): blocked, about" in line, line
+    args = NeoXArgs.from_dict(tiny_config("stickbreaking") | {"attention_sink": True})
+    with pytest.raises(NeoXArgsError, match="attention-sink is set, but this positional method replaces the softmax"):
+        training_plans(model_config(args, None), args.seq_length, 1, False)

@@ -37,7 +37,6 @@ computes the tables, or the `sdpa` mask, once, so every layer shares them; `atte
 """
 import torch
 
-from megatron.errors import NeoXArgsError
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.flex import FLEX_BLOCK, Flex, flex_block_mask, pad_to_whole_tiles
 from megatron.model.attention.inputs import AttentionInputs, AttentionRun, RunShape
@@ -69,10 +68,6 @@ def plan_attention(pe, positions: torch.Tensor, run: AttentionRun, *, strategy: 
                                       block_size=run.block_size, needs_grad=run.needs_grad, dropout_p=run.dropout_p,
                                       dtype=run.dtype, batch=run.batch, documents=run.documents is not None,
                                       sink=run.sink)
-    if inputs.has("sink") and inputs.has("normaliser"):
-        raise NeoXArgsError("attention-sink is set, but this positional method replaces the softmax with its own "
-                            "weights, which have no log-sum-exp for the sink to take its share of. Remove "
-                            "attention-sink for this method.")
     if strategy is None:
         chosen = choose_strategy(run.impl, inputs, memory_budget_bytes(positions.device, run.memory_budget_mb))
     else:

@@ -4,6 +4,7 @@ from typing import Any
 
 import torch
 
+from megatron.errors import NeoXArgsError
 from megatron.model.attention.householder import CHUNK
 from megatron.model.attention.masks import consecutive
 
@@ -115,6 +116,10 @@ class AttentionInputs:
                    "weight": has_weight(pe, positions, weight_table, by_distance), "bias_gradient": learnable,
                    "sink": sink}
         channels = (pe.channels - {"query_terms"}) | {name for name, present in forward.items() if present}
+        if sink and "normaliser" in channels:
+            raise NeoXArgsError("attention-sink is set, but this positional method replaces the softmax with its own "
+                                "weights, which have no log-sum-exp for the sink to take its share of. Remove "
+                                "attention-sink for this method.")
         return cls(run=run, channels=frozenset(channels), pairwise_bytes=pe.pairwise_bytes(run.needs_grad),
                    score_bytes=pe.score_bytes(), options=pe.options)
 
