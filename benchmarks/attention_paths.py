@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmarks.measure import PeakMemory  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.neox_arguments.to_model import model_config
-from megatron.model.attention import attend, plan_attention  # noqa: E402
+from megatron.model.attention import AttentionRun, attend, plan_attention  # noqa: E402
 from megatron.model.positional_embeddings import available, build_positional_embedding  # noqa: E402
 from megatron.neox_arguments import NeoXArgs  # noqa: E402
 
@@ -74,7 +74,8 @@ def measure_attention_forward(impl: str, length: int) -> dict:
     positions = torch.arange(length)
 
     def forward():
-        plan = plan_attention(pe, positions, impl=impl, window=None, block_size=512, needs_grad=False, dropout_p=0.0)
+        plan = plan_attention(pe, positions, AttentionRun(impl=impl, window=None, block_size=512, needs_grad=False,
+                                                          dropout_p=0.0))
         return attend(q, k, v, plan)
 
     with torch.no_grad():

@@ -21,7 +21,7 @@ import torch
 
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from test_training_support import REPO_ROOT, tiny_args
@@ -269,7 +269,7 @@ def make_pe(name):
 def not_a_biased_softmax(pe) -> bool:
     """Methods whose attention is not softmax(q.k / sqrt(D) * weight + bias): a score rewrite (cope, dape),
     a replaced softmax (stickbreaking), transformed keys (path)."""
-    return pe.modifies_scores or pe.replaces_softmax or pe.uses_key_transforms
+    return ("score_rewrite" in pe.channels) or ("normaliser" in pe.channels) or ("key_transforms" in pe.channels)
 
 
 def float64_reference(pe, q, k, v, window):
@@ -280,8 +280,9 @@ def float64_reference(pe, q, k, v, window):
     float64 on the CPU (`sdpa`: the whole score matrix), which the CPU tests tie to the papers' formulas and
     to x-transformers and flash-linear-attention (tests/model/positional/)."""
     if not_a_biased_softmax(pe):
-        plan = plan_attention(pe, torch.arange(LENGTH), impl="sdpa", window=window, block_size=64,
-                              needs_grad=True, dropout_p=0.0, dtype=torch.float64)
+        plan = plan_attention(pe, torch.arange(LENGTH), AttentionRun(impl="sdpa", window=window, block_size=64,
+                                                                     needs_grad=True, dropout_p=0.0,
+                                                                     dtype=torch.float64))
         return attend(q, k, v, plan), {}
     terms = {"bias": pe.bias(LENGTH, LENGTH), "weight": pe.weight(LENGTH, LENGTH)}
     terms = {name: term for name, term in terms.items() if term is not None}
@@ -377,15 +378,16 @@ def check_every_path(name, dtype, device):
         expected_out, terms = float64_reference(reference_pe, q, k, v, window)
         expected = gradients(reference_pe, q, k, v, expected_out, probe)
         # flex: FlexAttention's score_mod expresses per-entry terms only, and has no backward on the CPU.
-        flex = pe.distance_only and not not_a_biased_softmax(pe) and device != "cpu"
+        flex = ("query_terms" not in pe.channels) and not not_a_biased_softmax(pe) and device != "cpu"
         # On CUDA also the `triton` kernel and `sdpa_mask_gradient`, where they run (a distance table; a learnable one).
         for impl in ("sdpa", "blocked") + (("flex",) if flex else ()) + (ON_CUDA_WHERE_THEY_RUN if device == "cuda" else ()):
             device_pe = copy.deepcopy(pe).to(device)
             device_pe.zero_grad(set_to_none=True)
             q, k, v = (t.detach().to(device).requires_grad_() for t in inputs)
             try:
-                plan = plan_attention(device_pe, torch.arange(LENGTH, device=device), impl=impl, window=window,
-                                      block_size=64, needs_grad=True, dropout_p=0.0)
+                plan = plan_attention(device_pe, torch.arange(LENGTH, device=device),
+                                      AttentionRun(impl=impl, window=window, block_size=64, needs_grad=True,
+                                                   dropout_p=0.0))
             except NeoXArgsError:
                 if impl in ON_CUDA_WHERE_THEY_RUN:
                     continue
@@ -436,7 +438,7 @@ def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
 
     expected_logits, expected_grads = run("sdpa", "cpu")
     pe = make_pe(name)  # flex: per-entry terms only (its refusals: test_flex_refuses_what_it_cannot_do)
-    impls = ("sdpa", "blocked", "flex") if pe.distance_only and not not_a_biased_softmax(pe) else ("sdpa", "blocked")
+    impls = ("sdpa", "blocked", "flex") if ("query_terms" not in pe.channels) and not not_a_biased_softmax(pe) else ("sdpa", "blocked")
     for impl in impls:
         logits, grads = run(impl, "cuda")
         assert close(logits, expected_logits, 1e-4), f"{name} {impl} logits"

@@ -16,7 +16,7 @@ from megatron.errors import NeoXArgsError
 from megatron.inference_model import load
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
-from megatron.model.attention import plan_attention
+from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.kv_cache import KVCache
 from megatron.model.model_config import ModelConfig, differences
@@ -90,9 +90,11 @@ def test_a_hybrid_model_equals_one_assembled_from_single_method_models(name):
             single.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("pos_embs.")},
                                    strict=False)
             single.pos_embs[0].load_state_dict(model.pos_embs[model.layer_module[i]].state_dict())
-            plan = plan_attention(single.pos_embs[0], positions, impl="sdpa", window=single_args.attention_window,
-                                  block_size=512, needs_grad=False, dropout_p=0.0, dtype=torch.float32,
-                                  batch=tokens.shape[0])
+            plan = plan_attention(single.pos_embs[0], positions, AttentionRun(impl="sdpa",
+                                                                              window=single_args.attention_window,
+                                                                              block_size=512, needs_grad=False,
+                                                                              dropout_p=0.0, dtype=torch.float32,
+                                                                              batch=tokens.shape[0]))
             x = single.layers[i](x, plan)
         expected = torch.nn.functional.linear(model.final_layernorm(x), model.word_embeddings.weight)
         torch.testing.assert_close(model(tokens), expected, atol=1e-5, rtol=0)

@@ -104,6 +104,8 @@ def switch_labels(config) -> list[str]:
         labels.append(f"dape{given.get('version')}-" + _short_hash(given))
     if gate := value_of(config, "attention_output_gate"):
         labels.append(f"gate-{gate}")
+    if value_of(config, "attention_sink"):
+        labels.append("sink")
     if fraction := value_of(config, "rotary_unrotated_fraction"):  # p-RoPE, p the rotated fraction
         labels.append(f"prope{1 - fraction:.4g}")
     if limit := value_of(config, "random_positions"):

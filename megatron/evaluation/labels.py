@@ -42,6 +42,8 @@ def trained_parts(trained) -> list[str]:
         parts.append(f"dape{_plain(dape).get('version')}" + _settings(dape, ("version",)))
     if gate := value_of(trained, "attention_output_gate"):
         parts.append(f"{gate} gate")
+    if value_of(trained, "attention_sink"):
+        parts.append("attention sink")
     if fraction := value_of(trained, "rotary_unrotated_fraction"):
         parts.append(f"p-RoPE p={1 - fraction:.4g}")
     if limit := value_of(trained, "random_positions"):

@@ -144,12 +144,10 @@ class GPTModel(nn.Module):
         x = self.embedding_dropout(x)
         # Path and positional tables once per forward (per positional module), shared by the layers.
         attention = self.attention_config
-        plans = [plan_attention(pe, position_ids, impl=attention.impl, window=window,
-                                block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
-                                dropout_p=attention.dropout if self.training else 0.0, dtype=self.compute_dtype(),
-                                batch=b, memory_budget_mb=attention.memory_budget_mb,
-                                flex_kernel_options=attention.flex_kernel_options, documents=document_ids,
-                                row_positions=row_positions)
+        plans = [plan_attention(pe, position_ids, attention.run(window=window, training=self.training,
+                                                                dtype=self.compute_dtype(), batch=b,
+                                                                documents=document_ids, row_positions=row_positions,
+                                                                sink=self.config.attention_sink))
                  for pe, window in zip(self.pos_embs, self.windows)]
         return self._layers_and_head(x, plans, [None] * len(self.layers), labels, vocab_size)
 

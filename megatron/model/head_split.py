@@ -43,18 +43,18 @@ def how_it_runs(pe) -> str:
         parts.append("added to each shard's embeddings at its global positions")
     if overrides(inner, "rotate_qk"):
         parts.append("q and k transformed (rotate_qk) after the exchange, at global positions")
-    if inner.distance_only and overrides(inner, "distance_tables"):
+    if "query_terms" not in inner.channels and overrides(inner, "distance_tables"):
         parts.append("per-distance tables of the rank's heads (sliced by global head)")
     elif overrides(inner, "pairwise") and any(t is not None for t in inner.pairwise(*[torch.arange(2)] * 2)):
         parts.append("pairwise terms at global positions, of the rank's heads")
-    if pe.uses_token_terms:
+    if "token_terms" in pe.channels:
         parts.append("per-token gate computed on the shard, exchanged with q, k and v")
-    if pe.uses_key_transforms:
+    if "key_transforms" in pe.channels:
         parts.append("Householder transforms computed on the shard, exchanged with q, k and v")
-    if pe.modifies_scores:
+    if "score_rewrite" in pe.channels:
         parts.append("scores rewritten over the whole sequence, per head")
-    if pe.replaces_softmax:
+    if "normaliser" in pe.channels:
         parts.append("its normaliser over the whole sequence, per head")
-    if pe.scales_queries:
+    if "query_scale" in pe.channels:
         parts.append("query scale from the keys seen in the whole sequence, of the rank's heads")
     return "; ".join(parts) or "plain causal attention over the whole sequence"

@@ -111,7 +111,7 @@ def _kind(config, entry: dict, index: int, count: int) -> LayerKind:
     dape = entry.get(DAPE_KEY, config.dape)
     if (problem := dape_problem(dape)) is not None:
         raise LayerPatternError(f"{where}: dape {problem}")
-    if lookup(name).modifies_scores and (temperature is not None or dape is not None):
+    if "score_rewrite" in lookup(name).channels and (temperature is not None or dape is not None):
         raise LayerPatternError(
             f"{where}: pos-emb {name!r} rewrites the score matrix itself; "
             f"{'attention-temperature' if temperature is not None else 'dape'} cannot wrap it (its q-scaling or "
@@ -181,7 +181,7 @@ def describe_layers(config) -> str:
 def rewrites_scores(config) -> bool:
     """Some layer's method rewrites the score matrix (cope, or a `dape` wrapper): it runs only where the
     scores are written out, so `--dry-run` shows the strategy and its memory."""
-    return any(lookup(kind.pos_emb).modifies_scores or kind.dape is not None for kind in layer_kinds(config))
+    return any("score_rewrite" in lookup(kind.pos_emb).channels or kind.dape is not None for kind in layer_kinds(config))
 
 
 def training_plans(config, seq_length: int, batch: int, documents: bool) -> list[str]:
@@ -202,7 +202,8 @@ def training_plans(config, seq_length: int, batch: int, documents: bool) -> list
         bias, weight = pe.distance_tables_at(positions, seq_length) or (None, None)
         inputs = AttentionInputs.describe(
             pe, positions, bias, weight, window=kind.window, block_size=attention.block_size,
-            needs_grad=True, dropout_p=attention.dropout, dtype=torch.float32, batch=batch, documents=documents)
+            needs_grad=True, dropout_p=attention.dropout, dtype=torch.float32, batch=batch, documents=documents,
+            sink=bool(config.attention_sink))
         strategy = choose_strategy(attention.impl, inputs, memory_budget_bytes(positions.device, attention.memory_budget_mb))
         cuda = on_cuda(attention.impl, inputs)  # a CUDA-only strategy (fla's kernels), which the CPU never takes
         lines.append(f"positional module {index} ({kind.describe()}): {strategy.name}, about "

@@ -27,6 +27,7 @@ ARCHITECTURE_KEYS = (
     "num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "padded_vocab_size",
     "tokenizer_type", "norm", "layernorm_epsilon", "activation", "no_weight_tying", "gpt_j_residual",
     "pos_emb", "pos_emb_per_layer", "layer_pattern", "attention_temperature", "dape", "attention_output_gate",
+    "attention_sink",
 )
 # Recorded to rebuild the tokenizer, never compared: the same vocabulary may live at another path.
 TOKENIZER_FILES = ("vocab_file", "merge_file")
@@ -54,6 +55,9 @@ class ModelConfig:
     attention_temperature: dict | None  # positional_embeddings/temperature.py, None: none
     dape: dict | None = None  # positional_embeddings/dape.py, None: none
     attention_output_gate: str | None = None  # "head" | "channel" (transformer.py's OutputGate), None: none
+    # True: a learnable sink logit per layer and head (transformer.py's SelfAttention.sink); None: none (false is
+    # kept as None, which an older record's absent key reads as, so such a checkpoint compares equal)
+    attention_sink: bool | None = None
     options: dict = field(default_factory=dict)  # the method's checkpoint options: {config key: value}
     tokenizer_files: dict = field(default_factory=dict)  # {vocab_file, merge_file}: as the run gave them
     lengths: dict = field(default_factory=dict)  # LENGTH_KEYS of the run, for the record
@@ -82,6 +86,10 @@ class ModelConfig:
             if key in values:
                 return values[key]
         return OPTIONS[key].default
+
+    def __post_init__(self):
+        if self.attention_sink is False:
+            object.__setattr__(self, "attention_sink", None)
 
     @classmethod
     def from_record(cls, record: dict) -> "ModelConfig":

@@ -103,6 +103,12 @@ class SequenceParallelPlan:
         return self._with(self.inner.with_key_transforms((exchange_heads(w, self.group),
                                                           exchange_heads(beta, self.group))))
 
+    def with_sink(self, sink):
+        if sink is None:
+            return self
+        shard = self.inner.pe  # this rank's heads (HeadShard): their sink logits
+        return self._with(self.inner.with_sink(sink.narrow(0, shard._heads.start, shard.num_heads)))
+
     def rotate(self, q, k):
         return q, k  # at global positions, after the exchange (_local)
 
@@ -153,10 +159,9 @@ class SequenceParallel:
         heads = model.config.num_attention_heads // self.size
         attention = model.attention_config
         plans = [SequenceParallelPlan(plan_attention(
-            HeadShard(pe, self.rank * heads, heads), positions, impl=attention.impl, window=window,
-            block_size=attention.block_size, needs_grad=torch.is_grad_enabled(),
-            dropout_p=attention.dropout if model.training else 0.0, dtype=model.compute_dtype(), batch=b,
-            memory_budget_mb=attention.memory_budget_mb, flex_kernel_options=attention.flex_kernel_options,
-            documents=document_ids, row_positions=row_positions), pe, self.group)
+            HeadShard(pe, self.rank * heads, heads), positions,
+            attention.run(window=window, training=model.training, dtype=model.compute_dtype(), batch=b,
+                          documents=document_ids, row_positions=row_positions, sink=model.config.attention_sink)),
+            pe, self.group)
             for pe, window in zip(model.pos_embs, model.windows)]
         return model._layers_and_head(x, plans, [None] * len(model.layers), labels, vocab_size)

@@ -45,6 +45,10 @@ class SelfAttention(nn.Module):
         nn.init.zeros_(self.query_key_value.bias)
         nn.init.zeros_(self.dense.bias)
         self.output_gate = OutputGate(config) if config.attention_output_gate is not None else None
+        # attention-sink: one logit per head in every query's softmax, its column dropped (GPT-OSS's `sinks`)
+        self.sink = nn.Parameter(torch.zeros(self.num_heads)) if config.attention_sink else None
+        if self.sink is not None:
+            init_normal_(self.sink, config.init_method, config)
 
     def forward(self, x, plan: AttentionPlan, kv=None):
         b, s, hidden = x.shape
@@ -52,6 +56,7 @@ class SelfAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [b, H, s, D]
         plan = plan.with_token_terms(plan.pe.token_terms(x))  # this layer's per-token terms (fox), if any
         plan = plan.with_key_transforms(plan.pe.key_transforms(x))  # this layer's Householder transforms (path), if any
+        plan = plan.with_sink(self.sink)
         if kv is not None:  # generation: `plan` is a CachedPlan, kv this layer's cache (kv_cache.py)
             y = attend_cached(q, k, v, plan, kv)
         else:

@@ -156,7 +156,7 @@ def check_positional(args, fail):
     if (problem := dape_problem(args.dape)) is not None:
         fail("dape", problem)
     for key in ("attention_temperature", "dape"):
-        if getattr(args, key) is not None and lookup(args.pos_emb).modifies_scores:
+        if getattr(args, key) is not None and "score_rewrite" in lookup(args.pos_emb).channels:
             fail(key, f"cannot wrap pos-emb '{lookup(args.pos_emb).name}', which rewrites the score matrix itself "
                       "(its own reading of the scores would change). Remove it, or choose a bias method.")
     if args.layer_pattern is not None:

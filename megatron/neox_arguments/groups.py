@@ -103,6 +103,9 @@ class AttentionArgs:
         None, "Gated attention (Qiu et al. 2025; Qwen3-Next): each layer's attention output times sigmoid(x W_g) "
         "before the output projection, W_g learned from the layer's input, one gate per head (`head`) or per "
         "channel (`channel`); any method.")
+    attention_sink: bool = arg(
+        False, "A learnable attention sink (GPT-OSS): per layer and head one logit s_h in each query's softmax whose "
+        "column is dropped, o' = o * sigmoid(lse - s_h); any method that keeps the softmax.")
     attention_flex_kernel_options: Optional[dict] = arg(
         None, "torch's FlexAttention kernel_options for the `flex` path on CUDA (block sizes BLOCK_M/BLOCK_N, "
         "num_warps, num_stages, BACKEND: AUTO | TRITON | FLASH | TRITON_DECODE, ...; fwd_/bwd_ prefixes), "

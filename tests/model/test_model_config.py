@@ -96,7 +96,7 @@ def test_a_schema_1_record_reads_as_the_model_it_describes():
                               "attention_window": None}
     assert {k: v for k, v in config.record().items() if k != "schema"} == \
         {**SCHEMA_1_RECORD, "layer_pattern": None, "attention_temperature": None, "dape": None,
-         "attention_output_gate": None}
+         "attention_output_gate": None, "attention_sink": None}
     model = GPTModel(config)
     assert model.word_embeddings.weight.shape == (384, 64) and model.output_head is not None
     assert differences(config, replace(config, num_layers=3)) == ["num-layers: checkpoint 2, this run 3"]

@@ -26,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.positional_embeddings import build_positional_embedding
 
 METHODS = ("fox", "stickbreaking", "path", "path_fox")
@@ -55,8 +55,9 @@ def ours(method, q, k, v, extra, impl="sdpa", block_size=512):
     options = {"path_forget_gate": True} if method == "path_fox" else {}
     pe = build_positional_embedding(name, num_heads=heads, head_dim=dim, hidden_size=heads * dim, **options)
     pe = pe.to(q.device)
-    plan = plan_attention(pe, torch.arange(length, device=q.device), impl=impl, window=None,
-                          block_size=block_size, needs_grad=True, dropout_p=0.0, dtype=q.dtype, batch=q.shape[0])
+    plan = plan_attention(pe, torch.arange(length, device=q.device),
+                          AttentionRun(impl=impl, window=None, block_size=block_size, needs_grad=True, dropout_p=0.0,
+                                       dtype=q.dtype, batch=q.shape[0]))
     if "log_f" in extra:
         plan = plan.with_token_terms(extra["log_f"])
     if "w" in extra:

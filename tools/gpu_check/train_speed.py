@@ -103,7 +103,7 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
     for method in methods:
         chosen.append({"label": method, "method": method, "impl": "auto"})
         args, _, _ = model_args(profile, method)
-        distance_only = positional_embedding(args).distance_only
+        distance_only = "query_terms" not in positional_embedding(args).channels
         if device == "cuda" and distance_only and method != "none":
             chosen.append({"label": f"{method}+flex", "method": method, "impl": "flex"})
         if method in KERNEL_METHODS and (device == "cuda" or (interpreting() and method in LEARNABLE_TABLE_METHODS)):

@@ -39,47 +39,44 @@ import torch
 
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.flex import FLEX_BLOCK, Flex, flex_block_mask, pad_to_whole_tiles
-from megatron.model.attention.inputs import AttentionInputs
-from megatron.model.attention.masks import (additive_mask, allowed_keys, attend_materialised, distance_mask,
+from megatron.model.attention.inputs import AttentionInputs, AttentionRun, RunShape
+from megatron.model.attention.masks import (additive_mask, allowed_keys, distance_mask,
                                             gather_by_distance)
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.toeplitz import TOEPLITZ_BLOCK, Toeplitz
 from megatron.model.attention.choice import choose_strategy, forced_strategy, memory_budget_bytes
 from megatron.model.attention.config import check_attention_sizes
 
-__all__ = ["AttentionPlan", "AttentionInputs", "plan_attention", "attend", "Blocked", "Flex", "Toeplitz",
+__all__ = ["AttentionPlan", "AttentionInputs", "AttentionRun", "RunShape", "plan_attention", "attend", "Blocked", "Flex", "Toeplitz",
            "FLEX_BLOCK", "TOEPLITZ_BLOCK", "flex_block_mask", "pad_to_whole_tiles", "additive_mask", "allowed_keys",
-           "attend_materialised", "distance_mask", "gather_by_distance"]
+           "distance_mask", "gather_by_distance"]
 
 
-def plan_attention(pe, positions: torch.Tensor, *, impl: str, window: int | None, block_size: int,
-                   needs_grad: bool, dropout_p: float, dtype: torch.dtype = torch.float32, batch: int = 1,
-                   memory_budget_mb: int | None = None, flex_kernel_options: dict | None = None,
-                   documents: torch.Tensor | None = None, row_positions: torch.Tensor | None = None,
-                   strategy: str | None = None) -> AttentionPlan:
+def plan_attention(pe, positions: torch.Tensor, run: AttentionRun, *, strategy: str | None = None) -> AttentionPlan:
     """Choose the strategy for this forward and compute what it reads from the positional method.
 
-    `dtype`: the dtype of q, k and v (the `sdpa` mask is built in it); `batch`: sequences per
-    forward; both only size the memory estimate and the mask, so the strategy is the same for every layer.
-    `documents` [b, s]: each token's packed document, keys of other documents hidden (reset-attention-mask);
-    `row_positions` [b, s]: per-row positions stepping by 1 inside each document (reset-position-ids), with
-    `positions` the index 0..s-1 (AttentionPlan). `strategy`: one strategy by name in place of `impl`'s
-    choice (the strategy tests), StrategyCannotRun with its own reason where it cannot run."""
-    check_attention_sizes(window, block_size, memory_budget_mb)
+    `run`: what the run asks (AttentionRun: attention-impl, the window, sizes, dtype, gradients, dropout, the
+    packed documents and per-row positions); its dtype and batch only size the memory estimate and the mask,
+    so the strategy is the same for every layer. With `run.row_positions` [b, s] (reset-position-ids: they step
+    by 1 inside each document), `positions` is the index 0..s-1 (AttentionPlan). `strategy`: one strategy by
+    name in place of `run.impl`'s choice (the strategy tests), StrategyCannotRun with its own reason where it
+    cannot run."""
+    check_attention_sizes(run.window, run.block_size, run.memory_budget_mb)
     span = int(positions.max() - positions.min()) + 1  # s for the usual positions 0..s-1
     bias_table, weight_table = pe.distance_tables_at(positions, span) or (None, None)
-    inputs = AttentionInputs.describe(pe, positions, bias_table, weight_table, window=window, block_size=block_size,
-                                      needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=batch,
-                                      documents=documents is not None)
+    inputs = AttentionInputs.describe(pe, positions, bias_table, weight_table, window=run.window,
+                                      block_size=run.block_size, needs_grad=run.needs_grad, dropout_p=run.dropout_p,
+                                      dtype=run.dtype, batch=run.batch, documents=run.documents is not None,
+                                      sink=run.sink)
     if strategy is None:
-        chosen = choose_strategy(impl, inputs, memory_budget_bytes(positions.device, memory_budget_mb))
+        chosen = choose_strategy(run.impl, inputs, memory_budget_bytes(positions.device, run.memory_budget_mb))
     else:
         chosen = forced_strategy(strategy, inputs)
-    plan = chosen(pe, positions, window=window, block_size=block_size, span=span, dtype=dtype,
-                    bias_table=bias_table, weight_table=weight_table, documents=documents,
-                    row_positions=row_positions)
-    if flex_kernel_options:
-        plan.kernel_options = dict(flex_kernel_options)  # read by the flex strategy only
+    plan = chosen(pe, positions, window=run.window, block_size=run.block_size, span=span, dtype=run.dtype,
+                  bias_table=bias_table, weight_table=weight_table, documents=run.documents,
+                  row_positions=run.row_positions)
+    if run.flex_kernel_options:
+        plan.kernel_options = dict(run.flex_kernel_options)  # read by the flex strategy only
     return plan
 
 

@@ -5,19 +5,20 @@ the backward pass, so memory stays O(H * block * L) for every method, on every d
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from megatron.model.attention.masks import attend_materialised, gather_by_distance, token_term_differences
+from megatron.model.attention.masks import gather_by_distance, token_term_differences
 from megatron.model.attention.householder import dot_products_for
-from megatron.model.attention.sdpa import normaliser, score_edit, written_scores_bytes
+from megatron.model.attention.sdpa import written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
+from megatron.model.attention.written_out import WRITTEN_OUT, attend_written_out
 
 
 class Blocked(AttentionPlan):
     name = path = "blocked"
     # Every need there is (the last strategy of its path): listed, so that a need added to needs.py later
     # is handled here only once this class computes it.
-    handles = frozenset({"cpu", "score_rewrite", "query_terms", "token_terms", "normaliser", "key_transforms",
-                         "bias_table", "weight", "bias_gradient", "gradients", "cpu_gradients", "dropout",
-                         "scattered_positions", "documents", "window"})
+    handles = WRITTEN_OUT | frozenset({"cpu", "query_terms", "token_terms", "bias_table", "weight", "bias_gradient",
+                                       "gradients", "cpu_gradients", "dropout", "scattered_positions", "documents",
+                                       "window"})
 
     def __init__(self, pe, positions, *, bias_table, weight_table, **common):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
@@ -30,17 +31,18 @@ class Blocked(AttentionPlan):
         documents' (bool and its negation); with terms, what gathering allocates (the method's
         `pairwise_bytes`: the int64 distance and the fp32 terms) and the masked copy (e H), per row
         with documents; the written-out scores for a weight or a mask that needs a gradient."""
+        run = inputs.run
         per_pair = 17 + 2 * inputs.mask_rows
         if inputs.has_terms:
-            per_pair += (inputs.pairwise_bytes + inputs.element_size * inputs.heads) * inputs.mask_rows
-        if inputs.token_terms:  # the block's F_i - F_j [b, H, block, L] in fp32, and with the bias added
-            per_pair += inputs.batch * inputs.heads * 2 * 4
-        if (inputs.has_weight or inputs.modifies_scores or inputs.replaces_softmax or inputs.key_transforms
-                or (inputs.needs_grad and inputs.learnable_bias)):
-            per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads,
-                                             element_size=inputs.element_size, needs_grad=inputs.needs_grad)
-        block = min(inputs.block_size, inputs.length)
-        return block * inputs.length * per_pair + inputs.score_edit_bytes(block, inputs.length)
+            per_pair += (inputs.pairwise_bytes + run.element_size * run.heads) * inputs.mask_rows
+        if inputs.has("token_terms"):  # the block's F_i - F_j [b, H, block, L] in fp32, and with the bias added
+            per_pair += run.batch * run.heads * 2 * 4
+        if (inputs.channels & (WRITTEN_OUT | {"weight"})
+                or (run.needs_grad and inputs.has("bias_gradient"))):
+            per_pair += written_scores_bytes(batch=run.batch, heads=run.heads,
+                                             element_size=run.element_size, needs_grad=run.needs_grad)
+        block = min(run.block_size, run.length)
+        return block * run.length * per_pair + inputs.score_edit_bytes(block, run.length)
 
     def attend(self, q, k, v, dropout_p):
         length = q.shape[2]
@@ -65,11 +67,10 @@ class Blocked(AttentionPlan):
             weight = gather_by_distance(self.weight_table, q_positions, k_positions)
         else:
             bias, weight = self.pairwise(queries, keys)
-        if self.token_terms is not None:  # + F_i - F_j of this block: [b, H, block, end] from two O(L) buffers
-            differences = token_term_differences(self.token_terms, queries, keys)
-            bias = differences if bias is None else bias + differences
-        allowed = self.visible(queries, keys)
-        return attend_materialised(q[:, :, start:end], k[:, :, :end], v[:, :, :end], bias, weight, allowed,
-                                   dropout_p, score_edit(self.pe, q_positions, k_positions),
-                                   normaliser(self.pe, q_positions, k_positions),
-                                   dot_products_for(self.key_transforms, start, end))
+        # F_i - F_j of this block: [b, H, block, end] from two O(L) buffers
+        differences = None if self.token_terms is None else token_term_differences(self.token_terms, queries, keys)
+        return attend_written_out(self.pe, q[:, :, start:end], k[:, :, :end], v[:, :, :end],
+                                  allowed=self.visible(queries, keys), q_positions=q_positions, k_positions=k_positions,
+                                  bias=bias, weight=weight, token_differences=differences,
+                                  dot_products=dot_products_for(self.key_transforms, start, end), sink=self.sink,
+                                  dropout_p=dropout_p)

@@ -7,8 +7,7 @@ import copy
 
 import torch
 
-from megatron.model.attention.masks import attend_materialised
-from megatron.model.attention.sdpa import normaliser, score_edit
+from megatron.model.attention.written_out import attend_written_out
 
 
 def first_visible_slot(start: int, window: int | None) -> int:
@@ -29,7 +28,7 @@ def per_row(fn, positions: torch.Tensor, *tensors):
 
 class CachedPlan:
     """The attention strategy of a cached forward: s new queries per row against every cached key,
-    terms from `pe.pairwise` with explicit positions and the softmax written out (attend_materialised).
+    terms from `pe.pairwise` with explicit positions and the softmax written out (written_out.py).
     One instance per cached forward (per positional module), read by every layer."""
     name = "cached_step"
 
@@ -42,10 +41,11 @@ class CachedPlan:
         self.allowed = allowed            # bool [b, 1, s, visible keys]
         self.token_terms = None           # g [b, H, s] of one layer (with_token_terms), or None
         # t [b, H, s] on each new query's row (pe.query_scale: ssmax), from the cached keys it sees, or None
-        self.query_scale = pe.query_scale(allowed[:, 0].sum(-1)) if pe.scales_queries else None
+        self.query_scale = pe.query_scale(allowed[:, 0].sum(-1)) if "query_scale" in pe.channels else None
         if self.query_scale is not None and bias is not None:
             self.bias = bias * self.query_scale[..., None]
         self.key_transforms = None        # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
+        self.sink = None                  # the sink logits s [H] of one layer (with_sink), or None
 
     def with_token_terms(self, g):
         """This plan for one layer whose method gives per-token terms g [b, H, s] (fox): a shallow copy;
@@ -63,6 +63,14 @@ class CachedPlan:
             return self
         plan = copy.copy(self)
         plan.key_transforms = transforms
+        return plan
+
+    def with_sink(self, sink):
+        """This plan for one layer with a learnable sink s [H]: a shallow copy; `attend` applies it."""
+        if sink is None:
+            return self
+        plan = copy.copy(self)
+        plan.sink = sink
         return plan
 
     @staticmethod
@@ -100,19 +108,18 @@ class CachedPlan:
         if self.query_scale is not None:
             work = torch.promote_types(q.dtype, torch.float32)  # bf16 up to fp32, fp64 kept
             q = (q.to(work) * self.query_scale[..., None].to(work)).to(q.dtype)
-        bias = self.bias
+        differences = None
         if self.token_terms is not None:
             new, visible = kv.store_token_terms(self.token_terms, self.start)  # [b, H, s], [b, H, visible keys]
             differences = new[..., :, None] - visible[..., None, :]
-            bias = differences if bias is None else bias + differences
         if self.key_transforms is not None:
-            return self.attend_transformed(q, k, v, kv, bias)
+            return self.attend_transformed(q, k, v, kv, differences)
         keys, values = kv.store(k, v, self.start)
-        return attend_materialised(q, keys, values, bias, self.weight, self.allowed, 0.0,
-                                   score_edit(self.pe, self.q_positions, self.k_positions),
-                                   normaliser(self.pe, self.q_positions, self.k_positions))
+        return attend_written_out(self.pe, q, keys, values, allowed=self.allowed, q_positions=self.q_positions,
+                                  k_positions=self.k_positions, bias=self.bias, weight=self.weight,
+                                  token_differences=differences, sink=self.sink)
 
-    def attend_transformed(self, q, k, v, kv, bias):
+    def attend_transformed(self, q, k, v, kv, differences):
         """`attend` for a method that transforms the keys (path): one new token at a time, its transform
         H_t applied to every cached key (which then holds H_t ... H_{j+1} k_j), its own key stored as it is,
         and its query read against them: q_t . (cached key j) is PaTH's score. O(L D) per token."""
@@ -127,10 +134,10 @@ class CachedPlan:
 
             def row(terms):  # query t's row of [b | 1, H | 1, s, keys] terms, at these keys
                 return None if terms is None else terms[:, :, t:t + 1, columns]
-            outputs.append(attend_materialised(
-                q[:, :, t:t + 1], keys, values, row(bias), row(self.weight), row(self.allowed), 0.0,
-                score_edit(self.pe, self.q_positions[:, t:t + 1], self.k_positions[:, columns]),
-                normaliser(self.pe, self.q_positions[:, t:t + 1], self.k_positions[:, columns])))
+            outputs.append(attend_written_out(
+                self.pe, q[:, :, t:t + 1], keys, values, allowed=row(self.allowed),
+                q_positions=self.q_positions[:, t:t + 1], k_positions=self.k_positions[:, columns], bias=row(self.bias),
+                weight=row(self.weight), token_differences=row(differences), sink=self.sink))
         return torch.cat(outputs, dim=2)
 
 

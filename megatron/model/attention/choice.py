@@ -1,7 +1,6 @@
 """Which attention strategy a forward takes: `attention-impl`, resolved. `auto`'s rule and the memory
 budget it reads live here, apart from the strategies themselves (megatron/model/attention/), each of
 which says whether it can run (`can_run`) and what it allocates (`memory_bytes`)."""
-import dataclasses
 import warnings
 
 import torch
@@ -63,18 +62,19 @@ def auto_preferences(inputs: AttentionInputs) -> tuple[str, ...]:
       table gradient's side pass and `sdpa_mask_gradient`, and this rule follows those numbers.
     Never `flex` on CPU: compiling it costs about 7 s per new length, more than the work;
     `attention-impl: flex` still runs it there."""
-    if TRITON_FOR_LEARNABLE_TABLES_ON_CUDA and inputs.device_type == "cuda" and inputs.distance_only \
-            and inputs.learnable_bias and inputs.needs_grad:
+    run = inputs.run
+    if TRITON_FOR_LEARNABLE_TABLES_ON_CUDA and run.device_type == "cuda" and not inputs.has("query_terms") \
+            and inputs.has("bias_gradient") and run.needs_grad:
         return ("triton", "sdpa", "flex", "blocked")  # where the kernel refuses (dropout, ...), the usual order
-    if not (inputs.has_terms or inputs.windowed or inputs.documents):
+    if not (inputs.has_terms or run.windowed or run.documents):
         return ("sdpa",)
-    if inputs.whole_matrix:  # only the written-out matrix gives it (past the budget: the budget's refusal)
+    if inputs.has("whole_matrix"):  # only the written-out matrix gives it (past the budget: the budget's refusal)
         return ("sdpa",)
-    if inputs.device_type == "cpu" and inputs.distance_only and inputs.dropout_p == 0 and not inputs.documents:
+    if run.device_type == "cpu" and not inputs.has("query_terms") and run.dropout_p == 0 and not run.documents:
         return ("blocked",)
-    if inputs.device_type == "cpu" and inputs.modifies_scores and not inputs.needs_grad:
+    if run.device_type == "cpu" and inputs.has("score_rewrite") and not run.needs_grad:
         return ("blocked",)
-    return ("sdpa", "blocked") if inputs.device_type == "cpu" else ("fla", "sdpa", "flex", "blocked")
+    return ("sdpa", "blocked") if run.device_type == "cpu" else ("fla", "sdpa", "flex", "blocked")
 
 
 def choose_strategy(impl: str, inputs: AttentionInputs, budget: int):
@@ -111,7 +111,7 @@ def on_cuda(impl: str, inputs: AttentionInputs) -> str | None:
     or would take but for a package missing here; None where none would."""
     if impl != "auto":
         return None
-    cuda = dataclasses.replace(inputs, device_type="cuda", element_size=2)
+    cuda = inputs.with_run(device_type="cuda", element_size=2)
     for path in auto_preferences(cuda):
         for strategy in PATH_STRATEGIES[path]:
             if "cpu" in strategy.handles | strategy.requires:
@@ -127,17 +127,18 @@ def within_budget(strategy, inputs: AttentionInputs, budget: int):
     """`strategy`, or for a method that rewrites the score matrix (pe.modify_scores: its [b, H, q, k]
     tensors are written out on every path that can run it) a refusal, before anything is allocated, when
     its estimate passes `budget`: with the numbers and the longest length that fits."""
-    if not inputs.modifies_scores:
+    run = inputs.run
+    if not inputs.has("score_rewrite"):
         return strategy
     needed = strategy.memory_bytes(inputs)
     if needed <= budget:
         return strategy
-    fits, lower, upper = lambda n: strategy.memory_bytes(dataclasses.replace(inputs, length=n)) <= budget, 0, inputs.length
+    fits, lower, upper = lambda n: strategy.memory_bytes(inputs.with_run(length=n)) <= budget, 0, run.length
     while lower < upper:  # the longest length whose estimate fits (the estimates grow with the length)
         middle = (lower + upper + 1) // 2
         lower, upper = (middle, upper) if fits(middle) else (lower, middle - 1)
     raise NeoXArgsError(
-        f"attention at {inputs.length} tokens ({inputs.batch} sequence(s), {inputs.heads} heads) would need about "
+        f"attention at {run.length} tokens ({run.batch} sequence(s), {run.heads} heads) would need about "
         f"{needed / 2**20:,.0f} MB per layer on the {strategy.name!r} strategy, past the memory budget of "
         f"{budget / 2**20:,.0f} MB: this positional method rewrites the score matrix, so its [b, H, q, k] scores "
         f"are written out. The longest length that fits is {lower} tokens. Evaluate at most that, lower "

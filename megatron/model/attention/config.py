@@ -1,7 +1,10 @@
 """The attention keys as the model reads them: one small config, checked in one place."""
 from dataclasses import dataclass
 
+import torch
+
 from megatron.errors import NeoXArgsError
+from megatron.model.attention.inputs import AttentionRun
 from megatron.model.attention.flex_kernel import kernel_options_problem
 
 ATTENTION_IMPLS = ("auto", "sdpa", "flex", "blocked", "fla", "triton", "sdpa_mask_gradient")
@@ -42,3 +45,13 @@ class AttentionConfig:
         check_attention_sizes(self.window, self.block_size, self.memory_budget_mb)
         if (problem := kernel_options_problem(self.flex_kernel_options)) is not None:
             raise AttentionConfigError("attention_flex_kernel_options", f"attention-flex-kernel-options: {problem}")
+
+    def run(self, *, window: int | None, training: bool, dtype: torch.dtype, batch: int, documents=None,
+            row_positions=None, sink: bool = False) -> AttentionRun:
+        """What one forward asks of attention under these keys: `window` is the layer's (a layer pattern may
+        set its own), dropout only in training, gradients when autograd records."""
+        return AttentionRun(impl=self.impl, window=window, block_size=self.block_size,
+                            needs_grad=torch.is_grad_enabled(), dropout_p=self.dropout if training else 0.0,
+                            dtype=dtype, batch=batch, memory_budget_mb=self.memory_budget_mb,
+                            flex_kernel_options=self.flex_kernel_options, documents=documents,
+                            row_positions=row_positions, sink=sink)

@@ -3,7 +3,8 @@ implements, on CUDA only:
 
 - per-token terms alone (pe.token_terms: fox, cable; score(i, j) += g_{j+1} + ... + g_i):
   `fla.ops.forgetting_attn.parallel_forgetting_attn(q, k, v, g)`, g the per-token terms themselves;
-- stick-breaking in place of the softmax (pe.stick_breaking_options: stickbreaking):
+- stick-breaking in place of the softmax (a normaliser whose options say how the query's own token shares:
+  stickbreaking's `stickbreaking_attend_current`, read here as ATTEND_CURRENT):
   `fla.ops.stickbreaking_attn.parallel_stickbreaking_attn(q, k, v, attend_current=...)`, whose leftover
   stick (`rem`) is dropped as this project's normaliser drops it;
 - Householder key transforms (pe.key_transforms: path), with or without per-token terms (PaTH-FoX):
@@ -41,6 +42,9 @@ from megatron.model.attention.strategy import AttentionPlan
 FLA_PACKAGE = "fla-core==0.6.0"  # requirements-dev.txt pins the same
 PATH_HEAD_DIMS = (16, 32, 64, 128)  # fla's parallel_path_attn asserts these
 LARGEST_HEAD_DIM = 256  # fla's forgetting and stick-breaking kernels refuse larger
+# The option of a method whose normaliser is stick-breaking exactly: whether the query's own token takes a share,
+# fla's `attend_current`. A normaliser without it is another, which no fla kernel computes.
+ATTEND_CURRENT = "stickbreaking_attend_current"
 OPS = {"forgetting_attn": "parallel_forgetting_attn", "stickbreaking_attn": "parallel_stickbreaking_attn",
        "path_attn": "parallel_path_attn"}
 # Completes choice.py's "attention-impl is 'fla', but ..." after fla_problem's sentence.
@@ -89,7 +93,8 @@ class FlaKernels(AttentionPlan):
 
     def __init__(self, pe, positions, **common):
         super().__init__(pe, positions, **common)
-        self.stick_breaking = pe.stick_breaking_options() if pe.replaces_softmax else None
+        self.stick_breaking = ({"attend_current": getattr(pe.options, ATTEND_CURRENT)}
+                               if "normaliser" in pe.channels and hasattr(pe.options, ATTEND_CURRENT) else None)
         self.cu_seqlens = None if self.documents is None else cu_seqlens_of(self.documents)
 
     @classmethod
@@ -107,26 +112,28 @@ class FlaKernels(AttentionPlan):
 
     @classmethod
     def refusal_without_packages(cls, inputs) -> str | None:
-        channels = (inputs.token_terms, inputs.replaces_softmax, inputs.key_transforms)
+        run = inputs.run
+        channels = (inputs.has("token_terms"), inputs.has("normaliser"), inputs.has("key_transforms"))
         if not any(channels):
             return ("the `fla` strategy runs only with per-token terms (fox, cable), stick-breaking (stickbreaking) "
                     "or key transforms (path), the channels fla's Triton kernels compute, and this positional method "
                     "has none of them. Set attention-impl to 'auto'")
         if (reason := super().can_run(inputs)) is not None:
             return reason
-        if inputs.device_type != "cuda":
+        if run.device_type != "cuda":
             return cls.refusal("cpu", inputs)
-        if inputs.replaces_softmax and (inputs.token_terms or inputs.key_transforms or not inputs.stick_breaking):
+        stick_breaking = hasattr(inputs.options, ATTEND_CURRENT)
+        if inputs.has("normaliser") and (inputs.channels & {"token_terms", "key_transforms"} or not stick_breaking):
             return ("fla's stick-breaking kernel computes stick-breaking alone, and this method's normaliser is "
                     "another, or comes with other terms. Set attention-impl to 'auto'")
-        if inputs.element_size != 2:
+        if run.element_size != 2:
             return (f"fla's Triton kernels take bf16 or fp16 (their float32 dot products default to TF32, coarser "
-                    f"than this project's float32 path), and this forward computes in {8 * inputs.element_size}-bit "
+                    f"than this project's float32 path), and this forward computes in {8 * run.element_size}-bit "
                     "floats. Train in bf16 or fp16, or set attention-impl to 'auto'")
-        dims = PATH_HEAD_DIMS if inputs.key_transforms else range(1, LARGEST_HEAD_DIM + 1)
-        if inputs.head_dim not in dims:
-            allowed = ", ".join(map(str, PATH_HEAD_DIMS)) if inputs.key_transforms else f"up to {LARGEST_HEAD_DIM}"
-            return (f"fla's kernel takes head dimensions {allowed}, and this model's is {inputs.head_dim}. Set "
+        dims = PATH_HEAD_DIMS if inputs.has("key_transforms") else range(1, LARGEST_HEAD_DIM + 1)
+        if run.head_dim not in dims:
+            allowed = ", ".join(map(str, PATH_HEAD_DIMS)) if inputs.has("key_transforms") else f"up to {LARGEST_HEAD_DIM}"
+            return (f"fla's kernel takes head dimensions {allowed}, and this model's is {run.head_dim}. Set "
                     "attention-impl to 'auto'")
         return None
 
@@ -134,8 +141,8 @@ class FlaKernels(AttentionPlan):
     def refusal(cls, need, inputs):
         """The reasons complete the sentence "attention-impl is 'fla', but ..." (choice.py): a user reads them."""
         if need == "cpu":
-            return (f"fla's Triton kernels need CUDA, and this forward runs on {inputs.device_type}. Set attention-impl "
-                    "to 'auto' (on CUDA it takes fla's kernels where they apply) or run on a CUDA device")
+            return (f"fla's Triton kernels need CUDA, and this forward runs on {inputs.run.device_type}. Set "
+                    "attention-impl to 'auto' (on CUDA it takes fla's kernels where they apply) or run on a CUDA device")
         what = super().refusal(need, inputs).removeprefix("it does not handle ")
         return f"fla's Triton kernels do not handle {what}. Set attention-impl to 'auto'"
 
@@ -144,8 +151,9 @@ class FlaKernels(AttentionPlan):
         """The [B, L, H, D] copies of q, k and v and the output, and per query and head fla's saved
         statistics (its logsumexp or leftover stick, the gate's cumulative sum: a few fp32 each); PaTH's
         kernel also keeps its transformed keys and queries (two fp32 copies of q)."""
-        per_query = 4 * 4 * inputs.batch * inputs.heads * inputs.length
-        transformed = 2 * inputs.qkv_bytes * 4 // inputs.element_size if inputs.key_transforms else 0
+        run = inputs.run
+        per_query = 4 * 4 * run.batch * run.heads * run.length
+        transformed = 2 * inputs.qkv_bytes * 4 // run.element_size if inputs.has("key_transforms") else 0
         return 4 * inputs.qkv_bytes + per_query + transformed
 
     def with_token_terms(self, g):

@@ -91,6 +91,7 @@ class Flex(AttentionPlan):
     @classmethod
     def refusal(cls, need, inputs):
         """The reasons complete the sentence "attention-impl is 'flex', but ..." (choice.py): a user reads them."""
+        run = inputs.run
         if need == "score_rewrite":
             return ("this positional method rewrites the whole score matrix (row by row), which FlexAttention's "
                     "per-entry score_mod cannot express. Set attention-impl to 'blocked', 'sdpa' or 'auto'")
@@ -102,8 +103,8 @@ class Flex(AttentionPlan):
                    "dropout": "FlexAttention does not apply attention dropout"}.get(need)
         if problem is None:
             return super().refusal(need, inputs)
-        return (f"{problem} (device {inputs.device_type}, gradients "
-                f"{'needed' if inputs.needs_grad else 'not needed'}, attention-dropout {inputs.dropout_p}). Set "
+        return (f"{problem} (device {run.device_type}, gradients "
+                f"{'needed' if run.needs_grad else 'not needed'}, attention-dropout {run.dropout_p}). Set "
                 "attention-impl to 'blocked' or 'auto' for this run, or run on a CUDA device")
 
     @classmethod
@@ -111,11 +112,12 @@ class Flex(AttentionPlan):
         """The needs (strategy.py), then the head size: torch's CUDA FlexAttention kernel refuses head
         dimensions below 16 at compile time (an H200, torch 2.11: "NYI: embedding dimension of the query,
         key, and value must be at least 16"); its CPU kernel takes them."""
+        run = inputs.run
         if (reason := super().can_run(inputs)) is not None:
             return reason
-        if inputs.device_type == "cuda" and inputs.head_dim < MIN_CUDA_HEAD_DIM:
+        if run.device_type == "cuda" and run.head_dim < MIN_CUDA_HEAD_DIM:
             return (f"torch's CUDA FlexAttention kernel takes head dimensions of at least {MIN_CUDA_HEAD_DIM}, and "
-                    f"this model's is {inputs.head_dim} (hidden-size / num-attention-heads). Set attention-impl "
+                    f"this model's is {run.head_dim} (hidden-size / num-attention-heads). Set attention-impl "
                     "to 'auto', 'sdpa' or 'blocked', or use fewer, larger heads")
         return None
 
@@ -124,14 +126,15 @@ class Flex(AttentionPlan):
         """The fp32 tables and the neutral one (3 x 4 H L), the block mask (four int32 arrays of
         (L' / 128)^2 tiles, per row with documents, and their int64 ids) and the zero-padded q, k, v
         and output (L' = L in whole tiles)."""
-        padded = inputs.length + -inputs.length % FLEX_BLOCK
+        run = inputs.run
+        padded = run.length + -run.length % FLEX_BLOCK
         tiles = padded // FLEX_BLOCK
-        tables = 3 * 4 * inputs.heads * inputs.length
+        tables = 3 * 4 * run.heads * run.length
         block_mask = 4 * 4 * tiles * tiles * inputs.mask_rows
-        documents = 8 * inputs.batch * padded if inputs.documents else 0  # the rows' padded document ids
-        copies = 2 if inputs.needs_grad else 1  # F, fp32, padded, and with gradients its clone (attend)
-        token_terms = 4 * copies * inputs.batch * inputs.heads * padded if inputs.token_terms else 0
-        return tables + block_mask + documents + token_terms + 4 * inputs.qkv_bytes * padded // inputs.length
+        documents = 8 * run.batch * padded if run.documents else 0  # the rows' padded document ids
+        copies = 2 if run.needs_grad else 1  # F, fp32, padded, and with gradients its clone (attend)
+        token_terms = 4 * copies * run.batch * run.heads * padded if inputs.has("token_terms") else 0
+        return tables + block_mask + documents + token_terms + 4 * inputs.qkv_bytes * padded // run.length
 
     def attend(self, q, k, v, dropout_p):
         length = q.shape[2]

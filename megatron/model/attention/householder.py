@@ -50,7 +50,7 @@ def transformed_dot_products(q, k, w, beta, q_start: int, chunk: int = CHUNK):
 
 def dot_products_for(transforms, q_start: int, keys: int):
     """transformed_dot_products with a layer's transforms (w, beta over the sequence) bound, for
-    masks.attend_materialised; None without transforms."""
+    written_out.attend_written_out; None without transforms."""
     if transforms is None:
         return None
     w, beta = transforms

@@ -1,51 +1,83 @@
 """What decides how one forward attends: the method's kind, the device, the sizes; never a layer."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
+from megatron.errors import NeoXArgsError
 from megatron.model.attention.householder import CHUNK
 from megatron.model.attention.masks import consecutive
 
 
 @dataclass(frozen=True)
-class AttentionInputs:
-    """Everything a strategy's `can_run` and `memory_bytes` read, and all `auto` decides from."""
+class AttentionRun:
+    """What the run asks of one forward's attention, whatever the method: `plan_attention`'s record."""
+    impl: str = "auto"                   # attention-impl
+    window: int | None = None            # attention-window (of this positional module's layers)
+    block_size: int = 512                # attention-block-size
+    needs_grad: bool = False
+    dropout_p: float = 0.0               # attention-dropout, in training
+    dtype: torch.dtype = torch.float32   # of q, k and v: the `sdpa` mask is built in it
+    batch: int = 1                       # sequences per forward
+    memory_budget_mb: int | None = None  # attention-memory-budget
+    flex_kernel_options: dict | None = None  # attention-flex-kernel-options (CUDA's flex kernel)
+    documents: torch.Tensor | None = None    # [b, s]: each token's packed document (reset-attention-mask)
+    row_positions: torch.Tensor | None = None  # [b, s]: per-row positions (reset-position-ids)
+    sink: bool = False                   # the layers have a learnable sink (attention-sink): an output-side channel
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """The run's side of one forward: what the run asks of attention, whatever the method."""
     device_type: str        # "cpu" | "cuda" | ...
     length: int             # tokens per sequence
-    heads: int              # the positional method's heads (the model's)
-    head_dim: int
     batch: int              # sequences per forward
+    heads: int              # the model's attention heads
+    head_dim: int
     element_size: int       # bytes of one element of q, k and v (the compute dtype)
     block_size: int         # attention-block-size
-    distance_only: bool     # terms depend on i - j alone (tables), not on i itself (pe.pairwise)
-    has_bias: bool          # a distance-only method's bias table (pe.pairwise's terms count by has_terms)
-    has_weight: bool        # a multiplicative score weight (kerple_bias_weight), which SDPA cannot apply
-    learnable_bias: bool    # the bias takes a gradient: a table that requires one, or pairwise parameters
-    pairwise_bytes: int     # pe.pairwise_bytes(needs_grad): what pe.pairwise allocates per (query, key) pair
-    windowed: bool          # attention-window is set
-    consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
     needs_grad: bool
     dropout_p: float
-    documents: bool = False  # packed documents are masked (reset-attention-mask): each row has its own mask
-    token_terms: bool = False  # per-token terms F_i - F_j from the hidden states (pe.token_terms: fox), per layer
-    modifies_scores: bool = False  # pe.modify_scores rewrites the written-out score matrix (cope, dape)
-    score_bytes: int = 0           # pe.score_bytes(): what it allocates per (query, key) pair, head and sequence
-    whole_matrix: bool = False     # pe.reads_whole_matrix: its score edit needs the forward's whole matrix at once
-    replaces_softmax: bool = False  # pe.normalise gives the weights in place of the softmax (stickbreaking)
-    stick_breaking: bool = False    # ... and they are stick-breaking's exactly (pe.stick_breaking_options)
-    key_transforms: bool = False    # pe.key_transforms: Householder products between key and query (path), per layer
+    windowed: bool          # attention-window is set
+    documents: bool         # packed documents are masked (reset-attention-mask): each row has its own mask
+    consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
+
+
+# The channels that are score terms, beyond plain causal attention (AttentionInputs.has_terms).
+TERMS = frozenset({"query_terms", "bias_table", "weight", "token_terms", "score_rewrite", "normaliser",
+                   "key_transforms", "sink"})
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """Everything a strategy's `can_run` and `memory_bytes` read, and all `auto` decides from: the run's
+    side, and the method's side as the channels this forward has (needs.py's names)."""
+    run: RunShape
+    # The method's channels (pe.channels) with this forward's tables: "query_terms" only where no table was
+    # given at these positions, "bias_table", "weight", and "bias_gradient" for a bias that takes a gradient.
+    channels: frozenset
+    pairwise_bytes: int     # pe.pairwise_bytes(needs_grad): what pe.pairwise allocates per (query, key) pair
+    score_bytes: int        # pe.score_bytes(): what a score rewrite or normaliser allocates per pair, head and sequence
+    options: Any = None     # the method's options, read by a strategy that needs a fact of its own (fla_kernels.py)
+
+    def has(self, channel: str) -> bool:
+        return channel in self.channels
 
     @property
     def has_terms(self) -> bool:
         """Anything beyond causal attention: a bias or weight, terms pe.pairwise builds, per-token terms or
         a rewrite of the scores."""
-        return (not self.distance_only or self.has_bias or self.has_weight or self.token_terms
-                or self.modifies_scores or self.replaces_softmax or self.key_transforms)
+        return bool(self.channels & TERMS)
+
+    def with_run(self, **changes) -> "AttentionInputs":
+        """These inputs with some of the run's side replaced (the estimate at another length, the same forward
+        on CUDA)."""
+        return replace(self, run=replace(self.run, **changes))
 
     @property
     def mask_rows(self) -> int:
         """How many rows a mask built for this forward has: one per sequence with documents, else one shared."""
-        return self.batch if self.documents else 1
+        return self.run.batch if self.run.documents else 1
 
     def score_edit_bytes(self, queries: int, keys: int) -> int:
         """What pe.modify_scores, pe.normalise or the key transforms allocate for `queries` x `keys` pairs of
@@ -54,42 +86,48 @@ class AttentionInputs:
         D / CHUNK numbers, and about 8 more; without gradients 3), in fp32 or wider. Measured: 42 and 13 bytes
         a pair (peak RSS rise of one call, 512 queries x 4,096 keys, 4 heads of 64 dims, fp32), against 40
         and 12 from this count."""
-        per_pair = self.score_bytes if (self.modifies_scores or self.replaces_softmax) else 0
-        if self.key_transforms:
-            kept = self.head_dim // CHUNK + 8 if self.needs_grad else 3
-            per_pair += kept * max(self.element_size, 4)
-        return self.batch * self.heads * queries * keys * per_pair
+        run = self.run
+        per_pair = self.score_bytes if self.channels & {"score_rewrite", "normaliser"} else 0
+        if self.has("key_transforms"):
+            kept = run.head_dim // CHUNK + 8 if run.needs_grad else 3
+            per_pair += kept * max(run.element_size, 4)
+        return run.batch * run.heads * queries * keys * per_pair
 
     @property
     def qkv_bytes(self) -> int:
         """Bytes of one of q, k and v: what a strategy's copy of one of them costs."""
-        return self.batch * self.heads * self.length * self.head_dim * self.element_size
+        run = self.run
+        return run.batch * run.heads * run.length * run.head_dim * run.element_size
 
     @classmethod
-    def describe(cls, pe, positions: torch.Tensor, bias_table, weight_table, *, window: int | None,
-                 block_size: int, needs_grad: bool, dropout_p: float, dtype: torch.dtype,
-                 batch: int, documents: bool = False) -> "AttentionInputs":
-        """From the positional module and the tables it returned for this forward (None, None for a
-        method that is not distance-only)."""
+    def describe(cls, pe, positions: torch.Tensor, bias_table, weight_table, *, window: int | None, block_size: int,
+                 needs_grad: bool, dropout_p: float, dtype: torch.dtype, batch: int,
+                 documents: bool = False, sink: bool = False) -> "AttentionInputs":
+        """From the positional module, the tables it returned for this forward (None, None for a method whose
+        terms here read the query position) and the run's side."""
+        run = RunShape(device_type=positions.device.type, length=positions.shape[0], batch=batch, heads=pe.num_heads,
+                       head_dim=pe.head_dim, element_size=dtype.itemsize, block_size=block_size,
+                       needs_grad=needs_grad, dropout_p=dropout_p, windowed=window is not None, documents=documents,
+                       consecutive=consecutive(positions))
         by_distance = terms_by_distance(pe, bias_table)
         learnable = (bias_table.requires_grad if by_distance and bias_table is not None
                      else not by_distance and any(p.requires_grad for p in pe.parameters()))
-        return cls(device_type=positions.device.type, length=positions.shape[0], heads=pe.num_heads,
-                   head_dim=pe.head_dim, batch=batch, element_size=dtype.itemsize, block_size=block_size,
-                   distance_only=by_distance, has_bias=bias_table is not None,
-                   has_weight=has_weight(pe, positions, weight_table, by_distance), learnable_bias=learnable,
-                   pairwise_bytes=pe.pairwise_bytes(needs_grad), windowed=window is not None,
-                   consecutive=consecutive(positions), needs_grad=needs_grad, dropout_p=dropout_p,
-                   documents=documents, token_terms=pe.uses_token_terms, modifies_scores=pe.modifies_scores,
-                   score_bytes=pe.score_bytes(), whole_matrix=pe.reads_whole_matrix,
-                   replaces_softmax=pe.replaces_softmax, key_transforms=pe.uses_key_transforms,
-                   stick_breaking=pe.replaces_softmax and pe.stick_breaking_options() is not None)
+        forward = {"query_terms": not by_distance, "bias_table": bias_table is not None,
+                   "weight": has_weight(pe, positions, weight_table, by_distance), "bias_gradient": learnable,
+                   "sink": sink}
+        channels = (pe.channels - {"query_terms"}) | {name for name, present in forward.items() if present}
+        if sink and "normaliser" in channels:
+            raise NeoXArgsError("attention-sink is set, but this positional method replaces the softmax with its own "
+                                "weights, which have no log-sum-exp for the sink to take its share of. Remove "
+                                "attention-sink for this method.")
+        return cls(run=run, channels=frozenset(channels), pairwise_bytes=pe.pairwise_bytes(run.needs_grad),
+                   score_bytes=pe.score_bytes(), options=pe.options)
 
 
 def terms_by_distance(pe, bias_table) -> bool:
     """This forward's terms depend on i - j alone: the method's always do, or it gave a table for these
     positions (pe.distance_tables_at: fire below its threshold)."""
-    return pe.distance_only or bias_table is not None
+    return "query_terms" not in pe.channels or bias_table is not None
 
 
 def has_weight(pe, positions, weight_table, by_distance: bool) -> bool:

@@ -23,7 +23,8 @@ TABLE_GRADIENT_HANDLES = TABLE_GRADIENT_REQUIRES | {"cpu", "cpu_gradients", "sca
 
 def gradient_blocks_bytes(inputs, keys: int) -> int:
     """The backward pass's two fp32 [b, H, gradient_block, keys] tensors at a time."""
-    return 2 * inputs.batch * inputs.heads * min(gradient_block(inputs.head_dim), inputs.length) * keys * 4
+    run = inputs.run
+    return 2 * run.batch * run.heads * min(gradient_block(run.head_dim), run.length) * keys * 4
 
 
 class SdpaTableGradient(Sdpa):
@@ -41,9 +42,10 @@ class SdpaTableGradient(Sdpa):
 
     @classmethod
     def memory_bytes(cls, inputs):
-        return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
-                          element_size=inputs.element_size, pairwise_bytes=0, writes_scores=False,
-                          needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows)
+        run = inputs.run
+        return sdpa_bytes(length=run.length, heads=run.heads, batch=run.batch,
+                          element_size=run.element_size, pairwise_bytes=0, writes_scores=False,
+                          needs_grad=run.needs_grad, mask_rows=inputs.mask_rows)
 
     def attend(self, q, k, v, dropout_p):
         return attend_with_table(q, k, v, self.bias_table, self.positions, self.positions, None,
@@ -61,7 +63,7 @@ class ToeplitzTableGradient(Toeplitz):
     def memory_bytes(cls, inputs):
         """Toeplitz's, the contiguous copies attend_with_table makes of a block's q, k and v (at most
         three q-sized tensors), and the backward's gradient blocks."""
-        return super().memory_bytes(inputs) + 3 * inputs.qkv_bytes + gradient_blocks_bytes(inputs, inputs.length)
+        return super().memory_bytes(inputs) + 3 * inputs.qkv_bytes + gradient_blocks_bytes(inputs, inputs.run.length)
 
     def attend_block(self, q, k, v, mask, q_positions, k_positions):
         return attend_with_table(q, k, v, self.bias_table, q_positions, k_positions, None, mask, reversed_keys=True)
@@ -78,9 +80,10 @@ class BlockedTableGradient(Blocked):
         """Per block, the visibility (17 a pair), the mask gathered from the table (int64 distance and
         the masked terms, 8 + e H a pair; per row with documents, with their visibility), and the
         backward's gradient blocks."""
-        block = min(inputs.block_size, inputs.length)
-        per_pair = 17 + 8 + (inputs.element_size * inputs.heads + 2) * inputs.mask_rows
-        return block * inputs.length * per_pair + gradient_blocks_bytes(inputs, inputs.length)
+        run = inputs.run
+        block = min(run.block_size, run.length)
+        per_pair = 17 + 8 + (run.element_size * run.heads + 2) * inputs.mask_rows
+        return block * run.length * per_pair + gradient_blocks_bytes(inputs, run.length)
 
     def attend(self, q, k, v, dropout_p):
         # Saves only views of q, k, v and each block's output: no checkpoint needed.
@@ -113,10 +116,11 @@ class ToeplitzWeightedTableGradient(ToeplitzWrittenOut):
     def memory_bytes(cls, inputs):
         """The forward's (toeplitz_written_out), and the backward's four [b, H, block, L] tensors (the raw
         scores, P, dS and dS times the raw scores) in fp32 or wider beside the gradients of q, k and v."""
-        element = max(inputs.element_size, 4)
-        block = min(gradient_block(inputs.head_dim), inputs.length)
-        return (super().memory_bytes(inputs) + 3 * inputs.qkv_bytes * element // inputs.element_size
-                + 4 * inputs.batch * inputs.heads * block * inputs.length * element)
+        run = inputs.run
+        element = max(run.element_size, 4)
+        block = min(gradient_block(run.head_dim), run.length)
+        return (super().memory_bytes(inputs) + 3 * inputs.qkv_bytes * element // run.element_size
+                + 4 * run.batch * run.heads * block * run.length * element)
 
     def attend(self, q, k, v, dropout_p):
         return WeightedTableAttention.apply(q, k.flip(2), v.flip(2), self.bias_table, self.weight_table,

@@ -1,8 +1,6 @@
-"""The masks and the written-out softmax that several attention strategies share."""
-import math
+"""The masks that several attention strategies share."""
 
 import torch
-import torch.nn.functional as F
 
 
 def consecutive(positions) -> bool:
@@ -109,37 +107,6 @@ def distance_mask(table, positions, window, dtype):
     row = distance_row(table, length, window, dtype, positions.device)
     # unfold: [H, L, L] with [h, i, j'] = row[h, i + j']; flipping j' = L - 1 - j gives row[h, i - j + L - 1].
     return row.unfold(1, length, 1).flip(-1)[None]
-
-
-def attend_materialised(q, k, v, bias, weight, allowed, dropout_p, edit_scores=None, normalise=None,
-                        dot_products=None):
-    """Attention with explicit [H, q, k] terms (or none) and a bool [q, k] visibility mask.
-
-    `allowed` None means plain causal attention with no terms: SDPA's fused causal kernels.
-    `edit_scores(scores, bias, q, k, visible)` -> logits: a positional method's edit of the written-out
-    score matrix (base.py's modify_scores, positions bound by the strategy), in place of adding the bias.
-    `normalise(logits, visible)` -> weights: the method's own in place of the softmax (pe.normalise).
-    `dot_products(q, k)` -> [b, H, q, k]: q_i . k_j as the method transforms them (pe.key_transforms,
-    householder.py), in place of q @ k^T."""
-    if allowed is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-    if weight is None and edit_scores is None and normalise is None and dot_products is None:
-        mask = allowed if bias is None else bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=fused_mask(mask), dropout_p=dropout_p)
-    # SDPA cannot multiply the scores, so the softmax is written out (in fp32 for low precisions).
-    dtype = torch.promote_types(q.dtype, torch.float32)  # float64 stays float64 (the reference tests)
-    q, k = q.to(dtype), k.to(dtype)
-    scores = (q @ k.transpose(-1, -2) if dot_products is None else dot_products(q, k)) / math.sqrt(q.shape[-1])
-    if weight is not None:
-        scores = scores * weight
-    if edit_scores is not None:
-        scores = edit_scores(scores, bias, q, k, allowed)
-    elif bias is not None:
-        scores = scores + bias
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = F.dropout(scores.softmax(dim=-1) if normalise is None else normalise(scores, allowed), p=dropout_p)
-    return (probs @ v.to(dtype)).to(v.dtype)
-
 
 
 def token_term_differences(F, q_slice: slice, k_slice: slice):

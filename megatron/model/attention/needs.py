@@ -1,6 +1,7 @@
 """What a forward needs from attention beyond plain causal attention, by name: the vocabulary in which
-strategies declare what they handle and require (strategy.py's `can_run`). Each name is one channel of
-the positional protocol or one layout of the workload; the phrase after it is how a refusal names it.
+strategies declare what they handle and require (strategy.py's `can_run`), and in which a positional
+method names its channels (base.py's CHANNELS, a method's `channels`). Each name is one channel or one
+layout of the run; the phrase after it is how a refusal names it.
 
 The order is the order in which `can_run` looks: the first need that refuses a strategy gives its reason."""
 from megatron.model.attention.inputs import AttentionInputs
@@ -16,6 +17,7 @@ NEEDS = {
     "token_terms": "per-token terms F_i - F_j (pe.token_terms: fox's forget gate)",
     "normaliser": "a method that replaces the softmax (pe.normalise: stickbreaking)",
     "key_transforms": "Householder transforms of the keys by the tokens in between (pe.key_transforms: path)",
+    "sink": "a learnable attention sink (attention-sink), which rescales each row by its log-sum-exp",
     "bias_table": "a per-distance bias table",
     "weight": "a weight that multiplies the scores",
     "bias_gradient": "a learnable bias's gradient",
@@ -28,27 +30,22 @@ NEEDS = {
     "window": "an attention window",
 }
 EVERY_NEED = frozenset(NEEDS)
+# Channels every strategy applies in the plan they share (strategy.py's `rotate`: q times the query scale), so
+# none refuses them: they have no phrase.
+EVERY_STRATEGY = frozenset({"query_scale"})
 
 
 def needs_of(inputs: AttentionInputs) -> frozenset:
-    """The needs of this forward."""
-    cpu = inputs.device_type == "cpu"
-    flags = {
+    """The needs of this forward: the method's channels, and the run's layouts."""
+    run = inputs.run
+    cpu = run.device_type == "cpu"
+    layouts = {
         "cpu": cpu,
-        "score_rewrite": inputs.modifies_scores,
-        "whole_matrix": inputs.whole_matrix,
-        "query_terms": not inputs.distance_only,
-        "token_terms": inputs.token_terms,
-        "normaliser": inputs.replaces_softmax,
-        "key_transforms": inputs.key_transforms,
-        "bias_table": inputs.distance_only and inputs.has_bias,
-        "weight": inputs.has_weight,
-        "bias_gradient": inputs.learnable_bias,
-        "gradients": inputs.needs_grad,
-        "cpu_gradients": cpu and inputs.needs_grad,
-        "dropout": inputs.dropout_p > 0,
-        "scattered_positions": not inputs.consecutive,
-        "documents": inputs.documents,
-        "window": inputs.windowed,
+        "gradients": run.needs_grad,
+        "cpu_gradients": cpu and run.needs_grad,
+        "dropout": run.dropout_p > 0,
+        "scattered_positions": not run.consecutive,
+        "documents": run.documents,
+        "window": run.windowed,
     }
-    return frozenset(need for need, present in flags.items() if present)
+    return (inputs.channels - EVERY_STRATEGY) | {need for need, present in layouts.items() if present}

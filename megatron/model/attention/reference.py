@@ -9,9 +9,9 @@ positions (`pe.pairwise` -> bias, weight; `pe.token_terms` -> g, F = cumsum(g)):
     out_i = softmax_j(logits[h, i, j] over the keys visible to i) . v_j
 
 with t = `pe.query_scale(n)` (1 without one; ssmax: n_i the keys visible to query i), or, for a method
-that rewrites the score matrix (`pe.modify_scores`: cope, a dape wrapper), the softmax
+that rewrites the score matrix (its score_rewrite channel, `pe.modify_scores`: cope, a dape wrapper), the softmax
 of what it makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias (F_i - F_j included). A method
-that `replaces_softmax` (stickbreaking) gives the weights itself (`pe.normalise`, in place of softmax_j);
+with the normaliser channel (stickbreaking) gives the weights itself (`pe.normalise`, in place of softmax_j);
 one with key transforms (`pe.key_transforms`: path) has q_i . k_j replaced by q_i^T H_i ... H_{j+1} k_j,
 H_t = I - beta_t w_t w_t^T (D x D matrices, multiplied out for each query below).
 Key j is visible to query i when j <= i (by index), i - j < the window (by position) when there is one,
@@ -58,7 +58,7 @@ def householder_dot_products(q, k, w, beta):
 
 
 def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=None, token_differences=None,
-           finite_mask: bool = False, key_transforms=None):
+           finite_mask: bool = False, key_transforms=None, sink=None):
     """q [b, H, q, D], k, v [b, H, k, D] (q and k already rotated) -> [b, H, q, D] in v's dtype.
 
     pe: the positional method (None: no method, only `bias`); bias, weight: the method's terms for these positions (pe.pairwise), broadcastable to [b, H, q, k], or
@@ -66,7 +66,8 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     pe.modify_scores reads); visible: bool broadcastable to [b, H, q, k]. An invisible key's logit is -inf,
     or with `finite_mask` the dtype's minimum (a padding query that sees no key then gets a uniform row,
     not NaN); key_transforms: (w [b, H, k, D], beta [b, H, k]) of the keys' tokens (pe.key_transforms), the
-    queries being the last q of them, or None."""
+    queries being the last q of them, or None; sink: s [H], one more logit per head and query whose column
+    takes its share of the softmax and is dropped (a learnable attention sink), or None."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k = q.to(dtype), k.to(dtype)
     if key_transforms is None:
@@ -76,7 +77,7 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
         scores = householder_dot_products(q, k, w, beta) / math.sqrt(q.shape[-1])
     if weight is not None:
         scores = scores * weight.to(dtype)
-    if pe is not None and pe.scales_queries:  # t_i times query i's row, n_i = its visible keys
+    if pe is not None and "query_scale" in pe.channels:  # t_i times query i's row, n_i = its visible keys
         visible_count = visible.sum(-1).reshape(visible.shape[0], -1, visible.shape[-2])[:, 0]  # [b | 1, q]
         scale = pe.query_scale(visible_count).to(dtype)[..., None]
         scores = scores * scale
@@ -84,24 +85,30 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     if token_differences is not None:
         token_differences = token_differences.to(dtype)
         bias = token_differences if bias is None else bias.to(dtype) + token_differences
-    if pe is not None and pe.modifies_scores:
+    if pe is not None and "score_rewrite" in pe.channels:
         scores = pe.modify_scores(scores, bias, q, k, q_positions, k_positions, visible)
     elif bias is not None:
         scores = scores + bias.to(dtype)
     scores = scores.masked_fill(~visible, torch.finfo(dtype).min if finite_mask else float("-inf"))
-    weights = pe.normalise(scores, visible, q_positions, k_positions) if pe is not None else scores.softmax(dim=-1)
+    if sink is not None and pe is not None and "normaliser" in pe.channels:
+        raise ValueError("a learnable sink takes its share of a softmax, and this method replaces the softmax")
+    if sink is not None:  # the sink's column beside the keys' logits, in the softmax, then dropped
+        column = sink.to(dtype)[:, None, None].expand(*scores.shape[:-1], 1)
+        weights = torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]
+    else:
+        weights = pe.normalise(scores, visible, q_positions, k_positions) if pe is not None else scores.softmax(dim=-1)
     return (weights @ v.to(dtype)).to(v.dtype)
 
 
 def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positions=None, token_terms=None,
-              key_transforms=None):
+              key_transforms=None, sink=None):
     """One forward over whole sequences: q, k, v [b, H, s, D] (not yet rotated) -> [b, H, s, D].
 
     positions [s]: the tokens' positions (the sequence index for packed rows); row_positions [b, s]: each
     row's own (restarting in each document), read by the method in place of `positions`; documents [b, s]:
     each token's packed document (keys of other documents invisible); token_terms: the layer's g [b, H, s]
     (pe.token_terms), or None; key_transforms: the layer's (w [b, H, s, D], beta [b, H, s]) (pe.key_transforms),
-    or None. Each row is computed alone."""
+    or None; sink: the layer's sink logits s [H] (a learnable attention sink), or None. Each row is computed alone."""
     index = torch.arange(q.shape[2], device=q.device)
     rows = []
     for r in range(q.shape[0]):
@@ -116,5 +123,6 @@ def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positi
                                                  .cumsum(dim=-1))
         transforms = None if key_transforms is None else tuple(t[r:r + 1] for t in key_transforms)
         rows.append(attend(q_r, k_r, v[r:r + 1], pe, p, p, visible.reshape(1, 1, *visible.shape[-2:]),
-                           bias=bias, weight=weight, token_differences=differences, key_transforms=transforms))
+                           bias=bias, weight=weight, token_differences=differences, key_transforms=transforms,
+                           sink=sink))
     return torch.cat(rows)

@@ -6,9 +6,10 @@ import torch.nn.functional as F
 
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.householder import dot_products_for
-from megatron.model.attention.masks import (additive_mask, attend_materialised, distance_mask, fused_mask,
+from megatron.model.attention.masks import (additive_mask, distance_mask, fused_mask,
                                             same_document, token_term_differences)
 from megatron.model.attention.strategy import AttentionPlan
+from megatron.model.attention.written_out import WRITTEN_OUT, attend_written_out
 
 
 def sdpa_bytes(*, length: int, heads: int, batch: int, element_size: int, pairwise_bytes: int,
@@ -42,7 +43,7 @@ def sdpa_bytes(*, length: int, heads: int, batch: int, element_size: int, pairwi
 
 def written_scores_bytes(*, batch: int, heads: int, element_size: int, needs_grad: bool) -> int:
     """Per (query, key) pair: the written-out softmax's [b, H, q, k] scores in fp32 or wider
-    (attend_materialised, or SDPA's math kernel), two alive at once without gradients, three with."""
+    (written_out.py, or SDPA's math kernel), two alive at once without gradients, three with."""
     return batch * heads * max(element_size, 4) * (3 if needs_grad else 2)
 
 
@@ -52,14 +53,15 @@ def token_terms_sdpa_bytes(inputs, writes_scores: bool) -> int:
     differences F_i - F_j [b, H, L, L] and the mask made from them in the compute dtype (b H (4 + e));
     with gradients the scores SDPA's math kernel writes out (the mask needs a gradient): the batch
     matters here, as the mask is each row's own."""
-    shared = inputs.element_size * (inputs.heads if (inputs.has_bias or not inputs.distance_only) else 1) * inputs.mask_rows
-    per_pair = shared + inputs.batch * inputs.heads * (4 + inputs.element_size)
-    if not inputs.distance_only:
-        per_pair += inputs.pairwise_bytes + 17 + inputs.element_size * inputs.heads
+    run = inputs.run
+    shared = run.element_size * (run.heads if inputs.channels & {"bias_table", "query_terms"} else 1) * inputs.mask_rows
+    per_pair = shared + run.batch * run.heads * (4 + run.element_size)
+    if inputs.has("query_terms"):
+        per_pair += inputs.pairwise_bytes + 17 + run.element_size * run.heads
     if writes_scores:
-        per_pair += written_scores_bytes(batch=inputs.batch, heads=inputs.heads, element_size=inputs.element_size,
-                                         needs_grad=inputs.needs_grad)
-    return inputs.length * inputs.length * per_pair
+        per_pair += written_scores_bytes(batch=run.batch, heads=run.heads, element_size=run.element_size,
+                                         needs_grad=run.needs_grad)
+    return run.length * run.length * per_pair
 
 
 def attend_masked(q, k, v, mask, dropout_p):
@@ -93,7 +95,7 @@ class Sdpa(AttentionPlan):
             self.mask = distance_mask(self.mask_table(bias_table), positions, window, dtype)
             if self.documents is not None:  # [b, H | 1, s, s]: each row's own documents
                 self.mask = self.mask.masked_fill(~same_document(self.documents, every, every), float("-inf"))
-        if pe.uses_token_terms and self.mask is None:  # each layer adds its F_i - F_j to a causal mask
+        if "token_terms" in pe.channels and self.mask is None:  # each layer adds its F_i - F_j to a causal mask
             self.mask = distance_mask(None, positions, window, dtype)
 
     def mask_table(self, bias_table):
@@ -107,20 +109,21 @@ class Sdpa(AttentionPlan):
 
     @classmethod
     def memory_bytes(cls, inputs):
-        if not (inputs.has_terms or inputs.windowed or inputs.documents):
+        run = inputs.run
+        if not (inputs.has_terms or run.windowed or run.documents):
             return 0  # is_causal: no mask at all
-        if inputs.token_terms:
+        if inputs.has("token_terms"):
             return token_terms_sdpa_bytes(inputs, cls.mask_needs_grad(inputs))
-        return sdpa_bytes(length=inputs.length, heads=inputs.heads if inputs.has_terms else 1, batch=inputs.batch,
-                          element_size=inputs.element_size,
-                          pairwise_bytes=0 if inputs.distance_only else inputs.pairwise_bytes,
-                          writes_scores=cls.mask_needs_grad(inputs), needs_grad=inputs.needs_grad,
+        return sdpa_bytes(length=run.length, heads=run.heads if inputs.has_terms else 1, batch=run.batch,
+                          element_size=run.element_size,
+                          pairwise_bytes=inputs.pairwise_bytes if inputs.has("query_terms") else 0,
+                          writes_scores=cls.mask_needs_grad(inputs), needs_grad=run.needs_grad,
                           mask_rows=inputs.mask_rows)
 
     @classmethod
     def mask_needs_grad(cls, inputs) -> bool:
         """A mask that needs a gradient sends SDPA to its math kernel, which writes the scores out."""
-        return inputs.needs_grad and (inputs.learnable_bias or inputs.token_terms)
+        return inputs.run.needs_grad and (inputs.has("bias_gradient") or inputs.has("token_terms"))
 
     def attend(self, q, k, v, dropout_p):
         mask = in_dtype_of(self.mask, q)
@@ -133,7 +136,7 @@ class Sdpa(AttentionPlan):
 class SdpaWrittenOut(AttentionPlan):
     """For a method with a multiplicative weight, which SDPA cannot apply, or one that rewrites the
     score matrix (pe.modify_scores): pe.pairwise's [H, L, L] terms, and the softmax written out per layer
-    (attend_materialised)."""
+    (written_out.py)."""
     name, path = "sdpa_written_out", "sdpa"
     quadratic_memory = True
 
@@ -143,39 +146,24 @@ class SdpaWrittenOut(AttentionPlan):
         self.allowed = self.visible(every, every)
         self.bias, self.weight = self.pairwise(every, every)
 
-    handles = frozenset({"cpu", "score_rewrite", "whole_matrix", "normaliser", "key_transforms", "query_terms",
-                         "token_terms", "bias_table", "weight", "bias_gradient", "gradients", "cpu_gradients",
-                         "dropout", "scattered_positions", "documents", "window"})  # token terms alone: `sdpa` first
+    handles = WRITTEN_OUT | frozenset({"cpu", "whole_matrix", "query_terms", "token_terms", "bias_table", "weight",
+                                       "bias_gradient", "gradients", "cpu_gradients", "dropout",
+                                       "scattered_positions", "documents", "window"})  # token terms alone: `sdpa` first
 
     @classmethod
     def memory_bytes(cls, inputs):
-        return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
-                          element_size=inputs.element_size, pairwise_bytes=inputs.pairwise_bytes,
-                          writes_scores=True, needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows) \
-            + inputs.score_edit_bytes(inputs.length, inputs.length) \
-            + (8 * inputs.batch * inputs.heads * inputs.length ** 2 if inputs.token_terms else 0)  # F_i - F_j, + bias
+        run = inputs.run
+        return sdpa_bytes(length=run.length, heads=run.heads, batch=run.batch,
+                          element_size=run.element_size, pairwise_bytes=inputs.pairwise_bytes,
+                          writes_scores=True, needs_grad=run.needs_grad, mask_rows=inputs.mask_rows) \
+            + inputs.score_edit_bytes(run.length, run.length) \
+            + (8 * run.batch * run.heads * run.length ** 2 if inputs.has("token_terms") else 0)  # F_i - F_j, + bias
 
     def attend(self, q, k, v, dropout_p):
-        bias = self.bias
-        if self.token_terms is not None:  # this layer's F_i - F_j [b, H, L, L]
-            every = slice(None)
-            differences = token_term_differences(self.token_terms, every, every)
-            bias = differences if bias is None else bias + differences
-        return attend_materialised(q, k, v, bias, self.weight, self.allowed, dropout_p,
-                                   score_edit(self.pe, self.positions, self.positions),
-                                   normaliser(self.pe, self.positions, self.positions),
-                                   dot_products_for(self.key_transforms, 0, k.shape[2]))
-
-
-def score_edit(pe, q_positions, k_positions):
-    """pe.modify_scores with these positions bound, for attend_materialised; None for a method without one."""
-    if not pe.modifies_scores:
-        return None
-    return lambda scores, bias, q, k, visible: pe.modify_scores(scores, bias, q, k, q_positions, k_positions, visible)
-
-
-def normaliser(pe, q_positions, k_positions):
-    """pe.normalise with these positions bound, for attend_materialised; None for the softmax."""
-    if not pe.replaces_softmax:
-        return None
-    return lambda logits, visible: pe.normalise(logits, visible, q_positions, k_positions)
+        every = slice(None)
+        differences = None if self.token_terms is None else token_term_differences(self.token_terms, every, every)
+        return attend_written_out(self.pe, q, k, v, allowed=self.allowed, q_positions=self.positions,
+                                  k_positions=self.positions, bias=self.bias, weight=self.weight,
+                                  token_differences=differences,
+                                  dot_products=dot_products_for(self.key_transforms, 0, k.shape[2]),
+                                  sink=self.sink, dropout_p=dropout_p)

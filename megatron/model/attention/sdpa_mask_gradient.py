@@ -23,9 +23,10 @@ class SdpaMaskGradient(Sdpa):
         """On CUDA the mask, the gradient SDPA writes for it ([b, H, L, L], e each) and that gradient summed over
         the batch to the mask's shape; elsewhere `sdpa`'s (its math kernel writes the scores out) and the same
         two gradients."""
-        mask_gradients = inputs.length ** 2 * inputs.element_size * inputs.heads * (inputs.batch + inputs.mask_rows)
-        if inputs.device_type != "cuda":
+        run = inputs.run
+        mask_gradients = run.length ** 2 * run.element_size * run.heads * (run.batch + inputs.mask_rows)
+        if run.device_type != "cuda":
             return Sdpa.memory_bytes(inputs) + mask_gradients
-        return sdpa_bytes(length=inputs.length, heads=inputs.heads, batch=inputs.batch,
-                          element_size=inputs.element_size, pairwise_bytes=0, writes_scores=False,
-                          needs_grad=inputs.needs_grad, mask_rows=inputs.mask_rows) + mask_gradients
+        return sdpa_bytes(length=run.length, heads=run.heads, batch=run.batch,
+                          element_size=run.element_size, pairwise_bytes=0, writes_scores=False,
+                          needs_grad=run.needs_grad, mask_rows=inputs.mask_rows) + mask_gradients

@@ -29,6 +29,7 @@ class AttentionPlan:
     requires: frozenset = frozenset()  # the needs it exists for; a forward without one refuses it
     token_terms = None        # F [b, H, s] fp32 of one layer (with_token_terms), or None
     key_transforms = None     # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
+    sink = None               # the sink logits s [H] of one layer (with_sink), or None
 
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
                  dtype: torch.dtype, bias_table, weight_table, documents=None, row_positions=None):
@@ -45,7 +46,8 @@ class AttentionPlan:
         # exact at `positions`, and only methods that read a position itself (rotate_qk, pairwise) need these.
         self.row_positions = row_positions
         # t [b | 1, H, s] on each query's logits row (pe.query_scale: ssmax), from the keys it sees, or None.
-        self.query_scale = pe.query_scale(keys_seen(positions, window, documents)) if pe.scales_queries else None
+        self.query_scale = (pe.query_scale(keys_seen(positions, window, documents)) if "query_scale" in pe.channels
+                            else None)
         # ((cos, sin) of q, (cos, sin) of k) when the method rotates by tables (rotary, xpos): computed here once
         # for every layer of the forward, applied by rotation.py (one fused kernel per tensor on CUDA); or None.
         rotated_at = positions if row_positions is None else row_positions
@@ -143,6 +145,15 @@ class AttentionPlan:
             return self
         plan = copy.copy(self)
         plan.key_transforms = transforms
+        return plan
+
+    def with_sink(self, sink: torch.Tensor | None) -> "AttentionPlan":
+        """The plan for one layer with a learnable sink (its logits s [H]): a shallow copy holding them. Itself when
+        None. Strategies that cannot apply it refuse in `can_run` (the `sink` need, AttentionRun.sink)."""
+        if sink is None:
+            return self
+        plan = copy.copy(self)
+        plan.sink = sink
         return plan
 
     def __repr__(self):

@@ -58,7 +58,8 @@ class Toeplitz(AttentionPlan):
     def memory_bytes(cls, inputs):
         """The row [H | 1, 2L - 1], and per call nothing of the terms (a view): the reversed keys and
         values and the blocks' outputs before they are joined, each the size of q."""
-        row = (inputs.heads if inputs.has_terms else 1) * (2 * inputs.length - 1) * inputs.element_size
+        run = inputs.run
+        row = (run.heads if inputs.has_terms else 1) * (2 * run.length - 1) * run.element_size
         return row + 3 * inputs.qkv_bytes
 
     def attend(self, q, k, v, dropout_p):
@@ -92,7 +93,7 @@ class ToeplitzWrittenOut(AttentionPlan):
         super().__init__(pe, positions, window=window, dtype=dtype, bias_table=bias_table,
                          weight_table=weight_table, **common)
         length, device = positions.shape[0], positions.device
-        compute = torch.promote_types(dtype, torch.float32)  # as attend_materialised: fp32, float64 stays
+        compute = torch.promote_types(dtype, torch.float32)  # as written_out.py: fp32, float64 stays
         # Constants (a subclass takes the tables' gradients itself): -inf for future keys and past the window.
         self.bias_row = distance_row(bias_table.detach(), length, window, compute, device)
         weight_row = distance_row(weight_table.detach(), length, window, compute, device)
@@ -106,11 +107,12 @@ class ToeplitzWrittenOut(AttentionPlan):
     def memory_bytes(cls, inputs):
         """The two rows [H, 2L - 1], the scaled queries, the reversed keys and values and the output (each
         the size of q), the logsumexp [b, H, L], in fp32 or wider; per block the scores [b, H, block, L]."""
-        element = max(inputs.element_size, 4)
-        rows = 2 * inputs.heads * (2 * inputs.length - 1) * element
-        copies = 4 * inputs.qkv_bytes * element // inputs.element_size
-        block = min(FORWARD_BLOCK, inputs.length)
-        return rows + copies + inputs.batch * inputs.heads * (1 + block) * inputs.length * element
+        run = inputs.run
+        element = max(run.element_size, 4)
+        rows = 2 * run.heads * (2 * run.length - 1) * element
+        copies = 4 * inputs.qkv_bytes * element // run.element_size
+        block = min(FORWARD_BLOCK, run.length)
+        return rows + copies + run.batch * run.heads * (1 + block) * run.length * element
 
     def attend(self, q, k, v, dropout_p):
         out, _ = weighted_forward(q, k.flip(2), v.flip(2), self.bias_row, self.weight_row)

@@ -146,9 +146,10 @@ class BlockedTokenTerms(Blocked):
     def memory_bytes(cls, inputs):
         """Per block, the mask [b, H, block, L] (fp32 differences, then in the compute dtype) and in the
         backward the written-out scores and their gradient (fp32); the q, k, v gradients and output."""
-        block = min(TOKEN_TERMS_BLOCK, inputs.length)
-        per_pair = inputs.batch * inputs.heads * (4 + inputs.element_size + (8 if inputs.needs_grad else 0))
-        return block * inputs.length * per_pair + 4 * inputs.qkv_bytes
+        run = inputs.run
+        block = min(TOKEN_TERMS_BLOCK, run.length)
+        per_pair = run.batch * run.heads * (4 + run.element_size + (8 if run.needs_grad else 0))
+        return block * run.length * per_pair + 4 * inputs.qkv_bytes
 
     def attend(self, q, k, v, dropout_p):
         if self.token_terms is None:  # not given this layer's terms (with_token_terms): plain blocks

@@ -10,7 +10,6 @@ index difference, which is the position difference inside a document), a bias ta
 (kerple_bias_weight) and their gradients. Not dropout, positions that are not consecutive, terms that depend
 on the query position itself, per-token terms, score rewrites, other normalisers or key transforms: each a
 refusal naming it (`can_run`)."""
-import dataclasses
 import importlib.util
 import os
 import sys
@@ -60,18 +59,19 @@ class TritonFlash(AttentionPlan):
     def can_run(cls, inputs):
         """The needs (strategy.py; on the CPU under the interpreter those of the same forward on CUDA), then the
         device, the dtype and the head size, then whether triton imports."""
-        interpreted = inputs.device_type == "cpu" and interpreter_problem() is None
-        if (reason := super().can_run(dataclasses.replace(inputs, device_type="cuda") if interpreted else inputs)):
+        run = inputs.run
+        interpreted = run.device_type == "cpu" and interpreter_problem() is None
+        if (reason := super().can_run(inputs.with_run(device_type="cuda") if interpreted else inputs)):
             return reason
-        if inputs.device_type not in ("cpu", "cuda"):
-            return (f"the Triton kernel runs on CUDA devices, and this forward runs on {inputs.device_type}. Set "
+        if run.device_type not in ("cpu", "cuda"):
+            return (f"the Triton kernel runs on CUDA devices, and this forward runs on {run.device_type}. Set "
                     "attention-impl to 'auto'")
-        if inputs.device_type == "cpu" and inputs.element_size == 2:
+        if run.device_type == "cpu" and run.element_size == 2:
             return ("Triton's interpreter has no bf16 or fp16 arithmetic, and this forward computes in 16-bit floats "
                     "on the CPU. Compute in float32 or float64 there, or set attention-impl to 'auto'")
-        if inputs.head_dim > LARGEST_HEAD_DIM:
+        if run.head_dim > LARGEST_HEAD_DIM:
             return (f"the Triton kernel takes head dimensions up to {LARGEST_HEAD_DIM}, and this model's is "
-                    f"{inputs.head_dim}. Set attention-impl to 'auto'")
+                    f"{run.head_dim}. Set attention-impl to 'auto'")
         if (problem := triton_problem()) is not None:
             return f"{problem}. Or set attention-impl to 'auto'"
         return None
@@ -79,7 +79,7 @@ class TritonFlash(AttentionPlan):
     @classmethod
     def missing_package(cls, inputs):
         """triton's absence, when it alone keeps the kernel from this forward (`auto` then says so)."""
-        return triton_problem() if inputs.device_type == "cuda" and super().can_run(inputs) is None else None
+        return triton_problem() if inputs.run.device_type == "cuda" and super().can_run(inputs) is None else None
 
     @classmethod
     def refusal(cls, need, inputs):
@@ -92,7 +92,7 @@ class TritonFlash(AttentionPlan):
         what = {
             "query_terms": "this positional method's terms depend on the query position itself, not only on the "
                            "distance i - j, so it has no per-distance table for the kernel to read",
-            "dropout": f"the Triton kernel does not apply attention dropout (attention-dropout {inputs.dropout_p})",
+            "dropout": f"the Triton kernel does not apply attention dropout (attention-dropout {inputs.run.dropout_p})",
             "scattered_positions": "the positions are not consecutive, and the kernel reads the tables at the index "
                                    "difference i - j",
         }.get(need)
@@ -105,8 +105,9 @@ class TritonFlash(AttentionPlan):
         """Contiguous copies of q, k and v (at most three), the row log-sum-exp [b, H, L] (fp32 or wider), and
         in training rowsum(dO * O) and the tables' per-diagonal partial sums (two of [b, H, L / B, 2 B], about
         2 L each): linear in L."""
-        per_row = max(inputs.element_size, 4) * inputs.batch * inputs.heads * inputs.length
-        return 3 * inputs.qkv_bytes + per_row * (1 + (1 + 2 * 2 if inputs.needs_grad else 0))
+        run = inputs.run
+        per_row = max(run.element_size, 4) * run.batch * run.heads * run.length
+        return 3 * inputs.qkv_bytes + per_row * (1 + (1 + 2 * 2 if run.needs_grad else 0))
 
     def attend(self, q, k, v, dropout_p):
         from megatron.model.attention.triton_kernel import flash_attention_with_distance_tables

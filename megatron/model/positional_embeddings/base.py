@@ -1,52 +1,26 @@
 """The protocol every positional method implements, and how a method declares its options.
 
-Attention calls only this protocol and never branches on a method's name. The three channels are
-independent and each defaults to "do nothing":
-- `add_to_embeddings(x, positions)`: absolute methods (learned, sinusoidal) add to token embeddings;
-- `rotate_qk(q, k, q_positions, k_positions)`: rotary rotates queries and keys; a method whose rotation is
-  by per-position cos/sin tables also gives `rotation_tables` and `rotate` (rotary, xpos), so attention
-  computes the tables once per forward and rotates with one fused kernel per tensor on CUDA;
-- `pairwise(q_positions, k_positions)` -> (bias, weight): per-head score edits
-  `score = (q.k / sqrt(D)) * weight + bias`. Methods whose edit depends only on d = i - j
-  (`distance_only`, all but fire) implement `distance_tables(length)` instead, so attention can read
-  an O(H * L) table rather than materialise an O(H * L^2) matrix. Attention asks for a forward's
-  tables through `distance_tables_at(positions, span)`, so a method whose edit reads i may still give
-  tables at positions where it does not (fire below its threshold L).
-A fourth channel, also "nothing" by default, is for methods whose terms come from the hidden states:
-- `token_terms(x)` -> g [b, H, s]: per-token terms from the layer's attention input x, which add
-  `score(i, j) += g_{j+1} + ... + g_i = F_i - F_j` (F = cumsum(g) along the sequence; the forget gate
-  of `fox`, g = log f). A method with them sets `uses_token_terms`, so the attention planner knows its
-  class before any x exists; attention computes F and keeps two O(L) buffers, never an L x L table.
-  Such terms are a layer's own (each layer has its gate), so such a method also sets `per_layer`:
-  the model then builds one positional module per layer (megatron/model/gpt_model.py).
-A fifth, also "nothing" by default, is for methods that rewrite the score matrix:
-- `modify_scores(scores, bias, q, k, q_positions, k_positions, visible)` -> logits: methods that need
-  the whole pre-softmax score matrix (`modifies_scores`: cope, the `dape` wrapper). The default adds
-  the bias. Such a method runs only on the strategies that write the scores out a row block at a time
-  (the planner reads the flag and `score_bytes`; attention still never names a method), so its
-  edit of row i may read only row i's visible entries. Such a method is not `distance_only` (its
-  edit reads the scores themselves), so no per-distance table path is offered to it.
-A sixth, "the softmax" by default, is for methods that replace the softmax:
-- `normalise(logits, visible, q_positions, k_positions)` -> attention weights: the default is the softmax
-  over the visible keys; `stickbreaking` gives each key the share of the stick left by the keys nearer
-  the query. A method with its own sets `replaces_softmax`; it runs only on the strategies that write
-  the weights out (never SDPA's or flex's fused softmax), so it too may read only row i's visible entries.
-  Its `stick_breaking_options` say when those weights are stick-breaking's exactly, so that a fused
-  stick-breaking kernel (fla's, on CUDA) may compute them.
-A seventh, "nothing" by default, is for methods that transform the keys between key and query by the
-tokens in between (PaTH's Householder products):
-- `key_transforms(x)` -> (w [b, H, s, D] unit vectors, beta [b, H, s]) from the layer's attention input:
-  score(i, j) = q_i^T (H_i H_{i-1} ... H_{j+1}) k_j / sqrt(D) with H_t = I - beta_t w_t w_t^T. A method
-  with them sets `uses_key_transforms` (and `per_layer`: the projections are each layer's own).
+Attention calls only this protocol and never branches on a method's name. Every protocol method defaults
+to "do nothing" (the softmax, for `normalise`). Three are asked of every method: `add_to_embeddings`
+(absolute methods), `rotate_qk` (with `rotation_tables` and `rotate` for a rotation by per-position cos/sin
+tables, which attention computes once per forward) and `distance_tables` (per-head bias and score weight
+over d = i - j, read as O(H * L) tables). The others are channels: a method that uses one names it in its
+`channels`, one set of names in the vocabulary the attention strategies speak
+(megatron/model/attention/needs.py gives each its refusal phrase), so the planner knows what a forward
+needs before any tensor exists. CHANNELS below lists them with the protocol method each one calls;
+docs/architecture.md's table is generated from it (tools/docs/channel_table.py). The contracts are the
+protocol methods' docstrings.
+
+A channel's terms that come from the hidden states (token_terms, key_transforms) are a layer's own: such a
+method also sets `per_layer`, so the model builds one positional module per layer (megatron/model/gpt_model.py).
+A method whose edit reads the scores (score_rewrite, normaliser) may read only row i's visible entries,
+unless it declares whole_matrix too.
 
 A method's options are the fields of its `Options` dataclass, each declared with `option(...)`:
 default, help text, check and whether it only sets initial values. The config keys, the config
-reference and the checkpoint check are all read from these declarations (registry.py).
-A sixth, also "nothing" by default, is for a factor on a query's whole logits row that depends on how
-many keys it sees (`scales_queries`: attention-temperature's ssmax):
-- `query_scale(keys_seen)` -> t [b | 1, H, s]: logits(i, j) = t_i * (scores + bias). Attention counts the
-  keys each query sees (causality, its packed document, the window, the cache) and multiplies q (after
-  `rotate_qk`) and the method's bias by t; the method never has to guess the count from a position.
+reference and the checkpoint check are all read from these declarations (registry.py). A fact that only
+one attention kernel needs (fla's stick-breaking kernel: whether the query's own token takes a share) is
+read from these options by that strategy, not asked through the protocol.
 """
 import copy
 from dataclasses import dataclass, field
@@ -118,23 +92,50 @@ class ModelShape:
     init_std: float = 0.02            # init-method-std, for tables a method initialises itself
 
 
+# The channels a method may name in `channels`: name -> (the protocol method attention then calls, what it is
+# for). The names are the attention strategies' vocabulary (megatron/model/attention/needs.py).
+CHANNELS = {
+    "query_terms": ("pairwise", "per-head score terms (bias, weight) that depend on the query position itself, "
+                                "not on d = i - j alone; `distance_tables_at` may still give tables where they do not"),
+    "token_terms": ("token_terms", "per-token values from the layer's input whose running sums F add F_i - F_j "
+                                   "to score(i, j)"),
+    "key_transforms": ("key_transforms", "Householder transforms of the keys by the tokens between key and query"),
+    "score_rewrite": ("modify_scores", "a rewrite of the written-out pre-softmax score matrix, row by row"),
+    "whole_matrix": ("modify_scores", "with score_rewrite: the rewrite of a row reads keys past its own, so only "
+                                      "the forward's whole matrix at once gives its numbers"),
+    "normaliser": ("normalise", "the method's own attention weights in place of the softmax"),
+    "query_scale": ("query_scale", "a factor on query i's whole logits row from the number of keys it sees, which "
+                                   "attention counts"),
+}
+# The class flags that named channels before `channels` did: a method written against them ports by listing
+# the channel instead (`uses_token_terms = True` -> `channels = frozenset({"token_terms"})`).
+FORMER_FLAGS = {"distance_only": "query_terms (for distance_only = False)", "uses_token_terms": "token_terms",
+                "uses_key_transforms": "key_transforms", "modifies_scores": "score_rewrite",
+                "reads_whole_matrix": "whole_matrix", "replaces_softmax": "normaliser", "scales_queries": "query_scale"}
+
+
 class PositionalEmbedding(nn.Module):
     name: str = "?"            # set by @register
-    distance_only: bool = True  # the score edit depends only on d = i - j
+    channels: frozenset = frozenset()  # the channels of CHANNELS this method uses (an instance may narrow them)
     max_length: int | None = None  # largest number of positions the method can embed (learned)
     uses_max_positions: bool = False  # parameters sized by max-position-embeddings (learned)
-    uses_token_terms: bool = False  # token_terms returns per-token terms (fox): the planner's class
     per_layer: bool = False  # its parameters are each layer's own: one module per layer (fox)
-    modifies_scores: bool = False  # rewrites the pre-softmax score matrix (modify_scores)
-    scales_queries: bool = False  # query_scale gives each query's row a factor (attention-temperature ssmax)
-    # modify_scores of a row reads keys past its own, so only the whole score matrix of the forward at once
-    # gives its numbers (dape's authors' V2): the planner offers it only the strategies that write that out.
-    reads_whole_matrix: bool = False
-    replaces_softmax: bool = False  # its own weights in place of the softmax (normalise: stickbreaking)
-    uses_key_transforms: bool = False  # key_transforms returns Householder transforms (path)
     # Why a score term reads every head's scores (dape), or None: heads are independent, so sequence parallelism
     # (megatron/model/sequence_parallel.py) may give each rank the whole sequence for a share of them.
     mixes_heads: str | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        """A method class that still sets a former flag, or names a channel nobody knows, is refused at once:
+        attention would otherwise never call the protocol method the flag stood for."""
+        super().__init_subclass__(**kwargs)
+        former = [flag for flag in FORMER_FLAGS if flag in vars(cls)]
+        if former:
+            raise TypeError(f"{cls.__name__} sets {', '.join(former)}: name the channel in `channels` instead ("
+                            + "; ".join(f"{flag} -> {FORMER_FLAGS[flag]}" for flag in former) + ").")
+        unknown = sorted(set(cls.channels) - set(CHANNELS))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.channels names {', '.join(map(repr, unknown))}, which is not a channel; "
+                            f"the channels are {', '.join(CHANNELS)}.")
 
     @dataclass
     class Options:
@@ -176,8 +177,8 @@ class PositionalEmbedding(nn.Module):
     def distance_tables_at(self, positions: torch.Tensor, span: int):
         """A forward's `distance_tables(span)` at these positions (span: their largest distance + 1) when its
         terms there depend on d = i - j alone, else None (attention then calls `pairwise`). Always the tables
-        for a `distance_only` method; a method whose terms read i itself may give them where they do not."""
-        return self.distance_tables(span) if self.distance_only else None
+        for a method without the query_terms channel; one with it may give them where its terms do not read i."""
+        return None if "query_terms" in self.channels else self.distance_tables(span)
 
     def pairwise(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
         """(bias[H, q, k] | None, weight[H, q, k] | None) for these query and key positions.
@@ -194,7 +195,7 @@ class PositionalEmbedding(nn.Module):
         return 8 + 2 * 4 * self.num_heads
 
     def modify_scores(self, scores, bias, q, k, q_positions, k_positions, visible):
-        """The pre-softmax logits [b, H, q, k] of a method with `modifies_scores`.
+        """The pre-softmax logits [b, H, q, k] of a method with the score_rewrite channel.
 
         scores: (q.k / sqrt(D)) * weight [b, H, q, k] in fp32 or wider; bias: the method's bias [.., H, q, k]
         (pairwise or gathered from its tables) or None; q [b, H, q, D], k [b, H, k, D] (rotated, the
@@ -212,15 +213,8 @@ class PositionalEmbedding(nn.Module):
 
     def normalise(self, logits, visible, q_positions, k_positions):
         """The attention weights [b, H, q, k] from the logits (masked: -inf, or the dtype's minimum, where
-        not `visible`); positions as in modify_scores. The softmax, unless the method `replaces_softmax`."""
+        not `visible`); positions as in modify_scores. The softmax, unless the method has the normaliser channel."""
         return logits.softmax(dim=-1)
-
-    def stick_breaking_options(self) -> dict | None:
-        """For a method whose `normalise` is stick-breaking exactly (A_ij = sigmoid(z_ij) times the product of
-        1 - sigmoid(z_il) over the visible keys l between j and the query), the options that fix its form,
-        {"attend_current": the query's own token takes a share too}, as a fused stick-breaking kernel (fla's)
-        takes them; None for the softmax or any other normaliser, which no such kernel computes."""
-        return None
 
     def key_transforms(self, x: torch.Tensor):
         """(w [b, H, s, D], beta [b, H, s]) (float32, differentiable) from the attention input x [b, s, hidden]:
@@ -256,8 +250,8 @@ class PositionalEmbedding(nn.Module):
 def softmax_wrapper_problem(base: "PositionalEmbedding", key: str) -> str | None:
     """Why the wrapper config key `key` (attention-temperature, dape), which scales or rewrites the logits
     of a softmax over q.k scores, cannot wrap `base`; None when it can."""
-    if not (base.replaces_softmax or base.uses_key_transforms):
+    if not {"normaliser", "key_transforms"} & base.channels:
         return None
-    what = "replaces the softmax" if base.replaces_softmax else "transforms the keys by the tokens in between"
+    what = "replaces the softmax" if "normaliser" in base.channels else "transforms the keys by the tokens in between"
     return (f"{key} is set, but pos-emb {base.name!r} {what}, which the {key} wrapper does not pass on (it would "
             f"silently attend with a plain softmax). Remove {key} for this method.")

@@ -25,7 +25,7 @@ from .registry import register
 
 @register("cable")
 class ContextAwareBias(PositionalEmbedding):
-    uses_token_terms = True
+    channels = frozenset({"token_terms"})
     per_layer = True
 
     @dataclass

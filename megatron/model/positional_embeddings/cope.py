@@ -23,7 +23,7 @@ from .registry import register
 
 @register("cope")
 class CoPE(PositionalEmbedding):
-    modifies_scores, distance_only = True, False  # its positions are counted from the scores
+    channels = frozenset({"score_rewrite", "query_terms"})  # its positions are counted from the scores
 
     @dataclass
     class Options:

@@ -30,7 +30,7 @@ defaults for Linear and Conv2d, as theirs.
 zeroed, so row i reads LeakyReLU(conv1) at keys i + 1 .. i + kernel // 2, which exist unless i is among the
 forward's last rows (zero padding there). A row's logits then depend on how long the forward pass is (and,
 with packed documents, on the next document's first entries: zero features, but not zero hidden), so it
-runs only where the forward's whole score matrix is written out at once (`reads_whole_matrix`: the
+runs only where the forward's whole score matrix is written out at once (the whole_matrix channel: the
 `sdpa_written_out` strategy; a KV-cache step, whose queries are the forward's last rows; the exported
 decoder). The hidden map is zeroed only at keys before the row's first visible key (left padding, an
 earlier packed document, keys past the window), which their full causal matrix never has, so a padded
@@ -85,13 +85,13 @@ def dape_problem(value) -> str | None:
 
 class Dape(PositionalEmbedding):
     """`base` with DAPE's learned edit of its score matrix (see the module's text)."""
-    modifies_scores = True
+    channels = frozenset({"score_rewrite", "query_terms"})  # it reads the scores
     mixes_heads = ("dape's learned function f reads every head's score at each query and key and writes every "
                    "head's logit")
 
     def __init__(self, base: PositionalEmbedding, dape: dict):
         super().__init__(base.shape, base.options)
-        if base.modifies_scores:
+        if "score_rewrite" in base.channels:
             raise PositionalEmbeddingError(
                 f"dape wraps a method's bias, but pos-emb {base.name!r} already rewrites the score matrix itself; "
                 "use dape with a bias method (kerple_log, alibi, t5, fire, ...) or with rotary/none.")
@@ -99,12 +99,13 @@ class Dape(PositionalEmbedding):
         self.base, self.version = base, given["version"]
         self.hidden, self.kernel = given.get("hidden", 32), given.get("kernel", 3)
         self.form = given.get("form", "project")
-        self.reads_whole_matrix = self.form == "authors"  # a row reads the hidden map past its own keys
-        self.name, self.max_length, self.distance_only = base.name, base.max_length, False  # reads the scores
+        self.name, self.max_length = base.name, base.max_length
         self.uses_max_positions = base.uses_max_positions
         # authors' form: a row cached as the last of the forward is not the last later (the module's text)
         self.cache_exact = getattr(base, "cache_exact", True) and self.form == "project"
-        self.scales_queries = base.scales_queries
+        # a row of the authors' form reads the hidden map past its own keys: whole_matrix
+        self.channels = (self.channels | (base.channels & {"query_scale"})
+                         | ({"whole_matrix"} if self.form == "authors" else set()))
         heads = base.num_heads
         if self.version == 1:
             self.dape_in, self.dape_out = nn.Linear(2 * heads, self.hidden), nn.Linear(self.hidden, heads)

@@ -18,7 +18,7 @@ ROW_CHUNK = 16  # query rows per MLP call past the threshold (pairwise)
 
 @register("fire")
 class FIRE(PositionalEmbedding):
-    distance_only = False
+    channels = frozenset({"query_terms"})
 
     @dataclass
     class Options:

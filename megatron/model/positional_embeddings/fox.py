@@ -27,7 +27,7 @@ from .registry import register
 
 @register("fox")
 class ForgetGate(PositionalEmbedding):
-    uses_token_terms = True
+    channels = frozenset({"token_terms"})
     per_layer = True
 
     @dataclass

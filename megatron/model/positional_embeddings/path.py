@@ -33,7 +33,7 @@ GATE_BIAS_INIT = 5.0  # f ~ 0.993: little forgetting at first (fox's default)
 
 @register("path")
 class PaTH(PositionalEmbedding):
-    uses_key_transforms = True
+    channels = frozenset({"key_transforms"})
     per_layer = True
 
     @dataclass
@@ -51,8 +51,8 @@ class PaTH(PositionalEmbedding):
         self.w_weight = nn.Parameter(torch.randn(heads * dim, hidden) * shape.init_std)
         self.beta_weight = nn.Parameter(torch.randn(heads, hidden) * shape.init_std)
         self.beta_bias = nn.Parameter(torch.zeros(heads))  # beta = 1 at first
-        self.uses_token_terms = self.options.path_forget_gate
-        if self.uses_token_terms:
+        if self.options.path_forget_gate:  # PaTH-FoX: the gate adds per-token terms
+            self.channels = self.channels | {"token_terms"}
             self.gate_weight = nn.Parameter(torch.randn(heads, hidden) * shape.init_std)
             self.gate_bias = nn.Parameter(torch.full((heads,), GATE_BIAS_INIT))
 
@@ -65,7 +65,7 @@ class PaTH(PositionalEmbedding):
         return w, beta.transpose(1, 2)
 
     def token_terms(self, x):
-        if not self.uses_token_terms:
+        if not self.options.path_forget_gate:
             return None
         x = x.to(torch.promote_types(x.dtype, torch.float32))
         return F.logsigmoid(F.linear(x, self.gate_weight.to(x.dtype), self.gate_bias.to(x.dtype))).transpose(1, 2)
@@ -73,4 +73,4 @@ class PaTH(PositionalEmbedding):
     def kernel_parameters(self):
         """Logged per head: beta where u . x_t = 0 (2 sigmoid(c), 1 at first), and the gate's bias."""
         beta = {"beta_at_zero": 2 * torch.sigmoid(self.beta_bias.float())}
-        return {**beta, "gate_bias": self.gate_bias.float()} if self.uses_token_terms else beta
+        return {**beta, "gate_bias": self.gate_bias.float()} if self.options.path_forget_gate else beta

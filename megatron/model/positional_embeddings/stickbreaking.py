@@ -34,23 +34,20 @@ def own_tokens(q_positions, k_positions):
 
 @register("stickbreaking", aliases=("stick_breaking",))
 class StickBreaking(PositionalEmbedding):
-    replaces_softmax = True
+    channels = frozenset({"normaliser"})
 
     @dataclass
     class Options:
         stickbreaking_attend_current: bool = option(
             False, "`stickbreaking`: a query also breaks the stick at its own token (j <= i); false: the "
                    "paper's j < i (fla's default), and the first token's attention output is 0.",
-            exclusive=True, label="attend-current")
+            exclusive=True, label="attend-current")  # fla's stick-breaking kernel reads it by this name (fla_kernels.py)
 
     def normalise(self, logits, visible, q_positions, k_positions):
         seen = visible if self.options.stickbreaking_attend_current else visible & ~own_tokens(q_positions, k_positions)
         log_rest = F.logsigmoid(-logits).masked_fill(~seen, 0.0)            # log(1 - beta_il), 0 where not seen
         nearer = log_rest.flip(-1).cumsum(-1).flip(-1) - log_rest            # sum over the seen l > j
         return (F.logsigmoid(logits) + nearer).masked_fill(~seen, float("-inf")).exp()
-
-    def stick_breaking_options(self):
-        return {"attend_current": self.options.stickbreaking_attend_current}
 
     def score_bytes(self):
         """logsigmoid of z and of -z, the reversed cumulative sum (two flips), the sum and its exp, in fp32."""

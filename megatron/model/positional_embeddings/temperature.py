@@ -60,12 +60,11 @@ class Tempered(PositionalEmbedding):
 
     def __init__(self, base: PositionalEmbedding, temperature: dict):
         super().__init__(base.shape, base.options)
-        if base.modifies_scores:  # it scales q, which the method's own reading of the scores would see
+        if "score_rewrite" in base.channels:  # it scales q, which the method's own reading of the scores would see
             raise PositionalEmbeddingError(f"attention-temperature cannot wrap pos-emb {base.name!r}, which rewrites "
                                            "the score matrix itself.")
         given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
         self.base, self.type = base, given["type"]
-        self.scales_queries = self.type in ("ssmax", "llama4")  # t(i) from the keys i sees: attention counts them
         self.name, self.max_length = base.name, base.max_length
         self.uses_max_positions, self.cache_exact = base.uses_max_positions, getattr(base, "cache_exact", True)
         init = given.get("init")
@@ -79,10 +78,12 @@ class Tempered(PositionalEmbedding):
         else:
             self.temperature_scale = nn.Parameter(torch.full((base.num_heads,), float(init)))
         with torch.no_grad():
-            tables = base.distance_tables(1) if base.distance_only else (True, None)
+            tables = base.distance_tables(1) if "query_terms" not in base.channels else (True, None)
         self.has_bias = tables[0] is not None
+        scales_queries = self.type in ("ssmax", "llama4")  # t(i) from the keys i sees: attention counts them
         # A per-query temperature times a bias depends on i, not on i - j alone.
-        self.distance_only = base.distance_only and not (self.scales_queries and self.has_bias)
+        query_terms = "query_terms" in base.channels or (scales_queries and self.has_bias)
+        self.channels = frozenset({"query_scale"} if scales_queries else ()) | ({"query_terms"} if query_terms else set())
 
     def query_scale(self, keys_seen: torch.Tensor) -> torch.Tensor | None:
         """ssmax: t [b | 1, H, s] = s_h ln(n_i), keys_seen n [b | 1, s] (at least 1: a padding query of an
@@ -136,7 +137,7 @@ class Tempered(PositionalEmbedding):
 
 def tempered(base: PositionalEmbedding, temperature: dict | None) -> PositionalEmbedding:
     """`base`, or `base` under `temperature` when one is given."""
-    if temperature is not None and base.uses_token_terms:
+    if temperature is not None and "token_terms" in base.channels:
         raise PositionalEmbeddingError(
             f"attention-temperature is set, but pos-emb {base.name!r} adds per-token terms F_i - F_j (a forget "
             "gate) that the temperature would have to scale too, which is not implemented. Remove "

@@ -11,7 +11,8 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
 from megatron.model.attention import flex_kernel
-from megatron.model.attention import attend, flex_block_mask, pad_to_whole_tiles, plan_attention, reference
+from megatron.model.attention import (AttentionRun, attend, flex_block_mask, pad_to_whole_tiles, plan_attention,
+                                      reference)
 from megatron.model.attention.flex import MIN_CUDA_HEAD_DIM
 from megatron.model.attention.sdpa import sdpa_bytes
 from megatron.model.attention.choice import memory_budget_bytes
@@ -43,8 +44,8 @@ def qkv(requires_grad=False, dtype=torch.float32, head_dim=HEAD_DIM):
 
 def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
     positions = torch.arange(LENGTH) if positions is None else positions
-    plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=needs_grad,
-                          dropout_p=0.0)
+    plan = plan_attention(pe, positions, AttentionRun(impl=impl, window=window, block_size=BLOCK, needs_grad=needs_grad,
+                                                      dropout_p=0.0))
     assert plan.path == impl
     return attend(*plan.rotate(q, k), v, plan)
 
@@ -64,7 +65,7 @@ def test_every_path_matches_the_float64_reference(name, window):
     pe, (q, k, v) = make_pe(name), qkv()
     expected = reference_attention(pe, q, k, v, window)
     with torch.no_grad(), flex_kernel.reference_math():
-        flex_runs = pe.distance_only and not (pe.replaces_softmax or pe.uses_key_transforms)  # flex: a softmax of q.k
+        flex_runs = ("query_terms" not in pe.channels) and not (("normaliser" in pe.channels) or ("key_transforms" in pe.channels))  # flex: a softmax of q.k
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             out = run_path(pe, impl, q, k, v, window)
             torch.testing.assert_close(out.double(), expected, atol=FLOAT32_ATOL.get(name, 2e-6), rtol=1e-5,
@@ -98,16 +99,16 @@ def test_flex_skips_and_fills_tiles_correctly_at_a_longer_length():
     q, k, v = (torch.randn(1, HEADS, length, HEAD_DIM) for _ in range(3))
     positions = torch.arange(length)
     with torch.no_grad(), flex_kernel.reference_math():
-        outputs = [attend(q, k, v, plan_attention(pe, positions, impl=impl, window=100, block_size=BLOCK,
-                                                  needs_grad=False, dropout_p=0.0)) for impl in ("sdpa", "flex")]
+        runs = [AttentionRun(impl=impl, window=100, block_size=BLOCK) for impl in ("sdpa", "flex")]
+        outputs = [attend(q, k, v, plan_attention(pe, positions, run)) for run in runs]
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-5)
 
 
 def flex_or_refusal(pe, q, k, v, window=None):
     """The compiled flex path's promise on CPU: its output, or None when it refused with one paragraph."""
     positions = torch.arange(q.shape[2])
-    plan = plan_attention(pe, positions, impl="flex", window=window, block_size=BLOCK, needs_grad=False,
-                          dropout_p=0.0)
+    plan = plan_attention(pe, positions, AttentionRun(impl="flex", window=window, block_size=BLOCK, needs_grad=False,
+                                                      dropout_p=0.0))
     try:
         return attend(*plan.rotate(q, k), v, plan)
     except flex_kernel.FlexKernelError as refusal:
@@ -147,7 +148,8 @@ def test_a_kernel_that_is_wrong_is_refused_and_a_right_one_is_checked_once():
     pe = make_pe("kerple_log")
     q, k, v = qkv()
     positions = torch.arange(LENGTH)
-    plan = plan_attention(pe, positions, impl="flex", window=None, block_size=BLOCK, needs_grad=False, dropout_p=0.0)
+    plan = plan_attention(pe, positions, AttentionRun(impl="flex", window=None, block_size=BLOCK, needs_grad=False,
+                                                      dropout_p=0.0))
     padded = [torch.nn.functional.pad(t, (0, 0, 0, 128 - LENGTH)) for t in (q, k, v)]
     table = pe.distance_tables(plan.span)[0]
 
@@ -248,7 +250,7 @@ def test_low_precision_paths_agree_with_fp32(dtype):
 # express: a score rewrite (cope), a replaced softmax (stickbreaking), transformed keys (path); their refusals
 # are test_flex_refuses_what_it_cannot_do's.
 @pytest.mark.parametrize("name", [n for n in METHODS if n != "fire" and not (
-    make_pe(n).modifies_scores or make_pe(n).replaces_softmax or make_pe(n).uses_key_transforms)])
+    ("score_rewrite" in make_pe(n).channels) or ("normaliser" in make_pe(n).channels) or ("key_transforms" in make_pe(n).channels))])
 def test_flex_gradients_match_sdpa_on_cuda(name):
     pe = make_pe(name, head_dim=MIN_CUDA_HEAD_DIM).cuda()  # CUDA FlexAttention compiles no smaller head
     grads = {}
@@ -267,21 +269,21 @@ def test_flex_refuses_what_it_cannot_do():
     q, k, v = qkv()
     positions = torch.arange(LENGTH)
     with pytest.raises(NeoXArgsError, match="no backward pass on CPU.*'blocked' or 'auto'"):
-        plan_attention(make_pe("alibi"), positions, impl="flex", window=None, block_size=BLOCK,
-                       needs_grad=True, dropout_p=0.0)
-    non_distance = [n for n in METHODS if not make_pe(n).distance_only]
+        plan_attention(make_pe("alibi"), positions, AttentionRun(impl="flex", window=None, block_size=BLOCK,
+                                                                 needs_grad=True, dropout_p=0.0))
+    non_distance = [n for n in METHODS if "query_terms" in make_pe(n).channels]
     past_thresholds = positions + 1000  # fire's terms read i only past its threshold L = 512
     for name in non_distance:
-        reason = "rewrites the whole score matrix" if make_pe(name).modifies_scores else "depends on the query position itself"
+        reason = "rewrites the whole score matrix" if ("score_rewrite" in make_pe(name).channels) else "depends on the query position itself"
         with pytest.raises(NeoXArgsError, match=reason):
-            plan_attention(make_pe(name), past_thresholds, impl="flex", window=None, block_size=BLOCK,
-                           needs_grad=False, dropout_p=0.0)
+            plan_attention(make_pe(name), past_thresholds, AttentionRun(impl="flex", window=None, block_size=BLOCK,
+                                                                        needs_grad=False, dropout_p=0.0))
     with pytest.raises(NeoXArgsError, match="attention-impl is 'fast'; choose one of auto, sdpa, flex, blocked"):
-        plan_attention(make_pe("alibi"), positions, impl="fast", window=None, block_size=BLOCK,
-                       needs_grad=False, dropout_p=0.0)
+        plan_attention(make_pe("alibi"), positions, AttentionRun(impl="fast", window=None, block_size=BLOCK,
+                                                                 needs_grad=False, dropout_p=0.0))
     with pytest.raises(NeoXArgsError, match="attention-window is 0"):
-        plan_attention(make_pe("alibi"), positions, impl="sdpa", window=0, block_size=BLOCK,
-                       needs_grad=False, dropout_p=0.0)
+        plan_attention(make_pe("alibi"), positions, AttentionRun(impl="sdpa", window=0, block_size=BLOCK,
+                                                                 needs_grad=False, dropout_p=0.0))
 
 
 # auto's decisions for every kind of method, device, gradient, dropout, window and budget:
@@ -293,10 +295,11 @@ def test_auto_on_cpu_never_takes_flex_at_any_length():
         pe = make_pe(name)
         for length in (8, 512, 4096, 16384):
             with torch.no_grad():
-                plan = plan_attention(pe, torch.arange(length), impl="auto", window=length // 2, block_size=BLOCK,
-                                      needs_grad=False, dropout_p=0.0, memory_budget_mb=1)
+                plan = plan_attention(pe, torch.arange(length), AttentionRun(impl="auto", window=length // 2,
+                                                                             block_size=BLOCK, needs_grad=False,
+                                                                             dropout_p=0.0, memory_budget_mb=1))
             assert plan.path != "flex", (name, length)
-            if pe.distance_only and name != "kerple_bias_weight":
+            if ("query_terms" not in pe.channels) and name != "kerple_bias_weight":
                 assert plan.name == "toeplitz", (name, length)  # one strided row per head
 
 
@@ -308,8 +311,8 @@ def test_auto_follows_the_memory_estimate():
 
     def path(length, budget_mb):
         positions = torch.arange(length) + 1000  # past the threshold L = 512
-        return plan_attention(pe, positions, impl="auto", window=None, block_size=BLOCK,
-                              needs_grad=True, dropout_p=0.0, memory_budget_mb=budget_mb).path
+        return plan_attention(pe, positions, AttentionRun(impl="auto", window=None, block_size=BLOCK, needs_grad=True,
+                                                          dropout_p=0.0, memory_budget_mb=budget_mb)).path
     assert path(51, 1) == "sdpa"       # 51^2 * 401 = 1,043,001 bytes <= 1 MiB
     assert path(52, 1) == "blocked"    # 52^2 * 401 = 1,084,304 bytes
     assert path(LENGTH, None) == "sdpa"  # the CPU default at a short length
@@ -333,8 +336,9 @@ def test_sdpa_estimate_by_hand():
 def test_sdpa_mask_is_built_once_in_the_compute_dtype():
     # The plan holds the final 4-D contiguous mask: layers hand it to SDPA as it is.
     for dtype in (torch.float32, torch.bfloat16):
-        plan = plan_attention(make_pe("alibi"), torch.arange(LENGTH), impl="sdpa", window=7, block_size=BLOCK,
-                              needs_grad=False, dropout_p=0.0, dtype=dtype)
+        plan = plan_attention(make_pe("alibi"), torch.arange(LENGTH),
+                              AttentionRun(impl="sdpa", window=7, block_size=BLOCK, needs_grad=False, dropout_p=0.0,
+                                           dtype=dtype))
         assert plan.mask.dtype == dtype and plan.mask.shape == (1, HEADS, LENGTH, LENGTH) and plan.mask.is_contiguous()
         assert plan.name == "sdpa"  # not the written-out softmax
 
@@ -350,14 +354,14 @@ def test_paths_agree_at_a_realistic_size(window):
         pe = build_positional_embedding(name, num_heads=heads, head_dim=head_dim)
         q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))
         outputs, grads = {}, {}
-        flex_runs = pe.distance_only and not (pe.replaces_softmax or pe.uses_key_transforms)  # flex: a softmax of q.k
+        flex_runs = ("query_terms" not in pe.channels) and not (("normaliser" in pe.channels) or ("key_transforms" in pe.channels))  # flex: a softmax of q.k
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             needs_grad = impl != "flex"
             pe.zero_grad()
             inputs = [t.clone().requires_grad_(needs_grad) for t in (q, k, v)]
             with torch.set_grad_enabled(needs_grad):
-                plan = plan_attention(pe, positions, impl=impl, window=window, block_size=256, needs_grad=needs_grad,
-                                      dropout_p=0.0)
+                plan = plan_attention(pe, positions, AttentionRun(impl=impl, window=window, block_size=256,
+                                                                  needs_grad=needs_grad, dropout_p=0.0))
                 outputs[impl] = attend(*inputs, plan)
             if needs_grad:
                 outputs[impl].square().sum().backward()
@@ -410,7 +414,8 @@ def test_toeplitz_blocks_match_sdpa_across_blocks(name, window):
     for impl in ("sdpa", "blocked"):
         pe.zero_grad()
         q, k, v = (t.clone().requires_grad_() for t in inputs)
-        plan = plan_attention(pe, positions, impl=impl, window=window, block_size=BLOCK, needs_grad=True, dropout_p=0.0)
+        plan = plan_attention(pe, positions, AttentionRun(impl=impl, window=window, block_size=BLOCK, needs_grad=True,
+                                                          dropout_p=0.0))
         assert plan.name.startswith("toeplitz") == (impl == "blocked")
         out = attend(q, k, v, plan)
         (out * probe).sum().backward()

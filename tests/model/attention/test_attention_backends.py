@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 from megatron.model.attention import cpu_flash
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
 
 HEADS, HEAD_DIM, LENGTH, BLOCK = 4, 16, 96, 32
@@ -29,7 +29,7 @@ def make_pe(name, device="cpu"):
 def learnable_distance_only(name):
     pe = make_pe(name)
     bias, weight = pe.distance_tables(4)
-    return pe.distance_only and weight is None and bias is not None and bias.requires_grad
+    return ("query_terms" not in pe.channels) and weight is None and bias is not None and bias.requires_grad
 
 
 LEARNABLE = [name for name in available() if learnable_distance_only(name)]
@@ -66,8 +66,9 @@ def check_fused(name, impl, device, dtype, monkeypatch, window=None, grad=False)
                for _ in range(3))
     chosen = recorded_backends(monkeypatch)
     with torch.set_grad_enabled(grad):
-        plan = plan_attention(pe, torch.arange(LENGTH, device=device), impl=impl, window=window,
-                              block_size=BLOCK, needs_grad=grad, dropout_p=0.0, dtype=dtype, batch=2)
+        plan = plan_attention(pe, torch.arange(LENGTH, device=device),
+                              AttentionRun(impl=impl, window=window, block_size=BLOCK, needs_grad=grad, dropout_p=0.0,
+                                           dtype=dtype, batch=2))
         out = attend(q, k, v, plan)
         if grad:
             out.float().square().sum().backward()

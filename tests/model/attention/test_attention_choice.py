@@ -10,7 +10,6 @@ Since issue 27 kerple_bias_weight on CPU reads strided rows where it gathered bl
 (toeplitz_written_out), and with them (toeplitz_weighted_table_gradient) where `sdpa` wrote out the softmax.
 A learnable distance table in training on CUDA (kerple_log, kerple_bias_weight) takes the `triton` kernel
 (choice.py's TRITON_FOR_LEARNABLE_TABLES_ON_CUDA), except with dropout, which it does not apply."""
-import dataclasses
 
 import pytest
 import torch
@@ -536,11 +535,11 @@ def inputs_for(kind, device, grad, dropout, window) -> AttentionInputs:
         pe = daped(pe, {"version": 2})
     positions = torch.arange(LENGTH)
     with torch.set_grad_enabled(grad):  # a learnable table requires a gradient only under autograd
-        tables = pe.distance_tables(LENGTH) if pe.distance_only else (None, None)
+        tables = pe.distance_tables(LENGTH) if ("query_terms" not in pe.channels) else (None, None)
     inputs = AttentionInputs.describe(pe, positions, *tables, window=100 if window else None, block_size=64,
                                       needs_grad=grad, dropout_p=dropout, dtype=torch.float32, batch=2,
                                       documents="documents" in extras)
-    return dataclasses.replace(inputs, device_type=device)
+    return inputs.with_run(device_type=device)
 
 
 def test_the_table_covers_every_combination_once():
@@ -559,7 +558,7 @@ def test_auto_decides_as_the_table_says(kind):
         if strategy.name != expected:
             wrong.append((device, grad, dropout, window, fits, strategy.name, expected))
         assert strategy.can_run(inputs) is None  # auto never takes what cannot run
-        if not fits and (inputs.has_terms or inputs.windowed):
+        if not fits and (inputs.has_terms or inputs.run.windowed):
             assert not strategy.quadratic_memory, "an L x L estimate over the budget must not be materialised"
     assert not wrong, f"{kind}: (device, grad, dropout, window, fits, chosen, expected): {wrong}"
 
@@ -610,14 +609,14 @@ def test_flex_on_cuda_refuses_heads_below_16_and_auto_passes_it_over():
     """torch's CUDA FlexAttention fails to compile for a head dimension below 16 (an H200, torch 2.11: "NYI:
     embedding dimension ... must be at least 16"): a named `flex` says so before compiling, `auto` takes the
     next path; the CPU kernel takes small heads."""
-    small = dataclasses.replace(inputs_for("alibi", "cuda", True, 0.0, True), head_dim=8)
+    small = inputs_for("alibi", "cuda", True, 0.0, True).with_run(head_dim=8)
     with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'flex', but torch's CUDA FlexAttention kernel takes "
                        r"head dimensions of at least 16, and this model's is 8 \(hidden-size / num-attention-heads\)\. "
                        r"Set attention-impl to 'auto', 'sdpa' or 'blocked', or use fewer, larger heads\.$"):
         choose_strategy("flex", small, FITS)
     assert choose_strategy("auto", small, DOES_NOT_FIT).name == "blocked"
-    assert choose_strategy("auto", dataclasses.replace(small, head_dim=16), DOES_NOT_FIT).name == "flex"
-    assert choose_strategy("flex", dataclasses.replace(small, device_type="cpu", needs_grad=False), FITS).name == "flex"
+    assert choose_strategy("auto", small.with_run(head_dim=16), DOES_NOT_FIT).name == "flex"
+    assert choose_strategy("flex", small.with_run(device_type="cpu", needs_grad=False), FITS).name == "flex"
 
 
 def test_every_strategy_says_why_it_cannot_run():
@@ -641,7 +640,7 @@ def test_only_strategies_marked_quadratic_grow_with_the_square_of_the_length(kin
     # O(L) at a fixed block size (doubling L at most doubles it, give or take the (L/128)^2 tile count).
     for grad, window in ((False, False), (True, True)):
         short = inputs_for(kind, "cpu", grad, 0.0, window)
-        long = dataclasses.replace(short, length=4 * short.length)
+        long = short.with_run(length=4 * short.run.length)
         for name, strategy in STRATEGIES.items():
             if strategy.can_run(short) is not None or strategy.memory_bytes(short) == 0:
                 continue
@@ -693,7 +692,7 @@ def test_a_new_need_is_refused_by_every_strategy_until_it_says_it_handles_it(mon
     for name, strategy in STRATEGIES.items():
         # A kernel for another device (triton, fla) refuses the CPU first: asked about a CUDA forward.
         on_its_device = inputs if "cpu" in strategy.handles | strategy.requires else \
-            dataclasses.replace(inputs, device_type="cuda")
+            inputs.with_run(device_type="cuda")
         reason = strategy.can_run(on_its_device)
         assert reason is not None and ("a new kind of term" in reason or "runs only with" in reason), (name, reason)
     assert STRATEGIES["blocked"].can_run(inputs) == "it does not handle a new kind of term"

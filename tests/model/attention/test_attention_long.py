@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from megatron.model.attention import attend, plan_attention, toeplitz
+from megatron.model.attention import AttentionRun, attend, plan_attention, toeplitz
 from megatron.model.attention.weighted_table_attention import FORWARD_BLOCK
 from megatron.model.positional_embeddings import build_positional_embedding
 
@@ -34,8 +34,8 @@ def float64_reference(pe, q, k, v, window, block=512):
 
 def run_blocked(pe, q, k, v, window, positions, strategy="toeplitz"):
     with torch.no_grad():
-        plan = plan_attention(pe, positions, impl="blocked", window=window, block_size=64, needs_grad=False,
-                              dropout_p=0.0, dtype=q.dtype)
+        plan = plan_attention(pe, positions, AttentionRun(impl="blocked", window=window, block_size=64,
+                                                          needs_grad=False, dropout_p=0.0, dtype=q.dtype))
         assert plan.name == strategy
         return attend(q, k, v, plan)
 
@@ -107,11 +107,12 @@ def test_a_weight_written_out_from_strided_rows_matches_the_float64_reference(wi
 
 def test_a_weight_with_gaps_still_gathers_its_blocks_and_with_gradients_takes_its_rows_too():
     pe, positions = make_weighted(), torch.arange(100)
-    plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=64, needs_grad=True, dropout_p=0.0)
+    plan = plan_attention(pe, positions, AttentionRun(impl="blocked", window=None, block_size=64, needs_grad=True,
+                                                      dropout_p=0.0))
     assert plan.name == "toeplitz_weighted_table_gradient"  # its gradients: tests/model/attention/test_table_gradient.py
     with torch.no_grad():
-        plan = plan_attention(pe, positions * 2, impl="blocked", window=None, block_size=64, needs_grad=False,
-                              dropout_p=0.0)
+        plan = plan_attention(pe, positions * 2, AttentionRun(impl="blocked", window=None, block_size=64,
+                                                              needs_grad=False, dropout_p=0.0))
     assert plan.name == "blocked"
 
 
@@ -125,8 +126,8 @@ def test_a_weight_with_gradients_from_strided_rows_matches_float64_autograd(wind
     assert length % FORWARD_BLOCK and length > 2 * FORWARD_BLOCK
     pe = make_weighted()
     q, k, v = (t.to(dtype).requires_grad_() for t in inputs(length))
-    plan = plan_attention(pe, torch.arange(length) + 3, impl="auto", window=window, block_size=64, needs_grad=True,
-                          dropout_p=0.0, dtype=dtype)
+    plan = plan_attention(pe, torch.arange(length) + 3, AttentionRun(impl="auto", window=window, block_size=64,
+                                                                     needs_grad=True, dropout_p=0.0, dtype=dtype))
     assert plan.name == "toeplitz_weighted_table_gradient"
     out = attend(q, k, v, plan)
     torch.manual_seed(2)

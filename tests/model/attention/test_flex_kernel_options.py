@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from megatron.errors import NeoXArgsError
-from megatron.model.attention import plan_attention
+from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import run_flex
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.neox_arguments import NeoXArgs
@@ -34,8 +34,8 @@ def test_a_bad_option_is_one_paragraph_naming_it(options, message):
 
 def test_the_flex_plan_carries_them():
     pe = build_positional_embedding("alibi", num_heads=4, head_dim=8)
-    plan = plan_attention(pe, torch.arange(256), impl="flex", window=None, block_size=64, needs_grad=False,
-                          dropout_p=0.0, flex_kernel_options={"BLOCK_M": 64})
+    plan = plan_attention(pe, torch.arange(256), AttentionRun(impl="flex", window=None, block_size=64, needs_grad=False,
+                                                              dropout_p=0.0, flex_kernel_options={"BLOCK_M": 64}))
     assert plan.name == "flex" and plan.kernel_options == {"BLOCK_M": 64}
 
 

@@ -13,7 +13,7 @@ import itertools
 import pytest
 import torch
 
-from megatron.model.attention import flex_kernel, plan_attention, reference
+from megatron.model.attention import AttentionRun, flex_kernel, plan_attention, reference
 from megatron.model.attention.choice import StrategyCannotRun
 from megatron.model.attention.registry import STRATEGIES
 from megatron.model.positional_embeddings import available, build_positional_embedding
@@ -72,9 +72,11 @@ def run(pe, strategy, layout_name, needs_grad):
             out = reference.attention(q, k, v, pe, positions, window=window, documents=documents,
                                       row_positions=row_positions, token_terms=g, key_transforms=transforms)
         else:
-            plan = plan_attention(pe, positions, impl="auto", window=window, block_size=BLOCK, needs_grad=needs_grad,
-                                  dropout_p=0.0, dtype=torch.float64, batch=2, documents=documents,
-                                  row_positions=row_positions, strategy=strategy).with_token_terms(g)
+            plan = plan_attention(pe, positions, AttentionRun(impl="auto", window=window, block_size=BLOCK,
+                                                              needs_grad=needs_grad, dropout_p=0.0, dtype=torch.float64,
+                                                              batch=2, documents=documents,
+                                                              row_positions=row_positions),
+                                  strategy=strategy).with_token_terms(g)
             plan = plan.with_key_transforms(transforms)
             assert plan.name == strategy
             out = plan.attend(*plan.rotate(q, k), v, 0.0)

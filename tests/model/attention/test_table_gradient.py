@@ -6,7 +6,7 @@ megatron/model/attention/reference.py."""
 import pytest
 import torch
 
-from megatron.model.attention import attend, plan_attention, reference
+from megatron.model.attention import AttentionRun, attend, plan_attention, reference
 from megatron.model.positional_embeddings import available, build_positional_embedding
 
 HEADS, HEAD_DIM, LENGTH, BLOCK = 3, 8, 40, 16  # 40 = two full blocks and a partial one
@@ -58,8 +58,8 @@ def test_table_gradient_matches_float64_autograd(name, impl, window):
     plans = []
 
     def path(q, k, v):
-        plan = plan_attention(pe, torch.arange(LENGTH), impl=impl, window=window, block_size=BLOCK,
-                              needs_grad=True, dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(LENGTH), AttentionRun(impl=impl, window=window, block_size=BLOCK,
+                                                                     needs_grad=True, dropout_p=0.0))
         plans.append(plan)
         return attend(q, k, v, plan)
 

@@ -4,7 +4,6 @@ The every-strategy harness (test_strategies.py) ties it to reference.py in float
 here: float32 against a float64 formula written out below, over several tiles (ragged last tile, a window that
 spans a few block diagonals, packed documents, a head dimension the kernel pads), the model with the kernel
 against the model on `sdpa`, and what the strategy refuses, estimates and what `auto` takes."""
-import dataclasses
 import math
 import sys
 import types
@@ -113,7 +112,7 @@ def described(method="kerple_log", device="cuda", needs_grad=True, dropout=0.0, 
         tables = pe.distance_tables_at(positions, int(positions.max()) + 1) or (None, None)
     inputs = AttentionInputs.describe(pe, positions, *tables, window=None, block_size=64, needs_grad=needs_grad,
                                       dropout_p=dropout, dtype=dtype, batch=2)
-    return dataclasses.replace(inputs, device_type=device)
+    return inputs.with_run(device_type=device)
 
 
 def refusal(inputs):
@@ -148,7 +147,7 @@ def test_it_refuses_what_it_cannot_compute_in_one_paragraph(monkeypatch):
 def test_its_memory_is_linear_in_the_length():
     for needs_grad in (False, True):
         short = described(needs_grad=needs_grad)
-        long = dataclasses.replace(short, length=4 * short.length)
+        long = short.with_run(length=4 * short.run.length)
         assert STRATEGIES["triton"].memory_bytes(long) == 4 * STRATEGIES["triton"].memory_bytes(short)
         assert not STRATEGIES["triton"].quadratic_memory
 

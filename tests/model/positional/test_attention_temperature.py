@@ -11,7 +11,7 @@ from hf_export_support import assert_cached_decoding_and_export_follow, tiny_con
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.model_config import differences
 from megatron.model.positional_embeddings import build_positional_embedding
@@ -51,12 +51,14 @@ def test_every_path_equals_the_float64_formula(kind, method, impl):
         pe.temperature_scale.copy_(torch.rand(H) + 0.5)
     q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
     positions = torch.arange(L)
-    if impl == "flex" and not pe.distance_only:  # ssmax times a bias: no per-distance table to read
+    if impl == "flex" and "query_terms" in pe.channels:  # ssmax times a bias: no per-distance table to read
         with pytest.raises(NeoXArgsError, match=r"attention-impl is 'flex', but this positional method's bias "
                                                 r"depends on the query position itself"):
-            plan_attention(pe, positions, impl=impl, window=window, block_size=32, needs_grad=False, dropout_p=0.0)
+            plan_attention(pe, positions, AttentionRun(impl=impl, window=window, block_size=32, needs_grad=False,
+                                                       dropout_p=0.0))
         return
-    plan = plan_attention(pe, positions, impl=impl, window=window, block_size=32, needs_grad=False, dropout_p=0.0)
+    plan = plan_attention(pe, positions, AttentionRun(impl=impl, window=window, block_size=32, needs_grad=False,
+                                                      dropout_p=0.0))
     with torch.no_grad(), reference_math():
         ours = attend(*plan.rotate(q, k), v, plan)
         if method == "rotary":  # rotary's own rotation (tested against transformers elsewhere), then the formula
@@ -65,9 +67,9 @@ def test_every_path_equals_the_float64_formula(kind, method, impl):
     expected = reference(q, k, v, kind, pe.temperature_scale.detach(), params.get("r1"), params.get("r2"), window)
     torch.testing.assert_close(ours.double(), expected, atol=2e-5, rtol=0)
     if kind == "ssmax" and method == "kerple_log":
-        assert not pe.distance_only  # a bias times t(i): built pairwise
+        assert "query_terms" in pe.channels  # a bias times t(i): built pairwise
     else:
-        assert pe.distance_only  # no per-query term outside q: the table paths stay open
+        assert ("query_terms" not in pe.channels)  # no per-query term outside q: the table paths stay open
 
 
 def test_the_scale_learns_on_the_blocked_path():
@@ -75,7 +77,8 @@ def test_the_scale_learns_on_the_blocked_path():
     pe = Tempered(base, {"type": "ssmax"})
     q, k, v = (torch.randn(1, H, L, D, requires_grad=True) for _ in range(3))
     positions = torch.arange(L)
-    plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=32, needs_grad=True, dropout_p=0.0)
+    plan = plan_attention(pe, positions, AttentionRun(impl="blocked", window=None, block_size=32, needs_grad=True,
+                                                      dropout_p=0.0))
     attend(*plan.rotate(q, k), v, plan).square().sum().backward()
     assert pe.temperature_scale.grad is not None and pe.temperature_scale.grad.abs().sum() > 0
 

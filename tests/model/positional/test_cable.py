@@ -13,7 +13,7 @@ from hf_export_support import TRAIN_LENGTH, exported
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
 from test_sandwich import train_and_evaluate_at_4x
 
-from megatron.model.attention import plan_attention
+from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
@@ -63,8 +63,8 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, unscaled, windo
     x = torch.randn(b, length, H * D)
     q, k, v = (torch.randn(b, H, length, D) for _ in range(3))
     with torch.set_grad_enabled(needs_grad), reference_math():
-        plan = plan_attention(pe, torch.arange(length), impl=impl, window=window, block_size=16,
-                              needs_grad=needs_grad, dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=window, block_size=16,
+                                                                     needs_grad=needs_grad, dropout_p=0.0))
         layer = plan.with_token_terms(pe.token_terms(x))
         ours = layer.attend(*layer.rotate(q, k), v, 0.0)
     expected = formula(q, k, v, x, pe, unscaled, window)
@@ -78,8 +78,8 @@ def test_gradients_of_the_gate_equal_the_float64_formulas():
     torch.manual_seed(2)
     x = torch.randn(1, 30, H * D)
     q, k, v = (torch.randn(1, H, 30, D) for _ in range(3))
-    plan = plan_attention(pe, torch.arange(30), impl="auto", window=None, block_size=16, needs_grad=True,
-                          dropout_p=0.0)
+    plan = plan_attention(pe, torch.arange(30), AttentionRun(impl="auto", window=None, block_size=16, needs_grad=True,
+                                                             dropout_p=0.0))
     layer = plan.with_token_terms(pe.token_terms(x))
     cotangent = torch.randn(1, H, 30, D)
     (layer.attend(*layer.rotate(q, k), v, 0.0) * cotangent).sum().backward()

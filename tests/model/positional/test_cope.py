@@ -12,7 +12,7 @@ import torch
 from test_sandwich import train_and_evaluate_at_4x
 from x_transformers.x_transformers import CoPE as TheirCoPE
 
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.inputs import AttentionInputs
 from megatron.model.positional_embeddings import build_positional_embedding
@@ -95,8 +95,8 @@ def test_every_path_that_runs_it_equals_the_float64_formula(window):
     expected = formula_attention(q, k, v, pe.position_table.detach(), window)
     positions = torch.arange(length)
     for impl, block in (("sdpa", 8), ("blocked", 8), ("blocked", 1), ("blocked", 64), ("auto", 8)):
-        plan = plan_attention(pe, positions, impl=impl, window=window, block_size=block, needs_grad=False,
-                              dropout_p=0.0)
+        plan = plan_attention(pe, positions, AttentionRun(impl=impl, window=window, block_size=block, needs_grad=False,
+                                                          dropout_p=0.0))
         with torch.no_grad():
             out = attend(q, k, v, plan)
         torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0, msg=lambda m: f"{impl}/{block}: {m}")
@@ -108,8 +108,8 @@ def test_blocked_gradients_equal_the_written_out_matrix():
     inputs = [torch.randn(1, H, length, D, requires_grad=True) for _ in range(3)]
     grads = {}
     for impl in ("sdpa", "blocked"):
-        plan = plan_attention(pe, torch.arange(length), impl=impl, window=None, block_size=7, needs_grad=True,
-                              dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=None, block_size=7,
+                                                                     needs_grad=True, dropout_p=0.0))
         out = attend(*inputs, plan)
         grads[impl] = torch.autograd.grad(out.square().sum(), [*inputs, pe.position_table])
     for a, b in zip(grads["sdpa"], grads["blocked"]):  # fp32 sums of different lengths: a few ulps of 10-100
@@ -120,9 +120,11 @@ def test_paths_that_cannot_run_it_refuse_and_auto_takes_a_written_out_one():
     pe, positions = cope(), torch.arange(32)
     with pytest.raises(NeoXArgsError, match=r"attention-impl is 'flex', but this positional method rewrites the "
                                             r"whole score matrix"):
-        plan_attention(pe, positions, impl="flex", window=None, block_size=8, needs_grad=False, dropout_p=0.0)
+        plan_attention(pe, positions, AttentionRun(impl="flex", window=None, block_size=8, needs_grad=False,
+                                                   dropout_p=0.0))
     for grad, taken in ((False, "blocked"), (True, "sdpa_written_out")):  # CPU: the faster of the two (auto_preferences)
-        plan = plan_attention(pe, positions, impl="auto", window=None, block_size=8, needs_grad=grad, dropout_p=0.0)
+        plan = plan_attention(pe, positions, AttentionRun(impl="auto", window=None, block_size=8, needs_grad=grad,
+                                                          dropout_p=0.0))
         assert plan.name == taken
 
 
@@ -142,8 +144,8 @@ def test_a_length_past_the_memory_budget_is_refused_before_allocating_with_the_n
         choose_strategy("sdpa", inputs(4096), budget)  # the full matrix does not fit where blocks do
     # And through the model's planner: refused before a [b, H, L, L] tensor exists.
     with pytest.raises(NeoXArgsError, match=r"attention at 200000 tokens"):
-        plan_attention(pe, torch.arange(200_000), impl="auto", window=None, block_size=128, needs_grad=True,
-                       dropout_p=0.0, memory_budget_mb=512)
+        plan_attention(pe, torch.arange(200_000), AttentionRun(impl="auto", window=None, block_size=128,
+                                                               needs_grad=True, dropout_p=0.0, memory_budget_mb=512))
 
 
 @pytest.mark.launches

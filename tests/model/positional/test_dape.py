@@ -14,7 +14,7 @@ from test_sandwich import train_and_evaluate_at_4x
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.dape import Dape
 from megatron.neox_arguments import NeoXArgs
@@ -119,14 +119,14 @@ def test_every_path_that_runs_it_equals_the_float64_formula(version, window):
     q, k, v = (torch.randn(1, H, length, D) for _ in range(3))
     expected = formula_attention(q, k, v, pe, window)
     for impl, block in (("sdpa", 4), ("blocked", 4), ("blocked", 1), ("blocked", 64), ("auto", 5)):
-        plan = plan_attention(pe, torch.arange(length), impl=impl, window=window, block_size=block, needs_grad=False,
-                              dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=window, block_size=block,
+                                                                     needs_grad=False, dropout_p=0.0))
         with torch.no_grad():
             out = attend(q, k, v, plan)
         torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0, msg=lambda m: f"{impl}/{block}: {m}")
     with pytest.raises(NeoXArgsError, match=r"attention-impl is 'flex', but this positional method rewrites"):
-        plan_attention(pe, torch.arange(length), impl="flex", window=window, block_size=4, needs_grad=False,
-                       dropout_p=0.0)
+        plan_attention(pe, torch.arange(length), AttentionRun(impl="flex", window=window, block_size=4,
+                                                              needs_grad=False, dropout_p=0.0))
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -136,8 +136,8 @@ def test_blocked_gradients_equal_the_written_out_matrix(version):
     inputs = [torch.randn(2, H, length, D, requires_grad=True) for _ in range(3)]
     grads = {}
     for impl in ("sdpa", "blocked"):
-        plan = plan_attention(pe, torch.arange(length), impl=impl, window=None, block_size=6, needs_grad=True,
-                              dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=None, block_size=6,
+                                                                     needs_grad=True, dropout_p=0.0))
         grads[impl] = torch.autograd.grad(attend(*inputs, plan).square().sum(), [*inputs, *pe.parameters()])
     assert any(g.abs().sum() > 0 for g in grads["blocked"][3:])  # the MLP / convolution and kernel learn
     for a, b in zip(grads["sdpa"], grads["blocked"]):
@@ -186,16 +186,16 @@ def test_the_authors_form_equals_their_float64_formula_where_the_whole_matrix_is
     q, k, v = (torch.randn(1, H, length, D) for _ in range(3))
     expected = formula_attention(q, k, v, pe, window)
     for impl in ("sdpa", "auto"):
-        plan = plan_attention(pe, torch.arange(length), impl=impl, window=window, block_size=4, needs_grad=False,
-                              dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=window, block_size=4,
+                                                                     needs_grad=False, dropout_p=0.0))
         assert plan.name == "sdpa_written_out"
         with torch.no_grad():
             torch.testing.assert_close(attend(q, k, v, plan).double(), expected, atol=1e-5, rtol=0)
     # a block of rows cannot give it (its last row would read the padding, not the next key's hidden map)
     with pytest.raises(NeoXArgsError, match=r"attention-impl is 'blocked', but .*it does not handle a score rewrite "
                                             r"whose rows read past their own keys"):
-        plan_attention(pe, torch.arange(length), impl="blocked", window=window, block_size=4, needs_grad=False,
-                       dropout_p=0.0)
+        plan_attention(pe, torch.arange(length), AttentionRun(impl="blocked", window=window, block_size=4,
+                                                              needs_grad=False, dropout_p=0.0))
 
 
 def test_in_the_authors_form_a_rows_logits_depend_on_the_forwards_length_and_by_how_much():
@@ -209,11 +209,12 @@ def test_in_the_authors_form_a_rows_logits_depend_on_the_forwards_length_and_by_
     for form in ("project", "authors"):
         pe = dape(2, form=form)
         with torch.no_grad():
-            whole = attend(q, k, v, plan_attention(pe, torch.arange(length), impl="sdpa", window=None, block_size=8,
-                                                   needs_grad=False, dropout_p=0.0))
+            whole = attend(q, k, v, plan_attention(pe, torch.arange(length),
+                                                   AttentionRun(impl="sdpa", window=None, block_size=8,
+                                                                needs_grad=False, dropout_p=0.0)))
             prefix = attend(q[:, :, :10], k[:, :, :10], v[:, :, :10],
-                            plan_attention(pe, torch.arange(10), impl="sdpa", window=None, block_size=8,
-                                           needs_grad=False, dropout_p=0.0))
+                            plan_attention(pe, torch.arange(10), AttentionRun(impl="sdpa", window=None, block_size=8,
+                                                                              needs_grad=False, dropout_p=0.0)))
         row_9_moves = (whole[:, :, 9] - prefix[:, :, 9]).abs().max()
         assert (row_9_moves > 1e-3) if form == "authors" else (row_9_moves < 1e-6)
         torch.testing.assert_close(whole[:, :, :9], prefix[:, :, :9], atol=1e-6, rtol=0) if form == "project" else None

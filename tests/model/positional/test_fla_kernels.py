@@ -8,7 +8,6 @@ graph) runs with fla's own plain-torch references (fla/ops/<op>/naive.py, fla-co
 in place of the Triton kernels, against this project's own `blocked` path in float64, forward and gradients
 (q, k, v, the layer input and every parameter of the method). On CUDA (`cuda`-marked, `make gpu-check`):
 the real kernels against this project's own path."""
-import dataclasses
 import warnings
 
 import pytest
@@ -16,7 +15,7 @@ import torch
 from fla_naive import naive
 
 from megatron.errors import NeoXArgsError
-from megatron.model.attention import AttentionInputs, plan_attention
+from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention import fla_kernels
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.fla_kernels import FlaKernels, cu_seqlens_of
@@ -44,7 +43,7 @@ def described(pe, *, device="cpu", dtype=torch.bfloat16, documents=False, needs_
     inputs = AttentionInputs.describe(pe, torch.arange(L), None, None, window=window, block_size=8,
                                       needs_grad=needs_grad, dropout_p=dropout_p, dtype=dtype, batch=2,
                                       documents=documents)
-    return dataclasses.replace(inputs, device_type=device)
+    return inputs.with_run(device_type=device)
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -78,8 +77,8 @@ def test_what_the_kernels_cannot_compute_is_refused_on_cuda_too():
         "window": FlaKernels.can_run(described(fox, device="cuda", window=8)),
         "dropout": FlaKernels.can_run(described(fox, device="cuda", dropout_p=0.1)),
         "float32": FlaKernels.can_run(described(fox, device="cuda", dtype=torch.float32)),
-        "path head dim": FlaKernels.can_run(dataclasses.replace(described(path, device="cuda"), head_dim=48)),
-        "fox head dim": FlaKernels.can_run(dataclasses.replace(described(fox, device="cuda"), head_dim=512)),
+        "path head dim": FlaKernels.can_run(described(path, device="cuda").with_run(head_dim=48)),
+        "fox head dim": FlaKernels.can_run(described(fox, device="cuda").with_run(head_dim=512)),
     }
     assert reasons["alibi"].startswith("the `fla` strategy runs only with per-token terms (fox, cable), stick-breaking")
     assert reasons["window"] == "fla's Triton kernels do not handle an attention window. Set attention-impl to 'auto'"
@@ -174,7 +173,7 @@ def attend_layer(plan, pe, q, k, v, x):
 def forward_and_gradients(plan, pe, leaves):
     out = attend_layer(plan, pe, *leaves)
     torch.manual_seed(7)
-    reads_x = pe.uses_token_terms or pe.uses_key_transforms  # stick-breaking reads q, k and v alone
+    reads_x = ("token_terms" in pe.channels) or ("key_transforms" in pe.channels)  # stick-breaking reads q, k and v alone
     wrt = list(leaves if reads_x else leaves[:3]) + list(pe.parameters())
     weights = torch.randn(out.shape, dtype=out.dtype, device=out.device)  # not randn_like: it follows out's strides
     return out, torch.autograd.grad((out * weights).sum(), wrt)
@@ -193,8 +192,9 @@ def test_the_plumbing_with_flas_naive_references_equals_the_blocked_path(method,
     positions = torch.arange(L)
     fla_plan = FlaKernels(pe, positions, window=None, block_size=8, span=L, dtype=torch.float64, bias_table=None,
                           weight_table=None, documents=documents)
-    ours_plan = plan_attention(pe, positions, impl="blocked", window=None, block_size=8, needs_grad=True,
-                               dropout_p=0.0, dtype=torch.float64, batch=2, documents=documents)
+    ours_plan = plan_attention(pe, positions, AttentionRun(impl="blocked", window=None, block_size=8, needs_grad=True,
+                                                           dropout_p=0.0, dtype=torch.float64, batch=2,
+                                                           documents=documents))
     got, got_grads = forward_and_gradients(fla_plan, pe, leaves)
     want, want_grads = forward_and_gradients(ours_plan, pe, leaves)
     assert got.dtype == torch.float64 and len(got_grads) == len(want_grads) >= 3 + len(list(pe.parameters()))
@@ -232,8 +232,9 @@ def cuda_case(method, documents: bool):
 def run_cuda(pe, leaves, docs, *, impl, dtype):
     leaves = [t.to(dtype).requires_grad_() for t in leaves]
     pe.zero_grad(set_to_none=True)
-    plan = plan_attention(pe, torch.arange(CUDA_L, device="cuda"), impl=impl, window=None, block_size=128,
-                          needs_grad=True, dropout_p=0.0, dtype=dtype, batch=2, documents=docs)
+    plan = plan_attention(pe, torch.arange(CUDA_L, device="cuda"), AttentionRun(impl=impl, window=None, block_size=128,
+                                                                                needs_grad=True, dropout_p=0.0,
+                                                                                dtype=dtype, batch=2, documents=docs))
     out, grads = forward_and_gradients(plan, pe, leaves)
     return plan.name, out.float(), [g.float() for g in grads]
 

@@ -19,7 +19,7 @@ from test_sandwich import train_and_evaluate_at_4x
 from x_transformers.x_transformers import Attention
 
 from megatron.errors import NeoXArgsError
-from megatron.model.attention import AttentionInputs, attend, plan_attention
+from megatron.model.attention import AttentionInputs, AttentionRun, attend, plan_attention
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention import token_terms
 from megatron.model.attention.registry import STRATEGIES
@@ -126,8 +126,8 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
             plan = STRATEGIES["blocked"](pe, torch.arange(length), window=window, block_size=16, span=length,
                                          dtype=torch.float32, bias_table=None, weight_table=None)
         else:
-            plan = plan_attention(pe, torch.arange(length), impl=impl, window=window, block_size=16,
-                                  needs_grad=needs_grad, dropout_p=0.0)
+            plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=window, block_size=16,
+                                                                         needs_grad=needs_grad, dropout_p=0.0))
         ours = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
         without = attend(q, k, v, plan)
     expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach(), window)
@@ -154,8 +154,8 @@ def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
     assert not token_terms.folds(q, k, v, F, window=9) and not token_terms.folds(q.bfloat16(), k, v, F, None)
     assert not token_terms.folds(q.requires_grad_(), k, v, F, window=None)  # training keeps the masked blocks
     with torch.no_grad():
-        plan = plan_attention(pe, torch.arange(length), impl="auto", window=None, block_size=16,
-                              needs_grad=False, dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl="auto", window=None, block_size=16,
+                                                                     needs_grad=False, dropout_p=0.0))
         assert plan.name == "blocked_token_terms"
         folded = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
         masked = token_terms.TokenTermsAttention.apply(q, k, v, F, torch.arange(length), None, 128)
@@ -177,8 +177,8 @@ def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
     x = torch.randn(b, length, H * D)
     q, k, v = (torch.randn(b, H, length, D) for _ in range(3))
     with torch.no_grad():
-        plan = plan_attention(pe, torch.arange(length), impl="flex", window=None, block_size=64, needs_grad=False,
-                              dropout_p=0.0)
+        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl="flex", window=None, block_size=64,
+                                                                     needs_grad=False, dropout_p=0.0))
         ours = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))  # checked against eager on CPU, too
     expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach())
     torch.testing.assert_close(ours.double(), expected, rtol=0, atol=2e-5)
@@ -192,7 +192,7 @@ def inputs_for(pe, *, batch=1, needs_grad=True, length=512):
 def test_the_planner_knows_the_class_the_paths_and_the_memory():
     pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D)
     inputs = inputs_for(pe)
-    assert inputs.token_terms and inputs.has_terms
+    assert inputs.has("token_terms") and inputs.has_terms
     assert choose_strategy("auto", inputs, 2**30).name == "blocked_token_terms"  # not the Toeplitz row: it refuses
     with pytest.raises(NeoXArgsError, match=r"attention-impl is 'flex', but torch's FlexAttention has no backward"):
         choose_strategy("flex", inputs, 2**30)

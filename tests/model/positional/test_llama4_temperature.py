@@ -11,7 +11,7 @@ from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
 
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel
-from megatron.model.attention import attend, plan_attention
+from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.temperature import Tempered
 from megatron.neox_arguments import NeoXArgs
@@ -45,8 +45,8 @@ def test_a_nope_layer_equals_llama4s_attention_forward_and_backward(impl):
                   {"type": "llama4", "scale": SCALE, "floor": FLOOR})
     assert list(pe.parameters()) == []  # a fixed temperature: nothing learned
     q, k, v = (proj(x).view(1, L, H, D).transpose(1, 2) for proj in (theirs.q_proj, theirs.k_proj, theirs.v_proj))
-    plan = plan_attention(pe, torch.arange(L), impl=impl, window=None, block_size=16, needs_grad=True,
-                          dropout_p=0.0, dtype=torch.float64)
+    plan = plan_attention(pe, torch.arange(L), AttentionRun(impl=impl, window=None, block_size=16, needs_grad=True,
+                                                            dropout_p=0.0, dtype=torch.float64))
     ours = theirs.o_proj(attend(*plan.rotate(q, k), v, plan).transpose(1, 2).reshape(1, L, H * D))
     grads = torch.autograd.grad(ours.square().sum(), [x, *theirs.parameters()])
     # transformers computes the scale from float32 positions (then multiplies float64 q): 1e-7, not 1e-10

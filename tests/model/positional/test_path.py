@@ -15,7 +15,7 @@ from hf_export_support import TRAIN_LENGTH, exported, greedy_reference
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
 from test_sandwich import train_and_evaluate_at_4x
 
-from megatron.model.attention import AttentionInputs, plan_attention
+from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.registry import STRATEGIES
 from megatron.model.layer_pattern import training_plans
@@ -75,9 +75,9 @@ def pe_for(forget_gate=False):
 
 
 def ours(q, k, v, w, beta, log_f=None, *, impl, window=None, documents=None, block_size=5):
-    plan = plan_attention(pe_for(log_f is not None), torch.arange(q.shape[2]), impl=impl, window=window,
-                          block_size=block_size, needs_grad=True, dropout_p=0.0, dtype=torch.float64,
-                          batch=q.shape[0], documents=documents)
+    plan = plan_attention(pe_for(log_f is not None), torch.arange(q.shape[2]),
+                          AttentionRun(impl=impl, window=window, block_size=block_size, needs_grad=True, dropout_p=0.0,
+                                       dtype=torch.float64, batch=q.shape[0], documents=documents))
     plan = plan.with_token_terms(log_f).with_key_transforms((w, beta))
     return plan, plan.attend(q, k, v, 0.0)
 
@@ -178,7 +178,7 @@ def test_the_method_makes_unit_w_and_beta_in_0_2_from_the_layer_input():
     g = pe.token_terms(x)
     gate = torch.nn.functional.logsigmoid(pe.gate_weight[1] @ x[0, 3] + pe.gate_bias[1])
     torch.testing.assert_close(g[0, 1, 3], gate)
-    assert pe_for().token_terms(x) is None and not pe_for().uses_token_terms
+    assert pe_for().token_terms(x) is None and not ("token_terms" in pe_for().channels)
 
 
 def test_the_planner_runs_it_only_where_the_scores_are_written_out():
@@ -186,7 +186,7 @@ def test_the_planner_runs_it_only_where_the_scores_are_written_out():
         pe = pe_for(forget_gate)
         inputs = AttentionInputs.describe(pe, torch.arange(512), None, None, window=None, block_size=128,
                                           needs_grad=True, dropout_p=0.0, dtype=torch.float32, batch=2)
-        assert inputs.key_transforms and inputs.has_terms
+        assert inputs.has("key_transforms") and inputs.has_terms
         assert sorted(n for n, s in STRATEGIES.items() if s.can_run(inputs) is None) == ["blocked", "sdpa_written_out"]
         for name in ("sdpa", "flex", "toeplitz"):
             assert STRATEGIES[name].can_run(inputs) is not None  # the first need it lacks (needs.py's order)

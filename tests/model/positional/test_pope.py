@@ -22,7 +22,7 @@ from hf_export_support import TRAIN_LENGTH, exported
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
 from x_transformers.x_transformers import PolarEmbedding, apply_polar_pos_emb
 
-from megatron.model.attention import plan_attention
+from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.positional_embeddings import build_positional_embedding
 
@@ -91,8 +91,9 @@ def test_the_transform_and_its_gradients_equal_x_transformers():
 def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
     pe = pope(seed=1)
     q, k, v = (torch.randn(2, H, 150, D, dtype=torch.float64, requires_grad=needs_grad) for _ in range(3))
-    plan = plan_attention(pe, torch.arange(150), impl=impl, window=window, block_size=64, needs_grad=needs_grad,
-                          dropout_p=0.0, dtype=torch.float64)
+    plan = plan_attention(pe, torch.arange(150), AttentionRun(impl=impl, window=window, block_size=64,
+                                                              needs_grad=needs_grad, dropout_p=0.0,
+                                                              dtype=torch.float64))
     with torch.set_grad_enabled(needs_grad), reference_math():
         ours = plan.attend(*plan.rotate(q, k), v, 0.0)
         expected = formula_attention(q, k, v, pe.phase_bias if needs_grad else pe.phase_bias.detach(), window)

@@ -372,7 +372,7 @@ def test_fire_matches_float64_formula():
                           for layer in (pe.mlp[0], pe.mlp[2])]
     expected = (torch.relu(x @ w1.T + b1) @ w2.T + b2).permute(2, 0, 1)
     bias, weight = pe.pairwise(q, k)
-    assert not pe.distance_only and pe.distance_tables(40) == (None, None) and weight is None
+    assert "query_terms" in pe.channels and pe.distance_tables(40) == (None, None) and weight is None
     torch.testing.assert_close(bias.double(), expected, rtol=1e-4, atol=1e-5)
 
 
@@ -408,7 +408,7 @@ def test_fire_is_a_distance_table_where_every_query_is_below_its_threshold():
     """Below L every row's normaliser is psi(L): distance_tables_at gives the table pairwise reads (the
     formula's own test is above), and attention takes the table strategies: in training, the table
     gradient. From the first position at L on, no table: pairwise, and attention's pairwise strategies."""
-    from megatron.model.attention import plan_attention
+    from megatron.model.attention import AttentionRun, plan_attention
     pe = build("fire", fire_init_L=16.0)
     below = torch.arange(16)
     bias, weight = pe.distance_tables_at(below, 16)
@@ -416,10 +416,11 @@ def test_fire_is_a_distance_table_where_every_query_is_below_its_threshold():
     d = (below[:, None] - below[None, :]).clamp(min=0)
     torch.testing.assert_close(bias[:, d], pe.pairwise(below, below)[0])
     assert pe.distance_tables_at(torch.arange(17), 17) is None  # position 16 = L reads i
-    plan = plan_attention(pe, below, impl="auto", window=None, block_size=8, needs_grad=True, dropout_p=0.0)
+    plan = plan_attention(pe, below, AttentionRun(impl="auto", window=None, block_size=8, needs_grad=True,
+                                                  dropout_p=0.0))
     assert plan.table_grad and plan.distance_only, plan.name
-    plan = plan_attention(pe, torch.arange(17), impl="auto", window=None, block_size=8, needs_grad=True,
-                          dropout_p=0.0)
+    plan = plan_attention(pe, torch.arange(17), AttentionRun(impl="auto", window=None, block_size=8, needs_grad=True,
+                                                             dropout_p=0.0))
     assert not plan.table_grad and not plan.distance_only, plan.name
 
 
@@ -428,7 +429,7 @@ def own_pairwise():
     """Distance-only modules whose `pairwise` is their own code, not base.py's gather of their tables: the
     registered ones that override it, and the temperature wrapper (its bias times s_h two ways)."""
     modules = {n: (lambda n=n: build(n)) for n in available()
-               if build(n).distance_only and type(build(n)).pairwise is not PositionalEmbedding.pairwise}
+               if ("query_terms" not in build(n).channels) and type(build(n)).pairwise is not PositionalEmbedding.pairwise}
     modules["kerple_log+head_scale"] = lambda: Tempered(build("kerple_log"), {"type": "head_scale", "init": 0.7})
     modules["rotary+ssmax"] = lambda: Tempered(build("rotary", max_position_embeddings=64), {"type": "ssmax"})
     return modules
@@ -437,7 +438,7 @@ def own_pairwise():
 @pytest.mark.parametrize("name", own_pairwise())
 def test_tables_agree_with_pairwise(name):
     pe = own_pairwise()[name]()
-    assert pe.distance_only
+    assert ("query_terms" not in pe.channels)
     q, k = torch.arange(90, 100), torch.arange(30, 100)  # offset positions, as in a sliding window
     d = (q[:, None] - k[None, :]).clamp(min=0)
     for table, pairwise in zip(pe.distance_tables(100), pe.pairwise(q, k)):

@@ -16,7 +16,7 @@ from formula_model import dot_products, logits_with_attention, softmax_attention
 from hf_export_support import TRAIN_LENGTH, exported
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
 
-from megatron.model.attention import plan_attention
+from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
@@ -76,8 +76,8 @@ def test_every_path_equals_the_paper_formula(impl, needs_grad, window):
     pe = build_positional_embedding("scale_invariant", num_heads=3, head_dim=8, scale_invariant_tau=4.0,
                                     rotary_unrotated_fraction=0.5)
     q, k, v = (torch.randn(2, 3, 150, 8, requires_grad=needs_grad) for _ in range(3))
-    plan = plan_attention(pe, torch.arange(150), impl=impl, window=window, block_size=64, needs_grad=needs_grad,
-                          dropout_p=0.0)
+    plan = plan_attention(pe, torch.arange(150), AttentionRun(impl=impl, window=window, block_size=64,
+                                                              needs_grad=needs_grad, dropout_p=0.0))
     with torch.set_grad_enabled(needs_grad), reference_math():
         ours = plan.attend(*plan.rotate(q, k), v, 0.0)
     expected = formula_attention(q.detach(), k.detach(), v.detach(), 4.0, 0.5, window)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
 
-from megatron.model.attention import flex_kernel, plan_attention
+from megatron.model.attention import AttentionRun, flex_kernel, plan_attention
 from megatron.model.attention.choice import StrategyCannotRun
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.temperature import Tempered
@@ -54,8 +54,9 @@ def formula(q, k, v, pe, positions, documents=None, window=None):
 
 def ours(q, k, v, pe, positions, strategy, documents=None, window=None):
     with torch.no_grad(), flex_kernel.reference_math():
-        plan = plan_attention(pe, positions, impl="auto", window=window, block_size=4, needs_grad=False,
-                              dropout_p=0.0, dtype=torch.float64, batch=q.shape[0], documents=documents,
+        plan = plan_attention(pe, positions, AttentionRun(impl="auto", window=window, block_size=4, needs_grad=False,
+                                                          dropout_p=0.0, dtype=torch.float64, batch=q.shape[0],
+                                                          documents=documents),
                               strategy=None if strategy == "auto" else strategy)
         return plan.attend(*plan.rotate(q, k), v, 0.0)
 

@@ -14,7 +14,7 @@ from hf_export_support import TRAIN_LENGTH, exported, greedy_reference
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
 from test_sandwich import train_and_evaluate_at_4x
 
-from megatron.model.attention import AttentionInputs, plan_attention
+from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention.choice import choose_strategy
 from megatron.model.attention.registry import STRATEGIES
 from megatron.model.layer_pattern import training_plans
@@ -62,9 +62,10 @@ def qkv(seed=0, batch=2, requires_grad=True):
 def ours(q, k, v, *, impl, attend_current=False, window=None, documents=None, needs_grad=True, block_size=8):
     pe = build_positional_embedding("stickbreaking", num_heads=H, head_dim=D, hidden_size=H * D,
                                     stickbreaking_attend_current=attend_current).double()
-    plan = plan_attention(pe, torch.arange(q.shape[2]), impl=impl, window=window, block_size=block_size,
-                          needs_grad=needs_grad, dropout_p=0.0, dtype=torch.float64, batch=q.shape[0],
-                          documents=documents)
+    plan = plan_attention(pe, torch.arange(q.shape[2]), AttentionRun(impl=impl, window=window, block_size=block_size,
+                                                                     needs_grad=needs_grad, dropout_p=0.0,
+                                                                     dtype=torch.float64, batch=q.shape[0],
+                                                                     documents=documents))
     return plan, plan.attend(q, k, v, 0.0)
 
 
@@ -114,7 +115,7 @@ def test_the_planner_runs_it_only_where_the_weights_are_written_out():
     pe = build_positional_embedding("stickbreaking", num_heads=H, head_dim=D, hidden_size=H * D)
     inputs = AttentionInputs.describe(pe, torch.arange(512), None, None, window=None, block_size=128,
                                       needs_grad=True, dropout_p=0.0, dtype=torch.float32, batch=2)
-    assert inputs.replaces_softmax and inputs.has_terms
+    assert inputs.has("normaliser") and inputs.has_terms
     runs = sorted(name for name, strategy in STRATEGIES.items() if strategy.can_run(inputs) is None)
     assert runs == ["blocked", "sdpa_written_out"]
     for name in ("sdpa", "flex", "toeplitz"):

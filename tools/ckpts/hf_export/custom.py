@@ -117,6 +117,7 @@ def custom_config(model, tokenizer) -> dict:
         "norm": config.norm, "layer_norm_eps": config.layernorm_epsilon, "activation": config.activation,
         "gpt_j_residual": config.gpt_j_residual, "no_weight_tying": config.no_weight_tying,
         "attention_window": config.attention.window, "attention_output_gate": config.attention_output_gate,
+        "attention_sink": config.attention_sink,
         "pos_emb": lookup(config.pos_emb).name,
         "pos_emb_per_layer": config.pos_emb_per_layer, "pos_emb_options": options,
         "layer_pattern": config.layer_pattern, "positional_modules": positional_modules(model),

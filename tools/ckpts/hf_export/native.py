@@ -31,6 +31,8 @@ def native_problems(config) -> list[str]:
         problems.append("dape is set (GPT-NeoX's attention has no learned edit of its scores)")
     if config.attention_output_gate is not None:
         problems.append("attention-output-gate is set (GPT-NeoX's attention has no output gate)")
+    if config.attention_sink:
+        problems.append("attention-sink is set (GPT-NeoX's attention has no sink)")
     if config.norm != "layernorm":
         problems.append(f"norm is {config.norm!r} (GPT-NeoX has LayerNorm only)")
     if config.activation != "gelu":

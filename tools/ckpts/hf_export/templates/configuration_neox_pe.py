@@ -30,6 +30,7 @@ class NeoXPEConfig(PreTrainedConfig):
     pos_emb_options: dict | None = None   # the run's method's options (positional_modules has each module's)
     layer_pattern: list | None = None     # hybrid layers as the run gave them, for the record
     attention_output_gate: str | None = None  # gated attention: "head" | "channel", or none
+    attention_sink: bool = False          # a learnable sink logit per layer and head
     positional_modules: list | None = None  # [{pos_emb, window, options}] as the decoder builds them
     layer_module: list | None = None      # the positional module of each layer
     # The longest input the model can embed: a `learned` table's rows; None for a relative method, which has no

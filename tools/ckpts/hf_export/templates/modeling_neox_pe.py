@@ -9,7 +9,7 @@ attention (reference.py, copied unchanged), which gives, per head h, query i and
 i - j < the layer's window when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
 with F the cumulative sum of the per-token terms `token_terms` computes from the layer's input (fox), or,
-for a method that rewrites the score matrix (`modifies_scores`: cope, a `dape` wrapper), the softmax of
+for a method that rewrites the score matrix (the `score_rewrite` channel: cope, a `dape` wrapper), the softmax of
 what its `modify_scores` makes of the scores (q_i . k_j / sqrt(D)) * weight and the bias.
 Positions are counted over the tokens the attention mask keeps (0 for the first real token), so
 left-padded batches score exactly like unpadded sequences; rows whose positions differ (padding) call
@@ -108,6 +108,9 @@ class SelfAttention(nn.Module):
             self.output_gate.gate = nn.Linear(config.hidden_size, config.hidden_size if self.gate_kind == "channel"
                                               else self.num_heads, bias=False)
 
+        # A learnable attention sink: one logit per head in every query's softmax, its column dropped, or none.
+        self.sink = nn.Parameter(torch.zeros(self.num_heads)) if getattr(config, "attention_sink", False) else None
+
     def forward(self, x, pe, positions, key_positions, same, allowed, terms, cache):
         b, s, hidden = x.shape
         q, k, v = self.query_key_value(x).view(b, s, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -122,7 +125,7 @@ class SelfAttention(nn.Module):
         # The project's reference attention (reference.py, copied beside this file); a finite mask, not
         # -inf: a padding query that sees no key gets a uniform row instead of NaN.
         y = attend(q, k, v, pe, positions, key_positions, allowed[:, None], bias=bias, weight=weight,
-                   token_differences=differences, finite_mask=True, key_transforms=transforms)
+                   token_differences=differences, finite_mask=True, key_transforms=transforms, sink=self.sink)
         y = y.transpose(1, 2)  # [b, s, H, D]
         if self.gate_kind is not None:
             y = y * torch.sigmoid(self.output_gate.gate(x)).view(
