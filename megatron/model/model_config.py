@@ -6,7 +6,8 @@ loading it needs no YAML file that says the same again.
 Three kinds of field: the architecture (recorded and compared with a checkpoint), how fresh weights are drawn
 (init: a checkpoint's weights replace them), and the run's own choices (attention path and window, dropout,
 per-run options such as rotary-scaling: a run applies its own with `dataclasses.replace`). Only the first kind,
-the lengths and the tokenizer's files are recorded.
+the lengths and the tokenizer's files are recorded, and the per-run choices the weights were trained with where
+they are not the default (an extended model's rotary-scaling), never compared.
 
 The record in a checkpoint is flat, one entry per config key (`num_layers`, `pos_emb`, each of the method's
 options, ...), as checkpoints written before this class had it (schema 1, no `schema` entry); schema 2 adds
@@ -91,19 +92,29 @@ class ModelConfig:
             raise ValueError(f"it is a {type(record).__name__}, not a mapping of config keys")
         options = {k: record.get(k) for k in model_options(record["pos_emb"], record.get("layer_pattern"))} \
             if record.get("pos_emb") is not None else {}
+        trained = {k: record[k] for k in trained_choices(record["pos_emb"], record.get("layer_pattern"))
+                   if k in record} if record.get("pos_emb") is not None else {}
         return cls(**{key: record.get(key) for key in ARCHITECTURE_KEYS}, options=options,
                    tokenizer_files={k: record[k] for k in TOKENIZER_FILES if k in record},
-                   lengths={k: record[k] for k in LENGTH_KEYS if k in record})
+                   lengths={k: record[k] for k in LENGTH_KEYS if k in record}, run_options=trained)
+
+    def trained_with(self) -> dict:
+        """The per-run choices the weights were trained with that are not their default (an extended model's
+        rotary-scaling): recorded, so that the checkpoint alone rebuilds the model that was trained."""
+        keys = trained_choices(self.pos_emb, self.layer_pattern)
+        return {k: self.run_options[k] for k in keys
+                if self.run_options.get(k, OPTIONS[k].default) != OPTIONS[k].default}
 
     def record(self) -> dict:
         """What a checkpoint stores under `model_config`: flat, readable by code that predates `schema`."""
         values = {key: getattr(self, key) for key in ARCHITECTURE_KEYS}
-        return {"schema": SCHEMA, **values, **self.lengths, **self.options, **self.tokenizer_files}
+        return {"schema": SCHEMA, **values, **self.lengths, **self.options, **self.trained_with(),
+                **self.tokenizer_files}
 
     def config_values(self) -> dict:
         """{config key: value} that build this model (and its tokenizer) with the run's other keys."""
         values = {key: getattr(self, key) for key in ARCHITECTURE_KEYS if key != "padded_vocab_size"}
-        return {**values, **self.options, **self.tokenizer_files}
+        return {**values, **self.options, **self.trained_with(), **self.tokenizer_files}
 
 
 def differences(saved: ModelConfig, current: ModelConfig, fine_tune: bool = False) -> list[str]:

@@ -103,6 +103,27 @@ def test_the_extended_checkpoint_rebuilds_the_extended_model(name, rotary_short,
     assert_same_logits(loaded, args)
 
 
+def test_the_recorded_model_config_alone_rebuilds_the_extended_model(rotary_short, stdlib_data, tmp_path):
+    """The model_config of the checkpoint records the scaling its weights were trained with: a checkpoint
+    that keeps no merged config (an older one's layout) still evaluates as the extended model."""
+    args = extension_args(stdlib_data, tmp_path, rotary_short, pos_emb="rotary", rotary_emb_base=500000,
+                          rotary_scaling=YARN)
+    pretrain(args)
+    where = tmp_path / "ckpt" / "global_step1"
+    record = read_client_state(str(where.parent), where.name)["model_config"]
+    assert (record["rotary_emb_base"], record["rotary_scaling"]) == (500000, YARN)
+    assert "rotary_scaling" not in read_client_state(rotary_short, "global_step2")["model_config"]  # plain: none
+    (where / "resolved_config.yml").unlink()
+    loaded = load(str(where), device="cpu", dtype=torch.float32)
+    assert loaded.neox_args.rotary_scaling == YARN
+    expected = ROPE_INIT_FUNCTIONS["yarn"](LlamaConfig(
+        hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS, max_position_embeddings=LONG,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
+                         "original_max_position_embeddings": SHORT}), "cpu")[0]
+    torch.testing.assert_close(loaded.model.pos_embs[0].frequencies()[0].double(), expected.double(), rtol=1e-6, atol=0)
+    assert_same_logits(loaded, args)
+
+
 def test_a_relaunched_extension_resumes_itself_exactly(rotary_short, stdlib_data, tmp_path):
     """3 steps straight == 2 steps, stop, the same command again with train-iters 3: it resumes the extension
     from its own step 2 (not the first stage's weights at step 0), with the same losses to the last bit."""
