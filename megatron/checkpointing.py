@@ -88,11 +88,12 @@ def _check_compatible(state: dict, neox_args, model, where, fine_tune: bool = Fa
                               + quote("; ".join(mismatches)) + ". It was damaged or edited; load another step "
                               "(`iteration`) or a checkpoint train.py wrote.")
     if mismatches and fine_tune:
-        free = ", ".join(k.replace("_", "-") for k in extension_keys(neox_args.pos_emb, neox_args.layer_pattern))
+        free = ["the attention window", "rotary-scaling",
+                *(k.replace("_", "-") for k in extension_keys(neox_args.pos_emb, neox_args.layer_pattern))]
         raise CheckpointError(f"this fine-tune (finetune: true) starts from the weights of {where}, but they belong "
                               "to a different model: " + "; ".join(mismatches) + ". A fine-tune keeps the architecture "
                               "(layers, sizes, method and its parameters' options) and may change only the lengths "
-                              f"(seq-length), the attention window, rotary-scaling{', ' + free if free else ''}. "
+                              f"(seq-length), {', '.join(free[:-1])} and {free[-1]}. "
                               f"Take the model keys from {pathlib.Path(where) / RESOLVED_NAME}, or leave them out of "
                               "this config (they then come from the checkpoint).")
     if mismatches:

@@ -170,7 +170,7 @@ def test_a_fine_tune_may_not_change_the_architecture(rotary_short, stdlib_data, 
         pretrain(extension_args(stdlib_data, tmp_path, rotary_short, pos_emb="rotary", rotary_pct=0.5))
     message = str(err.value)
     assert "rotary-pct: checkpoint 1.0, this run 0.5" in message
-    assert "may change only the lengths (seq-length), the attention window, rotary-scaling, rotary-emb-base" in message
+    assert "may change only the lengths (seq-length), the attention window, rotary-scaling and rotary-emb-base." in message
 
 
 def test_a_resume_may_not_change_the_rotary_base(rotary_short, stdlib_data, tmp_path):
