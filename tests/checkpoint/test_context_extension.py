@@ -12,6 +12,7 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from megatron.checkpointing import CheckpointError, load_weights_of, read_client_state, resolve_tag
+from megatron.evaluation.identity import config_hash
 from megatron.inference_model import load
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
@@ -178,3 +179,15 @@ def test_a_resume_may_not_change_the_rotary_base(rotary_short, stdlib_data, tmp_
     with pytest.raises(CheckpointError, match="rotary-emb-base: checkpoint 10000, this run 500000"):
         pretrain(tiny_args(stdlib_data, tmp_path, load=rotary_short, pos_emb="rotary", rotary_emb_base=500000,
                            train_iters=3, **SMALL))
+
+
+def test_an_extension_is_never_labelled_as_a_run_from_scratch():
+    """Results of an extension stage never share a result file with those of a run trained from scratch
+    with the same keys, nor with an extension of another checkpoint."""
+    keys = NeoXArgs.trained_keys()
+    scratch = {"pos_emb": "rotary", "seq_length": LONG, "load": "runs/rotary256/checkpoints", "finetune": False}
+    extended = {**scratch, "load": "runs/rotary64/checkpoints", "finetune": True, "iteration": None}
+    hashes = {config_hash(c, keys) for c in (scratch, extended, {**extended, "load": "runs/other64/checkpoints"},
+                                             {**extended, "iteration": 300})}
+    assert len(hashes) == 4
+    assert config_hash(scratch, keys) == config_hash({**scratch, "load": "elsewhere"}, keys)  # a resume: one run
