@@ -27,7 +27,7 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 from megatron.length_schedule import length_schedule_of
 from megatron.checkpoint_folder import (TAG, CheckpointError, checkpoint_steps, removed_while_read,  # noqa: F401
                                        resolve_tag)  # (re-exported)
-from megatron.model.model_config import ModelConfig, differences
+from megatron.model.model_config import ModelConfig, differences, extension_keys
 from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
 from megatron.neox_arguments.to_model import model_config
 from megatron.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
@@ -77,14 +77,25 @@ def stored_model_config(state: dict, where) -> ModelConfig:
                               "Load another checkpoint (`iteration`), or one train.py wrote.") from None
 
 
-def _check_compatible(state: dict, neox_args, model, where) -> None:
-    mismatches = differences(stored_model_config(state, where), model_config(neox_args, model.vocab_size))
+def _check_compatible(state: dict, neox_args, model, where, fine_tune: bool = False) -> None:
+    """The checkpoint records the model `neox_args` builds. `fine_tune`: train.py starting a fine-tune from its
+    weights, which may also change the keys that shape no parameter (extension_keys: rotary-emb-base)."""
+    mismatches = differences(stored_model_config(state, where), model_config(neox_args, model.vocab_size), fine_tune)
     if mismatches and _config_came_from(neox_args, pathlib.Path(where) / RESOLVED_NAME):
         # The advice below would send the user back to the file this run already used.
         raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
                               f"differs from its own {RESOLVED_NAME}, which this run's config came from: "
                               + quote("; ".join(mismatches)) + ". It was damaged or edited; load another step "
                               "(`iteration`) or a checkpoint train.py wrote.")
+    if mismatches and fine_tune:
+        free = ["the attention window", "rotary-scaling",
+                *(k.replace("_", "-") for k in extension_keys(neox_args.pos_emb, neox_args.layer_pattern))]
+        raise CheckpointError(f"this fine-tune (finetune: true) starts from the weights of {where}, but they belong "
+                              "to a different model: " + "; ".join(mismatches) + ". A fine-tune keeps the architecture "
+                              "(layers, sizes, method and its parameters' options) and may change only the lengths "
+                              f"(seq-length), {', '.join(free[:-1])} and {free[-1]}. "
+                              f"Take the model keys from {pathlib.Path(where) / RESOLVED_NAME}, or leave them out of "
+                              "this config (they then come from the checkpoint).")
     if mismatches:
         raise CheckpointError(f"the checkpoint {where} was made by a different model: "
                               + "; ".join(mismatches) + f". Load it with the config it was trained with: "
@@ -358,7 +369,8 @@ def _prune(save_dir: pathlib.Path, keep: int | None) -> None:
 def load_checkpoint(neox_args, engine) -> tuple[int, int]:
     """Resume from `load`: model, optimizer, LR schedule, RNG and data position. Returns (iteration,
     consumed training samples); (0, 0) when `load` holds no checkpoint yet (the first launch of a
-    run whose `load` is its own `save`). `finetune` loads the weights only and starts at step 0."""
+    run whose `load` is its own `save`). `finetune` loads the weights only and starts at step 0, unless it
+    saved in `save` already: then it resumes from there (fine_tune_so_far)."""
     if not neox_args.load:
         return 0, 0
     nothing_yet = not checkpoint_steps(neox_args.load) and not (pathlib.Path(neox_args.load) / "latest").exists()
@@ -366,16 +378,18 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
         if torch.distributed.get_rank() == 0:
             print(f"no checkpoint in {neox_args.load} yet: starting from step 0", flush=True)
         return 0, 0
-    tag = resolve_tag(neox_args.load, neox_args.iteration)
-    where = pathlib.Path(neox_args.load) / tag
-    client_state = read_client_state(neox_args.load, tag)
-    _check_compatible(client_state, neox_args, engine.module, where)
+    load, iteration, weights_only = neox_args.load, neox_args.iteration, neox_args.finetune
+    if weights_only and (own := fine_tune_so_far(neox_args)):  # a relaunched fine-tune resumes itself
+        load, iteration, weights_only = own, None, False
+    tag = resolve_tag(load, iteration)
+    where = pathlib.Path(load) / tag
+    client_state = read_client_state(load, tag)
+    _check_compatible(client_state, neox_args, engine.module, where, fine_tune=weights_only)
     _check_weights_dtype(client_state, neox_args, engine, where)
     verify_folder(where)  # DeepSpeed unpickles its files (model states, optimizer partitions) itself
-    weights_only = neox_args.finetune
     with weights_only_engine(engine):
         path, state = engine.load_checkpoint(
-            neox_args.load, tag=tag, load_module_only=weights_only,
+            load, tag=tag, load_module_only=weights_only,
             load_optimizer_states=not (weights_only or neox_args.no_load_optim),
             load_lr_scheduler_states=not (weights_only or neox_args.no_load_optim))
     if path is None:
@@ -386,8 +400,20 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
     if not neox_args.no_load_rng:
         set_rng_state(state["rng_state"])
     if torch.distributed.get_rank() == 0:  # a fine-tune (above) starts at step 0 and resumes nothing
-        print(f"resumed from step {state['iteration']} ({where})", flush=True)
+        again = (f": this fine-tune saved there already, so it continues (its starting weights came from "
+                 f"{neox_args.load})") if neox_args.finetune else ""
+        print(f"resumed from step {state['iteration']} ({where}){again}", flush=True)
     return state["iteration"], state["consumed_train_samples"]
+
+
+def fine_tune_so_far(neox_args) -> str | None:
+    """The `save` folder of a fine-tune that has saved there already (relaunched after a stop or a crash), or
+    None. It resumes from its own latest checkpoint: starting again from `load`'s weights at step 0 would
+    train again what it has and overwrite it. A stage of a context extension is such a fine-tune."""
+    save, load = neox_args.save, neox_args.load
+    if not (neox_args.finetune and save and load) or os.path.abspath(save) == os.path.abspath(load):
+        return None
+    return save if checkpoint_steps(save) or (pathlib.Path(save) / "latest").exists() else None
 
 
 def rng_state() -> dict:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from megatron.quoting import quote
 
 STAGE_KEYS = ("start_step", "seq_length", "window", "ramp", "steps")
+EXTENSION_KEYS = ("rotary_emb_base", "rotary_scaling")  # a fine-tune's, not a stage's (docs/length-schedules.md)
 RAMPS = ("linear",)
 
 
@@ -170,6 +171,12 @@ def parse_schedule(value, full_length: int) -> LengthSchedule:
                                       "seq-length: 64}.")
         entry = {str(k).replace("-", "_"): v for k, v in entry.items()}
         for key in entry:
+            if key in EXTENSION_KEYS:
+                raise LengthScheduleError(f"{where}.{key}", (
+                    "cannot change within one run: a stage changes lengths and windows only. Extend the trained "
+                    "model with a fine-tune of its checkpoint instead (finetune: true, load: its checkpoints, the "
+                    "longer seq-length and the new rotary-emb-base or rotary-scaling), as docs/length-schedules.md "
+                    "shows under 'Extending a trained model to a longer context'."))
             if key not in STAGE_KEYS:
                 raise LengthScheduleError(f"{where}.{key}", "is not a stage key; a stage takes " + ", ".join(
                     k.replace("_", "-") for k in STAGE_KEYS) + ". Remove it.")

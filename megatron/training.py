@@ -15,7 +15,7 @@ import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
 
-from megatron.checkpointing import SaveFailed, load_checkpoint, save_checkpoint
+from megatron.checkpointing import SaveFailed, fine_tune_so_far, load_checkpoint, save_checkpoint
 from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.data.packed_documents import samples_across_documents
 from megatron.initialize import initialize_megatron
@@ -99,7 +99,8 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
         print(masking, flush=True)
     iteration, consumed = load_checkpoint(neox_args, engine)
     if iteration >= neox_args.train_iters and neox_args.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
-        print(f"the checkpoint in {neox_args.load} is at step {iteration}, already train-iters "
+        held = fine_tune_so_far(neox_args) or neox_args.load  # a relaunched fine-tune resumed its own save
+        print(f"the checkpoint in {held} is at step {iteration}, already train-iters "
               f"({neox_args.train_iters}): nothing to train; the final validation runs on it. Raise train-iters "
               f"(--set train-iters=N) to train further, or name another save/load folder to start anew.", flush=True)
     with torch.random.fork_rng(devices=[]):  # starting a DataLoader draws a seed: keep dropout's stream

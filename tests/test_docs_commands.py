@@ -111,7 +111,7 @@ RULES = [
                                         "2 replicas x 2 shards x 3 steps, marked slow; against one process)")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
-    (r"^python evaluate\.py --set load=checkpoints/variants/", Run(sets={"eval-chunks": 2})),  # a checkpoint alone
+    (r"^python evaluate\.py --set load=(checkpoints/variants|runs)/", Run(sets={"eval-chunks": 2})),  # a checkpoint alone
     (r"^python evaluate\.py configs/eval/kv_retrieval\.yml",
      Run(sets={"eval-lengths": "[64, 128]", "probe-depths": "[0.0, 1.0]", "probe-samples": 1})),
     (r"^python evaluate\.py configs/tiny\.yml configs/eval/probe\.yml",

@@ -148,6 +148,8 @@ def config_hash(config: dict, trained_keys: dict) -> str:
     (evaluation): both give the same hash. Defaults stay out so that a key added to the config system
     later does not change the hash of runs trained before it."""
     kept = {name: config[name] for name, default in trained_keys.items() if name in config and config[name] != default}
+    if config.get("finetune"):  # its weights started as `load`'s (an extension stage): not a run from scratch
+        kept["finetune_from"] = [str(config.get("load")), config.get("iteration")]
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -6,7 +6,8 @@ loading it needs no YAML file that says the same again.
 Three kinds of field: the architecture (recorded and compared with a checkpoint), how fresh weights are drawn
 (init: a checkpoint's weights replace them), and the run's own choices (attention path and window, dropout,
 per-run options such as rotary-scaling: a run applies its own with `dataclasses.replace`). Only the first kind,
-the lengths and the tokenizer's files are recorded.
+the lengths and the tokenizer's files are recorded, and the per-run choices the weights were trained with where
+they are not the default (an extended model's rotary-scaling), never compared.
 
 The record in a checkpoint is flat, one entry per config key (`num_layers`, `pos_emb`, each of the method's
 options, ...), as checkpoints written before this class had it (schema 1, no `schema` entry); schema 2 adds
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 from megatron.model.attention.config import AttentionConfig
 from megatron.model.layer_pattern import pattern_methods
-from megatron.model.positional_embeddings import checkpoint_options, option_names, per_run_options
+from megatron.model.positional_embeddings import checkpoint_options, extension_options, option_names, per_run_options
 from megatron.model.positional_embeddings.registry import OPTIONS
 
 SCHEMA = 2
@@ -99,30 +100,68 @@ class ModelConfig:
             raise ValueError(f"it is a {type(record).__name__}, not a mapping of config keys")
         options = {k: record.get(k) for k in model_options(record["pos_emb"], record.get("layer_pattern"))} \
             if record.get("pos_emb") is not None else {}
+        trained = {k: record[k] for k in trained_choices(record["pos_emb"], record.get("layer_pattern"))
+                   if k in record} if record.get("pos_emb") is not None else {}
         return cls(**{key: record.get(key) for key in ARCHITECTURE_KEYS}, options=options,
                    tokenizer_files={k: record[k] for k in TOKENIZER_FILES if k in record},
-                   lengths={k: record[k] for k in LENGTH_KEYS if k in record})
+                   lengths={k: record[k] for k in LENGTH_KEYS if k in record}, run_options=trained)
+
+    def trained_with(self) -> dict:
+        """The per-run choices the weights were trained with that are not their default (an extended model's
+        rotary-scaling): recorded, so that the checkpoint alone rebuilds the model that was trained."""
+        keys = trained_choices(self.pos_emb, self.layer_pattern)
+        return {k: self.run_options[k] for k in keys
+                if self.run_options.get(k, OPTIONS[k].default) != OPTIONS[k].default}
 
     def record(self) -> dict:
         """What a checkpoint stores under `model_config`: flat, readable by code that predates `schema`."""
         values = {key: getattr(self, key) for key in ARCHITECTURE_KEYS}
-        return {"schema": SCHEMA, **values, **self.lengths, **self.options, **self.tokenizer_files}
+        return {"schema": SCHEMA, **values, **self.lengths, **self.options, **self.trained_with(),
+                **self.tokenizer_files}
 
     def config_values(self) -> dict:
         """{config key: value} that build this model (and its tokenizer) with the run's other keys."""
         values = {key: getattr(self, key) for key in ARCHITECTURE_KEYS if key != "padded_vocab_size"}
-        return {**values, **self.options, **self.tokenizer_files}
+        return {**values, **self.options, **self.trained_with(), **self.tokenizer_files}
 
 
-def differences(saved: ModelConfig, current: ModelConfig) -> list[str]:
+def differences(saved: ModelConfig, current: ModelConfig, fine_tune: bool = False) -> list[str]:
     """'key: checkpoint X, this run Y' for every key that must agree but does not. Sequence lengths may
     differ (length extrapolation is the point), except for `learned`, whose table has
-    max-position-embeddings rows (one of its options)."""
-    pairs = [(key, getattr(saved, key), getattr(current, key)) for key in ARCHITECTURE_KEYS]
-    if (saved.pos_emb, saved.layer_pattern) == (current.pos_emb, current.layer_pattern):
-        pairs += [(key, saved.options.get(key), current.options.get(key)) for key in sorted(current.options)]
+    max-position-embeddings rows (one of its options). A fine-tune may also change the options that shape
+    no parameter (`extension_keys`: rotary-emb-base), as extending a model to a longer context does."""
+    free = extension_keys(current.pos_emb, current.layer_pattern) if fine_tune else ()
+    patterns = (saved.layer_pattern, current.layer_pattern)
+    if fine_tune:  # a layer's entry may extend it too (OLMo 3: YaRN on the full-attention layers only)
+        free_in_entries = {*free, *trained_choices(current.pos_emb, current.layer_pattern), "attention_window"}
+        patterns = tuple(_without(pattern, free_in_entries) for pattern in patterns)
+    pairs = [(key, getattr(saved, key), getattr(current, key)) for key in ARCHITECTURE_KEYS if key != "layer_pattern"]
+    pairs.insert(ARCHITECTURE_KEYS.index("layer_pattern"), ("layer_pattern", *patterns))
+    if (saved.pos_emb, patterns[0]) == (current.pos_emb, patterns[1]):
+        pairs += [(key, saved.options.get(key), current.options.get(key)) for key in sorted(current.options)
+                  if key not in free]
     return [f"{key.replace('_', '-')}: checkpoint {theirs!r}, this run {ours!r}"
             for key, theirs, ours in pairs if theirs != ours]
+
+
+def _without(pattern, keys) -> list | None:
+    """`pattern`'s entries without `keys` (config keys, either spelling); anything but a list as it is."""
+    if not isinstance(pattern, list):
+        return pattern
+    return [{k: v for k, v in entry.items() if str(k).replace("-", "_") not in keys} if isinstance(entry, dict)
+            else entry for entry in pattern]
+
+
+def extension_keys(pos_emb: str, layer_pattern=None) -> tuple[str, ...]:
+    """The config keys of a model's methods that a fine-tune may change besides the lengths and the per-run
+    choices (rotary-scaling): those that shape no parameter (rotary-emb-base)."""
+    return tuple(sorted({k for method in pattern_methods(pos_emb, layer_pattern) for k in extension_options(method)}))
+
+
+def trained_choices(pos_emb: str, layer_pattern=None) -> tuple[str, ...]:
+    """The per-run options of a model's methods (rotary-scaling): a run that sets one trains its weights with
+    it, so its checkpoint is evaluated with it unless the evaluating config chooses another."""
+    return tuple(sorted({k for method in pattern_methods(pos_emb, layer_pattern) for k in per_run_options(method)}))
 
 
 def model_options(pos_emb: str, layer_pattern=None) -> list[str]:

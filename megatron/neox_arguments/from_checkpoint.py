@@ -5,14 +5,15 @@ merged config (`global_stepN/resolved_config.yml`), each with that file as its s
 keeps none gives the model, tokenizer and lengths its model-states file records (`model_config`).
 
 A key the user's config sets is kept (the checkpoint check then names any disagreement); per-run choices
-(attention-window, rotary-scaling, attention-impl, ...) are never taken. `load` naming a `global_stepN`
+(attention-window, attention-impl, ...) are never taken, except the rotary-scaling the checkpoint was trained
+with (an extended model's), which a config that sets none takes. `load` naming a `global_stepN`
 folder means its parent at step N. Nothing here imports torch (the config is read before the model is),
 but to read the model-states file of a checkpoint that keeps no merged config.
 """
 import pathlib
 
 from megatron.checkpoint_folder import CheckpointError, TAG, read_pruning_aware, resolve_tag
-from megatron.model.model_config import ARCHITECTURE_KEYS, checkpoint_keys
+from megatron.model.model_config import ARCHITECTURE_KEYS, checkpoint_keys, trained_choices
 
 from .resolved import RESOLVED_NAME
 from .yaml_loader import load_config_files, normalise_key
@@ -77,7 +78,10 @@ def _stored_config_source(folder, values, sources, default_pos_emb, given, no_mo
     if values.get(spelling.get("pos_emb"), theirs) != theirs:
         keys = RUN_KEYS  # another method than the checkpoint's: the checkpoint check names the difference
     else:
-        keys = checkpoint_keys(theirs, stored.get("layer_pattern")) + RUN_KEYS
+        # with the rotary-scaling its weights were trained with (an extended model's): evaluated without it,
+        # they would score another model
+        pattern = stored.get("layer_pattern")
+        keys = checkpoint_keys(theirs, pattern) + trained_choices(theirs, pattern) + RUN_KEYS
     if no_model:
         keys = tuple(keys) + EVALUATION_DEFAULT_KEYS
     for key in keys:

@@ -198,7 +198,9 @@ class TrainingArgs:
     exit_interval: Optional[int] = arg(
         None, "Stop (saving a checkpoint if `save` is set) after the first step divisible by this.")
     keep_last_n_checkpoints: Optional[int] = arg(None, "Delete older checkpoints beyond this many.")
-    finetune: bool = arg(False, "Load weights only; start at step 0 with a fresh optimizer.")
+    finetune: bool = arg(False, "Load weights only; start at step 0 with a fresh optimizer (a relaunch whose `save` "
+                         "holds checkpoints already resumes from them). May change the lengths, rotary-scaling and "
+                         "rotary-emb-base.")
     no_load_optim: bool = arg(False, "Do not load the optimizer state.")
     no_load_rng: bool = arg(False, "Do not load the RNG state.")
     iteration: Optional[int] = arg(None, "Load this step instead of the one named by `latest`.")

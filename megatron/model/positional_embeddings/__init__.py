@@ -58,6 +58,11 @@ def per_run_options(name: str) -> tuple[str, ...]:
     return tuple(o for o in option_names(name) if OPTIONS[o].spec.per_run)
 
 
+def extension_options(name: str) -> tuple[str, ...]:
+    """Checkpoint options of method `name` a fine-tune may change (rotary-emb-base): they shape no parameter."""
+    return tuple(o for o in option_names(name) if OPTIONS[o].spec.extendable)
+
+
 def option_labels(name: str, values) -> list[str]:
     """The labels of method `name`'s labelled options whose value in `values` (a key -> value lookup) is
     not their default: `forget-gate`, or `label=value` for a non-boolean value."""

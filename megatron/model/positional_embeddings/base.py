@@ -57,10 +57,13 @@ class Option:
     per_run: bool = False    # a choice of this run, not of the weights (rotary-scaling): checkpoints may differ
     exclusive: bool = False  # setting it while pos-emb is a method that does not declare it is an error
     label: str | None = None  # a run trained with it set away from its default is named so in results and tables
+    # A fine-tune (`finetune: true`) may change it: it shapes no parameter, only how positions map onto them
+    # (rotary-emb-base), so extending a model to a longer context may retune it and keep the weights.
+    extendable: bool = False
 
 
 def option(default, help: str, *, check=None, init_only: bool = False, per_run: bool = False,
-           exclusive: bool = False, label: str | None = None):
+           exclusive: bool = False, label: str | None = None, extendable: bool = False):
     """One field of a method's `Options`: its config key is the field name (YAML `-` or `_`).
 
     Options of other methods are ignored by default (NeoX configs set rotary-pct whatever pos-emb is);
@@ -68,7 +71,7 @@ def option(default, help: str, *, check=None, init_only: bool = False, per_run: 
     every option of a method NeoX does not have: no NeoX config sets it for another method). `label`: an
     option that changes what the method's name stands for (path-forget-gate) names the runs trained with it
     set, so their results never share a table row or a result file with the plain method's."""
-    metadata = {"help": help, "option": Option(help, check, init_only, per_run, exclusive, label)}
+    metadata = {"help": help, "option": Option(help, check, init_only, per_run, exclusive, label, extendable)}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)

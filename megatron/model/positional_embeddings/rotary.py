@@ -39,7 +39,7 @@ class Rotary(PositionalEmbedding):
     @dataclass
     class Options:
         rotary_pct: float = option(1.0, "Fraction of each head's dimensions that `rotary` rotates.", check=fraction)
-        rotary_emb_base: int = option(10000, "Base of the rotary frequencies.")
+        rotary_emb_base: int = option(10000, "Base of the rotary frequencies.", extendable=True)
         rotary_scaling: Optional[dict] = option(
             None, "`rotary` RoPE scaling for lengths past training: {type: linear | ntk | dynamic_ntk | yarn | "
             "llama3 | longrope, factor, original-max-position (default max-position-embeddings), beta-fast, "
