@@ -121,31 +121,31 @@ def anchor_verdict(data: Perplexity, method) -> tuple[str, str]:
     return against_anchor(better, worse, data.long, "ALiBi", "better"), f"{method} vs {ANCHOR} ppl: " + "; ".join(parts)
 
 
-def _judged(documents, measure, switches, mode=None):
-    """(dataset, data, [the reference and its switches' methods], [the anchor or nothing]) of every dataset
-    the rules can judge: the reference ran, trained at one length that was evaluated, with long lengths."""
+def _judge(documents, measure, switches, mode, rules) -> dict:
+    """{dataset: rules(data, [the reference and its switches' methods], [the anchor or nothing])} of every
+    dataset the rules can judge: the reference ran, trained at one length that was evaluated, with long lengths."""
+    out = {}
     for dataset, data in by_dataset(documents, measure, mode):
         if REFERENCE not in data.runs or data.T not in data.lengths or not data.long:
             continue
         kerple = [REFERENCE] + [f"{REFERENCE}+{s}" for s in switches if f"{REFERENCE}+{s}" in data.runs]
-        yield dataset, data, kerple, [ANCHOR] if ANCHOR in data.runs else []
+        out[dataset] = rules(data, kerple, [ANCHOR] if ANCHOR in data.runs else [])
+    return out
+
+
+def _switch(method) -> str:
+    return f"switch `{method.removeprefix(REFERENCE + '+')}`"
 
 
 def verdicts(documents, switches, mode: str = "nonoverlap") -> dict:
     """{dataset: [(question, verdict, numbers)]} for rules 1-3; `switches` are the labels of the
     reference's training variants (their methods are `kerple_log+<label>`)."""
-    out = {}
-    for dataset, data, kerple, anchor in _judged(documents, Perplexity, switches, mode):
-        rows = []
-        for method in kerple + anchor:
-            hit, evidence = degrades(data, method)
-            rows.append((f"1. {method} degrades", "degrades" if hit else "does not degrade", evidence))
-        for method in kerple[1:]:
-            rows.append((f"2. switch `{method.removeprefix(REFERENCE + '+')}`", *switch_verdict(data, method)))
-        if anchor:
-            rows += [(f"3. {method} against ALiBi", *anchor_verdict(data, method)) for method in kerple]
-        out[dataset] = rows
-    return out
+    def rules(data, kerple, anchor):
+        degraded = [(method, *degrades(data, method)) for method in kerple + anchor]
+        return ([(f"1. {m} degrades", "degrades" if hit else "does not degrade", e) for m, hit, e in degraded]
+                + [(f"2. {_switch(m)}", *switch_verdict(data, m)) for m in kerple[1:]]
+                + [(f"3. {m} against ALiBi", *anchor_verdict(data, m)) for m in (kerple if anchor else [])])
+    return _judge(documents, Perplexity, switches, mode, rules)
 
 
 def chunk_verdicts(documents, switches, counts, full: int) -> dict:
@@ -165,13 +165,17 @@ def flips(by_count: dict, full: int) -> dict:
     return out
 
 
-def answer(by_dataset: dict) -> str:
-    """The one-sentence answer to "which switch makes KERPLE degrade" from rule 2's verdicts."""
+def _answer(by_dataset: dict, rule: str, verdict: str, none: str, found_text: str) -> str:
+    """The one-sentence answer from one rule's verdicts: which switches got `verdict`, on which datasets."""
     found = [(d, q.split("`")[1]) for d, rows in by_dataset.items() for q, v, _ in rows
-             if q.startswith("2.") and v == "reproduces the degradation"]
-    if not found:
-        return "No switch reproduces the degradation at this scale."
-    return "Reproduces the DAPE-V2 degradation: " + "; ".join(f"`{s}` on {d}" for d, s in found) + "."
+             if q.startswith(rule) and v == verdict]
+    return found_text + "; ".join(f"`{s}` on {d}" for d, s in found) + "." if found else none
+
+
+def answer(by_dataset: dict) -> str:
+    """The answer to "which switch makes KERPLE degrade" from rule 2's verdicts."""
+    return _answer(by_dataset, "2.", "reproduces the degradation", "No switch reproduces the degradation at this "
+                   "scale.", "Reproduces the DAPE-V2 degradation: ")
 
 
 # The retrieval variant (configs/reproduce/cpu-mini-retrieval-ablation.yml): the same questions judged by
@@ -239,24 +243,19 @@ def retrieval_anchor_verdict(data: Accuracy, method) -> tuple[str, str]:
 
 def retrieval_verdicts(documents, switches, mode: str = "kv-retrieval") -> dict:
     """{dataset: [(question, verdict, numbers)]} for rules R1-R3 on the `mode` probe records."""
-    out = {}
-    for dataset, data, kerple, anchor in _judged(documents, Accuracy, switches, mode):
-        rows = [(f"R1. {m} loses retrieval", *loses_retrieval(data, m)) for m in kerple + anchor]
+    def rules(data, kerple, anchor):
         trained = [m for m in kerple if learned(data, m)]
-        for method in kerple[1:]:
-            question = f"R2. switch `{method.removeprefix(REFERENCE + '+')}`"
-            rows.append((question, *retrieval_switch_verdict(data, method)) if REFERENCE in trained and method in trained
-                        else (question, "not compared", "a model that did not learn the task"))
-        if anchor and learned(data, ANCHOR):
-            rows += [(f"R3. {m} against ALiBi", *retrieval_anchor_verdict(data, m)) for m in trained]
-        out[dataset] = rows
-    return out
+        return ([(f"R1. {m} loses retrieval", *loses_retrieval(data, m)) for m in kerple + anchor]
+                + [(f"R2. {_switch(m)}", *(retrieval_switch_verdict(data, m) if REFERENCE in trained and m in trained
+                                            else ("not compared", "a model that did not learn the task")))
+                   for m in kerple[1:]]
+                + [(f"R3. {m} against ALiBi", *retrieval_anchor_verdict(data, m))
+                   for m in (trained if anchor and learned(data, ANCHOR) else [])])
+    return _judge(documents, Accuracy, switches, mode, rules)
 
 
 def retrieval_answer(by_dataset: dict) -> str:
-    """The one-sentence answer from rule R2's verdicts."""
-    found = [(d, q.split("`")[1]) for d, rows in by_dataset.items() for q, v, _ in rows
-             if q.startswith("R2.") and v == "makes retrieval worse at every long length"]
-    if not found:
-        return "No switch makes KERPLE-log's retrieval worse at every long length at this scale."
-    return "Makes KERPLE-log's retrieval worse at every long length: " + "; ".join(f"`{s}` on {d}" for d, s in found) + "."
+    """The answer from rule R2's verdicts."""
+    return _answer(by_dataset, "R2.", "makes retrieval worse at every long length", "No switch makes KERPLE-log's "
+                   "retrieval worse at every long length at this scale.",
+                   "Makes KERPLE-log's retrieval worse at every long length: ")

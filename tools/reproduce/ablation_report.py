@@ -1,7 +1,5 @@
 """The ablation's section of the report (issue 28): the answer, the verdicts of ablation.py's rules, DAPE-V2's
 numbers beside ours (labelled as theirs), and what the evaluation's chunk count changes."""
-import json
-
 import numpy as np
 
 from tools.analysis.probe_table import correct
@@ -9,6 +7,7 @@ from tools.analysis.results_index import index_results, method_sort_key
 from . import ablation
 from .ablation import CABLE, DAPE_V2, REFERENCE
 from .figures import PerplexityStyle, accuracy_figure, perplexity_figure, ppl_ratios
+from .variants import variant_keys
 from .verdicts import verdict_table
 
 Z95 = 1.959964  # two-sided 95% normal quantile
@@ -41,8 +40,7 @@ def ablation_section(sweep, documents, figures) -> str:
 
 
 def _switch_keys(sweep) -> str:
-    return "; ".join(f"`{REFERENCE}+{label}`: " + ", ".join(f"{k.replace('_', '-')}: {json.dumps(v)}" for k, v in keys.items())
-                     for label, keys in sweep.training_variants.get(REFERENCE, {}).items())
+    return variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
 
 
 def retrieval_ablation_section(sweep, documents, figures, mode: str = "kv-retrieval") -> str:

@@ -13,8 +13,7 @@ from .verdicts import ALPHA, Accuracy, Perplexity, p_text
 def variants_section(sweep, documents, figures) -> str:
     if not sweep.training_variants or sweep.ablation:
         return ""
-    keys = "; ".join(f"`{method}+{label}`: " + ", ".join(f"{k.replace('_', '-')}: {json.dumps(v)}" for k, v in entry.items())
-                     for method, entries in sweep.training_variants.items() for label, entry in entries.items())
+    keys = variant_keys(sweep.training_variants)
     modes = probe_modes(documents)
     lines = ["## Training variants beside their parent method\n", f"_Scale: {sweep.scale}_\n",
              f"Each variant is a run of its own, trained with its method's settings plus its keys ({keys}). Here it "
@@ -60,6 +59,12 @@ def variants_section(sweep, documents, figures) -> str:
         if rows:
             lines += [f"**{dataset}** (T = {T}; perplexity and accuracy: mean over seeds)\n", head, rule, *rows, ""]
     return "\n".join(lines)
+
+
+def variant_keys(training_variants: dict) -> str:
+    """`method+label`: the keys it sets, for every training variant of {method: {label: keys}}."""
+    return "; ".join(f"`{method}+{label}`: " + ", ".join(f"{k.replace('_', '-')}: {json.dumps(v)}" for k, v in entry.items())
+                     for method, entries in training_variants.items() for label, entry in entries.items())
 
 
 def _direction(variant_better: bool, parent_better: bool, better: str, worse: str) -> str:
