@@ -23,7 +23,7 @@ def ablation_section(sweep, documents, figures) -> str:
     full = sweep.evaluation.get("eval_chunks")
     by_count = ablation.chunk_verdicts(documents, switches, sweep.chunk_subsets, full)
     main = by_count[full]
-    keys = _switch_keys(sweep)
+    keys = variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
     lines = ["## The ablation: which switch makes KERPLE-log degrade?\n", f"_Scale: {sweep.scale}_\n",
              f"**Answer ({full} chunks per length): {ablation.answer(main)}**\n",
              f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` as the "
@@ -39,18 +39,15 @@ def ablation_section(sweep, documents, figures) -> str:
     return "\n".join(lines)
 
 
-def _switch_keys(sweep) -> str:
-    return variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
-
-
 def retrieval_ablation_section(sweep, documents, figures, mode: str = "kv-retrieval") -> str:
     """The ablation judged by kv-retrieval accuracy (ablation.RETRIEVAL_ABLATION_RULES), with each seed's
     accuracy (no seed is dropped), the accuracy figure, and the same models' perplexity beside DAPE-V2's."""
     switches = list(sweep.training_variants.get(REFERENCE, {}))
     main = ablation.retrieval_verdicts(documents, switches, mode)
+    keys = variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
     lines = ["## The ablation by retrieval: which switch makes KERPLE-log's retrieval degrade?\n",
              f"_Scale: {sweep.scale}_\n", f"**Answer: {ablation.retrieval_answer(main)}**\n",
-             f"The switches, each trained as a run of its own: {_switch_keys(sweep)}; the reference is `{REFERENCE}` "
+             f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` "
              "as the paper trains it (one set of kernel parameters shared by the layers, fp32), the anchor ALiBi. "
              "The rules were written into tools/reproduce/ablation.py and committed before the runs: "
              + ablation.RETRIEVAL_ABLATION_RULES + "\n"]

@@ -22,23 +22,15 @@ def p_text(p) -> str:
 
 
 class Measure:
-    """One dataset's runs under one measure: {method: {length: {seed: record}}} with its training length."""
+    """One dataset's runs under one measure: {method: {length: {seed: record}}} with its training length.
+    A measure gives value(method, L), shown(method, L) (the value as the verdicts print it) and
+    better(a, b, L): (a significantly better, b significantly better, p) at length L."""
     mode = ""
 
     def __init__(self, runs: dict, train_length: int):
         self.runs, self.T = runs, train_length
         self.lengths = sorted({L for m in runs.values() for L in m})
         self.long = [L for L in self.lengths if L >= LONG_RATIO * train_length]
-
-    def value(self, method, L) -> float:
-        raise NotImplementedError
-
-    def shown(self, method, L) -> str:
-        raise NotImplementedError
-
-    def better(self, a, b, L):
-        """(a significantly better, b significantly better, p) at length L."""
-        raise NotImplementedError
 
     def at_long_lengths(self, a, b, shown):
         """a against b at every long length: (lengths where a is significantly better, where b is, the numbers
