@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from megatron.evaluation.results import SCHEMA, summarize, write_atomic
+from tools.analysis.significance import mcnemar
 from tools.reproduce import ablation
 
 T, LENGTHS, SEEDS, SAMPLES = 64, (64, 128, 512, 1024), (1, 2, 3), 40   # long lengths: 512 and 1024 (8x T)
@@ -59,10 +60,10 @@ def verdicts(hits, switches=("per-layer", "bf16", "per-layer+bf16")) -> dict:
 
 
 def test_mcnemar_is_the_exact_binomial_test_on_the_discordant_pairs():
-    assert ablation.mcnemar([1, 1, 1, 0], [0, 0, 0, 0]) == (0.25, 3, 0)         # 2 x 0.5^3
-    p, only_a, only_b = ablation.mcnemar([1] * 6 + [0, 1], [0] * 6 + [1, 1])   # 6 one way, 1 the other
+    assert mcnemar([1, 1, 1, 0], [0, 0, 0, 0]) == (0.25, 3, 0)         # 2 x 0.5^3
+    p, only_a, only_b = mcnemar([1] * 6 + [0, 1], [0] * 6 + [1, 1])   # 6 one way, 1 the other
     assert (only_a, only_b) == (6, 1) and p == pytest.approx(2 * (1 + 7) / 2 ** 7)  # 0.125
-    assert ablation.mcnemar([1, 0], [1, 0]) == (None, 0, 0)                      # no discordant pair: no test
+    assert mcnemar([1, 0], [1, 0]) == (None, 0, 0)                      # no discordant pair: no test
 
 
 def test_r1_loses_retrieval_needs_the_ratio_and_the_test():

@@ -127,3 +127,12 @@ def tests_note(used, reference: str, alpha: float, better: str = "better", unit:
         text += (" — compared: " + ", ".join(f"{r} seed{'s' * (r > 1)} against {o}" for r, o in mixed)
                  + ", the one-seed run taken to vary across seeds as the other does")
     return text + ")."
+
+
+def mcnemar(a, b) -> tuple[float | None, int, int]:
+    """Exact McNemar test of paired 0/1 outcomes (a two-sided binomial test on the discordant pairs):
+    (p, pairs only a got right, pairs only b got right); p is None when no pair is discordant."""
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+    p = stats.binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else None
+    return (None if p is None else float(p)), only_a, only_b

@@ -19,8 +19,10 @@ inputs beside it let `--report-only --publish` re-render it from a fresh clone. 
 first (plan.py): corpora present or missing and what prepares them, runs done and to do, a time estimate.
 
 spec.py reads the sweep, runs.py plans the runs and knows what is finished, execute.py runs them,
-data.py plans and prepares the corpora, plan.py prints the plan, claims.py judges the paper's claims, inputs.py and report.py (with
-sections.py) write the report.
+data.py plans and prepares the corpora, plan.py prints the plan, inputs.py and report.py (with sections.py)
+write the report. verdicts.py is the one verdict engine (which of two methods is significantly better at a
+length, and the verdict words) under claims.py (the paper's claims), ablation.py (the ablation's rules)
+and variants.py (variants beside their parents); figures.py draws their measure-against-length figures.
 """
 import pathlib
 

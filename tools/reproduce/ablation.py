@@ -15,15 +15,15 @@ run on the same chunks. Three questions, per dataset:
 and, over all of them, 4. Chunk count: does any verdict change when a run's perplexity is read from
 20 or 64 of its chunks (`chunk_subsets`) instead of all it scored (320, the paper's count)?
 
-Pure functions of the result files; tests/reproduce/test_reproduce_ablation.py makes each verdict come out each way.
+Pure functions of the result files over the one verdict engine (verdicts.py: the tests, the pairing, the
+verdict words); tests/reproduce/test_reproduce_ablation.py makes each verdict come out each way.
 """
 import numpy as np
 
-from tools.analysis.results_index import index_results
-from tools.analysis.significance import compare
+from tools.analysis.significance import compare, mcnemar
 from .claims import LONG_RATIO
+from .verdicts import ALPHA, Accuracy, Perplexity, against_anchor, by_dataset, direction, p_text
 
-ALPHA = 0.05
 DEGRADE_RATIO = 1.25   # rule 1: mean ppl(L) / ppl(T) at a long length; DAPE-V2's KERPLE: 1.49 at 8x, 1.99 at 16x
 REFERENCE, ANCHOR = "kerple_log", "alibi"
 
@@ -88,35 +88,7 @@ def subset(documents, chunks: int, mode: str = "nonoverlap") -> list:
     return out
 
 
-class _Data:
-    """One dataset's runs: {method: {length: {seed: record}}} with its training length."""
-
-    def __init__(self, runs: dict, train_length: int):
-        self.runs, self.T = runs, train_length
-        self.lengths = sorted({L for m in runs.values() for L in m})
-        self.long = [L for L in self.lengths if L >= LONG_RATIO * train_length]
-
-    def ratio(self, method, L) -> float:
-        at_T, at_L = self.runs[method][self.T], self.runs[method][L]
-        return float(np.mean([at_L[s]["ppl"] / at_T[s]["ppl"] for s in sorted(set(at_T) & set(at_L))]))
-
-    def ppl(self, method, L) -> float:
-        return float(np.mean([r["ppl"] for r in self.runs[method][L].values()]))
-
-    def better(self, a, b, L):
-        """The comparison of a (reference) with b at L: (a significantly better, b significantly better, p)."""
-        c = compare(self.runs[a][L], self.runs[b][L], ALPHA)
-        if c.p_value is None or c.over != "seeds" or np.isnan(c.p_value):
-            return False, False, None
-        significant = c.p_value < ALPHA
-        return significant and c.reference_loss < c.other_loss, significant and c.other_loss < c.reference_loss, c.p_value
-
-
-def _p(p) -> str:
-    return "no test" if p is None else f"p = {p:.2g}"
-
-
-def degrades(data: _Data, method) -> tuple[bool, str]:
+def degrades(data: Perplexity, method) -> tuple[bool, str]:
     """Rule 1: (verdict, numbers)."""
     hits, parts = [], []
     for L in data.long:
@@ -127,72 +99,53 @@ def degrades(data: _Data, method) -> tuple[bool, str]:
             continue
         c = compare(at_T, at_L, ALPHA)
         rises = c.over == "seeds" and c.p_value is not None and c.p_value < ALPHA and c.other_loss > c.reference_loss
-        parts.append(f"L={L}: {ratio:.3f}x ({_p(c.p_value if c.over == 'seeds' else None)})")
+        parts.append(f"L={L}: {ratio:.3f}x ({p_text(c.p_value if c.over == 'seeds' else None)})")
         if ratio >= DEGRADE_RATIO and rises:
             hits.append(L)
     return bool(hits), "ppl(L) / ppl(T): " + "; ".join(parts)
 
 
-def switch_verdict(data: _Data, variant) -> tuple[str, str]:
+def switch_verdict(data: Perplexity, variant) -> tuple[str, str]:
     """Rule 2 for one training variant of the reference."""
-    ref_better, var_better, parts = [], [], []
-    for L in data.long:
-        a, b, p = data.better(REFERENCE, variant, L)
-        ref_better += [L] if a else []
-        var_better += [L] if b else []
-        parts.append(f"L={L}: {data.ppl(variant, L):.4g} vs {data.ppl(REFERENCE, L):.4g} ({_p(p)})")
-    evidence = f"{variant} vs {REFERENCE} ppl: " + "; ".join(parts)
-    variant_degrades, reference_degrades = degrades(data, variant)[0], degrades(data, REFERENCE)[0]
-    if variant_degrades and not reference_degrades and data.long and ref_better == data.long:
-        return "reproduces the degradation", evidence
-    if ref_better and var_better:
-        return "mixed", evidence
-    if ref_better:
-        return f"makes KERPLE-log worse at L = {ref_better} (not the DAPE-V2 degradation)", evidence
-    if var_better:
-        return f"makes KERPLE-log better at L = {var_better}", evidence
-    return "no significant effect", evidence
+    ref_better, var_better, parts = data.at_long_lengths(REFERENCE, variant, (variant, REFERENCE))
+    reproduces = (degrades(data, variant)[0] and not degrades(data, REFERENCE)[0] and data.long
+                  and ref_better == data.long)
+    return direction(ref_better, var_better, every="reproduces the degradation" if reproduces else None,
+                     worse="makes KERPLE-log worse at L = {} (not the DAPE-V2 degradation)",
+                     better="makes KERPLE-log better at L = {}"), f"{variant} vs {REFERENCE} ppl: " + "; ".join(parts)
 
 
-def anchor_verdict(data: _Data, method) -> tuple[str, str]:
+def anchor_verdict(data: Perplexity, method) -> tuple[str, str]:
     """Rule 3: one KERPLE-log model against ALiBi."""
-    better, worse, parts = [], [], []
-    for L in data.long:
-        a, b, p = data.better(method, ANCHOR, L)
-        better += [L] if a else []
-        worse += [L] if b else []
-        parts.append(f"L={L}: {data.ppl(method, L):.4g} vs {data.ppl(ANCHOR, L):.4g} ({_p(p)})")
-    verdict = (f"worse (ALiBi significantly better at L = {worse})" if worse else
-               "better" if data.long and better == data.long else
-               f"better at L = {better} only" if better else "not significantly different")
-    return verdict, f"{method} vs {ANCHOR} ppl: " + "; ".join(parts)
+    better, worse, parts = data.at_long_lengths(method, ANCHOR, (method, ANCHOR))
+    return against_anchor(better, worse, data.long, "ALiBi", "better"), f"{method} vs {ANCHOR} ppl: " + "; ".join(parts)
+
+
+def _judge(documents, measure, switches, mode, rules) -> dict:
+    """{dataset: rules(data, [the reference and its switches' methods], [the anchor or nothing])} of every
+    dataset the rules can judge: the reference ran, trained at one length that was evaluated, with long lengths."""
+    out = {}
+    for dataset, data in by_dataset(documents, measure, mode):
+        if REFERENCE not in data.runs or data.T not in data.lengths or not data.long:
+            continue
+        kerple = [REFERENCE] + [f"{REFERENCE}+{s}" for s in switches if f"{REFERENCE}+{s}" in data.runs]
+        out[dataset] = rules(data, kerple, [ANCHOR] if ANCHOR in data.runs else [])
+    return out
+
+
+def _switch(method) -> str:
+    return f"switch `{method.removeprefix(REFERENCE + '+')}`"
 
 
 def verdicts(documents, switches, mode: str = "nonoverlap") -> dict:
     """{dataset: [(question, verdict, numbers)]} for rules 1-3; `switches` are the labels of the
     reference's training variants (their methods are `kerple_log+<label>`)."""
-    index = index_results(documents, mode)
-    lengths = {}
-    for document in documents:
-        lengths.setdefault(document["run"]["dataset"], set()).add(document["run"]["train_length"])
-    out = {}
-    for dataset, runs in sorted(index.items()):
-        if REFERENCE not in runs or len(lengths[dataset]) != 1:
-            continue
-        data = _Data({str(m): v for m, v in runs.items()}, next(iter(lengths[dataset])))
-        if data.T not in data.lengths or not data.long:
-            continue
-        kerple = [REFERENCE] + [f"{REFERENCE}+{s}" for s in switches if f"{REFERENCE}+{s}" in data.runs]
-        rows = []
-        for method in kerple + ([ANCHOR] if ANCHOR in data.runs else []):
-            hit, evidence = degrades(data, method)
-            rows.append((f"1. {method} degrades", "degrades" if hit else "does not degrade", evidence))
-        for method in kerple[1:]:
-            rows.append((f"2. switch `{method.removeprefix(REFERENCE + '+')}`", *switch_verdict(data, method)))
-        if ANCHOR in data.runs:
-            rows += [(f"3. {method} against ALiBi", *anchor_verdict(data, method)) for method in kerple]
-        out[dataset] = rows
-    return out
+    def rules(data, kerple, anchor):
+        degraded = [(method, *degrades(data, method)) for method in kerple + anchor]
+        return ([(f"1. {m} degrades", "degrades" if hit else "does not degrade", e) for m, hit, e in degraded]
+                + [(f"2. {_switch(m)}", *switch_verdict(data, m)) for m in kerple[1:]]
+                + [(f"3. {m} against ALiBi", *anchor_verdict(data, m)) for m in (kerple if anchor else [])])
+    return _judge(documents, Perplexity, switches, mode, rules)
 
 
 def chunk_verdicts(documents, switches, counts, full: int) -> dict:
@@ -212,13 +165,17 @@ def flips(by_count: dict, full: int) -> dict:
     return out
 
 
-def answer(by_dataset: dict) -> str:
-    """The one-sentence answer to "which switch makes KERPLE degrade" from rule 2's verdicts."""
+def _answer(by_dataset: dict, rule: str, verdict: str, none: str, found_text: str) -> str:
+    """The one-sentence answer from one rule's verdicts: which switches got `verdict`, on which datasets."""
     found = [(d, q.split("`")[1]) for d, rows in by_dataset.items() for q, v, _ in rows
-             if q.startswith("2.") and v == "reproduces the degradation"]
-    if not found:
-        return "No switch reproduces the degradation at this scale."
-    return "Reproduces the DAPE-V2 degradation: " + "; ".join(f"`{s}` on {d}" for d, s in found) + "."
+             if q.startswith(rule) and v == verdict]
+    return found_text + "; ".join(f"`{s}` on {d}" for d, s in found) + "." if found else none
+
+
+def answer(by_dataset: dict) -> str:
+    """The answer to "which switch makes KERPLE degrade" from rule 2's verdicts."""
+    return _answer(by_dataset, "2.", "reproduces the degradation", "No switch reproduces the degradation at this "
+                   "scale.", "Reproduces the DAPE-V2 degradation: ")
 
 
 # The retrieval variant (configs/reproduce/cpu-mini-retrieval-ablation.yml): the same questions judged by
@@ -247,60 +204,11 @@ RETRIEVAL_ABLATION_RULES = (
 )
 
 
-def mcnemar(a, b) -> tuple[float | None, int, int]:
-    """Exact McNemar test of paired 0/1 outcomes: (p, pairs only a got right, pairs only b got right)."""
-    from scipy import stats
-    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
-    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
-    p = stats.binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else None
-    return (None if p is None else float(p)), only_a, only_b
-
-
-def _hits(record) -> np.ndarray:
-    from tools.analysis.probe_table import correct
-    return correct(record)
-
-
-class _Probes:
-    """One dataset's probe records: {method: {length: {seed: record}}} with its training length."""
-
-    def __init__(self, runs: dict, train_length: int):
-        self.runs, self.T = runs, train_length
-        self.lengths = sorted({L for m in runs.values() for L in m})
-        self.long = [L for L in self.lengths if L >= LONG_RATIO * train_length]
-
-    def pairs(self, a, la, b, lb):
-        """Outcomes of (a at length la, b at length lb) over the (seed, sample) pairs they share."""
-        x, y = [], []
-        ra, rb = self.runs[a].get(la, {}), self.runs[b].get(lb, {})
-        for seed in sorted(set(ra) & set(rb)):
-            if la == lb and ra[seed]["probe_keys"] != rb[seed]["probe_keys"]:
-                raise ValueError(f"the probes at length {la} differ between {a} and {b}: evaluate both with "
-                                 "the same eval-seed, probe-depths and probe-samples")
-            ha, hb = _hits(ra[seed]), _hits(rb[seed])
-            n = min(len(ha), len(hb))
-            x += list(ha[:n])
-            y += list(hb[:n])
-        return np.array(x), np.array(y)
-
-    def accuracy(self, method, L) -> float:
-        """Pooled over seeds: right answers / samples (a mean of per-seed means would put 6/120 above 0.05)."""
-        hits = np.concatenate([_hits(r) for r in self.runs[method][L].values()])
-        return float(hits.sum() / len(hits))
-
-    def better(self, a, b, L):
-        """(a significantly more accurate, b significantly more accurate, p) at length L."""
-        x, y = self.pairs(a, L, b, L)
-        p, only_a, only_b = mcnemar(x, y)
-        significant = p is not None and p < ALPHA
-        return significant and only_a > only_b, significant and only_b > only_a, p
-
-
-def learned(data: _Probes, method) -> bool:
+def learned(data: Accuracy, method) -> bool:
     return data.accuracy(method, data.T) > UNLEARNED
 
 
-def loses_retrieval(data: _Probes, method) -> tuple[str, str]:
+def loses_retrieval(data: Accuracy, method) -> tuple[str, str]:
     """Rule R1: (verdict, numbers)."""
     at_T = data.accuracy(method, data.T)
     if not learned(data, method):
@@ -310,78 +218,44 @@ def loses_retrieval(data: _Probes, method) -> tuple[str, str]:
         ratio = data.accuracy(method, L) / at_T
         x, y = data.pairs(method, data.T, method, L)
         p, only_T, only_L = mcnemar(x, y)
-        parts.append(f"L={L}: {data.accuracy(method, L):.2f} ({ratio:.2f}x; {_p(p)})")
+        parts.append(f"L={L}: {data.accuracy(method, L):.2f} ({ratio:.2f}x; {p_text(p)})")
         if ratio <= LOSE_RATIO and p is not None and p < ALPHA and only_T > only_L:
             hits.append(L)
     verdict = f"loses retrieval at L = {hits}" if hits else "keeps retrieval"
     return verdict, f"accuracy at T = {data.T}: {at_T:.2f}; at " + "; ".join(parts)
 
 
-def retrieval_switch_verdict(data: _Probes, variant) -> tuple[str, str]:
+def retrieval_switch_verdict(data: Accuracy, variant) -> tuple[str, str]:
     """Rule R2 for one training variant of the reference."""
-    ref_better, var_better, parts = [], [], []
-    for L in data.long:
-        a, b, p = data.better(REFERENCE, variant, L)
-        ref_better += [L] if a else []
-        var_better += [L] if b else []
-        parts.append(f"L={L}: {data.accuracy(variant, L):.2f} vs {data.accuracy(REFERENCE, L):.2f} ({_p(p)})")
-    evidence = f"{variant} vs {REFERENCE} accuracy: " + "; ".join(parts)
-    if data.long and ref_better == data.long:
-        return "makes retrieval worse at every long length", evidence
-    if ref_better and var_better:
-        return "mixed", evidence
-    if ref_better:
-        return f"makes retrieval worse at L = {ref_better} only", evidence
-    if var_better:
-        return f"makes retrieval better at L = {var_better}", evidence
-    return "no significant effect", evidence
+    ref_better, var_better, parts = data.at_long_lengths(REFERENCE, variant, (variant, REFERENCE))
+    every = "makes retrieval worse at every long length" if data.long and ref_better == data.long else None
+    return direction(ref_better, var_better, every=every, worse="makes retrieval worse at L = {} only",
+                     better="makes retrieval better at L = {}"), \
+        f"{variant} vs {REFERENCE} accuracy: " + "; ".join(parts)
 
 
-def retrieval_anchor_verdict(data: _Probes, method) -> tuple[str, str]:
+def retrieval_anchor_verdict(data: Accuracy, method) -> tuple[str, str]:
     """Rule R3: one KERPLE-log model against ALiBi."""
-    better, worse, parts = [], [], []
-    for L in data.long:
-        a, b, p = data.better(method, ANCHOR, L)
-        better += [L] if a else []
-        worse += [L] if b else []
-        parts.append(f"L={L}: {data.accuracy(method, L):.2f} vs {data.accuracy(ANCHOR, L):.2f} ({_p(p)})")
-    verdict = (f"worse (ALiBi significantly more accurate at L = {worse})" if worse else
-               "better" if data.long and better == data.long else
-               f"better at L = {better} only" if better else "not significantly different")
-    return verdict, f"{method} vs {ANCHOR} accuracy: " + "; ".join(parts)
+    better, worse, parts = data.at_long_lengths(method, ANCHOR, (method, ANCHOR))
+    return (against_anchor(better, worse, data.long, "ALiBi", "more accurate"),
+            f"{method} vs {ANCHOR} accuracy: " + "; ".join(parts))
 
 
 def retrieval_verdicts(documents, switches, mode: str = "kv-retrieval") -> dict:
     """{dataset: [(question, verdict, numbers)]} for rules R1-R3 on the `mode` probe records."""
-    index = index_results(documents, mode)
-    lengths = {}
-    for document in documents:
-        lengths.setdefault(document["run"]["dataset"], set()).add(document["run"]["train_length"])
-    out = {}
-    for dataset, runs in sorted(index.items()):
-        if REFERENCE not in runs or len(lengths[dataset]) != 1:
-            continue
-        data = _Probes({str(m): v for m, v in runs.items()}, next(iter(lengths[dataset])))
-        if data.T not in data.lengths or not data.long:
-            continue
-        kerple = [REFERENCE] + [f"{REFERENCE}+{s}" for s in switches if f"{REFERENCE}+{s}" in data.runs]
-        anchor = [ANCHOR] if ANCHOR in data.runs else []
-        rows = [(f"R1. {m} loses retrieval", *loses_retrieval(data, m)) for m in kerple + anchor]
+    def rules(data, kerple, anchor):
         trained = [m for m in kerple if learned(data, m)]
-        for method in kerple[1:]:
-            question = f"R2. switch `{method.removeprefix(REFERENCE + '+')}`"
-            rows.append((question, *retrieval_switch_verdict(data, method)) if REFERENCE in trained and method in trained
-                        else (question, "not compared", "a model that did not learn the task"))
-        if anchor and learned(data, ANCHOR):
-            rows += [(f"R3. {m} against ALiBi", *retrieval_anchor_verdict(data, m)) for m in trained]
-        out[dataset] = rows
-    return out
+        return ([(f"R1. {m} loses retrieval", *loses_retrieval(data, m)) for m in kerple + anchor]
+                + [(f"R2. {_switch(m)}", *(retrieval_switch_verdict(data, m) if REFERENCE in trained and m in trained
+                                            else ("not compared", "a model that did not learn the task")))
+                   for m in kerple[1:]]
+                + [(f"R3. {m} against ALiBi", *retrieval_anchor_verdict(data, m))
+                   for m in (trained if anchor and learned(data, ANCHOR) else [])])
+    return _judge(documents, Accuracy, switches, mode, rules)
 
 
 def retrieval_answer(by_dataset: dict) -> str:
-    """The one-sentence answer from rule R2's verdicts."""
-    found = [(d, q.split("`")[1]) for d, rows in by_dataset.items() for q, v, _ in rows
-             if q.startswith("R2.") and v == "makes retrieval worse at every long length"]
-    if not found:
-        return "No switch makes KERPLE-log's retrieval worse at every long length at this scale."
-    return "Makes KERPLE-log's retrieval worse at every long length: " + "; ".join(f"`{s}` on {d}" for d, s in found) + "."
+    """The answer from rule R2's verdicts."""
+    return _answer(by_dataset, "R2.", "makes retrieval worse at every long length", "No switch makes KERPLE-log's "
+                   "retrieval worse at every long length at this scale.",
+                   "Makes KERPLE-log's retrieval worse at every long length: ")

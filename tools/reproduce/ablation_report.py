@@ -1,12 +1,14 @@
 """The ablation's section of the report (issue 28): the answer, the verdicts of ablation.py's rules, DAPE-V2's
 numbers beside ours (labelled as theirs), and what the evaluation's chunk count changes."""
-import json
-
 import numpy as np
 
+from tools.analysis.probe_table import correct
 from tools.analysis.results_index import index_results, method_sort_key
 from . import ablation
 from .ablation import CABLE, DAPE_V2, REFERENCE
+from .figures import PerplexityStyle, accuracy_figure, perplexity_figure, ppl_ratios
+from .variants import variant_keys
+from .verdicts import verdict_table
 
 Z95 = 1.959964  # two-sided 95% normal quantile
 
@@ -21,7 +23,7 @@ def ablation_section(sweep, documents, figures) -> str:
     full = sweep.evaluation.get("eval_chunks")
     by_count = ablation.chunk_verdicts(documents, switches, sweep.chunk_subsets, full)
     main = by_count[full]
-    keys = _switch_keys(sweep)
+    keys = variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
     lines = ["## The ablation: which switch makes KERPLE-log degrade?\n", f"_Scale: {sweep.scale}_\n",
              f"**Answer ({full} chunks per length): {ablation.answer(main)}**\n",
              f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` as the "
@@ -29,9 +31,7 @@ def ablation_section(sweep, documents, figures) -> str:
              "The rules were written into tools/reproduce/ablation.py and committed before the runs: "
              + ablation.ABLATION_RULES + "\n"]
     for dataset, rows in main.items():
-        lines += [f"**{dataset}** ({full} chunks per length)\n", "| question | verdict | numbers |", "|---|---|---|"]
-        lines += [f"| {q} | **{v}** | {e} |" for q, v, e in rows]
-        lines.append("")
+        lines += verdict_table(f"**{dataset}** ({full} chunks per length)\n", rows)
     figures(_figure(documents, sweep), "ablation_ppl")
     lines += [_dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n"]
     if sweep.chunk_subsets:
@@ -39,38 +39,35 @@ def ablation_section(sweep, documents, figures) -> str:
     return "\n".join(lines)
 
 
-def _switch_keys(sweep) -> str:
-    return "; ".join(f"`{REFERENCE}+{label}`: " + ", ".join(f"{k.replace('_', '-')}: {json.dumps(v)}" for k, v in keys.items())
-                     for label, keys in sweep.training_variants.get(REFERENCE, {}).items())
-
-
 def retrieval_ablation_section(sweep, documents, figures, mode: str = "kv-retrieval") -> str:
     """The ablation judged by kv-retrieval accuracy (ablation.RETRIEVAL_ABLATION_RULES), with each seed's
     accuracy (no seed is dropped), the accuracy figure, and the same models' perplexity beside DAPE-V2's."""
     switches = list(sweep.training_variants.get(REFERENCE, {}))
     main = ablation.retrieval_verdicts(documents, switches, mode)
+    keys = variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
     lines = ["## The ablation by retrieval: which switch makes KERPLE-log's retrieval degrade?\n",
              f"_Scale: {sweep.scale}_\n", f"**Answer: {ablation.retrieval_answer(main)}**\n",
-             f"The switches, each trained as a run of its own: {_switch_keys(sweep)}; the reference is `{REFERENCE}` "
+             f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` "
              "as the paper trains it (one set of kernel parameters shared by the layers, fp32), the anchor ALiBi. "
              "The rules were written into tools/reproduce/ablation.py and committed before the runs: "
              + ablation.RETRIEVAL_ABLATION_RULES + "\n"]
     index = index_results(documents, mode)
     for dataset, rows in main.items():
-        lines += [f"**{dataset}** (`{mode}`)\n", "| question | verdict | numbers |", "|---|---|---|"]
-        lines += [f"| {q} | **{v}** | {e} |" for q, v, e in rows]
+        lines += verdict_table(f"**{dataset}** (`{mode}`)\n", rows)
         runs = index[dataset]
         methods = sorted(runs, key=method_sort_key)
         lengths = sorted({L for m in runs.values() for L in m})
         seeds = sorted({s for m in runs.values() for by_seed in m.values() for s in by_seed})
-        lines += ["", f"Accuracy of each seed ({', '.join(map(str, seeds))}), by length:\n",
+        lines += [f"Accuracy of each seed ({', '.join(map(str, seeds))}), by length:\n",
                   "| method | " + " | ".join(map(str, lengths)) + " |", "|---|" + "---|" * len(lengths)]
         for method in methods:
             lines.append(f"| {method} | " + " | ".join(
-                " / ".join(f"{_hits(runs[method][L][s]).mean():.2f}" if s in runs[method].get(L, {}) else "–" for s in seeds)
+                " / ".join(f"{correct(runs[method][L][s]).mean():.2f}" if s in runs[method].get(L, {}) else "–" for s in seeds)
                 for L in lengths) + " |")
         lines.append("")
-    figures(_retrieval_figure(index, mode, sweep), "ablation_retrieval")
+    figures(accuracy_figure(index, mode, f"{sweep.name}: retrieval at CPU mini scale (ours; neither paper has a "
+                            "retrieval probe)", (ablation.LOSE_RATIO, f"rule R1's threshold ({ablation.LOSE_RATIO:g}x)")),
+            "ablation_retrieval")
     figures(_figure(documents, sweep), "ablation_ppl")
     lines += ["![retrieval accuracy and its ratio to the training length](ablation_retrieval.png)\n",
               "### The same models' perplexity on plain text, beside DAPE-V2's\n",
@@ -81,76 +78,21 @@ def retrieval_ablation_section(sweep, documents, figures, mode: str = "kv-retrie
     return "\n".join(lines)
 
 
-def _hits(record):
-    from tools.analysis.probe_table import correct
-    return correct(record)
-
-
-def _retrieval_figure(index, mode, sweep):
-    """Accuracy against length (top; shaded min-max over seeds) and acc(L) / acc(T) (bottom), per dataset."""
-    from tools.analysis.plot_common import plt
-    datasets = sorted(index)
-    methods = sorted({m for d in index.values() for m in d}, key=method_sort_key)
-    colours = dict(zip(methods, plt.get_cmap("tab10").colors))
-    fig, axes = plt.subplots(2, len(datasets), figsize=(5.5 * len(datasets), 8), squeeze=False)
-    for column, dataset in enumerate(datasets):
-        top, bottom = axes[0][column], axes[1][column]
-        lengths = sorted({L for m in index[dataset].values() for L in m})
-        T = lengths[0]
-        for method in methods:
-            runs = index[dataset].get(method)
-            if not runs:
-                continue
-            xs = sorted(runs)
-            accuracy = np.array([[_hits(r).mean() for r in runs[L].values()] for L in xs])
-            style = dict(color=colours[method], marker="o", linestyle="--" if "bf16" in str(method) else "-")
-            top.plot(xs, accuracy.mean(axis=1), label=f"{method} ({accuracy.shape[1]} seeds)", linewidth=2, **style)
-            # Each seed thin: a seed that never learned the task sits at 0 instead of widening a band over everything.
-            top.plot(xs, accuracy, color=colours[method], linewidth=0.8, alpha=0.35,
-                     linestyle="--" if "bf16" in str(method) else "-")
-            at_T = accuracy[0].mean()
-            if at_T > 0:
-                bottom.plot([L // xs[0] for L in xs], accuracy.mean(axis=1) / at_T, label=str(method), **style)
-        top.set_title(f"{dataset}: {mode} accuracy (bold: pooled over seeds; thin: each seed)")
-        top.set_xlabel("evaluation length L (tokens)")
-        top.set_ylabel("accuracy (greedy exact match)")
-        top.set_ylim(-0.02, 1.02)
-        bottom.set_title(f"{dataset}: acc(L) / acc(T), pooled over seeds")
-        bottom.set_xlabel("L / training length T")
-        bottom.set_ylabel("acc(L) / acc(T)")
-        bottom.axhline(1.0, color="grey", linewidth=0.8)
-        bottom.axhline(ablation.LOSE_RATIO, color="grey", linewidth=0.8, linestyle="--",
-                       label=f"rule R1's threshold ({ablation.LOSE_RATIO:g}x)")
-        bottom.axvline(8, color="grey", linewidth=0.8, linestyle=":", label="long lengths from here")
-        for ax, ticks, text in ((top, lengths, str), (bottom, [L // T for L in lengths], lambda f: f"{f}x")):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(ticks, [text(t) for t in ticks])
-            ax.minorticks_off()
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7, loc="lower left")
-    fig.suptitle(f"{sweep.name}: retrieval at CPU mini scale (ours; neither paper has a retrieval probe)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def _ratios(documents) -> dict:
-    """{dataset: {method: {L / T: mean over seeds of ppl(L) / ppl(T)}}} (nonoverlap)."""
-    out = {}
-    for dataset, runs in sorted(index_results(documents, "nonoverlap").items()):  # not the files' order
-        T = next(d["run"]["train_length"] for d in documents if d["run"]["dataset"] == dataset)
-        for method in sorted(runs, key=method_sort_key):
-            at_T = runs[method].get(T, {})
-            out.setdefault(dataset, {})[str(method)] = {
-                L // T: float(np.mean([runs[method][L][s]["ppl"] / at_T[s]["ppl"] for s in at_T if s in runs[method][L]]))
-                for L in sorted(runs[method]) if at_T}
-    return out
+def _figure(documents, sweep):
+    """Perplexity and its ratio to the training length, with DAPE-V2's curve and rule 1's threshold."""
+    return perplexity_figure(documents, PerplexityStyle(
+        suptitle=f"{sweep.name}: CPU mini scale (ours) — DAPE-V2's curve is theirs, at 125M / 512 tokens",
+        top_title="{dataset} (ours; shaded: min-max over seeds)",
+        bottom_title="{dataset}: ppl(L) / ppl(T), with DAPE-V2's (theirs)", theirs=DAPE_V2,
+        theirs_label="DAPE-V2 KERPLE-log (theirs: 125M, ArXiv, T=512)",
+        threshold=(ablation.DEGRADE_RATIO, f"rule 1's threshold ({ablation.DEGRADE_RATIO:g}x)")))
 
 
 def _dape_table(documents) -> str:
     T = DAPE_V2["train_length"]
     theirs = {L // T: ppl for L, ppl in DAPE_V2["ppl"].items()}
     cable_kerple, cable_alibi = CABLE["kerple_ppl"], CABLE["alibi_ppl"]
-    ratios = _ratios(documents)
+    ratios = ppl_ratios(documents)
     factors = sorted(set(theirs) | set(cable_kerple) | {f for d in ratios.values() for m in d.values() for f in m})
     columns = [(d, m) for d in ratios for m in ratios[d]]
     head = ("| L / T | DAPE-V2 KERPLE-log ppl (theirs) | DAPE-V2 ppl / ppl(T) (theirs) | CABLE's KERPLE ppl / "
@@ -175,55 +117,10 @@ def _dape_table(documents) -> str:
         "chunks. DAPE-V2 evaluated up to 16×, CABLE to 15×; we evaluate up to 32×.\n", *rows, ""])
 
 
-def _figure(documents, sweep):
-    from tools.analysis.plot_common import plt
-    index, ratios = index_results(documents, "nonoverlap"), _ratios(documents)
-    datasets = sorted(index)
-    methods = sorted({m for d in index.values() for m in d}, key=method_sort_key)
-    colours = dict(zip(methods, plt.get_cmap("tab10").colors))
-    fig, axes = plt.subplots(2, len(datasets), figsize=(5.5 * len(datasets), 8), squeeze=False)
-    for column, dataset in enumerate(datasets):
-        top, bottom = axes[0][column], axes[1][column]
-        for method in methods:
-            runs = index[dataset].get(method)
-            if not runs:
-                continue
-            lengths = sorted(runs)
-            ppl = np.array([[r["ppl"] for r in runs[L].values()] for L in lengths])
-            style = dict(color=colours[method], marker="o", linestyle="--" if "bf16" in str(method) else "-")
-            top.plot(lengths, ppl.mean(axis=1), label=f"{method} ({ppl.shape[1]} seeds)", **style)
-            top.fill_between(lengths, ppl.min(axis=1), ppl.max(axis=1), color=colours[method], alpha=0.12)
-            factors = sorted(ratios[dataset][str(method)])
-            bottom.plot(factors, [ratios[dataset][str(method)][f] for f in factors], label=str(method), **style)
-        T = DAPE_V2["train_length"]
-        bottom.plot([L // T for L in DAPE_V2["ppl"]], [p / DAPE_V2["ppl"][T] for p in DAPE_V2["ppl"].values()],
-                    color="black", linestyle=":", marker="s", label="DAPE-V2 KERPLE-log (theirs: 125M, ArXiv, T=512)")
-        top.set_title(f"{dataset} (ours; shaded: min-max over seeds)")
-        top.set_xlabel("evaluation length L (tokens)")
-        top.set_ylabel("perplexity (nonoverlap)")
-        bottom.set_title(f"{dataset}: ppl(L) / ppl(T), with DAPE-V2's (theirs)")
-        bottom.set_xlabel("L / training length T")
-        bottom.set_ylabel("ppl(L) / ppl(T)")
-        bottom.axhline(1.0, color="grey", linewidth=0.8)
-        bottom.axhline(ablation.DEGRADE_RATIO, color="grey", linewidth=0.8, linestyle="--",
-                       label=f"rule 1's threshold ({ablation.DEGRADE_RATIO:g}x)")
-        lengths = sorted({L for m in index[dataset].values() for L in m})
-        factors = sorted({L // T for L in DAPE_V2["ppl"]} | {f for m in ratios[dataset].values() for f in m})
-        for ax, ticks, text in ((top, lengths, str), (bottom, factors, lambda f: f"{f}x")):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(ticks, [text(t) for t in ticks])
-            ax.minorticks_off()
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.suptitle(f"{sweep.name}: CPU mini scale (ours) — DAPE-V2's curve is theirs, at 125M / 512 tokens", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
 def _chunk_figure(documents, counts, full):
     """ppl(L) / ppl(T) of every KERPLE-log model and ALiBi read from N chunks: one panel per chunk count."""
     from tools.analysis.plot_common import plt
-    ratios = {n: _ratios(documents if n == full else ablation.subset(documents, n)) for n in counts}
+    ratios = {n: ppl_ratios(documents if n == full else ablation.subset(documents, n)) for n in counts}
     datasets = sorted(ratios[full])
     methods = list(dict.fromkeys(m for d in datasets for m in ratios[full][d]))  # Table 3's order, as _figure
     colours = dict(zip(methods, plt.get_cmap("tab10").colors))

@@ -167,12 +167,11 @@ CLAIM_RULES = (
 
 
 def claims_section(scale, table, documents, position_length=None, windowed_baseline=None) -> str:
+    from .verdicts import verdict_table  # verdicts.py reads LONG_RATIO from here
     verdicts = claim_verdicts(table, documents, position_length, windowed_baseline)
     lines = ["## The paper's four claims at this scale\n",
              f"_Scale: {scale}_\n",
              "Judged by fixed rules, written into tools/reproduce/claims.py before the runs: " + CLAIM_RULES + "\n"]
     for dataset, rows in verdicts.items():
-        lines += [f"**{dataset}**\n", "| claim | verdict | numbers |", "|---|---|---|"]
-        lines += [f"| {claim} | **{verdict}** | {evidence} |" for claim, verdict, evidence in rows]
-        lines.append("")
+        lines += verdict_table(f"**{dataset}**\n", rows, first="claim")
     return "\n".join(lines)

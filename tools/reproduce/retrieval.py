@@ -2,11 +2,11 @@
 heatmaps, and claim 4 stated again with retrieval evidence by a fixed rule (`retrieval_claim`, a pure
 function of the probe records, unit-tested in tests/reproduce/test_reproduce_claims.py)."""
 import numpy as np
-from scipy import stats
 
 from megatron.evaluation.identity import Method
 from tools.analysis.probe_table import correct, paired, paired_p, probe_modes, probe_tables, scored_by
 from tools.analysis.results_index import index_results, method_sort_key, train_lengths
+from tools.analysis.significance import mcnemar
 
 ALPHA = 0.05
 CHANCE = 0.05   # "falls to chance": a 4-digit answer is guessed with p = 1e-4; 5% allows a few lucky copies
@@ -58,8 +58,7 @@ def retrieval_claim(index: dict, dataset: str, T: int, mode: str):
         return claim, "not assessed", f"no needle at least {T} tokens from the question; add longer eval-lengths"
     ref_nll, win_nll, ref_hit, win_hit = map(np.array, (ref_nll, win_nll, ref_hit, win_hit))
     p_nll = paired_p(ref_nll, win_nll)
-    only_ref, only_win = int(((ref_hit == 1) & (win_hit == 0)).sum()), int(((ref_hit == 0) & (win_hit == 1)).sum())
-    p_acc = stats.binomtest(only_ref, only_ref + only_win).pvalue if only_ref + only_win else None
+    p_acc, only_ref, only_win = mcnemar(ref_hit, win_hit)
     lower = p_nll is not None and p_nll < ALPHA and ref_nll.mean() < win_nll.mean()
     higher = p_acc is not None and p_acc < ALPHA and only_ref > only_win
     _, windowed_far = near_far(windowed, T)
