@@ -24,10 +24,9 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-from megatron.checkpoint_folder import (TAG, CheckpointError, checkpoint_steps, removed_while_read,  # noqa: F401
-                                       resolve_tag)  # (re-exported)
+from megatron.checkpoint_folder import (RESOLVED_NAME, TAG, CheckpointError, checkpoint_steps,  # noqa: F401
+                                       removed_while_read, resolve_tag)  # (re-exported)
 from megatron.model.model_config import ModelConfig, differences
-from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
 from megatron.neox_arguments.to_model import model_config
 from megatron.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
 from megatron.quoting import quote
@@ -229,7 +228,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     if rank == 0 and not failures:
         try:
             _write_config_files(save_dir / partial / "configs", neox_args.config_files)
-            (save_dir / partial / RESOLVED_NAME).write_text(resolved_yaml(neox_args))
+            (save_dir / partial / RESOLVED_NAME).write_text(neox_args.resolved_yaml())
             _write_synced(save_dir / LATEST_NEXT, tag)
         except OSError as err:
             failures.append(err)

@@ -21,7 +21,6 @@ from megatron.evaluation_logging import log_evaluation
 from megatron.inference_model import load
 from megatron.initialize import initialize_megatron
 from megatron.launcher_watch import watch_launcher
-from megatron.neox_arguments.from_checkpoint import model_config_only
 from megatron.model.sequence_parallel import SequenceParallel
 from megatron.output_paths import reported_write
 from megatron.parallel import SequenceParallelGroups
@@ -129,7 +128,7 @@ def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:
     try:
         return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     except DataError as err:
-        folder = model_config_only(neox_args.config_sources)
+        folder = neox_args.model_only_from()
         if folder is None or neox_args.data_path:
             raise
         raise DataError(f"{err} The model came from {folder}, which keeps no resolved_config.yml (written before "

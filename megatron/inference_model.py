@@ -7,12 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron.checkpoint_folder import CheckpointError, read_pruning_aware, split_checkpoint_path
+from megatron.checkpoint_folder import RESOLVED_NAME, CheckpointError, read_pruning_aware, split_checkpoint_path
 from megatron.checkpointing import load_weights_of, read_client_state, stored_model_config
 from megatron.model import GPTModel
 from megatron.model.model_config import ModelConfig
 from megatron.neox_arguments import NeoXArgs
-from megatron.neox_arguments.resolved import RESOLVED_NAME
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import Tokenizer, build_tokenizer
 

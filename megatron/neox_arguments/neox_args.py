@@ -13,10 +13,11 @@ from megatron.progress import follow_config
 
 from .entry_points import argument_parser, flag_overrides, name_the_cpu_accelerator
 from .errors import NeoXArgsError
-from .from_checkpoint import checkpoint_source, drop_write_keys
+from .from_checkpoint import checkpoint_source, drop_write_keys, model_config_only
 from .group_checks import CHECKS
 from .groups import GROUPS, EvaluationArgs, LauncherArgs, LoggingArgs
 from .log_files import start_log_files
+from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
@@ -154,6 +155,15 @@ class NeoXArgs(*reversed(GROUPS)):
     def user_values(self) -> dict:
         """The keys a config file set, as given (what deepy.py sends to every rank)."""
         return {k: getattr(self, k) for k in self.config_sources}
+
+    def resolved_yaml(self) -> str:
+        """The merged config as one loadable YAML file (resolved.py): what a checkpoint keeps beside its weights."""
+        return resolved_yaml(self)
+
+    def model_only_from(self) -> str | None:
+        """The checkpoint folder whose model-states file alone gave this run its model (the checkpoint keeps no
+        merged config, so nothing else of its run is known), or None."""
+        return model_config_only(self.config_sources)
 
     def deepspeed_config(self) -> dict:
         """The DeepSpeed JSON, derived from the same config."""
