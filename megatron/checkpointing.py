@@ -27,7 +27,6 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 from megatron.checkpoint_folder import (RESOLVED_NAME, TAG, CheckpointError, checkpoint_steps,  # noqa: F401
                                        removed_while_read, resolve_tag)  # (re-exported)
 from megatron.model.model_config import ModelConfig, differences
-from megatron.neox_arguments.to_model import model_config
 from megatron.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
 from megatron.quoting import quote
 
@@ -76,7 +75,7 @@ def stored_model_config(state: dict, where) -> ModelConfig:
 
 
 def _check_compatible(state: dict, neox_args, model, where) -> None:
-    mismatches = differences(stored_model_config(state, where), model_config(neox_args, model.vocab_size))
+    mismatches = differences(stored_model_config(state, where), model.config)
     if mismatches and _config_came_from(neox_args, pathlib.Path(where) / RESOLVED_NAME):
         # The advice below would send the user back to the file this run already used.
         raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
@@ -213,7 +212,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     client_state = {
         "iteration": iteration,
         "consumed_train_samples": consumed_samples,
-        "model_config": model_config(neox_args, engine.module.vocab_size).record(),
+        "model_config": engine.module.config.record(),
         "neox_args": as_plain_data({k: v for k, v in neox_args.to_dict().items() if k != "config_files"}),
         "rng_state": rng_state(),
         "weights_dtype": weights_dtype(engine.module),  # bf16 runs keep fp32 or bf16 weights (bf16-weights)

@@ -19,6 +19,7 @@ from .groups import GROUPS, EvaluationArgs, LauncherArgs, LoggingArgs
 from .log_files import start_log_files
 from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
+from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
 from .yaml_loader import drop_nested, key_path, load_config_files, normalise_key, where_of
@@ -141,12 +142,15 @@ class NeoXArgs(*reversed(GROUPS)):
         return where_of({**self.nested_sources, **self.config_sources}, path)
 
     def _derive_and_validate(self):
-        """Each group's checks (group_checks.py), which also fill in the derived values."""
+        """Each group's checks (group_checks.py), which also fill in the derived values; then the model, once."""
         def fail(path, message):
             raise NeoXArgsError(f"{self.where(path)}: {key_path(path)}: {message}")
 
         for check in CHECKS:
             check(self, fail)
+        # What everything below the entry points builds from (megatron/model/model_config.py). The embedding rows
+        # are the tokenizer's (built later, by each rank): dataclasses.replace(model, padded_vocab_size=rows).
+        self.model = model_config(self, None)
 
     # ---------------------------------------------------------------- views
     def to_dict(self) -> dict:

@@ -7,7 +7,6 @@ import shutil
 import torch
 
 from megatron.checkpoint_folder import RESOLVED_NAME, checkpoint_steps
-from megatron.neox_arguments.to_model import model_config
 from megatron.output_paths import new_folder_problem
 from .layout import CheckpointImportError
 
@@ -50,7 +49,7 @@ def write_checkpoint(out_dir, neox_args, model, weights: dict, iteration: int, p
         "module": weights,
         "iteration": iteration,
         "consumed_train_samples": 0,  # unknown: the fork keeps it in its optimizer-side state
-        "model_config": model_config(neox_args, model.vocab_size).record(),
+        "model_config": model.config.record(),
         "neox_args": {k: v for k, v in neox_args.to_dict().items() if k != "config_files"},
         "imported_from": provenance,
     }
