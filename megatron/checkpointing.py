@@ -74,8 +74,8 @@ def stored_model_config(state: dict, where) -> ModelConfig:
                               "Load another checkpoint (`iteration`), or one train.py wrote.") from None
 
 
-def _check_compatible(state: dict, neox_args, model, where) -> None:
-    mismatches = differences(stored_model_config(state, where), model.config)
+def check_compatible(state: dict, neox_args, run: ModelConfig, where) -> None:
+    mismatches = differences(stored_model_config(state, where), run)
     if mismatches and _config_came_from(neox_args, pathlib.Path(where) / RESOLVED_NAME):
         # The advice below would send the user back to the file this run already used.
         raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
@@ -125,7 +125,7 @@ def _check_weights_dtype(state: dict, neox_args, engine, where) -> None:
 def _config_came_from(neox_args, resolved: pathlib.Path) -> bool:
     """Some key of the run's config was read from `resolved` (given as a config file, or taken from the
     checkpoint by from_checkpoint.py): sources read 'FILE:LINE' or 'checkpoint FILE:LINE'."""
-    if not resolved.is_file():
+    if neox_args is None or not resolved.is_file():  # None: the model is the checkpoint's own record
         return False
     for source in neox_args.config_sources.values():
         path = str(source).removeprefix("checkpoint ").rsplit(":", 1)[0]
@@ -149,11 +149,12 @@ def load_model_weights(neox_args, model: torch.nn.Module) -> int:
     return load_weights_of(read_client_state(neox_args.load, tag), where, neox_args, model)
 
 
-def load_weights_of(state: dict, where, neox_args, model: torch.nn.Module) -> int:
+def load_weights_of(state: dict, where, neox_args, model: torch.nn.Module, run: ModelConfig | None = None) -> int:
     """load_model_weights for checkpoint folder `where` whose model-states file was read already (`state`:
-    read_client_state's): checked against `neox_args`'s model, loaded exactly; returns the step."""
+    read_client_state's): checked against the run's model `run` (default: the model's own config), loaded
+    exactly; returns the step."""
     where = pathlib.Path(where)
-    _check_compatible(state, neox_args, model, where)
+    check_compatible(state, neox_args, run or model.config, where)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         verify_folder(where)  # zero_to_fp32 unpickles every file it reads
@@ -364,7 +365,7 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
     tag = resolve_tag(neox_args.load, neox_args.iteration)
     where = pathlib.Path(neox_args.load) / tag
     client_state = read_client_state(neox_args.load, tag)
-    _check_compatible(client_state, neox_args, engine.module, where)
+    check_compatible(client_state, neox_args, engine.module.config, where)
     _check_weights_dtype(client_state, neox_args, engine, where)
     verify_folder(where)  # DeepSpeed unpickles its files (model states, optimizer partitions) itself
     weights_only = neox_args.finetune

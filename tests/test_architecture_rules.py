@@ -6,8 +6,8 @@ too), so that a change breaking one fails here naming the file and line:
   (the names come from the registry): what differs between methods is a property of the method class;
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
-- below the door (megatron/ outside the config package) only the modules still listed import the config
-  package: the rest take a `ModelConfig` and the run keys they need;
+- nothing below the door (megatron/ outside the config package) imports the config package: code there
+  takes a `ModelConfig` and the run keys it needs;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
@@ -244,31 +244,17 @@ def test_the_config_package_imports_nothing_of_evaluation_but_its_modes_registry
                        + "\n".join(found))
 
 
-# The modules under megatron/ that still import the config package (megatron/neox_arguments); the list only
-# shrinks. Everything else below the entry points takes a ModelConfig (NeoXArgs.model) and the run keys it needs.
-CONFIG_READERS_BELOW_THE_DOOR = {"megatron/inference_model.py"}
+def config_imports_below_the_door() -> list[str]:
+    """'file:line imports module' of every import of the config package under megatron/ outside it."""
+    return sorted({f"{where(path, line)} imports {module}" for path in python_files(MEGATRON) if CONFIG not in path.parents
+                   for module, line, _ in imports(path) if under(module, "megatron.neox_arguments")})
 
 
-def config_imports_below_the_door() -> dict[str, list[str]]:
-    """{file: [file:line imports module, ...]} of every import of the config package under megatron/ outside it."""
-    found = {}
-    for path in python_files(MEGATRON):
-        if CONFIG in path.parents:
-            continue
-        for module, line, _ in imports(path):
-            if under(module, "megatron.neox_arguments"):
-                found.setdefault(str(path.relative_to(ROOT)), []).append(f"{where(path, line)} imports {module}")
-    return found
-
-
-def test_only_the_listed_modules_below_the_door_import_the_config_package():
+def test_nothing_below_the_door_imports_the_config_package():
     found = config_imports_below_the_door()
-    new = sorted(line for path, lines in found.items() if path not in CONFIG_READERS_BELOW_THE_DOOR for line in lines)
-    assert not new, ("below the entry points, code takes a ModelConfig (NeoXArgs.model) and the run keys it needs "
-                     "as parameters, not the config package (megatron.errors has the error type, "
-                     "megatron.checkpoint_folder the checkpoint's file names):\n" + "\n".join(sorted(set(new))))
-    stale = sorted(CONFIG_READERS_BELOW_THE_DOOR - set(found))
-    assert not stale, f"these no longer import the config package; take them off CONFIG_READERS_BELOW_THE_DOOR: {stale}"
+    assert not found, ("below the entry points, code takes a ModelConfig (NeoXArgs.model, or a model's own .config) and "
+                       "the run keys it needs, not the config package (megatron.errors has the error type, "
+                       "megatron.checkpoint_folder a checkpoint's file names):\n" + "\n".join(found))
 
 
 def test_the_probe_generators_are_a_leaf_package():
