@@ -27,7 +27,6 @@ from megatron.length_schedule import length_schedule_of
 from megatron.model.layer_pattern import describe_layers, per_layer_modules, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.neox_arguments.run_folder import describe_outputs
-from megatron.neox_arguments.to_model import model_config
 from megatron.preflight import READS, PreflightError, check_inputs, reads
 from megatron.progress import switched_on
 
@@ -184,7 +183,7 @@ def main(argv=None):
     if cli.dry_run:
         # The model's positional modules and attention plans first: a method that refuses its options (or the
         # attention a wrapper needs) says so before anything is printed, as it would stop the launch.
-        model = model_config(neox_args, None)  # its layers: the embedding rows are the tokenizer's, built by the ranks
+        model = neox_args.model  # its layers: the embedding rows are the tokenizer's, built by the ranks
         layers = describe_layers(model) if neox_args.layer_pattern or per_layer_modules(model) else None
         plans = training_plans(model, neox_args.seq_length, neox_args.train_micro_batch_size_per_gpu or 1,
                                neox_args.reset_attention_mask)

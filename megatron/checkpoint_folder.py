@@ -10,6 +10,8 @@ from megatron.errors import NeoXArgsError
 from megatron.quoting import quote
 
 TAG = re.compile(r"global_step(\d+)")
+# The run's merged config, kept in each step folder beside the weights (megatron/neox_arguments/resolved.py).
+RESOLVED_NAME = "resolved_config.yml"
 
 
 class CheckpointError(NeoXArgsError):

@@ -25,11 +25,9 @@ from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from megatron.length_schedule import length_schedule_of
-from megatron.checkpoint_folder import (TAG, CheckpointError, checkpoint_steps, removed_while_read,  # noqa: F401
-                                       resolve_tag)  # (re-exported)
+from megatron.checkpoint_folder import (RESOLVED_NAME, TAG, CheckpointError, checkpoint_steps,  # noqa: F401
+                                       removed_while_read, resolve_tag)  # (re-exported)
 from megatron.model.model_config import ModelConfig, differences, extension_keys
-from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
-from megatron.neox_arguments.to_model import model_config
 from megatron.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
 from megatron.quoting import quote
 
@@ -77,10 +75,10 @@ def stored_model_config(state: dict, where) -> ModelConfig:
                               "Load another checkpoint (`iteration`), or one train.py wrote.") from None
 
 
-def _check_compatible(state: dict, neox_args, model, where, fine_tune: bool = False) -> None:
-    """The checkpoint records the model `neox_args` builds. `fine_tune`: train.py starting a fine-tune from its
-    weights, which may also change the keys that shape no parameter (extension_keys: rotary-emb-base)."""
-    mismatches = differences(stored_model_config(state, where), model_config(neox_args, model.vocab_size), fine_tune)
+def check_compatible(state: dict, neox_args, run: ModelConfig, where, fine_tune: bool = False) -> None:
+    """The checkpoint records the model `run` is. `fine_tune`: train.py starting a fine-tune from its weights,
+    which may also change the keys that shape no parameter (extension_keys: rotary-emb-base)."""
+    mismatches = differences(stored_model_config(state, where), run, fine_tune)
     if mismatches and _config_came_from(neox_args, pathlib.Path(where) / RESOLVED_NAME):
         # The advice below would send the user back to the file this run already used.
         raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
@@ -139,7 +137,7 @@ def _check_weights_dtype(state: dict, neox_args, engine, where) -> None:
 def _config_came_from(neox_args, resolved: pathlib.Path) -> bool:
     """Some key of the run's config was read from `resolved` (given as a config file, or taken from the
     checkpoint by from_checkpoint.py): sources read 'FILE:LINE' or 'checkpoint FILE:LINE'."""
-    if not resolved.is_file():
+    if neox_args is None or not resolved.is_file():  # None: the model is the checkpoint's own record
         return False
     for source in neox_args.config_sources.values():
         path = str(source).removeprefix("checkpoint ").rsplit(":", 1)[0]
@@ -163,11 +161,12 @@ def load_model_weights(neox_args, model: torch.nn.Module) -> int:
     return load_weights_of(read_client_state(neox_args.load, tag), where, neox_args, model)
 
 
-def load_weights_of(state: dict, where, neox_args, model: torch.nn.Module) -> int:
+def load_weights_of(state: dict, where, neox_args, model: torch.nn.Module, run: ModelConfig | None = None) -> int:
     """load_model_weights for checkpoint folder `where` whose model-states file was read already (`state`:
-    read_client_state's): checked against `neox_args`'s model, loaded exactly; returns the step."""
+    read_client_state's): checked against the run's model `run` (default: the model's own config), loaded
+    exactly; returns the step."""
     where = pathlib.Path(where)
-    _check_compatible(state, neox_args, model, where)
+    check_compatible(state, neox_args, run or model.config, where)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         verify_folder(where)  # zero_to_fp32 unpickles every file it reads
@@ -226,7 +225,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     client_state = {
         "iteration": iteration,
         "consumed_train_samples": consumed_samples,
-        "model_config": model_config(neox_args, engine.module.vocab_size).record(),
+        "model_config": engine.module.config.record(),
         "neox_args": as_plain_data({k: v for k, v in neox_args.to_dict().items() if k != "config_files"}),
         "rng_state": rng_state(),
         "weights_dtype": weights_dtype(engine.module),  # bf16 runs keep fp32 or bf16 weights (bf16-weights)
@@ -243,7 +242,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
     if rank == 0 and not failures:
         try:
             _write_config_files(save_dir / partial / "configs", neox_args.config_files)
-            (save_dir / partial / RESOLVED_NAME).write_text(resolved_yaml(neox_args))
+            (save_dir / partial / RESOLVED_NAME).write_text(neox_args.resolved_yaml())
             _write_synced(save_dir / LATEST_NEXT, tag)
         except OSError as err:
             failures.append(err)
@@ -384,7 +383,7 @@ def load_checkpoint(neox_args, engine) -> tuple[int, int]:
     tag = resolve_tag(load, iteration)
     where = pathlib.Path(load) / tag
     client_state = read_client_state(load, tag)
-    _check_compatible(client_state, neox_args, engine.module, where, fine_tune=weights_only)
+    check_compatible(client_state, neox_args, engine.module.config, where, fine_tune=weights_only)
     _check_weights_dtype(client_state, neox_args, engine, where)
     verify_folder(where)  # DeepSpeed unpickles its files (model states, optimizer partitions) itself
     with weights_only_engine(engine):

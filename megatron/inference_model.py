@@ -2,28 +2,31 @@
 `load(checkpoint)` reads the checkpoint once (`open_checkpoint`: its model-states file, weights memory-mapped)
 and returns the model its ModelConfig describes with its weights loaded exactly, the tokenizer, the config
 and the training record, the model on one device in one dtype by one rule."""
+import os
 import pathlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 
-from megatron.checkpoint_folder import CheckpointError, read_pruning_aware, split_checkpoint_path
-from megatron.checkpointing import load_weights_of, read_client_state, stored_model_config
+from megatron.checkpoint_folder import RESOLVED_NAME, CheckpointError, read_pruning_aware, split_checkpoint_path
+from megatron.checkpointing import check_compatible, load_weights_of, read_client_state, stored_model_config
 from megatron.model import GPTModel
-from megatron.model.model_config import ModelConfig
-from megatron.neox_arguments import NeoXArgs
-from megatron.neox_arguments.resolved import RESOLVED_NAME
-from megatron.neox_arguments.to_model import model_config
-from megatron.tokenizer import Tokenizer, build_tokenizer
+from megatron.errors import NeoXArgsError
+from megatron.model.model_config import ModelConfig, per_run_option_keys, run_choices
+from megatron.tokenizer import Tokenizer, build_tokenizer, make_tokenizer, padded_vocab_size
 
 
 def inference_device_and_dtype(neox_args, device=None) -> tuple[torch.device, torch.dtype]:
     """This rank's device (or `device`), and the config's precision there: bf16/fp16 only where the
     hardware runs them fast; CPU runs in fp32."""
+    return _device_and_dtype(neox_args.precision, neox_args.local_rank, device)
+
+
+def _device_and_dtype(precision: str | None, local_rank: int, device=None) -> tuple[torch.device, torch.dtype]:
     if device is None:
-        device = f"cuda:{neox_args.local_rank}" if torch.cuda.is_available() else "cpu"
+        device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(neox_args.precision, torch.float32)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     return device, dtype if device.type == "cuda" else torch.float32
 
 
@@ -62,18 +65,19 @@ def _open_step(where: pathlib.Path) -> OpenCheckpoint:
 class LoadedModel:
     model: GPTModel          # in eval mode, on `device` in `dtype`
     tokenizer: Tokenizer
-    neox_args: NeoXArgs      # the config it was built with
+    neox_args: object        # the run config given to `load` (None: the checkpoint alone described the model)
     config: ModelConfig      # what the checkpoint says the model is
     step: int
     trained: TrainingRecord  # what the checkpoint says of its run
 
 
-def load(checkpoint, neox_args: NeoXArgs | None = None, device=None, dtype: torch.dtype | None = None) -> LoadedModel:
+def load(checkpoint, neox_args=None, device=None, dtype: torch.dtype | None = None) -> LoadedModel:
     """The model of `checkpoint`: a `save` folder (its `latest`, or `neox_args.iteration`), one `global_stepN`
-    folder, or an OpenCheckpoint already read. Without `neox_args` the config is the checkpoint's own merged
-    config; a config given must agree with the checkpoint on the model (a CheckpointError names every
-    difference), and keeps its per-run choices (attention-window, rotary-scaling, attention-impl), which
-    its ModelConfig carries. `device` and `dtype` default to `inference_device_and_dtype`'s rule."""
+    folder, or an OpenCheckpoint already read. The model is the one the checkpoint records, with a run's own
+    choices (attention-window, rotary-scaling, attention-impl, ...) applied to it: those of the config
+    `neox_args` where one is given, which must agree with the checkpoint on the model (a CheckpointError
+    names every difference), else those of the run that trained it. `device` and `dtype` default to
+    `inference_device_and_dtype`'s rule (the training run's precision where no config is given)."""
     if isinstance(checkpoint, OpenCheckpoint):
         return _build(checkpoint, neox_args, device, dtype)
     load_dir, iteration = split_checkpoint_path(checkpoint, neox_args.iteration if neox_args else None)
@@ -81,27 +85,51 @@ def load(checkpoint, neox_args: NeoXArgs | None = None, device=None, dtype: torc
     return read_pruning_aware(load_dir, iteration, lambda where: _build(_open_step(where), neox_args, device, dtype))
 
 
-def _build(opened: OpenCheckpoint, neox_args: NeoXArgs | None, device, dtype) -> LoadedModel:
-    if neox_args is None:
-        neox_args = _checkpoint_args(opened.where, opened.config)
-    tokenizer = build_tokenizer(neox_args)
-    model = GPTModel(model_config(neox_args, tokenizer.padded_vocab_size))
-    step = load_weights_of(opened.state, opened.where, neox_args, model)  # checks the model against the record first
-    device, default_dtype = inference_device_and_dtype(neox_args, device)
+def _build(opened: OpenCheckpoint, neox_args, device, dtype) -> LoadedModel:
+    saved = opened.config
+    # The recorded model with a run's choices: the config's (its lengths and tokenizer files too: a run may
+    # score lengths the training never saw), else those the training run stored with the checkpoint.
+    run = None  # the run's model, checked against the record: the config's, else the record itself
+    if neox_args is not None:
+        tokenizer = build_tokenizer(neox_args)
+        run = replace(neox_args.model, padded_vocab_size=tokenizer.padded_vocab_size)
+        choices = {f.name: getattr(run, f.name) for f in fields(ModelConfig) if not f.compare}
+        choices.update(lengths=run.lengths, tokenizer_files=run.tokenizer_files)
+        precision, local_rank = neox_args.precision, neox_args.local_rank
+        check_compatible(opened.state, neox_args, run, opened.where)  # before a model of the wrong kind is built
+    else:
+        tokenizer = _recorded_tokenizer(opened)
+        trained = opened.trained.config if isinstance(opened.trained.config, dict) else {}
+        choices = _trained_choices(saved, trained, opened.where)
+        precision, local_rank = trained.get("precision"), int(os.environ.get("LOCAL_RANK", 0))
+    model = GPTModel(replace(saved, padded_vocab_size=tokenizer.padded_vocab_size, **choices))
+    step = load_weights_of(opened.state, opened.where, neox_args, model, run)
+    device, default_dtype = _device_and_dtype(precision, local_rank, device)
     model = model.to(device=device, dtype=dtype or default_dtype).eval()
-    return LoadedModel(model, tokenizer, neox_args, opened.config, step, opened.trained)
+    return LoadedModel(model, tokenizer, neox_args, saved, step, opened.trained)
 
 
-def _checkpoint_args(where: pathlib.Path, saved: ModelConfig) -> NeoXArgs:
-    """The config of the run that wrote checkpoint `where`: its merged config, else (a checkpoint written
-    before checkpoints kept one) the model its ModelConfig records, on the config's other defaults."""
-    at = {"load": str(where.parent), "iteration": int(where.name.removeprefix("global_step"))}
-    if (where / RESOLVED_NAME).is_file():
-        return NeoXArgs.from_ymls([where / RESOLVED_NAME], at, world_size=1)
-    values = {k: v for k, v in saved.config_values().items() if v is not None}
-    if "tokenizer_type" not in values:
-        raise CheckpointError(f"{where} records neither its merged config ({RESOLVED_NAME}) nor its tokenizer; "
-                              "give the run's config (its YAML files) to load it.")
-    sources = {k: f"checkpoint {where} (model_config)" for k in values}
-    no_batch = {"train_micro_batch_size_per_gpu": 1}  # a config must name one; loading a model uses none
-    return NeoXArgs.from_dict({**values, **no_batch, **at}, sources, world_size=1)
+def _recorded_tokenizer(opened: OpenCheckpoint) -> Tokenizer:
+    """The tokenizer the checkpoint records, with the embedding rows it records."""
+    saved, where = opened.config, opened.where
+    if saved.tokenizer_type is None:
+        raise CheckpointError(f"{where} records no tokenizer with its model (model_config has no tokenizer_type); "
+                              f"give the run's config (its YAML files, or its {RESOLVED_NAME}) to load it.")
+    tokenizer = make_tokenizer(saved.tokenizer_type, saved.tokenizer_files.get("vocab_file"),
+                               saved.tokenizer_files.get("merge_file"))
+    needed = padded_vocab_size(tokenizer, 1)
+    if not isinstance(saved.padded_vocab_size, int) or saved.padded_vocab_size < needed:
+        raise CheckpointError(f"{where} records {saved.padded_vocab_size!r} embedding rows, but its tokenizer "
+                              f"({saved.tokenizer_type}) has {needed} ids: the record was damaged or edited. Give the "
+                              "run's config (its YAML files) to load it, or load another step (`iteration`).")
+    tokenizer.padded_vocab_size = saved.padded_vocab_size
+    return tokenizer
+
+
+def _trained_choices(saved: ModelConfig, trained: dict, where) -> dict:
+    """The choices of the run that wrote checkpoint `where` (its stored config; a key it lacks keeps its default)."""
+    try:
+        return run_choices(trained, per_run_option_keys(saved))
+    except (NeoXArgsError, TypeError, ValueError) as err:
+        raise CheckpointError(f"the checkpoint {where} records a run config this project cannot use ({err}); give "
+                              "the run's config (its YAML files) to load it, or load another step (`iteration`).") from None

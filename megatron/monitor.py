@@ -14,7 +14,7 @@ import time
 import deepspeed
 import torch
 
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 from megatron.progress import Progress
 
 

@@ -6,7 +6,7 @@ import torch
 from deepspeed.accelerator import get_accelerator
 
 from megatron.model import get_params_for_weight_decay_optimization
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 
 with warnings.catch_warnings():  # megatron.core announces at import that apex/TE are absent
     warnings.simplefilter("ignore", UserWarning)

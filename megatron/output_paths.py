@@ -7,12 +7,45 @@ Each function returns why `path` cannot be used, as a sentence starting with the
 caller puts the key or flag that named it in front ("command line: sample-output-file: ...")."""
 import contextlib
 import errno
+import os
 import pathlib
 import tempfile
 
 from megatron.errors import NeoXArgsError
 from megatron.quoting import quote
-from megatron.neox_arguments.value_checks import path_problem
+
+
+def path_problem(path: str, suffix: str = "") -> str | None:
+    """Why the filesystem cannot hold `path` (with `suffix` added to its last name), else None."""
+    if "\0" in path:
+        return f"{quote(path)} contains a NUL byte, which no path can hold."
+    if not path.strip():
+        return "is empty; give a path, or remove the key."
+    name_max, path_max = _limits(path)
+    names = path.split(os.sep)
+    for i, name in enumerate(names):
+        size = len(os.fsencode(name + (suffix if i == len(names) - 1 else "")))
+        if size > name_max:
+            added = f" (with the {suffix} the files get)" if suffix and i == len(names) - 1 else ""
+            return (f"the name {quote(name, 60)} is {size} bytes long{added}, more than the {name_max} the "
+                    "filesystem allows for one file or folder name (NAME_MAX). Choose a shorter name.")
+    size = len(os.fsencode(path + suffix))
+    if size >= path_max:
+        return (f"{quote(path, 60)} is {size} bytes long, more than the {path_max - 1} the filesystem allows "
+                "for a whole path (PATH_MAX). Choose a shorter path.")
+    return None
+
+
+def _limits(path: str) -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) of the filesystem the path would be on: that of its nearest existing folder."""
+    folder = os.path.abspath(path)
+    while True:
+        try:
+            return os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
+        except OSError:  # not there yet (or too long, or not readable): ask its parent
+            if folder == os.path.dirname(folder):
+                return 255, 4096  # Linux's, where no folder on the way says
+            folder = os.path.dirname(folder)
 
 
 def under_a_file(path) -> str | None:
@@ -26,7 +59,7 @@ def under_a_file(path) -> str | None:
 
 def name_too_long(path) -> str | None:
     """A name in `path` is longer than the file system takes (NAME_MAX), or the whole path is (PATH_MAX):
-    the config's own check of path keys (value_checks.path_problem), here for paths given otherwise.
+    the check the config makes of its path keys (path_problem), here for paths given otherwise.
     Checked first, since any other look at such a path fails with "File name too long"."""
     problem = path_problem(str(path))
     return None if problem is None else f"{quote(str(path), 80)} cannot be created: {problem}"

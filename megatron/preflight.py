@@ -12,6 +12,7 @@ are then lost), or deep inside a library with a traceback.
 Every rank checks, the problems are shared, and every rank raises the same error, so no rank is left
 waiting in a collective for one that stopped.
 """
+import dataclasses
 import errno
 import fcntl
 import os
@@ -28,7 +29,6 @@ from megatron.model.layer_pattern import positional_parameter_count
 from megatron.model.model_config import ModelConfig
 from megatron.model.positional_embeddings import lookup
 from megatron.model.sliced_loss import LOSS_SLICE
-from megatron.neox_arguments.to_model import model_config
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK_NAME = ".lock"  # in the save folder; flock'ed while a run trains into it (released when it exits)
@@ -288,7 +288,7 @@ def parameter_count(config: ModelConfig) -> int:
 
 def run_parameter_count(neox_args, vocab_size: int) -> int:
     """parameter_count of the model a run's config builds with `vocab_size` embedding rows."""
-    return parameter_count(model_config(neox_args, vocab_size))
+    return parameter_count(dataclasses.replace(neox_args.model, padded_vocab_size=vocab_size))
 
 
 def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
@@ -298,7 +298,7 @@ def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
     them, so they are divided by the ranks), one hidden state per layer and the logits of a micro-batch.
     Evaluation: fp32 weights and the logits of one forward at the longest length. The logits are those of
     one slice of LOSS_SLICE positions where the loss head is sliced (megatron/model/sliced_loss.py)."""
-    model = model_config(neox_args, vocab_size)
+    model = dataclasses.replace(neox_args.model, padded_vocab_size=vocab_size)
     params, positional = parameter_count(model), positional_parameter_count(model)
     if training:
         shards = neox_args.world_size if neox_args.zero_optimization.get("stage", 0) else 1

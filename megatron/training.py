@@ -5,6 +5,7 @@ resume -> train() (train_step() per step, evaluate() every eval-interval, save e
 checkpoint-factor) -> final checkpoint, validation and test.
 """
 import contextlib
+import dataclasses
 import itertools
 import math
 import signal
@@ -23,7 +24,6 @@ from megatron.launcher_watch import watch_launcher
 from megatron.model import GPTModel
 from megatron.model.transformer import compile_layers
 from megatron.model.sliced_loss import logits_losses
-from megatron.neox_arguments.to_model import model_config
 from megatron.monitor import Monitor, kernel_scalars
 from megatron.optimizer import build_lr_scheduler, build_optimizer
 from megatron.parallel import SequenceParallelGroups, loss_share
@@ -132,7 +132,7 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
     """The DeepSpeed engine around the model (`vocab_size` embedding rows), our optimizer and LR
     schedule (the DeepSpeed JSON's own `optimizer` entry is dropped: the optimizer built here carries
     the weight-decay groups)."""
-    model = GPTModel(model_config(neox_args, vocab_size))
+    model = GPTModel(dataclasses.replace(neox_args.model, padded_vocab_size=vocab_size))
     if neox_args.compile_blocks:
         compile_layers(model.layers)
     optimizer = build_optimizer(neox_args, model)

@@ -6,6 +6,8 @@ too), so that a change breaking one fails here naming the file and line:
   (the names come from the registry): what differs between methods is a property of the method class;
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
+- nothing below the door (megatron/ outside the config package) imports the config package: code there
+  takes a `ModelConfig` and the run keys it needs;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
@@ -240,6 +242,19 @@ def test_the_config_package_imports_nothing_of_evaluation_but_its_modes_registry
     assert not found, ("megatron/neox_arguments imports nothing of megatron/evaluation but the modes' registry "
                        "(probe generators: megatron/probes; a config hash's keys: NeoXArgs.trained_keys):\n"
                        + "\n".join(found))
+
+
+def config_imports_below_the_door() -> list[str]:
+    """'file:line imports module' of every import of the config package under megatron/ outside it."""
+    return sorted({f"{where(path, line)} imports {module}" for path in python_files(MEGATRON) if CONFIG not in path.parents
+                   for module, line, _ in imports(path) if under(module, "megatron.neox_arguments")})
+
+
+def test_nothing_below_the_door_imports_the_config_package():
+    found = config_imports_below_the_door()
+    assert not found, ("below the entry points, code takes a ModelConfig (NeoXArgs.model, or a model's own .config) and "
+                       "the run keys it needs, not the config package (megatron.errors has the error type, "
+                       "megatron.checkpoint_folder a checkpoint's file names):\n" + "\n".join(found))
 
 
 def test_the_probe_generators_are_a_leaf_package():

@@ -10,7 +10,7 @@ import pytest
 from megatron.probes.kv_retrieval import pairs_problem
 from megatron.model.positional_embeddings import OptionError, make_options, rope_scaling
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
-from megatron.neox_arguments.value_checks import path_problem
+from megatron.output_paths import path_problem
 from megatron.output_paths import name_too_long, new_file_problem, new_folder_problem
 from test_training_support import TINY
 

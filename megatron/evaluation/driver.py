@@ -129,7 +129,7 @@ def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:
     try:
         return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
     except DataError as err:
-        folder = neox_args.model_only_checkpoint()
+        folder = neox_args.model_only_from()
         if folder is None or neox_args.data_path:
             raise
         raise DataError(f"{err} The model came from {folder}, which keeps no resolved_config.yml (written before "

@@ -13,7 +13,7 @@ The record in a checkpoint is flat, one entry per config key (`num_layers`, `pos
 options, ...), as checkpoints written before this class had it (schema 1, no `schema` entry); schema 2 adds
 `schema` and the tokenizer's files. Both read back with `ModelConfig.from_record`.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from megatron.model.attention.config import AttentionConfig
 from megatron.model.layer_pattern import pattern_methods
@@ -35,25 +35,34 @@ TOKENIZER_FILES = ("vocab_file", "merge_file")
 # Recorded for the run's record; only a method with `uses_max_positions` (learned) has parameters sized
 # by one of them, and then max_position_embeddings is among its checkpoint options.
 LENGTH_KEYS = ("seq_length", "max_position_embeddings", "seq_length_val", "attention_window")
+# The run's own choices (never recorded), by config key: how fresh weights are drawn, dropout, recomputation,
+# the loss head, and the attention keys in AttentionConfig's field order.
+INIT_KEYS = ("init_method", "output_layer_init_method", "init_method_std")
+RUN_MODEL_KEYS = ("hidden_dropout", "checkpoint_activations", "loss_head")
+ATTENTION_KEYS = ("attention_impl", "attention_block_size", "attention_window", "attention_dropout",
+                  "attention_memory_budget", "attention_flex_kernel_options")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    intermediate_size: int | None
-    padded_vocab_size: int
-    tokenizer_type: str
-    norm: str
-    layernorm_epsilon: float
-    activation: str
-    no_weight_tying: bool
-    gpt_j_residual: bool
-    pos_emb: str
-    pos_emb_per_layer: bool
-    layer_pattern: list | None  # hybrid layers (layer_pattern.py), None: every layer is pos_emb
-    attention_temperature: dict | None  # positional_embeddings/temperature.py, None: none
+    """Every field has the config key's default (GPT-2 small with a learned position table, GPT-2's vocabulary
+    padded to 50304 rows), so a model is one short literal: `GPTModel(ModelConfig(num_layers=2, hidden_size=64,
+    num_attention_heads=4, padded_vocab_size=256, pos_emb="alibi"))`."""
+    num_layers: int = 12
+    hidden_size: int = 768
+    num_attention_heads: int = 12
+    intermediate_size: int | None = None  # None: 4 x hidden_size
+    padded_vocab_size: int = 50304
+    tokenizer_type: str = "GPT2BPETokenizer"
+    norm: str = "layernorm"
+    layernorm_epsilon: float = 1e-5
+    activation: str = "gelu"
+    no_weight_tying: bool = False
+    gpt_j_residual: bool = False
+    pos_emb: str = "learned"
+    pos_emb_per_layer: bool = False
+    layer_pattern: list | None = None  # hybrid layers (layer_pattern.py), None: every layer is pos_emb
+    attention_temperature: dict | None = None  # positional_embeddings/temperature.py, None: none
     dape: dict | None = None  # positional_embeddings/dape.py, None: none
     attention_output_gate: str | None = None  # "head" | "channel" (transformer.py's OutputGate), None: none
     # True: a learnable sink logit per layer and head (transformer.py's SelfAttention.sink); None: none (false is
@@ -61,7 +70,9 @@ class ModelConfig:
     attention_sink: bool | None = None
     options: dict = field(default_factory=dict)  # the method's checkpoint options: {config key: value}
     tokenizer_files: dict = field(default_factory=dict)  # {vocab_file, merge_file}: as the run gave them
-    lengths: dict = field(default_factory=dict)  # LENGTH_KEYS of the run, for the record
+    # LENGTH_KEYS of the run, for the record (the default: seq-length's default, and the position table's rows
+    # that the config derives from it, which a learned table needs).
+    lengths: dict = field(default_factory=lambda: {"seq_length": 512, "max_position_embeddings": 512})
     # How fresh weights are drawn (init_functions.py); never recorded: a checkpoint's weights replace them.
     # Neither these nor the run's choices below take part in `==`: two configs are equal when they record
     # the same model.
@@ -123,6 +134,23 @@ class ModelConfig:
         """{config key: value} that build this model (and its tokenizer) with the run's other keys."""
         values = {key: getattr(self, key) for key in ARCHITECTURE_KEYS if key != "padded_vocab_size"}
         return {**values, **self.options, **self.trained_with(), **self.tokenizer_files}
+
+
+def run_choices(values: dict, option_keys) -> dict:
+    """The fields a run sets on a model for itself, for `dataclasses.replace`, from `values` ({config key:
+    value}): the init keys, dropout, recomputation, loss head, attention, and the methods' options
+    `option_keys` (those no checkpoint records, `per_run_option_keys`). A key `values` lacks keeps the
+    field's default (a run config that predates the key)."""
+    return {**{k: values[k] for k in INIT_KEYS + RUN_MODEL_KEYS if k in values},
+            "run_options": {k: values[k] for k in option_keys if k in values},
+            "attention": AttentionConfig(**{f.name: values[k] for k, f in zip(ATTENTION_KEYS, fields(AttentionConfig))
+                                            if k in values})}
+
+
+def per_run_option_keys(config: ModelConfig) -> list[str]:
+    """The options of the model's methods that a checkpoint does not record: the run chooses them."""
+    used = {o for method in pattern_methods(config.pos_emb, config.layer_pattern) for o in option_names(method)}
+    return sorted(used - set(config.options))
 
 
 def differences(saved: ModelConfig, current: ModelConfig, fine_tune: bool = False) -> list[str]:

@@ -17,7 +17,9 @@ from .from_checkpoint import checkpoint_source, drop_write_keys, model_config_on
 from .group_checks import CHECKS
 from .groups import GROUPS, EvaluationArgs, LauncherArgs, LoggingArgs
 from .log_files import start_log_files
+from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
+from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
 from .yaml_loader import drop_nested, key_path, load_config_files, normalise_key, where_of
@@ -139,18 +141,16 @@ class NeoXArgs(*reversed(GROUPS)):
         """'file:line' that set a key or a key path inside one (`optimizer.params.lr`)."""
         return where_of({**self.nested_sources, **self.config_sources}, path)
 
-    def model_only_checkpoint(self) -> str | None:
-        """The checkpoint folder whose model-states file gave this config's model because it keeps no merged
-        config (so its run's data and batch sizes are not known), or None."""
-        return model_config_only(self.config_sources)
-
     def _derive_and_validate(self):
-        """Each group's checks (group_checks.py), which also fill in the derived values."""
+        """Each group's checks (group_checks.py), which also fill in the derived values; then the model, once."""
         def fail(path, message):
             raise NeoXArgsError(f"{self.where(path)}: {key_path(path)}: {message}")
 
         for check in CHECKS:
             check(self, fail)
+        # What everything below the entry points builds from (megatron/model/model_config.py). The embedding rows
+        # are the tokenizer's (built later, by each rank): dataclasses.replace(model, padded_vocab_size=rows).
+        self.model = model_config(self, None)
 
     # ---------------------------------------------------------------- views
     def to_dict(self) -> dict:
@@ -159,6 +159,15 @@ class NeoXArgs(*reversed(GROUPS)):
     def user_values(self) -> dict:
         """The keys a config file set, as given (what deepy.py sends to every rank)."""
         return {k: getattr(self, k) for k in self.config_sources}
+
+    def resolved_yaml(self) -> str:
+        """The merged config as one loadable YAML file (resolved.py): what a checkpoint keeps beside its weights."""
+        return resolved_yaml(self)
+
+    def model_only_from(self) -> str | None:
+        """The checkpoint folder whose model-states file alone gave this run its model (the checkpoint keeps no
+        merged config, so nothing else of its run is known), or None."""
+        return model_config_only(self.config_sources)
 
     def deepspeed_config(self) -> dict:
         """The DeepSpeed JSON, derived from the same config."""

@@ -3,13 +3,13 @@ user has really written by mistake and that would otherwise lose data (keep-last
 deleted every checkpoint), give a plausible-looking wrong result (eval-micro-batch-size: -1 scored
 nothing and reported loss 0) or end deep inside a library with a traceback (a negative lr, `split:
 abc`). Also the one rule that no number in a config is NaN or infinite (`non_finite`, called first, so
-every range check sees a real number) and the paths the filesystem must be able to hold (`path_problem`).
+every range check sees a real number) and the paths the filesystem must be able to hold (output_paths.path_problem).
 Called once, after the derived values are filled in."""
 import dataclasses
 import math
-import os
 import re
 
+from megatron.output_paths import path_problem
 from megatron.quoting import quote
 
 # megatron-core reads `split` with re.findall("[.0-9]+"), so "abc" silently becomes 0,0,0 (and then
@@ -144,36 +144,3 @@ def _check_paths(args, fail) -> None:
                 fail(key, f"must be a path (a string), got {quote(entry)}.")
             if problem := path_problem(entry, _SUFFIX.get(kind, "")):
                 fail(key, problem)
-
-
-def path_problem(path: str, suffix: str = "") -> str | None:
-    """Why the filesystem cannot hold `path` (with `suffix` added to its last name), else None."""
-    if "\0" in path:
-        return f"{quote(path)} contains a NUL byte, which no path can hold."
-    if not path.strip():
-        return "is empty; give a path, or remove the key."
-    name_max, path_max = _limits(path)
-    names = path.split(os.sep)
-    for i, name in enumerate(names):
-        size = len(os.fsencode(name + (suffix if i == len(names) - 1 else "")))
-        if size > name_max:
-            added = f" (with the {suffix} the files get)" if suffix and i == len(names) - 1 else ""
-            return (f"the name {quote(name, 60)} is {size} bytes long{added}, more than the {name_max} the "
-                    "filesystem allows for one file or folder name (NAME_MAX). Choose a shorter name.")
-    size = len(os.fsencode(path + suffix))
-    if size >= path_max:
-        return (f"{quote(path, 60)} is {size} bytes long, more than the {path_max - 1} the filesystem allows "
-                "for a whole path (PATH_MAX). Choose a shorter path.")
-    return None
-
-
-def _limits(path: str) -> tuple[int, int]:
-    """(NAME_MAX, PATH_MAX) of the filesystem the path would be on: that of its nearest existing folder."""
-    folder = os.path.abspath(path)
-    while True:
-        try:
-            return os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
-        except OSError:  # not there yet (or too long, or not readable): ask its parent
-            if folder == os.path.dirname(folder):
-                return 255, 4096  # Linux's, where no folder on the way says
-            folder = os.path.dirname(folder)

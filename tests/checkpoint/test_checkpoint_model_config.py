@@ -71,7 +71,7 @@ def test_load_builds_the_trained_model_from_the_checkpoint_alone(alibi_run, stdl
     reference = reference_model(stdlib_data, alibi_run)
     for where in (alibi_run, alibi_run / "global_step2"):
         loaded = load(where)
-        assert (loaded.neox_args.pos_emb, loaded.config.pos_emb, loaded.step) == ("alibi", "alibi", 2)
+        assert (loaded.model.config.pos_emb, loaded.config.pos_emb, loaded.step) == ("alibi", "alibi", 2)
         assert loaded.config == model_config(tiny_args(stdlib_data, alibi_run.parent, pos_emb="alibi"),
                                                       reference.vocab_size)
         assert next(loaded.model.parameters()).dtype == torch.float32 and not loaded.model.training

@@ -194,9 +194,9 @@ def test_the_exported_length_limit_is_the_models_own(method, tmp_path, capfd):
     config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
     limit = source.model.positional_embeddings()[0].max_length
     assert config.max_position_embeddings == limit == (4 * TRAIN_LENGTH if method == "learned" else None)
-    assert config.neox_max_position_embeddings == source.neox_args.max_position_embeddings
+    assert config.neox_max_position_embeddings == source.config.max_position_embeddings
     if method == "kerple_log":
-        prompt = torch.randint(0, 256, (1, source.neox_args.max_position_embeddings + 4))
+        prompt = torch.randint(0, 256, (1, source.config.max_position_embeddings + 4))
         with torch.no_grad():
             out = load(folder).generate(prompt, do_sample=False, eos_token_id=None, pad_token_id=0)
         assert out.shape[1] == prompt.shape[1] + 20  # transformers' default: 20 new tokens, not capped

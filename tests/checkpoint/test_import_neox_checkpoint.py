@@ -39,15 +39,15 @@ def fork_checkpoint(root, method, seed=0):
 
 def imported_model(root):
     loaded = load(root / "ours")  # the imported checkpoint alone describes the model
-    return loaded.neox_args, loaded.model, loaded.step
+    return loaded.config, loaded.model, loaded.step
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_imported_model_matches_the_fork_forward_at_1x_and_8x(tmp_path, method):
     cfg, stages = fork_checkpoint(tmp_path, method)
     _, notes = import_checkpoint(tmp_path / "fork", tmp_path / "ours")
-    args, model, step = imported_model(tmp_path)
-    assert (args.pos_emb, step) == (method, 7)
+    config, model, step = imported_model(tmp_path)
+    assert (config.pos_emb, step) == (method, 7)
     tokens = torch.randint(0, cfg["vocab"], (LENGTHS[-1] + 1,), generator=torch.Generator().manual_seed(1))
     for length in LENGTHS:
         window = tokens[:length + 1]

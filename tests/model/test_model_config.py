@@ -11,20 +11,33 @@ import transformers
 
 from megatron.model import GPTModel
 from megatron.model.attention.config import AttentionConfig
-from megatron.model.model_config import ModelConfig, differences
+from megatron.model.model_config import ARCHITECTURE_KEYS, ModelConfig, differences
 from tools.ckpts.hf_export.native import to_gpt_neox_state
 
 VOCAB = 96
 
 
 def rotary_config(**changes) -> ModelConfig:
-    """A small rotary decoder, every field that is not a default written out."""
+    """A small rotary decoder: the fields away from their defaults."""
     return replace(ModelConfig(
         num_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=80, padded_vocab_size=VOCAB,
-        tokenizer_type="ByteLevelTokenizer", norm="layernorm", layernorm_epsilon=1e-5, activation="gelu",
-        no_weight_tying=True, gpt_j_residual=False, pos_emb="rotary", pos_emb_per_layer=False, layer_pattern=None,
-        attention_temperature=None, options={"rotary_pct": 0.25, "rotary_emb_base": 10000},
-        lengths={"seq_length": 40, "max_position_embeddings": 40}), **changes)
+        tokenizer_type="ByteLevelTokenizer", no_weight_tying=True, pos_emb="rotary",
+        options={"rotary_pct": 0.25, "rotary_emb_base": 10000}, lengths={"seq_length": 40, "max_position_embeddings": 40}),
+        **changes)
+
+
+def test_every_field_defaults_to_its_config_keys_default():
+    """A literal ModelConfig and a config file that leaves the same keys out build the same model: the fields'
+    defaults are the config keys' (the position table's rows derived from seq-length, as the config does)."""
+    from megatron.neox_arguments import NeoXArgs
+    args = NeoXArgs.from_dict({"train_micro_batch_size_per_gpu": 1, "tokenizer_type": "GPT2BPETokenizer"})
+    literal = ModelConfig()
+    assert {k: getattr(literal, k) for k in ARCHITECTURE_KEYS if k != "padded_vocab_size"} == \
+        {k: getattr(args.model, k) for k in ARCHITECTURE_KEYS if k != "padded_vocab_size"}
+    assert literal.lengths.items() <= args.model.lengths.items() and literal.attention == args.model.attention
+    small = dict(num_layers=1, hidden_size=32, num_attention_heads=4, padded_vocab_size=64)
+    shapes = [{k: v.shape for k, v in GPTModel(replace(c, **small)).state_dict().items()} for c in (literal, args.model)]
+    assert shapes[0] == shapes[1]
 
 
 def test_a_model_built_from_a_literal_config_matches_transformers_gpt_neox():

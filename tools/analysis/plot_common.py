@@ -7,14 +7,15 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullForm
 
 from megatron.evaluation.figures import plt, save_figure  # noqa: F401 (every figure tool saves with it)
 from megatron.evaluation.identity import Method
-from megatron.neox_arguments.groups import POS_EMB_CHOICES
+from megatron.model.positional_embeddings import available
 
 _PALETTE = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
 
 
 def method_color(method: Method):
     """Same colour for a method in every figure; a windowed variant is drawn dashed in its base's colour."""
-    rank = POS_EMB_CHOICES.index(method.pos_emb) if method.pos_emb in POS_EMB_CHOICES else len(POS_EMB_CHOICES)
+    methods = available()  # the registry's order, as the config's pos-emb choices
+    rank = methods.index(method.pos_emb) if method.pos_emb in methods else len(methods)
     return _PALETTE[rank % len(_PALETTE)]
 
 

@@ -13,6 +13,7 @@ Lengths run shortest first; a length is skipped when its expected time (the last
 would overrun the budget, and a length that runs out of memory says so in its row.
 """
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -23,7 +24,6 @@ import torch
 from benchmarks.measure import PeakMemory
 from megatron.evaluation.scoring import window_losses
 from megatron.model import GPTModel
-from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention.choice import sdpa_bytes
 from .profiles import EVAL_LENGTHS, describe, model_args
 
@@ -45,7 +45,8 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
         args, vocab, padded_vocab = model_args(profile, "kerple_log", attention_impl=impl)
         torch.manual_seed(0)  # the same weights for both paths
         dtype = torch.bfloat16 if device == "cuda" and args.precision == "bf16" else torch.float32
-        models[impl] = GPTModel(model_config(args, padded_vocab)).to(device=device, dtype=dtype).eval()
+        model = dataclasses.replace(args.model, padded_vocab_size=padded_vocab)
+        models[impl] = GPTModel(model).to(device=device, dtype=dtype).eval()
     weights_mb = sum(p.numel() * p.element_size() for p in models["auto"].parameters()) / 2**20
     measured = {}  # per path: (seconds of its last timed pass, its one-off cost, that length)
     for length in lengths:

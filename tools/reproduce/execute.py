@@ -21,7 +21,7 @@ import time
 import numpy as np
 import yaml
 
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 from . import REPO_ROOT
 from .runs import Run, RunFailed, check_training_config, finished_result, finished_ruler, trained_step
 

@@ -1,5 +1,6 @@
 """The report: report.md with Tables 3-5, the claims' verdicts, and the figures, written from the
 report's inputs (inputs.py) so that a fresh clone re-renders it (`--report-only`)."""
+import dataclasses
 import datetime
 import os
 import platform
@@ -122,10 +123,10 @@ def _dataset_line(dataset, inputs) -> str:
 
 def _parameter_count(run: Run) -> int:
     from megatron.model import GPTModel
-    from megatron.neox_arguments.to_model import model_config
     from megatron.tokenizer import build_tokenizer
     args = run.args({**run.training_overrides(), "pos_emb": "kerple_log"})
-    return sum(p.numel() for p in GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).parameters())
+    model = dataclasses.replace(args.model, padded_vocab_size=build_tokenizer(args).padded_vocab_size)
+    return sum(p.numel() for p in GPTModel(model).parameters())
 
 
 def _status_section(runs, documents, failures) -> str:

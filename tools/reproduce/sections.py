@@ -2,7 +2,7 @@
 (Figures 2-4) and position-wise perplexity (Figure 5)."""
 import numpy as np
 
-from megatron.neox_arguments import NeoXArgsError
+from megatron.errors import NeoXArgsError
 from tools.analysis.training_speed import STEP_TIME_TAG, render_table4, typical_step_seconds
 from .inputs import TOKENS_PER_SEC, VALID_LOSS
 from .runs import trained_step

@@ -8,6 +8,7 @@ import torch
 from megatron.checkpoint_folder import CheckpointError, missing_why, split_checkpoint_path
 from megatron.inference_model import load
 from megatron.model import GPTModel
+from megatron.model.model_config import ModelConfig
 from megatron.neox_arguments import NeoXArgs
 from megatron.tokenizer import Tokenizer
 
@@ -16,7 +17,7 @@ from .errors import ExportError
 
 @dataclass
 class Source:
-    neox_args: NeoXArgs
+    config: ModelConfig      # the model as the checkpoint records it
     model: GPTModel          # fp32, eval mode, on the CPU
     tokenizer: Tokenizer
     step: int
@@ -40,4 +41,4 @@ def load_source(input_dir, config_files=None) -> Source:
         loaded = load(folder, neox_args, device="cpu", dtype=torch.float32)
     except CheckpointError as err:
         raise ExportError(f"--input_dir: {err}") from None
-    return Source(loaded.neox_args, loaded.model, loaded.tokenizer, loaded.step)
+    return Source(loaded.config, loaded.model, loaded.tokenizer, loaded.step)

@@ -3,11 +3,11 @@
 layout.py reads DeepSpeed's pipeline files, positional.py maps each positional method, convert.py maps
 the rest, write.py writes the checkpoint as this project's save does.
 """
+import dataclasses
 import pathlib
 
 from megatron.model.model_config import ARCHITECTURE_KEYS
 from megatron.model import GPTModel
-from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import checkpoint_options
 from megatron.neox_arguments import POS_EMB_ALIASES, NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.upstream_compat import VALUE_MAPS
@@ -119,7 +119,7 @@ def load_fork(source, config_files=None, pos_emb=None, overrides=None):
                                     "is not the embedding stage of a GPT-NeoX checkpoint.")
     rows = stages.embedding["word_embeddings.weight"].shape[0]
     _check_stored_args(stages, args, rows)
-    model = GPTModel(model_config(args, rows))
+    model = GPTModel(dataclasses.replace(args.model, padded_vocab_size=rows))
     weights, notes = convert(args, stages, model)
     model.load_state_dict(weights)
     return args, model, weights, notes, stages

@@ -6,9 +6,7 @@ import shutil
 
 import torch
 
-from megatron.checkpoint_folder import checkpoint_steps
-from megatron.neox_arguments.to_model import model_config
-from megatron.neox_arguments.resolved import RESOLVED_NAME, resolved_yaml
+from megatron.checkpoint_folder import RESOLVED_NAME, checkpoint_steps
 from megatron.output_paths import new_folder_problem
 from .layout import CheckpointImportError
 
@@ -51,14 +49,14 @@ def write_checkpoint(out_dir, neox_args, model, weights: dict, iteration: int, p
         "module": weights,
         "iteration": iteration,
         "consumed_train_samples": 0,  # unknown: the fork keeps it in its optimizer-side state
-        "model_config": model_config(neox_args, model.vocab_size).record(),
+        "model_config": model.config.record(),
         "neox_args": {k: v for k, v in neox_args.to_dict().items() if k != "config_files"},
         "imported_from": provenance,
     }
     torch.save(state, partial / "mp_rank_00_model_states.pt")
     for name, text in neox_args.config_files.items():
         (partial / "configs" / pathlib.Path(name).name).write_text(text)
-    (partial / RESOLVED_NAME).write_text(resolved_yaml(neox_args))  # as train.py's: the checkpoint alone loads
+    (partial / RESOLVED_NAME).write_text(neox_args.resolved_yaml())  # as train.py's: the checkpoint alone loads
     os.replace(partial, out_dir / tag)  # complete before `latest` names it, as in checkpointing._commit
     pointer = out_dir / "latest.tmp"
     pointer.write_text(tag)
