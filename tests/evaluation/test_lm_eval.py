@@ -116,7 +116,8 @@ def test_rolling_loglikelihood_equals_the_sliding_mode_on_the_same_tokens(run):
     stream = np.asarray([run["tokenizer"].eod] + tokens + tokens[: length], dtype=np.int64)
     starts = np.arange(4, dtype=np.int64) * length
     neox_args = tiny_args("unused-data", run["root"], eval_stride=stride, **MODEL)
-    context = ModeContext(lambda x: run["model"](x), stream, starts, length, neox_args, run["tokenizer"].vocab_size)
+    context = ModeContext(lambda x, **loss: run["model"](x, **loss), stream, starts, length, neox_args,
+                          run["tokenizer"].vocab_size)
     context.mode = "sliding"
     with torch.inference_mode():  # as evaluate.py runs its modes
         record = get_mode("sliding").score(context)
