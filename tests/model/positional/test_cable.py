@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.model.attention import plan_attention
 from megatron.model.attention.flex_kernel import reference_math
@@ -112,8 +111,3 @@ def test_one_gate_per_layer_and_it_learns():
 def test_a_bad_value_is_one_paragraph():
     with pytest.raises(NeoXArgsError, match=r"cable-unscaled-scores must be true or false, got 'yes' \(str\)"):
         NeoXArgs.from_dict({"train-micro-batch-size-per-gpu": 1, "pos-emb": "cable", "cable-unscaled-scores": "yes"})
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("cable", stdlib_data, tmp_path)

@@ -8,7 +8,6 @@ import pytest
 import torch
 from hf_export_support import tiny_config
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.errors import NeoXArgsError
 from megatron.neox_arguments.to_model import model_config
@@ -239,9 +238,3 @@ def test_the_checkpoint_and_the_results_carry_it():
     assert differences(model_config(with_dape, 256), model_config(plain, 256)) == [
         "dape: checkpoint {'version': 2}, this run None"]
     assert evaluation_variant(with_dape).startswith("dape2-") and evaluation_variant(plain) is None
-
-
-@pytest.mark.launches
-@pytest.mark.parametrize("version", [1, 2])
-def test_trains_and_evaluates_at_4x_through_the_entry_points(version, stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("kerple_log", stdlib_data, tmp_path, dape={"version": version, "hidden": 16})

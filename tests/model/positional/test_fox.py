@@ -13,7 +13,6 @@ import math
 import pytest
 import torch
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 from x_transformers.x_transformers import Attention
 
 from megatron.errors import NeoXArgsError
@@ -243,8 +242,3 @@ def test_a_temperature_on_top_of_the_gate_is_refused():
     pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D)
     with pytest.raises(PositionalEmbeddingError, match="attention-temperature is set, but pos-emb 'fox'"):
         tempered(pe, {"type": "ssmax"})
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("fox", stdlib_data, tmp_path)

@@ -11,7 +11,6 @@ import pytest
 import torch
 from fla_naive import naive
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.model.attention import AttentionInputs, plan_attention
 from megatron.model.attention.choice import choose_strategy
@@ -224,11 +223,6 @@ def test_a_checkpoint_records_the_option_that_changes_the_attention():
     from megatron.model.positional_embeddings import checkpoint_options
     # a checkpoint loaded with the other value is refused
     assert checkpoint_options("path") == ("path_forget_gate",)
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("path", stdlib_data, tmp_path)
 
 
 def test_results_and_tables_never_share_the_plain_paths_row():

@@ -10,7 +10,6 @@ import pytest
 import torch
 from fla_naive import naive
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.model.attention import AttentionInputs, plan_attention
 from megatron.model.attention.choice import choose_strategy
@@ -149,8 +148,3 @@ def test_a_checkpoint_records_the_option_that_changes_the_attention():
     from megatron.model.positional_embeddings import checkpoint_options
     # a checkpoint loaded with the other value is refused
     assert checkpoint_options("stickbreaking") == ("stickbreaking_attend_current",)
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("stickbreaking", stdlib_data, tmp_path)
