@@ -12,7 +12,8 @@ a new documented command needs a rule (run it, or say why not). Commands are cha
 `--set` values replaced or added (TINY sizes), a free rendezvous port for deepy.py (the machine is
 shared). Commands that read the paper's data (configs/kerple_log.yml) must fail with the message naming
 tools/datasets/prepare_data.py. A command already run earlier on its page (a training that differs only in
-what was cheapened) is not run twice, nor is the demo.
+what was cheapened) is not run twice; a command two pages share runs once, after the demo, in the folder the
+pages' copies start from.
 """
 import dataclasses
 import os
@@ -322,10 +323,32 @@ def failure(where: str, action, done: subprocess.CompletedProcess) -> str | None
 DEMO = cheapened("make demo", rule("make demo"))
 
 
+def shared_commands() -> list[tuple[str, object]]:
+    """(cheapened command, rule) of the commands two or more pages run (a training, an export, an evaluation
+    the guides repeat), in reading order: run once, in the folder every page's copy starts from."""
+    commands, pages_of = all_commands(), {}
+    for name in doc_pages():
+        for command, action in to_run(name, commands):
+            pages_of.setdefault(command, (action, set()))[1].add(name)
+    return [(command, action) for command, (action, pages) in pages_of.items() if len(pages) > 1 and command != DEMO]
+
+
+def check_exports(root: pathlib.Path, commands) -> None:
+    """Every Hugging Face export the commands wrote holds its config, its files with the usual permissions."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for command in commands:
+        if "convert_to_hf.py" in command:
+            export = root / shlex.split(command)[shlex.split(command).index("--output_dir") + 1]
+            assert (export / "config.json").is_file(), command
+            modes = {p.name: oct(p.stat().st_mode & 0o777) for p in export.iterdir() if p.is_file()}
+            assert set(modes.values()) == {oct(0o666 & ~mask)}, f"the export's files have the usual permissions: {modes}"
+
+
 def build_demo(root: pathlib.Path) -> None:
     """The files git tracks copied to `root` (nothing a documented command wrote in the working tree: data,
     checkpoints, results, exports, a method or mode a reader added; the virtualenv only by a link), then
-    the demo run in it."""
+    the demo run in it, then the commands pages share."""
     for name in tracked_files():
         source = REPO / name
         if source.is_file():
@@ -338,6 +361,15 @@ def build_demo(root: pathlib.Path) -> None:
     wrong = failure(f"[README.md] {DEMO}", rule("make demo"), done)
     assert wrong is None, wrong
     assert (root / "eval_results/tiny/ppl_vs_length.png").stat().st_size > 10_000
+    shared, failures = shared_commands(), []
+    for command, action in shared:
+        seconds, done = run_command(root, command, action)
+        print(f"{seconds:5.1f} s  {command}")
+        wrong = failure(f"[shared by two pages] {command}", action, done)
+        if wrong:
+            failures.append(wrong)
+    assert not failures, "\n\n".join(failures)
+    check_exports(root, [command for command, _ in shared])
 
 
 @pytest.fixture(scope="session")
@@ -360,7 +392,8 @@ def demo(tmp_path_factory, worker_id) -> pathlib.Path:
 
 # One case per page with commands to run, so a parallel run spreads the pages over its workers (each
 # case its own xdist group; tests/conftest.py groups every other test by its file).
-PAGES = [name for name in doc_pages() if to_run(name)]
+PAGES = [name for name in doc_pages() if {command for command, _ in to_run(name)} - {DEMO} - {
+    command for command, _ in shared_commands()}]
 
 
 @pytest.mark.launches
@@ -372,24 +405,20 @@ def test_documented_commands_work_as_written(page, demo, tmp_path):
     copy = tmp_path / "repo"
     shutil.copytree(demo, copy, symlinks=True)
     failures, ran, exports = [], [], []
+    done_before = {DEMO} | {command for command, _ in shared_commands()}  # the copy holds what they wrote
     for command, action in to_run(page, all_commands(copy)):
-        if command == DEMO:  # the quick start, which the copy already holds
+        if command in done_before:
             continue
         seconds, done = run_command(copy, command, action)
         ran.append(f"{seconds:5.1f} s  {command}")
         wrong = failure(f"[{page}] {command}", action, done)
         if wrong:
             failures.append(wrong)
-        elif "convert_to_hf.py" in command:
-            exports.append(copy / shlex.split(command)[shlex.split(command).index("--output_dir") + 1])
+        else:
+            exports.append(command)
     print("\n".join(ran))
     assert not failures, "\n\n".join(failures)
-    mask = os.umask(0)
-    os.umask(mask)
-    for export in exports:
-        assert (export / "config.json").is_file()
-        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in export.iterdir() if p.is_file()}
-        assert set(modes.values()) == {oct(0o666 & ~mask)}, f"the export's files have the usual permissions: {modes}"
+    check_exports(copy, exports)
     tracked = set(tracked_files())
     new = sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file() and ".venv" not in p.parts
                  and "__pycache__" not in p.parts and str(p.relative_to(copy)) not in tracked)
