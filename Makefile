@@ -64,12 +64,14 @@ reproduce: venv  ## the KERPLE paper's experiment at CPU scale (7 methods x 3 se
 # what an AVX2 CI machine would. The two runs never share compiled kernels: every process keeps
 # inductor's cache in a folder of its own CPU code path (megatron/compiled_code.py).
 # Test files are spread over TEST_WORKERS processes (pytest-xdist), one file to one process, since
-# most tests wait on single-threaded child processes; TEST_WORKERS=0 runs them in this one. Files run in
-# tests/conftest.py's order (longest first; --no-loadscope-reorder keeps xdist from reordering them), and
-# the 30 slowest tests are listed at the end: where CI time goes (it is over its 15-minute target).
+# most tests wait on single-threaded child processes; TEST_WORKERS=0 runs them in this one. A file is one
+# xdist group (tests/conftest.py marks it; `--dist loadgroup`), so its module fixtures are built once, as
+# under loadfile, while a file may split itself into groups of its own (the docs commands: one per page).
+# Groups run in tests/conftest.py's order (longest first; --no-loadscope-reorder keeps xdist from
+# reordering them), and the 30 slowest tests are listed at the end: where CI time goes.
 TEST_WORKERS ?= 2
 test: venv  ## the whole test suite on CPU (then the cpu_isa tests again on the AVX2 code path)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m cpu_isa
 
 # The inner loop: the tests that start no process (not marked `launches`): 3,653 of the 3,932 that `make test`

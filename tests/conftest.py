@@ -101,24 +101,46 @@ def stdlib_data(tmp_path_factory) -> str:
     return str(folder / "stdlib_text_document")
 
 
-# The test files that take longest, longest first (`make test --durations` in CI, 2026-11-27: 288, 130, 128
-# and 72 s). Started last (xdist's default orders files by their number of tests), one of them kept one
-# worker busy for minutes after the other had finished.
-LONGEST_FILES = ("tests/test_docs_commands.py", "tests/reproduce/test_reproduce_ruler.py",
-                 "tests/test_flex_cpu_end_to_end.py", "tests/reproduce/test_reproduce.py")
+# The work units that take longest, longest first, each a test file or an xdist group (`make test
+# --durations` in CI, 2026-11-29: the docs commands 378 s when they were one test, then 144, 137, 80, 156 in
+# three tests and 120 s). Started last
+# (xdist's default orders units by their number of tests), one of them kept one worker busy for minutes after
+# the other had finished. The docs' pages are one group each (tests/test_docs_commands.py): the README's,
+# whose demo the other pages start from, goes first, the RULER sweep (which needs no demo) beside it while
+# the demo is built, then the other pages ("docs:" stands for every page not named before it).
+LONGEST = ("docs:README.md", "tests/reproduce/test_reproduce_ruler.py", "docs:",
+           "tests/test_flex_cpu_end_to_end.py", "tests/reproduce/test_reproduce.py", "tests/test_gpu_check.py",
+           "tests/reproduce/test_study_example.py")
 
 
+def work_unit(item) -> str:
+    """The name of the unit of work `make test` gives one worker whole (`--dist loadgroup`): the test's
+    xdist_group if it has one, else its file, so a file's module fixtures (a training, a compiled kernel)
+    are set up by one worker once, as under `--dist loadfile`."""
+    marked = item.get_closest_marker("xdist_group")
+    if marked:
+        return str(marked.args[0] if marked.args else marked.kwargs.get("name", "default"))
+    return item.path.relative_to(REPO_ROOT).as_posix() if item.path.is_relative_to(REPO_ROOT) else str(item.path)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
-    """Files in the order a 2-worker run finishes soonest (`make test` passes --no-loadscope-reorder, so xdist
-    keeps it): LONGEST_FILES, then the other files that start processes (`launches`: seconds a test), then the
-    rest. A stable sort on whole files: a file's tests stay together, in their order."""
-    launching = {item.path for item in items if item.get_closest_marker("launches")}
+    """Every test gets its work unit as its xdist_group, and units run in the order a 2-worker run finishes
+    soonest (`make test` passes --no-loadscope-reorder, so xdist keeps it): LONGEST, then the other units that
+    start processes (`launches`: seconds a test), then the rest. A stable sort on whole units: a unit's tests
+    stay together, in their order."""
+    units = {item: work_unit(item) for item in items}
+    for item, unit in units.items():
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(unit))
+    launching = {unit for item, unit in units.items() if item.get_closest_marker("launches")}
 
     def rank(item):
-        relative = item.path.relative_to(REPO_ROOT).as_posix() if item.path.is_relative_to(REPO_ROOT) else ""
-        if relative in LONGEST_FILES:
-            return LONGEST_FILES.index(relative)
-        return len(LONGEST_FILES) + (0 if item.path in launching else 1)
+        unit = units[item]
+        for i, name in enumerate(LONGEST):
+            if unit == name or (name.endswith(":") and unit.startswith(name)):
+                return i
+        return len(LONGEST) + (0 if unit in launching else 1)
     items.sort(key=rank)
 
 

@@ -1,9 +1,7 @@
 """Tiny models and exports shared by the export, lm-eval and method tests."""
 import torch
-import transformers
 
 from megatron.model import GPTModel
-from megatron.text_generation import generate_tokens
 from megatron.neox_arguments.to_model import model_config
 from megatron.neox_arguments import NeoXArgs
 from megatron.tokenizer import build_tokenizer
@@ -50,17 +48,3 @@ def greedy_reference(model, prompt: list[int], new_tokens: int) -> list[int]:
             logits = model(torch.tensor([tokens]))[0, -1]
             tokens.append(int(logits.argmax()))
     return tokens[len(prompt):]
-
-
-def assert_cached_decoding_and_export_follow(args, model, folder):
-    """`model` decodes with the KV cache as greedy_reference's full forwards do up to 4x the training length,
-    and its Hugging Face export (written to `folder`) gives its logits there."""
-    prompt = list(range(40, 49))
-    new = 4 * TRAIN_LENGTH - len(prompt)
-    assert generate_tokens(model, [prompt], max_new_tokens=new)[0] == greedy_reference(model, prompt, new)
-    export_model(Source(args, model, build_tokenizer(args), step=1), folder)
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(theirs(tokens).logits, model(tokens), atol=1e-5, rtol=0)
-    return tokens

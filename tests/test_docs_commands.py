@@ -1,15 +1,19 @@
 """The docs cannot drift: every shell command of README.md and docs/ (each fenced bash block, every page
-in reading order) is run as written by this test, in a copy of the files git tracks, after `make demo` at a
-few steps; or it is listed with the reason it is not run here (a GPU, the internet, the paper's data,
-minutes of CPU) and, where another test runs it in a reduced form, that test's name. A command that fails
-here fails this test.
+in reading order) is run as written by this test, or it is listed with the reason it is not run here (a GPU,
+the internet, the paper's data, minutes of CPU) and, where another test runs it in a reduced form, that
+test's name. A command that fails here fails this test.
+
+The README's `make demo` (at a few steps) runs once, in a copy of the files git tracks; then each page's
+commands run in order, in a copy of that folder of the page's own, as a reader who did the quick start
+follows the page (one case per page, so a parallel run spreads them).
 
 Each command is handled by the first RULE its text matches, and a command no rule matches fails the test:
 a new documented command needs a rule (run it, or say why not). Commands are changed only to be cheap:
 `--set` values replaced or added (TINY sizes), a free rendezvous port for deepy.py (the machine is
 shared). Commands that read the paper's data (configs/kerple_log.yml) must fail with the message naming
-tools/datasets/prepare_data.py. A command already run earlier in the docs (the demo, an export to the
-same folder, a training that differs only in what was cheapened) is not run twice.
+tools/datasets/prepare_data.py. A command already run earlier on its page (a training that differs only in
+what was cheapened) is not run twice; a command two pages share runs once, after the demo, in the folder the
+pages' copies start from.
 """
 import dataclasses
 import os
@@ -259,67 +263,163 @@ def test_the_commands_not_run_here_say_why():
     print("\n".join(f"not run: {command}\n    {reason}" for command, reason in listed.items()))
 
 
-@pytest.fixture(scope="module")
-def copy(tmp_path_factory) -> pathlib.Path:
-    """The files git tracks, in a temporary folder: nothing a documented command wrote in the working tree
-    (data, checkpoints, results, exports, a method or mode a reader added), and the virtualenv only by a link."""
-    root = tmp_path_factory.mktemp("docs") / "repo"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in filter(None, listed):
+def tracked_files() -> list[str]:
+    return list(filter(None, subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=REPO,
+                                            capture_output=True, text=True, check=True).stdout.split("\0")))
+
+
+def cheapened(command: str, action) -> str:
+    """The command as this test runs it: `--set` values and words from its rule (without the port)."""
+    if isinstance(action, Run):
+        command = with_sets(command, action.sets) if action.sets else command
+        command = " ".join([command, *map(shlex.quote, action.args)])
+    return command
+
+
+def to_run(name: str, commands=None) -> list[tuple[str, object]]:
+    """(cheapened command, rule) of the page's commands this test runs, in order: each once (a training in a
+    guide that differs only in what was cheapened is not run twice)."""
+    done_before, runs = set(), []
+    for page, command in commands if commands is not None else all_commands():
+        action = rule(command)
+        if page != name or action is None or isinstance(action, NotRun):  # no rule: the rule test says
+            continue
+        command = cheapened(command, action)
+        if command not in done_before:
+            done_before.add(command)
+            runs.append((command, action))
+    return runs
+
+
+def run_command(root: pathlib.Path, command: str, action) -> tuple[float, subprocess.CompletedProcess]:
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "OMP_NUM_THREADS": "1", "NEOX_PROGRESS": "0"}
+    if "deepy.py" in command:
+        command = with_sets(command, {"master_port": free_port()})
+    began = time.time()
+    done = subprocess.run(["bash", "-c", command], cwd=root, env=env, input=getattr(action, "stdin", None),
+                          capture_output=True, text=True, timeout=900)
+    return time.time() - began, done
+
+
+def failure(where: str, action, done: subprocess.CompletedProcess) -> str | None:
+    """What is wrong with the command's outcome under its rule, or None."""
+    output = done.stdout + done.stderr
+    if isinstance(action, Run):
+        if done.returncode != 0:
+            return f"{where}: exit {done.returncode}:\n{output[-2000:]}"
+        if action.output and action.output not in output:
+            return f"{where}: its output lacks {action.output!r}:\n{output[-2000:]}"
+        return None
+    said = [s for s in action.says if s not in done.stderr]
+    if done.returncode != 2 or said or "Traceback" in output:
+        return (f"{where}: expected a refusal (exit 2, no traceback) saying {list(action.says)}; "
+                f"got exit {done.returncode}:\n{output[-2000:]}")
+    return None
+
+
+# The quick start every other page follows: README's `make demo` (cheapened by its rule), run once per test
+# run in a copy the pages' cases start from.
+DEMO = cheapened("make demo", rule("make demo"))
+
+
+def shared_commands() -> list[tuple[str, object]]:
+    """(cheapened command, rule) of the commands two or more pages run (a training, an export, an evaluation
+    the guides repeat), in reading order: run once, in the folder every page's copy starts from."""
+    commands, pages_of = all_commands(), {}
+    for name in doc_pages():
+        for command, action in to_run(name, commands):
+            pages_of.setdefault(command, (action, set()))[1].add(name)
+    return [(command, action) for command, (action, pages) in pages_of.items() if len(pages) > 1 and command != DEMO]
+
+
+def check_exports(root: pathlib.Path, commands) -> None:
+    """Every Hugging Face export the commands wrote holds its config, its files with the usual permissions."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for command in commands:
+        if "convert_to_hf.py" in command:
+            export = root / shlex.split(command)[shlex.split(command).index("--output_dir") + 1]
+            assert (export / "config.json").is_file(), command
+            modes = {p.name: oct(p.stat().st_mode & 0o777) for p in export.iterdir() if p.is_file()}
+            assert set(modes.values()) == {oct(0o666 & ~mask)}, f"the export's files have the usual permissions: {modes}"
+
+
+def build_demo(root: pathlib.Path) -> None:
+    """The files git tracks copied to `root` (nothing a documented command wrote in the working tree: data,
+    checkpoints, results, exports, a method or mode a reader added; the virtualenv only by a link), then
+    the demo run in it, then the commands pages share."""
+    for name in tracked_files():
         source = REPO / name
         if source.is_file():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, root / name)
     (root / ".venv").symlink_to(REPO / ".venv")
-    return root
+    (root / "prompts.txt").write_text("def main():\nclass Config:\n")  # what the input-file example reads
+    seconds, done = run_command(root, DEMO, rule("make demo"))
+    print(f"{seconds:5.1f} s  {DEMO}")
+    wrong = failure(f"[README.md] {DEMO}", rule("make demo"), done)
+    assert wrong is None, wrong
+    assert (root / "eval_results/tiny/ppl_vs_length.png").stat().st_size > 10_000
+    shared, failures = shared_commands(), []
+    for command, action in shared:
+        seconds, done = run_command(root, command, action)
+        print(f"{seconds:5.1f} s  {command}")
+        wrong = failure(f"[shared by two pages] {command}", action, done)
+        if wrong:
+            failures.append(wrong)
+    assert not failures, "\n\n".join(failures)
+    check_exports(root, [command for command, _ in shared])
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory, worker_id) -> pathlib.Path:
+    """The copy with the demo done, built once per test run: under pytest-xdist the first worker to need it
+    builds it in the run's shared temporary folder while the others wait on a lock, then all reuse it."""
+    from filelock import FileLock
+    if worker_id == "master":
+        root = tmp_path_factory.mktemp("docs") / "repo"
+        build_demo(root)
+        return root
+    shared = tmp_path_factory.getbasetemp().parent / "docs-demo"
+    with FileLock(f"{shared}.lock"):
+        if not (shared / "built").is_file():
+            shutil.rmtree(shared, ignore_errors=True)
+            build_demo(shared / "repo")
+            (shared / "built").touch()
+    return shared / "repo"
+
+
+# One case per page with commands to run, so a parallel run spreads the pages over its workers (each
+# case its own xdist group; tests/conftest.py groups every other test by its file).
+PAGES = [name for name in doc_pages() if {command for command, _ in to_run(name)} - {DEMO} - {
+    command for command, _ in shared_commands()}]
 
 
 @pytest.mark.launches
-def test_documented_commands_work_as_written(copy):
-    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "OMP_NUM_THREADS": "1", "NEOX_PROGRESS": "0"}
-    (copy / "prompts.txt").write_text("def main():\nclass Config:\n")  # what the input-file example reads
-    failures, ran, done_before = [], [], set()
-    for name, command in all_commands(copy):
-        action = rule(command)
-        if action is None or isinstance(action, NotRun):  # no rule: test_every_documented_command_has_a_rule says
+@pytest.mark.parametrize("page", [pytest.param(name, marks=pytest.mark.xdist_group(f"docs:{name}"))
+                                  for name in PAGES])
+def test_documented_commands_work_as_written(page, demo, tmp_path):
+    """The page's commands, in order, as a reader who has done the quick start (`make demo`) runs them:
+    each page in a copy of the demo's folder of its own."""
+    copy = tmp_path / "repo"
+    shutil.copytree(demo, copy, symlinks=True)
+    failures, ran, exports = [], [], []
+    done_before = {DEMO} | {command for command, _ in shared_commands()}  # the copy holds what they wrote
+    for command, action in to_run(page, all_commands(copy)):
+        if command in done_before:
             continue
-        if isinstance(action, Run):
-            command = with_sets(command, action.sets) if action.sets else command
-            command = " ".join([command, *map(shlex.quote, action.args)])
-        if command in done_before:  # the same command once cheapened (the demo; one training in two guides)
-            continue
-        done_before.add(command)
-        if "deepy.py" in command:
-            command = with_sets(command, {"master_port": free_port()})
-        began = time.time()
-        done = subprocess.run(["bash", "-c", command], cwd=copy, env=env, input=getattr(action, "stdin", None),
-                              capture_output=True, text=True, timeout=900)
-        seconds, output = time.time() - began, done.stdout + done.stderr
+        seconds, done = run_command(copy, command, action)
         ran.append(f"{seconds:5.1f} s  {command}")
-        where = f"[{name}] {command}"
-        if isinstance(action, Run):
-            if done.returncode != 0:
-                failures.append(f"{where}: exit {done.returncode}:\n{output[-2000:]}")
-            elif action.output and action.output not in output:
-                failures.append(f"{where}: its output lacks {action.output!r}:\n{output[-2000:]}")
+        wrong = failure(f"[{page}] {command}", action, done)
+        if wrong:
+            failures.append(wrong)
         else:
-            said = [s for s in action.says if s not in done.stderr]
-            if done.returncode != 2 or said or "Traceback" in output:
-                failures.append(f"{where}: expected a refusal (exit 2, no traceback) saying {list(action.says)}; "
-                                f"got exit {done.returncode}:\n{output[-2000:]}")
+            exports.append(command)
     print("\n".join(ran))
     assert not failures, "\n\n".join(failures)
-    assert (copy / "eval_results/tiny/ppl_vs_length.png").stat().st_size > 10_000
-    assert (copy / "hf/tiny-kerple-log/config.json").is_file()
-    mask = os.umask(0)
-    os.umask(mask)
-    export = copy / "hf/tiny-kerple-log"
-    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in export.iterdir() if p.is_file()}
-    assert set(modes.values()) == {oct(0o666 & ~mask)}, f"the export's files have the usual permissions: {modes}"
-    tracked = set(filter(None, subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=REPO, capture_output=True,
-                                              text=True, check=True).stdout.split("\0")))
+    check_exports(copy, exports)
+    tracked = set(tracked_files())
     new = sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file() and ".venv" not in p.parts
                  and "__pycache__" not in p.parts and str(p.relative_to(copy)) not in tracked)
     checked = subprocess.run(["git", "check-ignore", "--no-index", "--stdin", "-v", "-n"], cwd=REPO,
@@ -327,3 +427,10 @@ def test_documented_commands_work_as_written(copy):
     not_ignored = [line.split("\t", 1)[1] for line in checked if line.startswith("::")]
     # prompts.txt is this test's own input, written above; everything else a documented command wrote
     assert not not_ignored, f"what documented commands write and git does not ignore (add it to .gitignore): {not_ignored}"
+
+
+def test_the_readme_runs_the_demo_and_exports_its_model():
+    """The demo the pages start from is the README's, and the README's case exports the demo's model (it
+    checks the export's files)."""
+    assert DEMO in [command for command, _ in to_run("README.md")]
+    assert any("--output_dir hf/tiny-kerple-log" in command for command, _ in to_run("README.md"))

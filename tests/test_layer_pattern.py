@@ -23,7 +23,6 @@ from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import generate_tokens
 from megatron.tokenizer import build_tokenizer
-from tools.ckpts.hf_export import Source, export_model
 
 W = 6  # the windowed layers' window, below the lengths tested so that it masks
 PATTERNS = {
@@ -117,21 +116,6 @@ def test_cached_generation_equals_a_full_forward_per_token(name):
     prompt = torch.randint(0, 256, (9,), generator=torch.Generator().manual_seed(5)).tolist()
     new = 4 * TRAIN_LENGTH - len(prompt)  # past the training length and far past the window
     assert generate_tokens(model, [prompt], max_new_tokens=new)[0] == greedy_reference(model, prompt, new)
-
-
-@pytest.mark.parametrize("name", PATTERNS)
-def test_the_export_gives_the_hybrid_models_logits(name, tmp_path):
-    args, model = hybrid(name)
-    export_model(Source(args, model, build_tokenizer(args), step=1), tmp_path / "hf")
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
-    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(6))
-    with torch.no_grad():
-        torch.testing.assert_close(theirs(tokens).logits, model(tokens), atol=1e-5, rtol=0)
-    prompt = tokens[0, :7].tolist()
-    with torch.no_grad():
-        out = theirs.generate(torch.tensor([prompt]), max_new_tokens=3 * TRAIN_LENGTH, do_sample=False,
-                              eos_token_id=None, pad_token_id=0)
-    assert out[0, len(prompt):].tolist() == greedy_reference(model, prompt, 3 * TRAIN_LENGTH)
 
 
 def test_the_checkpoints_model_config_carries_the_pattern():

@@ -11,6 +11,7 @@ import pytest
 import torch
 import transformers
 from hf_export_support import TRAIN_LENGTH, exported, greedy_reference, tiny_source
+from test_layer_pattern import PATTERNS
 from test_training_support import REPO_ROOT, child_environment, tiny_args
 
 from megatron.checkpointing import load_model_weights, save_checkpoint
@@ -35,44 +36,66 @@ def load(folder):
     return transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
 
 
-@pytest.mark.parametrize("method", available())
-def test_export_gives_the_same_logits_at_1x_and_4x_the_training_length(method, tmp_path):
+# Every method at its defaults, then the variants that change what the export must carry: a method's own
+# options, a method wrapped (a temperature, DAPE's score edit), an output gate, and layer patterns (a method
+# or a window per layer). Each: (method, config overrides).
+VARIANTS = {
+    "path-fox": ("path", {"path_forget_gate": True}),
+    "stickbreaking-attend-current": ("stickbreaking", {"stickbreaking_attend_current": True}),
+    "cable-released": ("cable", {"cable_unscaled_scores": True}),
+    "scale_invariant-tau3-half-unrotated": ("scale_invariant", {"scale_invariant_tau": 3.0,
+                                                                "rotary_unrotated_fraction": 0.5}),
+    "dape1": ("kerple_log", {"dape": {"version": 1, "hidden": 8}}),
+    "dape2": ("kerple_log", {"dape": {"version": 2, "hidden": 8}}),
+    "dape2-authors": ("kerple_log", {"dape": {"version": 2, "hidden": 8, "form": "authors"}}),
+    "ssmax": ("kerple_log", {"attention_temperature": {"type": "ssmax"}}),
+    "head_scale": ("kerple_log", {"attention_temperature": {"type": "head_scale"}}),
+    "irope": ("rotary", {"layer_pattern": [{"pos-emb": "rotary"}, {"pos-emb": "none", "attention-temperature":
+                                                                     {"type": "llama4", "scale": 0.7, "floor": 16}}]}),
+    "output-gate-head": ("kerple_log", {"attention_output_gate": "head"}),
+    "output-gate-channel": ("kerple_log", {"attention_output_gate": "channel"}),
+    "sink": ("kerple_log", {"attention_sink": True}),
+} | {name: (pattern["pos_emb"], {key: value for key, value in pattern.items() if key != "pos_emb"} | {"rotary_pct": 1.0})
+     for name, pattern in PATTERNS.items()}  # the layer-pattern guide's hybrids, as test_layer_pattern builds them
+CASES = {method: (method, {}) for method in available()} | VARIANTS
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_export_gives_this_projects_logits_generations_and_padded_rows(case, tmp_path):
+    """The exported model (loaded by transformers) gives this project's logits at 1x, 4x and 8x the training
+    length (4x for `learned`, whose table ends there); greedy generation through the exported tokenizer,
+    with the export's own KV cache, reaches 4x the training length as this project's full forwards and
+    generate.py's generator do (where the method says its cache is exact); and a left-padded row scores as
+    the same row alone (positions count the kept tokens)."""
     torch.set_num_threads(1)
-    source, folder = exported(method, tmp_path / f"hf_{method}")
+    method, overrides = CASES[case]
+    source, folder = exported(method, tmp_path / "hf", **overrides)
     model = load(folder)
-    expected_class = "GPTNeoXForCausalLM" if method in ("rotary", "none") else "NeoXPEForCausalLM"
-    assert type(model).__name__ == expected_class
-    for length in (TRAIN_LENGTH, 4 * TRAIN_LENGTH):
+    if not overrides:
+        expected_class = "GPTNeoXForCausalLM" if method in ("rotary", "none") else "NeoXPEForCausalLM"
+        assert type(model).__name__ == expected_class
+    for factor in (1, 4) if method == "learned" else (1, 4, 8):
+        length = factor * TRAIN_LENGTH
         ids = torch.randint(0, 256, (2, length), generator=torch.Generator().manual_seed(length))
         with torch.no_grad():
             torch.testing.assert_close(model(ids).logits, source.model(ids), atol=1e-5, rtol=0)
 
+    if all(getattr(pe, "cache_exact", True) for pe in source.model.positional_embeddings()):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        prompt = "Grüße, wörld: "
+        ids = tokenizer(prompt, return_tensors="pt")
+        assert ids["input_ids"][0].tolist() == source.tokenizer.tokenize(prompt)
+        new = 4 * TRAIN_LENGTH - ids["input_ids"].shape[1]
+        with torch.no_grad():
+            out = model.generate(**ids, max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
+        generated = out[0, ids["input_ids"].shape[1]:].tolist()
+        expected = greedy_reference(source.model, source.tokenizer.tokenize(prompt), new)
+        assert generated == expected
+        # generate.py's generator (KV cache, temperature 0) gives the same continuation.
+        assert generate_tokens(source.model.eval(), [source.tokenizer.tokenize(prompt)],
+                               max_new_tokens=new)[0] == expected
+        assert tokenizer.decode(generated) == source.tokenizer.detokenize(expected) or max(expected) >= 256
 
-@pytest.mark.parametrize("method", ["kerple_log", "kerple_bias_weight", "fire", "learned", "rotary", "t5"])
-def test_greedy_generate_through_the_exported_tokenizer_matches_this_project(method, tmp_path):
-    """Prompt + generated tokens reach 4x the training length: the cache and positions past training."""
-    torch.set_num_threads(1)
-    source, folder = exported(method, tmp_path / f"hf_{method}")
-    model, tokenizer = load(folder), transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    prompt = "Grüße, wörld: "
-    ids = tokenizer(prompt, return_tensors="pt")
-    assert ids["input_ids"][0].tolist() == source.tokenizer.tokenize(prompt)
-    new = 4 * TRAIN_LENGTH - ids["input_ids"].shape[1]
-    with torch.no_grad():
-        out = model.generate(**ids, max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
-    generated = out[0, ids["input_ids"].shape[1]:].tolist()
-    expected = greedy_reference(source.model, source.tokenizer.tokenize(prompt), new)
-    assert generated == expected
-    # generate.py's generator (KV cache, temperature 0) gives the same continuation.
-    assert generate_tokens(source.model.eval(), [source.tokenizer.tokenize(prompt)], max_new_tokens=new)[0] == expected
-    assert tokenizer.decode(generated) == source.tokenizer.detokenize(expected) or max(expected) >= 256
-
-
-@pytest.mark.parametrize("method", ["kerple_log", "fire", "sinusoidal"])
-def test_left_padded_batches_score_like_unpadded_sequences(method, tmp_path):
-    """Positions count the kept tokens, so a left-padded row equals the same row alone."""
-    source, folder = exported(method, tmp_path / f"hf_{method}")
-    model = load(folder)
     short, long_ = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 24))
     batch = torch.cat([torch.cat([torch.zeros(1, 14, dtype=torch.long), short], 1), long_])
     mask = torch.ones_like(batch)

@@ -8,10 +8,7 @@ import math
 
 import pytest
 import torch
-import transformers
-from hf_export_support import TRAIN_LENGTH, exported
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
@@ -111,20 +108,6 @@ def test_one_gate_per_layer_and_it_learns():
     assert all(pe.bias_weight.grad is not None and pe.bias_weight.grad.abs().sum() > 0 for pe in model.pos_embs)
 
 
-@pytest.mark.parametrize("unscaled", [False, True])
-def test_the_export_gives_the_same_logits(unscaled, tmp_path):
-    source, folder = exported("cable", tmp_path / "hf", cable_unscaled_scores=unscaled)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    ids = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids).logits, source.model(ids), atol=1e-5, rtol=0)
-
-
 def test_a_bad_value_is_one_paragraph():
     with pytest.raises(NeoXArgsError, match=r"cable-unscaled-scores must be true or false, got 'yes' \(str\)"):
         NeoXArgs.from_dict({"train-micro-batch-size-per-gpu": 1, "pos-emb": "cable", "cable-unscaled-scores": "yes"})
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("cable", stdlib_data, tmp_path)

@@ -9,7 +9,6 @@ import re
 
 import pytest
 import torch
-from test_sandwich import train_and_evaluate_at_4x
 from x_transformers.x_transformers import CoPE as TheirCoPE
 
 from megatron.model.attention import AttentionRun, attend, plan_attention
@@ -146,8 +145,3 @@ def test_a_length_past_the_memory_budget_is_refused_before_allocating_with_the_n
     with pytest.raises(NeoXArgsError, match=r"attention at 200000 tokens"):
         plan_attention(pe, torch.arange(200_000), AttentionRun(impl="auto", window=None, block_size=128,
                                                                needs_grad=True, dropout_p=0.0, memory_budget_mb=512))
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("cope", stdlib_data, tmp_path, cope_max_positions=16)

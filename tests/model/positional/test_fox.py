@@ -12,10 +12,7 @@ import math
 
 import pytest
 import torch
-import transformers
-from hf_export_support import TRAIN_LENGTH, exported, greedy_reference
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 from x_transformers.x_transformers import Attention
 
 from megatron.errors import NeoXArgsError
@@ -31,7 +28,6 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 from megatron.model.positional_embeddings.temperature import tempered
 from megatron.neox_arguments import NeoXArgs
-from megatron.text_generation import generate_tokens
 
 H, D = 3, 8
 
@@ -171,7 +167,6 @@ def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
     assert folded_error <= max(masked_error + 2**-23 * spread, 2e-5), (folded_error, masked_error, spread)
 
 
-
     _, _, pe = theirs_and_ours(seed=4)
     b, length = 2, 130  # two tiles, the second partial
     x = torch.randn(b, length, H * D)
@@ -234,31 +229,6 @@ def test_a_layer_pattern_with_the_gate_gives_every_layer_its_module():
     assert_cache_matches_full_forward(model, PROMPTS, 12)
 
 
-def test_the_export_generates_what_this_project_generates(tmp_path):
-    torch.set_num_threads(1)
-    source, folder = exported("fox", tmp_path / "hf_fox")
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    ids = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids).logits, source.model(ids), atol=1e-5, rtol=0)
-        prompt = [72, 101, 108, 108, 111]
-        new = 4 * TRAIN_LENGTH - len(prompt)
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False, eos_token_id=None,
-                             pad_token_id=0)
-    expected = greedy_reference(source.model, prompt, new)
-    assert out[0, len(prompt):].tolist() == expected
-    assert generate_tokens(source.model.eval(), [prompt], max_new_tokens=new)[0] == expected
-    # Left padding: the padding tokens' gates lie before every real key, so no F_i - F_j of a row sums them.
-    short, long_ = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 24))
-    batch = torch.cat([torch.cat([torch.zeros(1, 14, dtype=torch.long), short], 1), long_])
-    mask = torch.ones_like(batch)
-    mask[0, :14] = 0
-    with torch.no_grad():
-        logits = model(batch, attention_mask=mask).logits
-        torch.testing.assert_close(logits[0, 14:], source.model(short)[0], atol=1e-5, rtol=0)
-        torch.testing.assert_close(logits[1], source.model(long_)[0], atol=1e-5, rtol=0)
-
-
 def test_dry_run_lines_show_one_module_per_layer_and_the_strategy():
     args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 64,
                                "train_micro_batch_size_per_gpu": 1, "pos_emb": "fox",
@@ -272,8 +242,3 @@ def test_a_temperature_on_top_of_the_gate_is_refused():
     pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D)
     with pytest.raises(PositionalEmbeddingError, match="attention-temperature is set, but pos-emb 'fox'"):
         tempered(pe, {"type": "ssmax"})
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("fox", stdlib_data, tmp_path)

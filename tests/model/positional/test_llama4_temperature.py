@@ -5,7 +5,7 @@ of rotary and tempered NoPE layers (Llama 4's iRoPE) decodes with the KV cache a
 Hugging Face export gives the same logits."""
 import pytest
 import torch
-from hf_export_support import assert_cached_decoding_and_export_follow, tiny_config
+from hf_export_support import TRAIN_LENGTH, tiny_config
 from transformers.models.llama4.configuration_llama4 import Llama4TextConfig
 from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
 
@@ -73,12 +73,14 @@ def test_a_wrong_llama4_temperature_is_refused_with_the_key(value, message):
         NeoXArgs.from_dict(tiny_config("none") | {"attention_temperature": value})
 
 
-def test_irope_decodes_with_the_cache_and_exports_with_the_same_logits(tmp_path):
+def test_irope_the_temperature_changes_the_nope_layers_logits():
+    """The temperature is in the model (its cached decoding and export: tests/checkpoint/test_hf_export.py,
+    case irope)."""
     nope = {"pos-emb": "none", "attention-temperature": {"type": "llama4", "scale": SCALE, "floor": 16}}
     args = NeoXArgs.from_dict(tiny_config("rotary") | {"layer_pattern": [{"pos-emb": "rotary"}, nope]})
     torch.manual_seed(0)
     model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
-    tokens = assert_cached_decoding_and_export_follow(args, model, tmp_path / "hf")
+    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         untempered = NeoXArgs.from_dict(tiny_config("rotary") | {"layer_pattern": [{"pos-emb": "rotary"},
                                                                                      {"pos-emb": "none"}]})

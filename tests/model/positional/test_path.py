@@ -9,11 +9,8 @@ import math
 
 import pytest
 import torch
-import transformers
 from fla_naive import naive
-from hf_export_support import TRAIN_LENGTH, exported, greedy_reference
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention.choice import choose_strategy
@@ -23,7 +20,6 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 from megatron.model.positional_embeddings.temperature import tempered
 from megatron.neox_arguments import NeoXArgs
-from megatron.text_generation import generate_tokens
 
 H, D, L = 2, 4, 12
 DOCUMENTS = torch.tensor([[0] * 5 + [1] * 7, [0] * 3 + [1] * 6 + [2] * 3])
@@ -216,29 +212,6 @@ def test_a_temperature_on_top_is_refused():
         tempered(pe_for(), {"type": "ssmax"})
 
 
-@pytest.mark.parametrize("forget_gate", [False, True], ids=["path", "path-fox"])
-def test_the_export_generates_and_pads_as_this_project_does(forget_gate, tmp_path):
-    torch.set_num_threads(1)
-    source, folder = exported("path", tmp_path / "hf_path", path_forget_gate=forget_gate)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    prompt = [72, 101, 108, 108, 111]
-    new = 2 * TRAIN_LENGTH - len(prompt)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False, eos_token_id=None,
-                             pad_token_id=0)
-    expected = greedy_reference(source.model, prompt, new)
-    assert out[0, len(prompt):].tolist() == expected
-    assert generate_tokens(source.model.eval(), [prompt], max_new_tokens=new)[0] == expected
-    short, long_ = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 24))
-    batch = torch.cat([torch.cat([torch.zeros(1, 14, dtype=torch.long), short], 1), long_])
-    mask = torch.ones_like(batch)
-    mask[0, :14] = 0
-    with torch.no_grad():
-        logits = model(batch, attention_mask=mask).logits
-        torch.testing.assert_close(logits[0, 14:], source.model(short)[0], atol=1e-5, rtol=0)
-        torch.testing.assert_close(logits[1], source.model(long_)[0], atol=1e-5, rtol=0)
-
-
 def test_dry_run_plans_show_the_blocked_strategy():
     args = NeoXArgs.from_dict({"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 64,
                                "train_micro_batch_size_per_gpu": 1, "pos_emb": "path", "path_forget_gate": True,
@@ -246,16 +219,10 @@ def test_dry_run_plans_show_the_blocked_strategy():
     assert "blocked" in training_plans(model_config(args, None), args.seq_length, 1, False)[0]
 
 
-
 def test_a_checkpoint_records_the_option_that_changes_the_attention():
     from megatron.model.positional_embeddings import checkpoint_options
     # a checkpoint loaded with the other value is refused
     assert checkpoint_options("path") == ("path_forget_gate",)
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("path", stdlib_data, tmp_path)
 
 
 def test_results_and_tables_never_share_the_plain_paths_row():

@@ -1,13 +1,10 @@
 """`sandwich` against float64 formulas written here: NVIDIA NeMo's SandwichRelativePositionEmbedding
 (D = head dim, k = 1..D/2, divisor 8h/H) and the paper's reading of it, the inner product of two
 sinusoidal position embeddings minus D/2."""
-import json
 import math
-import re
 
 import pytest
 import torch
-from test_training_support import run_script, set_flags, tiny_overrides
 
 from megatron.model.positional_embeddings import build_positional_embedding
 
@@ -62,28 +59,3 @@ def test_no_penalty_at_distance_zero_and_none_positive():
     assert torch.all(table[:, 0] == 0) and torch.all(table <= 0)
     assert torch.all(table[0] <= table[1]) and list(build_positional_embedding(
         "sandwich", num_heads=4, head_dim=16).parameters()) == []  # head 1 steepest; parameter-free
-
-
-def train_and_evaluate_at_4x(method: str, data: str, folder, **options) -> dict:
-    """Train configs/tiny.yml (length 64) for 30 steps with `method` through train.py, then evaluate it at
-    1x, 2x and 4x through evaluate.py; returns {length: loss}. The entry points run as one process, as
-    `python train.py` does: going through deepy.py's launch (DeepSpeed's runner and launcher, tested by
-    tests/test_deepy.py and tests/test_training.py) adds about 8 s a command and tests nothing of a method."""
-    values = tiny_overrides(data, folder, pos_emb=method, train_iters=30, log_interval=10,
-                            eval_results_dir=str(folder / "results"), **options)
-    trained = run_script(["train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
-    assert trained.returncode == 0 and f"pos-emb {method}" in trained.stdout + trained.stderr, trained.stderr[-3000:]
-    evaluated = run_script(["evaluate.py", "configs/tiny.yml",
-                            *set_flags({**values, "eval_lengths": "[64,128,256]", "eval_chunks": 4})], timeout=600)
-    output = evaluated.stdout + evaluated.stderr
-    assert evaluated.returncode == 0, output[-3000:]
-    losses = {int(n): float(loss) for n, loss in re.findall(r"L=(\d+) nonoverlap: loss ([\d.]+)", output)}
-    (result,) = (folder / "results").glob(f"*{method}*.json")
-    assert json.loads(result.read_text())["run"]["pos_emb"] == method
-    assert sorted(losses) == [64, 128, 256] and all(v < math.log(258) for v in losses.values()), output
-    return losses  # below ln 258: better than a uniform guess over the byte vocabulary
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("sandwich", stdlib_data, tmp_path)

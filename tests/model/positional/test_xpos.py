@@ -14,7 +14,6 @@ import pytest
 import torch
 from rotary_embedding_torch import RotaryEmbedding
 from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
-from test_sandwich import train_and_evaluate_at_4x
 
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 
@@ -112,8 +111,3 @@ def test_cached_generation_equals_a_full_forward_with_a_strong_decay(scale_base)
     # than its query would change the logits far past 1e-5.
     model = tiny_model("xpos", xpos_scale_base=scale_base)
     assert_cache_matches_full_forward(model, PROMPTS, 64 - len(PROMPTS[0]))
-
-
-@pytest.mark.launches
-def test_trains_and_evaluates_at_4x_through_the_entry_points(stdlib_data, tmp_path):
-    train_and_evaluate_at_4x("xpos", stdlib_data, tmp_path, xpos_scale_base=64)
