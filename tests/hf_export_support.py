@@ -20,7 +20,8 @@ def tiny_config(method: str, **overrides) -> dict:
 
 
 def tiny_source(method: str, seed: int = 0, **overrides) -> Source:
-    """A model with every positional parameter moved off its initial value (a trained model's are)."""
+    """A model with every positional parameter (and attention sink) moved off its initial value (a trained
+    model's are)."""
     args = NeoXArgs.from_dict(tiny_config(method, **overrides))
     tokenizer = build_tokenizer(args)
     torch.manual_seed(seed)
@@ -29,7 +30,10 @@ def tiny_source(method: str, seed: int = 0, **overrides) -> Source:
         for pe in model.positional_embeddings():
             for p in pe.parameters():
                 p.add_(0.3 * torch.rand_like(p))
-    return Source(args, model, tokenizer, step=1)
+        for name, p in model.named_parameters():
+            if name.endswith("attention.sink"):
+                p.add_(torch.randn_like(p))
+    return Source(model.config, model, tokenizer, step=1)
 
 
 def exported(method: str, folder, **overrides):
