@@ -68,7 +68,8 @@ def fla_problem() -> str | None:
         for op in OPS:
             kernel(op)
     except Exception as err:  # noqa: BLE001 - any import failure means the same to the user: not usable here
-        return (f"fla-core does not import here ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+        said = (str(err).splitlines() or ["no message"])[0][:200]  # triton's asserts may say nothing
+        return (f"fla-core does not import here ({type(err).__name__}: {said}); "
                 f"`pip install {FLA_PACKAGE}` installs the version this project was checked with")
     return None
 
