@@ -116,7 +116,7 @@ def test_the_recorded_model_config_alone_rebuilds_the_extended_model(rotary_shor
     assert "rotary_scaling" not in read_client_state(rotary_short, "global_step2")["model_config"]  # plain: none
     (where / "resolved_config.yml").unlink()
     loaded = load(str(where), device="cpu", dtype=torch.float32)
-    assert loaded.neox_args.rotary_scaling == YARN
+    assert loaded.neox_args is None and loaded.model.config.run_options["rotary_scaling"] == YARN  # the record alone
     expected = ROPE_INIT_FUNCTIONS["yarn"](LlamaConfig(
         hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS, max_position_embeddings=LONG,
         rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
