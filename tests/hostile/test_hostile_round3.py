@@ -339,15 +339,16 @@ def test_a_step_the_user_named_pruned_while_read_is_called_pruned(two_steps, tmp
 
 
 def test_inference_load_of_a_save_folder_pruned_while_read_loads_the_new_latest(two_steps, tmp_path):
-    """inference_model.load(<save folder>) with no config: it named a config key `iteration` nobody set."""
+    """inference_model.load(<save folder>) with no config: it named a config key `iteration` nobody set. Without
+    a config, load builds the model from the checkpoint's record and never opens resolved_config.yml: the
+    weights are the file it reads, so the race is run there."""
     (tmp_path / "load_latest.py").write_text("import sys\nfrom megatron.inference_model import load\n"
                                              "print('loaded step', load(sys.argv[1]).step)\n")
-    for file in ("mp_rank_00_model_states.pt", "resolved_config.yml"):
-        (tmp_path / file).mkdir()
-        _, result = pruned_at_open(two_steps, tmp_path / file, file, tmp_path / "load_latest.py",
-                                   tmp_path / file / "ckpt")
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        assert "loaded step 2" in result.stdout and "iteration" not in result.stderr
+    ckpt, result = pruned_at_open(two_steps, tmp_path, "mp_rank_00_model_states.pt", tmp_path / "load_latest.py",
+                                  tmp_path / "ckpt")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert not (ckpt / "global_step1").exists()  # the race took place
+    assert "loaded step 2" in result.stdout and "iteration" not in result.stderr
 
 
 # -------------------------------------------------------------------- the flex kernel's compile folder
