@@ -7,7 +7,6 @@ method is asked for and the channels of base.py's CHANNELS; the methods of each 
 (built at a tiny size) that override the protocol method or name the channel, and the wrappers and options that
 add one.
 """
-import argparse
 import pathlib
 import sys
 
@@ -16,6 +15,7 @@ from megatron.model.positional_embeddings import ModelShape, available, lookup  
 from megatron.model.positional_embeddings.base import CHANNELS, PositionalEmbedding  # noqa: E402
 from megatron.model.positional_embeddings.dape import daped  # noqa: E402
 from megatron.model.positional_embeddings.temperature import tempered  # noqa: E402
+from tools.docs.generated_table import table_cli  # noqa: E402
 
 PAGE = "docs/architecture.md"
 BEGIN, END = "<!-- CHANNEL-TABLE:BEGIN -->", "<!-- CHANNEL-TABLE:END -->"
@@ -50,26 +50,7 @@ def table() -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help=f"fail if {PAGE}'s table is stale")
-    parser.add_argument("--write", action="store_true", help=f"replace {PAGE}'s table")
-    args = parser.parse_args()
-    text = table()
-    if not (args.check or args.write):
-        print(text, end="")
-        return 0
-    path = pathlib.Path(__file__).resolve().parents[2] / PAGE
-    page = path.read_text()
-    before, rest = page.split(BEGIN, 1)
-    current, after = rest.split(END, 1)
-    if args.write:
-        path.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
-        return 0
-    if current.strip() + "\n" != text:
-        print(f"{path}: the channel table is out of date; regenerate it with "
-              "`python tools/docs/channel_table.py --write`.", file=sys.stderr)
-        return 1
-    return 0
+    return table_cli(__doc__, table, PAGE, BEGIN, END, "tools/docs/channel_table.py", "channel table")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@
 registered method (or a wrapper over kerple_log) built at a tiny size; megatron/model/head_split.py reads
 its declarations (`mixes_heads`, the channels it implements) into how it runs with its heads split over ranks.
 """
-import argparse
 import pathlib
 import sys
 
@@ -15,6 +14,7 @@ from megatron.model.head_split import how_it_runs  # noqa: E402
 from megatron.model.positional_embeddings import ModelShape, available, lookup  # noqa: E402
 from megatron.model.positional_embeddings.dape import daped  # noqa: E402
 from megatron.model.positional_embeddings.temperature import tempered  # noqa: E402
+from tools.docs.generated_table import table_cli  # noqa: E402
 
 PAGE = "docs/training.md"
 BEGIN, END = "<!-- SEQUENCE-PARALLEL-TABLE:BEGIN -->", "<!-- SEQUENCE-PARALLEL-TABLE:END -->"
@@ -34,25 +34,7 @@ def table() -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help=f"fail if {PAGE}'s table is stale")
-    parser.add_argument("--write", action="store_true", help=f"replace {PAGE}'s table")
-    args = parser.parse_args()
-    text = table()
-    if not (args.check or args.write):
-        print(text, end="")
-        return 0
-    path = pathlib.Path(__file__).resolve().parents[2] / PAGE
-    before, rest = path.read_text().split(BEGIN, 1)
-    current, after = rest.split(END, 1)
-    if args.write:
-        path.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
-        return 0
-    if current.strip() + "\n" != text:
-        print(f"{path}: the sequence-parallel table is out of date; regenerate it with "
-              "`python tools/docs/sequence_parallel_table.py --write`.", file=sys.stderr)
-        return 1
-    return 0
+    return table_cli(__doc__, table, PAGE, BEGIN, END, "tools/docs/sequence_parallel_table.py", "sequence-parallel table")
 
 
 if __name__ == "__main__":
