@@ -45,7 +45,7 @@ class RunShape:
 
 # The channels that are score terms, beyond plain causal attention (AttentionInputs.has_terms).
 TERMS = frozenset({"query_terms", "bias_table", "weight", "token_terms", "score_rewrite", "normaliser",
-                   "key_transforms", "sink"})
+                   "key_transforms", "channel_decays", "sink"})
 
 
 @dataclass(frozen=True)
