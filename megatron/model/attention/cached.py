@@ -126,10 +126,12 @@ class CachedPlan:
             return self.attend_transformed(q, k, v, kv, differences)
         dot_products = None
         if self.channel_decays is not None:  # P of the new queries and of the keys they see, [b, H, ., D]
-            new, visible = (P.transpose(-1, -2) for P in kv.store_channel_decays(self.channel_decays.transpose(-1, -2),
-                                                                                 self.start))
-            slots = torch.arange(self.start + q.shape[2] - visible.shape[2], self.start + q.shape[2], device=q.device)
-            dot_products = lambda q_, k_: decayed_dot_products(q_, k_, new, visible, slots[-q.shape[2]:], slots)  # noqa: E731
+            P_new, P_seen = (P.transpose(-1, -2) for P in kv.store_channel_decays(self.channel_decays.transpose(-1, -2),
+                                                                                  self.start))
+            slots = torch.arange(self.start + q.shape[2] - P_seen.shape[2], self.start + q.shape[2], device=q.device)
+
+            def dot_products(q_, k_):
+                return decayed_dot_products(q_, k_, P_new, P_seen, slots[-q.shape[2]:], slots)
         keys, values = kv.store(k, v, self.start)
         return attend_written_out(self.pe, q, keys, values, allowed=self.allowed, q_positions=self.q_positions,
                                   k_positions=self.k_positions, bias=self.bias, weight=self.weight,
