@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from fla_naive import naive
-from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
+from test_generation_cache import PROMPTS, TRAIN_LENGTH, assert_cache_matches_full_forward, tiny_model
 
 from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention.registry import STRATEGIES
@@ -161,3 +161,16 @@ def test_the_planner_runs_it_only_where_the_scores_are_written_out():
 @pytest.mark.parametrize("overrides", [{}, {"attention_window": 5}], ids=["wall", "window"])
 def test_cached_generation_equals_a_full_forward(overrides):
     assert_cache_matches_full_forward(tiny_model("wall", **overrides), PROMPTS, 20)
+
+
+def test_model_logits_at_1x_and_8x_the_training_length_agree_across_the_strategies():
+    # The whole matrix (sdpa_written_out) and blocks of 8 queries (blocked, each block's chunks referenced at its
+    # own first query) give one model's logits alike, with gates strong enough (bias -1: P ~ -1.3 a token) that a
+    # global factoring would overflow float32 past ~70 tokens.
+    models = [tiny_model("wall", attention_impl=impl, wall_gate_bias_init=-1.0) for impl in ("sdpa", "blocked")]
+    for factor in (1, 8):
+        ids = torch.randint(0, 256, (2, factor * TRAIN_LENGTH), generator=torch.Generator().manual_seed(factor))
+        with torch.no_grad():
+            whole, blocked = (model(ids) for model in models)
+        assert bool(torch.isfinite(whole).all())
+        torch.testing.assert_close(blocked, whole, rtol=1e-4, atol=1e-4)
