@@ -51,6 +51,8 @@ def how_it_runs(pe) -> str:
         parts.append("per-token gate computed on the shard, exchanged with q, k and v")
     if "key_transforms" in pe.channels:
         parts.append("Householder transforms computed on the shard, exchanged with q, k and v")
+    if "channel_decays" in pe.channels:
+        parts.append("per-channel decays computed on the shard, exchanged with q, k and v")
     if "score_rewrite" in pe.channels:
         parts.append("scores rewritten over the whole sequence, per head")
     if "normaliser" in pe.channels:

@@ -30,24 +30,34 @@ class LayerKV:
     def __init__(self, capacity: int, window: int | None = None):
         self.capacity, self.window, self.keys, self.values = capacity, window, None, None
         self.token_terms = None  # F [b, H, slots] fp32 (or wider): cumulative per-token terms (fox) of the cached slots
+        self.channel_decays = None  # P [b, H, D, slots] fp32 (or wider): cumulative channel decays (wall), the same way
 
     def store_token_terms(self, g, start: int):
         """Per-token terms g [b, H, s] of slots start.. -> (F of those slots [b, H, s], F of the slots a
         query of them can see, as `store` keeps them): F runs on from the last cached slot, so a decoding
         step appends one value and F_i - F_j equals a full forward's. Kept like the keys (O(W) windowed)."""
+        return self._store_running_sum("token_terms", g, start)
+
+    def store_channel_decays(self, g, start: int):
+        """Channel decays (wall) g [b, H, D, s] of slots start.. -> their P = cumsum(g) and the visible
+        slots' P, [b, H, D, ...], kept as `store_token_terms` keeps F."""
+        return self._store_running_sum("channel_decays", g, start)
+
+    def _store_running_sum(self, name: str, g, start: int):
         g = g.to(torch.promote_types(g.dtype, torch.float32))
+        kept = getattr(self, name)
         if self.window is not None:
-            kept = self.token_terms
             new = g.cumsum(dim=-1) + (0 if kept is None or kept.shape[-1] == 0 else kept[..., -1:])
             visible = new if kept is None else torch.cat([kept, new], dim=-1)
-            self.token_terms = visible[..., visible.shape[-1] - min(self.window - 1, visible.shape[-1]):]
+            setattr(self, name, visible[..., visible.shape[-1] - min(self.window - 1, visible.shape[-1]):])
             return new, visible
-        if self.token_terms is None:
-            self.token_terms = g.new_zeros(g.shape[0], g.shape[1], self.capacity)
+        if kept is None:
+            kept = g.new_zeros(*g.shape[:-1], self.capacity)
+            setattr(self, name, kept)
         end = start + g.shape[-1]
-        new = g.cumsum(dim=-1) + (self.token_terms[..., start - 1:start] if start > 0 else 0)
-        self.token_terms[..., start:end] = new
-        return new, self.token_terms[..., :end]
+        new = g.cumsum(dim=-1) + (kept[..., start - 1:start] if start > 0 else 0)
+        kept[..., start:end] = new
+        return new, kept[..., :end]
 
     def transform_keys(self, w, beta, start: int):
         """PaTH (pe.key_transforms): H = I - beta w w^T (w [b, H, D], beta [b, H]) applied in place to every

@@ -103,6 +103,9 @@ class SequenceParallelPlan:
         return self._with(self.inner.with_key_transforms((exchange_heads(w, self.group),
                                                           exchange_heads(beta, self.group))))
 
+    def with_channel_decays(self, g):
+        return self if g is None else self._with(self.inner.with_channel_decays(exchange_heads(g, self.group)))
+
     def with_sink(self, sink):
         if sink is None:
             return self

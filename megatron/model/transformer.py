@@ -56,6 +56,7 @@ class SelfAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [b, H, s, D]
         plan = plan.with_token_terms(plan.pe.token_terms(x))  # this layer's per-token terms (fox), if any
         plan = plan.with_key_transforms(plan.pe.key_transforms(x))  # this layer's Householder transforms (path), if any
+        plan = plan.with_channel_decays(plan.pe.channel_decays(x))  # this layer's per-channel decays (wall), if any
         plan = plan.with_sink(self.sink)
         if kv is not None:  # generation: `plan` is a CachedPlan, kv this layer's cache (kv_cache.py)
             y = attend_cached(q, k, v, plan, kv)

@@ -6,7 +6,6 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention.masks import gather_by_distance, token_term_differences
-from megatron.model.attention.householder import dot_products_for
 from megatron.model.attention.sdpa import written_scores_bytes
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.written_out import WRITTEN_OUT, attend_written_out
@@ -72,5 +71,5 @@ class Blocked(AttentionPlan):
         return attend_written_out(self.pe, q[:, :, start:end], k[:, :, :end], v[:, :, :end],
                                   allowed=self.visible(queries, keys), q_positions=q_positions, k_positions=k_positions,
                                   bias=bias, weight=weight, token_differences=differences,
-                                  dot_products=dot_products_for(self.key_transforms, start, end), sink=self.sink,
+                                  dot_products=self.dot_products(start, end), sink=self.sink,
                                   dropout_p=dropout_p)

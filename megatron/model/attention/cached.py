@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from megatron.model.attention.written_out import attend_written_out
+from megatron.model.attention.written_out import attend_written_out, decayed_dot_products
 
 
 def first_visible_slot(start: int, window: int | None) -> int:
@@ -45,6 +45,7 @@ class CachedPlan:
         if self.query_scale is not None and bias is not None:
             self.bias = bias * self.query_scale[..., None]
         self.key_transforms = None        # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
+        self.channel_decays = None        # g [b, H, s, D] of one layer (with_channel_decays), or None
         self.sink = None                  # the sink logits s [H] of one layer (with_sink), or None
 
     def with_token_terms(self, g):
@@ -63,6 +64,15 @@ class CachedPlan:
             return self
         plan = copy.copy(self)
         plan.key_transforms = transforms
+        return plan
+
+    def with_channel_decays(self, g):
+        """This plan for one layer whose method decays the dot products per channel (wall): a shallow copy;
+        `attend` reads P of the new and the cached keys (LayerKV.store_channel_decays)."""
+        if g is None:
+            return self
+        plan = copy.copy(self)
+        plan.channel_decays = g
         return plan
 
     def with_sink(self, sink):
@@ -114,10 +124,18 @@ class CachedPlan:
             differences = new[..., :, None] - visible[..., None, :]
         if self.key_transforms is not None:
             return self.attend_transformed(q, k, v, kv, differences)
+        dot_products = None
+        if self.channel_decays is not None:  # P of the new queries and of the keys they see, [b, H, ., D]
+            P_new, P_seen = (P.transpose(-1, -2) for P in kv.store_channel_decays(self.channel_decays.transpose(-1, -2),
+                                                                                  self.start))
+            slots = torch.arange(self.start + q.shape[2] - P_seen.shape[2], self.start + q.shape[2], device=q.device)
+
+            def dot_products(q_, k_):
+                return decayed_dot_products(q_, k_, P_new, P_seen, slots[-q.shape[2]:], slots)
         keys, values = kv.store(k, v, self.start)
         return attend_written_out(self.pe, q, keys, values, allowed=self.allowed, q_positions=self.q_positions,
                                   k_positions=self.k_positions, bias=self.bias, weight=self.weight,
-                                  token_differences=differences, sink=self.sink)
+                                  token_differences=differences, dot_products=dot_products, sink=self.sink)
 
     def attend_transformed(self, q, k, v, kv, differences):
         """`attend` for a method that transforms the keys (path): one new token at a time, its transform

@@ -7,6 +7,7 @@ import torch
 from megatron.errors import NeoXArgsError
 from megatron.model.attention.householder import CHUNK
 from megatron.model.attention.masks import consecutive
+from megatron.model.attention.written_out import DECAY_CHUNK
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class RunShape:
 
 # The channels that are score terms, beyond plain causal attention (AttentionInputs.has_terms).
 TERMS = frozenset({"query_terms", "bias_table", "weight", "token_terms", "score_rewrite", "normaliser",
-                   "key_transforms", "sink"})
+                   "key_transforms", "channel_decays", "sink"})
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class AttentionInputs:
         per_pair = self.score_bytes if self.channels & {"score_rewrite", "normaliser"} else 0
         if self.has("key_transforms"):
             kept = run.head_dim // CHUNK + 8 if run.needs_grad else 3
+            per_pair += kept * max(run.element_size, 4)
+        if self.has("channel_decays"):  # a count, not measured: per chunk of queries autograd keeps the keys
+            kept = 2 * run.head_dim // DECAY_CHUNK + 2 if run.needs_grad else 1  # times exp(P_r - P_j) and that factor
             per_pair += kept * max(run.element_size, 4)
         return run.batch * run.heads * queries * keys * per_pair
 

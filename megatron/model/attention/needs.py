@@ -17,6 +17,7 @@ NEEDS = {
     "token_terms": "per-token terms F_i - F_j (pe.token_terms: fox's forget gate)",
     "normaliser": "a method that replaces the softmax (pe.normalise: stickbreaking)",
     "key_transforms": "Householder transforms of the keys by the tokens in between (pe.key_transforms: path)",
+    "channel_decays": "per-channel decays of the dot products by the tokens in between (pe.channel_decays: wall)",
     "sink": "a learnable attention sink (attention-sink), which rescales each row by its log-sum-exp",
     "bias_table": "a per-distance bias table",
     "weight": "a weight that multiplies the scores",

@@ -57,8 +57,22 @@ def householder_dot_products(q, k, w, beta):
     return torch.cat(columns, dim=-1)
 
 
+def decayed_dot_products(q, k, P):
+    """q [b, H, n, D] (the last n of the m keys' positions), k [b, H, m, D], P = cumsum(g) [b, H, m, D] of the
+    keys' tokens (pe.channel_decays: wall) -> [b, H, n, m]: sum_D q_i k_j exp(P_i - P_j) for j <= i, each
+    query's row written out per (key, channel): O(m D) per query, and exp of a difference, never of P alone
+    (which overflows at long lengths). Later keys get exponent 0 (a value the mask removes)."""
+    n, m = q.shape[2], k.shape[2]
+    P = P.to(q.dtype)
+    rows = []
+    for i in range(m - n, m):
+        exponent = (P[:, :, i, None] - P).masked_fill((torch.arange(m, device=q.device) > i)[:, None], 0)
+        rows.append((q[:, :, i - (m - n), None] * k * exponent.exp()).sum(-1))
+    return torch.stack(rows, dim=2)
+
+
 def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=None, token_differences=None,
-           finite_mask: bool = False, key_transforms=None, sink=None):
+           finite_mask: bool = False, key_transforms=None, channel_decays=None, sink=None):
     """q [b, H, q, D], k, v [b, H, k, D] (q and k already rotated) -> [b, H, q, D] in v's dtype.
 
     pe: the positional method (None: no method, only `bias`); bias, weight: the method's terms for these positions (pe.pairwise), broadcastable to [b, H, q, k], or
@@ -67,10 +81,13 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     or with `finite_mask` the dtype's minimum (a padding query that sees no key then gets a uniform row,
     not NaN); key_transforms: (w [b, H, k, D], beta [b, H, k]) of the keys' tokens (pe.key_transforms), the
     queries being the last q of them, or None; sink: s [H], one more logit per head and query whose column
-    takes its share of the softmax and is dropped (a learnable attention sink), or None."""
+    takes its share of the softmax and is dropped (a learnable attention sink), or None; channel_decays: P =
+    cumsum(g) [b, H, k, D] of the keys' tokens (pe.channel_decays), the queries being the last q of them, or None."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k = q.to(dtype), k.to(dtype)
-    if key_transforms is None:
+    if channel_decays is not None:
+        scores = decayed_dot_products(q, k, channel_decays) / math.sqrt(q.shape[-1])
+    elif key_transforms is None:
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     else:
         w, beta = (t.to(dtype) for t in key_transforms)

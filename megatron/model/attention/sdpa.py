@@ -5,7 +5,6 @@ import torch
 import torch.nn.functional as F
 
 from megatron.model.attention import cpu_flash
-from megatron.model.attention.householder import dot_products_for
 from megatron.model.attention.masks import (additive_mask, distance_mask, fused_mask,
                                             same_document, token_term_differences)
 from megatron.model.attention.strategy import AttentionPlan
@@ -165,5 +164,5 @@ class SdpaWrittenOut(AttentionPlan):
         return attend_written_out(self.pe, q, k, v, allowed=self.allowed, q_positions=self.positions,
                                   k_positions=self.positions, bias=self.bias, weight=self.weight,
                                   token_differences=differences,
-                                  dot_products=dot_products_for(self.key_transforms, 0, k.shape[2]),
+                                  dot_products=self.dot_products(0, k.shape[2]),
                                   sink=self.sink, dropout_p=dropout_p)

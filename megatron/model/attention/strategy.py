@@ -13,10 +13,12 @@ import copy
 
 import torch
 
+from megatron.model.attention.householder import dot_products_for
 from megatron.model.attention.inputs import AttentionInputs, terms_by_distance
 from megatron.model.attention.masks import allowed_keys, keys_seen, same_document
 from megatron.model.attention.needs import NEEDS, needs_of
 from megatron.model.attention.rotation import rotate
+from megatron.model.attention.written_out import decayed_dot_products
 
 
 class AttentionPlan:
@@ -29,6 +31,7 @@ class AttentionPlan:
     requires: frozenset = frozenset()  # the needs it exists for; a forward without one refuses it
     token_terms = None        # F [b, H, s] fp32 of one layer (with_token_terms), or None
     key_transforms = None     # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
+    channel_decays = None     # P = cumsum(g) [b, H, s, D] of one layer (with_channel_decays), or None
     sink = None               # the sink logits s [H] of one layer (with_sink), or None
 
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
@@ -146,6 +149,26 @@ class AttentionPlan:
         plan = copy.copy(self)
         plan.key_transforms = transforms
         return plan
+
+    def with_channel_decays(self, g: torch.Tensor | None) -> "AttentionPlan":
+        """The plan for one layer whose method decays the dot products per channel (pe.channel_decays: g
+        [b, H, s, D]): a shallow copy holding P = cumsum(g) over the tokens in fp32 or wider. Itself when None.
+        Strategies that cannot apply them refuse in `can_run`."""
+        if g is None:
+            return self
+        plan = copy.copy(self)
+        plan.channel_decays = g.to(torch.promote_types(g.dtype, torch.float32)).cumsum(dim=2)
+        return plan
+
+    def dot_products(self, q_start: int, keys: int):
+        """written_out.attend_written_out's `dot_products` for queries q_start.. against keys 0..keys-1: the
+        key transforms' (householder.py) or the channel decays' (decayed_dot_products), or None for q . k."""
+        if self.channel_decays is None:
+            return dot_products_for(self.key_transforms, q_start, keys)
+        P = self.channel_decays
+        return lambda q, k: decayed_dot_products(
+            q, k, P[:, :, q_start:q_start + q.shape[2]], P[:, :, :keys],
+            torch.arange(q_start, q_start + q.shape[2], device=q.device), torch.arange(keys, device=q.device))
 
     def with_sink(self, sink: torch.Tensor | None) -> "AttentionPlan":
         """The plan for one layer with a learnable sink (its logits s [H]): a shallow copy holding them. Itself when

@@ -3,7 +3,8 @@ fixed order, for every strategy that writes them out (`sdpa_written_out`, `block
 
 For queries i and keys j of one block (positions bound by the strategy), per head:
 
-1. the dot products q_i . k_j, or with key transforms q_i^T H_i ... H_{j+1} k_j (householder.py), / sqrt(D);
+1. the dot products q_i . k_j, or with key transforms q_i^T H_i ... H_{j+1} k_j (householder.py), or with channel
+   decays sum_n q_in k_jn exp(P_in - P_jn) (decayed_dot_products below), / sqrt(D);
 2. times the weight (a weight table, or pe.pairwise's with query terms);
 3. plus the bias and the per-token terms F_i - F_j;
 4. or, for a score rewrite, what pe.modify_scores makes of the scores and that sum, in place of step 3's add;
@@ -25,7 +26,42 @@ import torch.nn.functional as F
 from megatron.model.attention.masks import fused_mask
 
 # The channels only this block computes; every strategy that calls it handles them (sdpa_written_out, blocked).
-WRITTEN_OUT = frozenset({"score_rewrite", "normaliser", "key_transforms", "sink"})
+WRITTEN_OUT = frozenset({"score_rewrite", "normaliser", "key_transforms", "channel_decays", "sink"})
+DECAY_CHUNK = 32  # queries per step of decayed_dot_products: its exact part keeps [b, H, C, C, D]
+
+
+def decayed_dot_products(q, k, q_decays, k_decays, q_index, k_index, chunk: int = DECAY_CHUNK):
+    """Channel decays' dot products (pe.channel_decays: wall): q [b, H, n, D], k [b, H, m, D]; q_decays
+    [b, H, n, D], k_decays [b, H, m, D]: P = cumsum(g) at the queries and at the keys; q_index [n], k_index [m]:
+    their token indices, ascending -> [b, H, n, m]: sum_D q_i k_j exp(P_i - P_j) where k_index <= q_index (0 after).
+
+    Never exp(P_i) and exp(-P_j) apart: P runs down without bound (g <= 0), so at long lengths exp(-P_j)
+    overflows. The queries go a chunk at a time, r the chunk's first query: a key j <= r takes
+    q_i exp(P_i - P_r) . k_j exp(P_r - P_j), exact as exp(P_i - P_r) exp(P_r - P_j) = exp(P_i - P_j), and
+    bounded as both exponents are <= 0 (i >= r >= j), each factor in (0, 1] and neither smaller than the
+    product; the keys r < j <= (the chunk's last query) take exp(P_i - P_j) per pair ([C, C, D]), the
+    exponent set to -inf for j > i (those pairs are masked: 0, not an overflow). A decoding step (n = 1) is
+    the first part alone, O(m D)."""
+    n, m = q.shape[2], k.shape[2]
+    q_decays, k_decays = q_decays.to(q.dtype), k_decays.to(q.dtype)
+    rows = []
+    for a in range(0, n, chunk):
+        e = min(a + chunk, n)
+        q_c, p_c = q[:, :, a:e], q_decays[:, :, a:e]
+        before = int(torch.searchsorted(k_index, q_index[a], right=True))  # keys j <= r
+        upto = int(torch.searchsorted(k_index, q_index[e - 1], right=True))  # keys j <= the chunk's last query
+        reference = p_c[:, :, :1]
+        row = [(q_c * torch.exp(p_c - reference)) @ (k[:, :, :before] * torch.exp(reference - k_decays[:, :, :before])
+                                                     ).transpose(-1, -2)]
+        if upto > before:
+            exponent = p_c[:, :, :, None] - k_decays[:, :, None, before:upto]  # [b, H, C, keys, D]
+            later = (k_index[before:upto][None, :] > q_index[a:e][:, None])[..., None]  # j > i
+            exponent = exponent.masked_fill(later, float("-inf"))
+            row.append((q_c[:, :, :, None] * k[:, :, None, before:upto] * torch.exp(exponent)).sum(-1))
+        if m > upto:
+            row.append(q.new_zeros(*q_c.shape[:3], m - upto))
+        rows.append(torch.cat(row, dim=-1))
+    return torch.cat(rows, dim=2)
 
 
 def attend_written_out(pe, q, k, v, *, allowed, q_positions, k_positions, bias=None, weight=None,

@@ -11,7 +11,7 @@ needs before any tensor exists. CHANNELS below lists them with the protocol meth
 docs/architecture.md's table is generated from it (tools/docs/channel_table.py). The contracts are the
 protocol methods' docstrings.
 
-A channel's terms that come from the hidden states (token_terms, key_transforms) are a layer's own: such a
+A channel's terms that come from the hidden states (token_terms, key_transforms, channel_decays) are a layer's own: such a
 method also sets `per_layer`, so the model builds one positional module per layer (megatron/model/gpt_model.py).
 A method whose edit reads the scores (score_rewrite, normaliser) may read only row i's visible entries,
 unless it declares whole_matrix too.
@@ -103,6 +103,8 @@ CHANNELS = {
     "token_terms": ("token_terms", "per-token values from the layer's input whose running sums F add F_i - F_j "
                                    "to score(i, j)"),
     "key_transforms": ("key_transforms", "Householder transforms of the keys by the tokens between key and query"),
+    "channel_decays": ("channel_decays", "per-channel log-gates from the layer's input: channel n of q_i . k_j "
+                                         "decays by exp(P_in - P_jn), P their running sums"),
     "score_rewrite": ("modify_scores", "a rewrite of the written-out pre-softmax score matrix, row by row"),
     "whole_matrix": ("modify_scores", "with score_rewrite: the rewrite of a row reads keys past its own, so only "
                                       "the forward's whole matrix at once gives its numbers"),
@@ -224,6 +226,11 @@ class PositionalEmbedding(nn.Module):
         score(i, j) uses q_i^T H_i ... H_{j+1} k_j, H_t = I - beta_t w_t w_t^T; None: no such transforms."""
         return None
 
+    def channel_decays(self, x: torch.Tensor):
+        """g [b, H, s, D] (float32 or wider, differentiable, <= 0) from the attention input x [b, s, hidden]:
+        score(i, j) uses sum_n q_in k_jn exp(P_in - P_jn), P = cumsum(g) over the tokens; None: no such decays."""
+        return None
+
     def score_bytes(self) -> int:
         """Bytes `modify_scores` allocates at its peak per (query, key) pair, per head and sequence (the
         planner's memory estimate multiplies by b * H)."""
@@ -253,8 +260,10 @@ class PositionalEmbedding(nn.Module):
 def softmax_wrapper_problem(base: "PositionalEmbedding", key: str) -> str | None:
     """Why the wrapper config key `key` (attention-temperature, dape), which scales or rewrites the logits
     of a softmax over q.k scores, cannot wrap `base`; None when it can."""
-    if not {"normaliser", "key_transforms"} & base.channels:
+    if not {"normaliser", "key_transforms", "channel_decays"} & base.channels:
         return None
-    what = "replaces the softmax" if "normaliser" in base.channels else "transforms the keys by the tokens in between"
+    what = ("replaces the softmax" if "normaliser" in base.channels
+            else "decays the dot products per channel" if "channel_decays" in base.channels
+            else "transforms the keys by the tokens in between")
     return (f"{key} is set, but pos-emb {base.name!r} {what}, which the {key} wrapper does not pass on (it would "
             f"silently attend with a plain softmax). Remove {key} for this method.")

@@ -65,7 +65,7 @@ def test_every_path_matches_the_float64_reference(name, window):
     pe, (q, k, v) = make_pe(name), qkv()
     expected = reference_attention(pe, q, k, v, window)
     with torch.no_grad(), flex_kernel.reference_math():
-        flex_runs = ("query_terms" not in pe.channels) and not (("normaliser" in pe.channels) or ("key_transforms" in pe.channels))  # flex: a softmax of q.k
+        flex_runs = not ({"query_terms", "normaliser", "key_transforms", "channel_decays"} & pe.channels)  # flex: a softmax of q.k
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             out = run_path(pe, impl, q, k, v, window)
             torch.testing.assert_close(out.double(), expected, atol=FLOAT32_ATOL.get(name, 2e-6), rtol=1e-5,
@@ -354,7 +354,7 @@ def test_paths_agree_at_a_realistic_size(window):
         pe = build_positional_embedding(name, num_heads=heads, head_dim=head_dim)
         q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))
         outputs, grads = {}, {}
-        flex_runs = ("query_terms" not in pe.channels) and not (("normaliser" in pe.channels) or ("key_transforms" in pe.channels))  # flex: a softmax of q.k
+        flex_runs = not ({"query_terms", "normaliser", "key_transforms", "channel_decays"} & pe.channels)  # flex: a softmax of q.k
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             needs_grad = impl != "flex"
             pe.zero_grad()

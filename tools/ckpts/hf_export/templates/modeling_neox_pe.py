@@ -4,8 +4,8 @@ the files of its package it imports. Needs torch and transformers only: load it 
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
 The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`,
-`pairwise`, `token_terms`, `modify_scores`, `normalise` and `key_transforms`, and attends with the training project's reference
-attention (reference.py, copied unchanged), which gives, per head h, query i and visible key j (j <= i,
+`pairwise`, `token_terms`, `modify_scores`, `normalise`, `key_transforms` and `channel_decays`, and attends
+with the training project's reference attention (reference.py, copied unchanged), which gives, per head h, query i and visible key j (j <= i,
 i - j < the layer's window when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
 with F the cumulative sum of the per-token terms `token_terms` computes from the layer's input (fox), or,
@@ -88,6 +88,24 @@ def key_transform_history(transforms, cache, layer_idx):
     return transforms
 
 
+def channel_decay_sums(gates, cache, layer_idx):
+    """P = cumsum(g) [b, H, keys, D] of every key's token in fp32 (or wider): the protocol's channel decays
+    (base.py, `channel_decays`: wall), running on from the cached keys' P, which the cache keeps per layer (an
+    attribute of this model's own on the cache object, as the per-token terms)."""
+    if gates is None:
+        return None
+    new = gates.to(torch.promote_types(gates.dtype, torch.float32)).cumsum(dim=2)
+    if cache is None:
+        return new
+    kept = getattr(cache, "neox_pe_channel_decays", None)
+    if kept is None:
+        kept = cache.neox_pe_channel_decays = {}
+    previous = kept.get(layer_idx)
+    every = new if previous is None else torch.cat([previous, new + previous[:, :, -1:]], dim=2)
+    kept[layer_idx] = every
+    return every
+
+
 def build_norm(config):
     norm = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}[config.norm]
     return norm(config.hidden_size, eps=config.layer_norm_eps)
@@ -122,10 +140,12 @@ class SelfAttention(nn.Module):
         gates = pe.token_terms(x)  # per-token terms g [b, H, s] from this layer's input (fox), or None
         differences = None if gates is None else token_term_differences(gates, cache, self.layer_idx)
         transforms = key_transform_history(pe.key_transforms(x), cache, self.layer_idx)  # (w, beta) or None
+        decays = channel_decay_sums(pe.channel_decays(x), cache, self.layer_idx)  # P [b, H, keys, D] or None
         # The project's reference attention (reference.py, copied beside this file); a finite mask, not
         # -inf: a padding query that sees no key gets a uniform row instead of NaN.
         y = attend(q, k, v, pe, positions, key_positions, allowed[:, None], bias=bias, weight=weight,
-                   token_differences=differences, finite_mask=True, key_transforms=transforms, sink=self.sink)
+                   token_differences=differences, finite_mask=True, key_transforms=transforms,
+                   channel_decays=decays, sink=self.sink)
         y = y.transpose(1, 2)  # [b, s, H, D]
         if self.gate_kind is not None:
             y = y * torch.sigmoid(self.output_gate.gate(x)).view(
