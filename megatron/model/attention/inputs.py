@@ -35,6 +35,7 @@ class RunShape:
     batch: int              # sequences per forward
     heads: int              # the model's attention heads
     head_dim: int
+    qk_head_dim: int        # q's and k's after the method's rotate_qk (pope: 2 x head_dim; v keeps head_dim)
     element_size: int       # bytes of one element of q, k and v (the compute dtype)
     block_size: int         # attention-block-size
     needs_grad: bool
@@ -110,7 +111,7 @@ class AttentionInputs:
         """From the positional module, the tables it returned for this forward (None, None for a method whose
         terms here read the query position) and the run's side."""
         run = RunShape(device_type=positions.device.type, length=positions.shape[0], batch=batch, heads=pe.num_heads,
-                       head_dim=pe.head_dim, element_size=dtype.itemsize, block_size=block_size,
+                       head_dim=pe.head_dim, qk_head_dim=pe.qk_head_dim, element_size=dtype.itemsize, block_size=block_size,
                        needs_grad=needs_grad, dropout_p=dropout_p, windowed=window is not None, documents=documents,
                        consecutive=consecutive(positions))
         by_distance = terms_by_distance(pe, bias_table)

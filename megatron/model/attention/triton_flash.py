@@ -14,6 +14,8 @@ import importlib.util
 import os
 import sys
 
+import torch.nn.functional as F
+
 from megatron.model.attention.strategy import AttentionPlan
 
 LARGEST_HEAD_DIM = 256  # BLOCK_D up to 256: one tile of q, k, v and dO per program in registers
@@ -69,9 +71,10 @@ class TritonFlash(AttentionPlan):
         if run.device_type == "cpu" and run.element_size == 2:
             return ("Triton's interpreter has no bf16 or fp16 arithmetic, and this forward computes in 16-bit floats "
                     "on the CPU. Compute in float32 or float64 there, or set attention-impl to 'auto'")
-        if run.head_dim > LARGEST_HEAD_DIM:
-            return (f"the Triton kernel takes head dimensions up to {LARGEST_HEAD_DIM}, and this model's is "
-                    f"{run.head_dim}. Set attention-impl to 'auto'")
+        if run.qk_head_dim > LARGEST_HEAD_DIM:
+            widened = f" ({run.head_dim}, widened by the method)" if run.qk_head_dim != run.head_dim else ""
+            return (f"the Triton kernel takes head dimensions up to {LARGEST_HEAD_DIM}, and this model's q and k "
+                    f"have {run.qk_head_dim}{widened}. Set attention-impl to 'auto'")
         if (problem := triton_problem()) is not None:
             return f"{problem}. Or set attention-impl to 'auto'"
         return None
@@ -110,6 +113,13 @@ class TritonFlash(AttentionPlan):
         return 3 * inputs.qkv_bytes + per_row * (1 + (1 + 2 * 2 if run.needs_grad else 0))
 
     def attend(self, q, k, v, dropout_p):
+        """The kernel takes one head size for q, k and v; a method whose `rotate_qk` widens q and k (pope: 2D)
+        gives a narrower v, which goes in with zero columns added and comes out with them dropped (a zero column
+        of v adds nothing to the output; autograd drops its gradient)."""
         from megatron.model.attention.triton_kernel import flash_attention_with_distance_tables
-        return flash_attention_with_distance_tables(q, k, v, self.bias_table, self.weight_table, self.documents,
-                                                    self.window)
+        width = v.shape[-1]
+        if width != q.shape[-1]:
+            v = F.pad(v, (0, q.shape[-1] - width))
+        out = flash_attention_with_distance_tables(q, k, v, self.bias_table, self.weight_table, self.documents,
+                                                   self.window)
+        return out[..., :width]

@@ -158,6 +158,11 @@ class PositionalEmbedding(nn.Module):
     def device(self) -> torch.device:
         return self._device_anchor.device
 
+    @property
+    def qk_head_dim(self) -> int:
+        """The head size of q and k as `rotate_qk` returns them (v keeps head_dim): a kernel sized by it."""
+        return self.head_dim
+
     def add_to_embeddings(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x  # x [b, s, hidden], positions LongTensor [s]
 

@@ -44,6 +44,10 @@ class PoPE(PositionalEmbedding):
             with torch.no_grad():
                 self.phase_bias.uniform_(-2 * math.pi, 0.0)
 
+    @property
+    def qk_head_dim(self) -> int:
+        return 2 * self.head_dim
+
     def _phases(self, positions, dtype):
         """position x theta_c, float64 then `dtype`: [1, 1, s, D] for positions [s], [b, 1, s, D] for [b, s]."""
         inv_freq = torch.tensor(self.inv_freq, dtype=torch.float64, device=positions.device)
