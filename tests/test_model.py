@@ -9,7 +9,7 @@ import transformers
 
 from megatron.model import GPTModel, get_params_for_weight_decay_optimization
 from megatron.neox_arguments.to_model import model_config
-from megatron.model.attention import flex_kernel
+from megatron.model.attention import Flex, flex_kernel
 from megatron.model.positional_embeddings import PositionalEmbeddingError, available, lookup
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
@@ -88,9 +88,9 @@ def test_sdpa_and_blocked_models_agree_with_gradients(name):
 
 
 def not_on_flex(method) -> bool:
-    """flex computes a softmax of q.k plus terms: a method that rewrites the scores, replaces the softmax or
-    transforms the keys runs on the written-out strategies only (needs.py)."""
-    return ("score_rewrite" in method.channels) or ("normaliser" in method.channels) or ("key_transforms" in method.channels)
+    """flex computes a softmax of q.k plus terms: a method with a channel it does not handle (a score rewrite,
+    another normaliser, key transforms, channel decays) runs on the written-out strategies only."""
+    return bool(set(method.channels) - Flex.handles)
 
 
 def test_flex_model_forward_agrees_with_sdpa():
