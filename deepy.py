@@ -2,7 +2,7 @@
 """Launch a NeoX script on every rank: `python deepy.py train.py [-d DIR] CONFIG... [--set K=V]...`
 
 Merges and validates the YAML configs, checks that every file SCRIPT will read exists (data, tokenizer
-files, the `load` checkpoint: megatron/preflight.py), then hands SCRIPT and the merged config to
+files, the `load` checkpoint: megatron/run/preflight.py), then hands SCRIPT and the merged config to
 DeepSpeed's launcher: on this machine in a private temporary file (`SCRIPT --megatron_config_file
 FILE`), which no command-line length limit applies to; to ranks on other machines (a
 hostfile) as base64 JSON in `--megatron_config`. Without GPUs it runs on DeepSpeed's CPU accelerator
@@ -27,7 +27,7 @@ from megatron.length_schedule import length_schedule_of
 from megatron.model.layer_pattern import describe_layers, per_layer_modules, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.neox_arguments.run_folder import describe_outputs
-from megatron.preflight import READS, PreflightError, check_inputs, reads
+from megatron.run.preflight import READS, PreflightError, check_inputs, reads
 from megatron.progress import switched_on
 
 # Upstream deepy.py's own overrides, kept for users' scripts.
@@ -228,7 +228,7 @@ class InputReport(typing.NamedTuple):
 
 
 def input_report(neox_args, script, hostfile) -> InputReport:
-    """Check, before any rank starts, every file `script` will read (megatron/preflight.py); ranks on other
+    """Check, before any rank starts, every file `script` will read (megatron/run/preflight.py); ranks on other
     machines (a hostfile) may see other file systems, so there each rank checks for itself at start-up."""
     if on_other_machines(neox_args, hostfile):
         return InputReport(None, "not checked here: the ranks run on the hostfile's machines and check at start-up")
@@ -250,8 +250,8 @@ def launch(runner_argv):
     this process's identity (NEOX_LAUNCHER) and stop, saving, if it is killed outright."""
     import psutil
 
-    from megatron.launcher_watch import VARIABLE, launcher_identity
-    from megatron.process_group import living_members
+    from megatron.run.launcher_watch import VARIABLE, launcher_identity
+    from megatron.run.process_group import living_members
 
     child = subprocess.Popen([sys.executable, "-m", "deepspeed.launcher.runner", *runner_argv],
                              start_new_session=True, env={**os.environ, VARIABLE: launcher_identity()})

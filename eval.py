@@ -20,7 +20,7 @@ from megatron.neox_arguments import NeoXArgs, run_cli
 
 def main():
     neox_args = NeoXArgs.consume_args()  # config errors before lm-eval loads
-    from megatron.cpu_threads import choose_cpu_threads
+    from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads(neox_args.rank)  # no thread cliff on a busy CPU
     from megatron.evaluation.lm_eval_run import evaluate_tasks
     evaluate_tasks(neox_args)

@@ -19,7 +19,7 @@ from megatron.neox_arguments import NeoXArgs, run_cli
 
 def main():
     args = NeoXArgs.consume_args()  # config errors first, before the evaluation stack is imported
-    from megatron.cpu_threads import choose_cpu_threads
+    from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads(args.rank)  # no thread cliff on a busy CPU
     from megatron.evaluation.driver import evaluate_run
     path = evaluate_run(args)

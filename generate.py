@@ -16,7 +16,7 @@ from megatron.neox_arguments import NeoXArgs, run_cli
 
 def main():
     neox_args = NeoXArgs.consume_args()  # config errors first, before the generation stack is imported
-    from megatron.cpu_threads import choose_cpu_threads
+    from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads(neox_args.rank)  # no thread cliff on a busy CPU
     from megatron.text_generation.run import generate_run
     generate_run(neox_args)

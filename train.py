@@ -19,9 +19,9 @@ from megatron.neox_arguments import NeoXArgs, run_cli
 
 def main():
     neox_args = NeoXArgs.consume_args()  # config errors first, before the training stack is imported
-    from megatron.cpu_threads import choose_cpu_threads
+    from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads(neox_args.rank)  # no thread cliff on a busy CPU
-    from megatron.training import TrainingError, pretrain
+    from megatron.training.loop import TrainingError, pretrain
     if neox_args.train_iters == 0:
         # The KERPLE fork evaluates by training 0 steps at seq-length-val; here that is evaluate.py's
         # scoring of `load` (eval-lengths default: seq-length-val), with its result file.

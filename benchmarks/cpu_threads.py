@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The thread count the entry points choose on CPU (megatron/cpu_threads.py) against every fixed
+"""The thread count the entry points choose on CPU (megatron/run/cpu_threads.py) against every fixed
 setting, on a quiet machine and on one kept busy, as ratios within one run.
 
     python benchmarks/cpu_threads.py                  # configs/tiny.yml's model, kerple_log, L = 512
@@ -8,7 +8,7 @@ setting, on a quiet machine and on one kept busy, as ratios within one run.
 
 For each load — none added, then 2x the cores in busy-loop processes this script starts (and stops) —
 each setting scores the same forwards in a fresh process, the settings taking turns for --rounds rounds:
-`chosen` is what evaluate.py does with OMP_NUM_THREADS unset (the rule of megatron/cpu_threads.py,
+`chosen` is what evaluate.py does with OMP_NUM_THREADS unset (the rule of megatron/run/cpu_threads.py,
 which reads the load average it finds), `1` .. `cores` are OMP_NUM_THREADS=N. Each time is the median
 round's wall clock for --forwards forwards (evaluate.py's: one sequence per forward, inference mode,
 `auto` attention) after one untimed forward; `vs best` is a setting's time over the best setting's at
@@ -47,7 +47,7 @@ def measure(cli) -> float:
     sys.path.insert(0, str(ROOT))
     import torch
     from benchmarks.eval_throughput import build_forward, parse_args as eval_args, random_tokens
-    from megatron.cpu_threads import choose_cpu_threads
+    from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads()
     forward_cli = eval_args([*cli.configs, *sum((["--set", s] for s in cli.set), []), "--lengths", str(cli.length)])
     forward, _, vocab, device = build_forward(forward_cli, cli.method, cli.length)

@@ -6,7 +6,7 @@
         --set num-attention-heads=8 --lengths 512 1024 2048 --rounds 3
 
 The model is train_throughput.py's (the same configs and --set overrides), built as evaluate.py
-builds it: on this device in its evaluation dtype (megatron/inference_model.py), in eval mode, with
+builds it: on this device in its evaluation dtype (megatron/checkpoint/inference_model.py), in eval mode, with
 the configured `attention-impl` (`auto` by default), scoring one sequence of L random tokens per
 forward (evaluate.py's eval-micro-batch-size 1) under torch.inference_mode. At each length the
 methods and the peer row (Hugging Face GPTNeoXForCausalLM at the same shape, benchmarks/hf_peer.py;
@@ -33,7 +33,7 @@ from benchmarks.hf_peer import PEER, build_peer_forward  # noqa: E402
 from benchmarks.measure import (METHODS_HELP, PROCESS_TIME_HELP, PeakMemory, alternating_rounds, clock,  # noqa: E402
                                 method_settings)
 
-from megatron.inference_model import inference_device_and_dtype  # noqa: E402
+from megatron.checkpoint.inference_model import inference_device_and_dtype  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available  # noqa: E402

@@ -38,7 +38,7 @@ def rank_main(rank: int, size: int, port: int, args, out: str) -> None:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    from megatron.initialize import skip_shared_memory_comm_op
+    from megatron.run.initialize import skip_shared_memory_comm_op
     from megatron.model import GPTModel
     from megatron.model.sequence_parallel import SequenceParallel
     from megatron.neox_arguments import NeoXArgs

@@ -25,11 +25,11 @@ import torch  # noqa: E402
 from benchmarks.hf_peer import PEER, build_peer  # noqa: E402
 from benchmarks.measure import METHODS_HELP, PROCESS_TIME_HELP, alternating_rounds, clock, method_settings  # noqa: E402
 
-from megatron.initialize import initialize_megatron  # noqa: E402
+from megatron.run.initialize import initialize_megatron  # noqa: E402
 from megatron.model.positional_embeddings import available  # noqa: E402
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
-from megatron.training import setup_model_and_optimizer, train_step  # noqa: E402
+from megatron.training.loop import setup_model_and_optimizer, train_step  # noqa: E402
 
 
 def random_batches(args, vocab_size: int, seed: int):

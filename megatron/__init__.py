@@ -19,7 +19,7 @@ class _DeferMegatronCore:
     nothing of the package but `utils.log_single_rank` (defined in `_rank_utils`); the package's `__init__` and
     `utils` import its tensor-parallel, transformer, distributed-checkpoint and inference stacks (Triton,
     torch.distributed.tensor, the inductor): about 4 of the 6.8 CPU-seconds every train.py / evaluate.py process
-    spent importing (`python -X importtime -c "import megatron.training"`). Any other name
+    spent importing (`python -X importtime -c "import megatron.training.loop"`). Any other name
     (`megatron.core.mpu`, `megatron.core.utils.get_model_config`) or any other part of megatron-core runs the
     real bodies first, in a plain import's order, so the package behaves as installed.
     """

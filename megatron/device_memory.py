@@ -1,5 +1,5 @@
 """What memory this process's device has free, for the checks made before a large allocation
-(megatron/preflight.py for training and evaluation, megatron/text_generation/memory.py for generation).
+(megatron/run/preflight.py for training and evaluation, megatron/text_generation/memory.py for generation).
 A leaf module: it imports nothing of the project, so generation's check does not pull the config package
 into every importer of megatron.text_generation (which the config package itself imports, through the
 evaluation modes)."""

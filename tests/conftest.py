@@ -9,7 +9,7 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("NEOX_SHARED_DIR", REPO_ROOT.parent / "shared"))
 # The processes tests start take one torch thread each unless the run says otherwise: the entry points'
-# own rule (megatron/cpu_threads.py) reads the machine's load, so its one-line note would come and go
+# own rule (megatron/run/cpu_threads.py) reads the machine's load, so its one-line note would come and go
 # with other work; tests/test_cpu_threads.py checks the rule itself.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -254,7 +254,7 @@ def test_nothing_below_the_door_imports_the_config_package():
     found = config_imports_below_the_door()
     assert not found, ("below the entry points, code takes a ModelConfig (NeoXArgs.model, or a model's own .config) and "
                        "the run keys it needs, not the config package (megatron.errors has the error type, "
-                       "megatron.checkpoint_folder a checkpoint's file names):\n" + "\n".join(found))
+                       "megatron.checkpoint.folder a checkpoint's file names):\n" + "\n".join(found))
 
 
 def test_the_probe_generators_are_a_leaf_package():

@@ -1,4 +1,4 @@
-"""The entry points' thread rule on CPU (megatron/cpu_threads.py): a share of the cores when the machine
+"""The entry points' thread rule on CPU (megatron/run/cpu_threads.py): a share of the cores when the machine
 is quiet, one thread when it is busy, an OMP_NUM_THREADS the user set kept as it is."""
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from megatron.cpu_threads import chosen_threads
+from megatron.run.cpu_threads import chosen_threads
 
 
 @pytest.mark.parametrize("cores, processes, load, default, expected", [
@@ -22,7 +22,7 @@ def test_the_rule(cores, processes, load, default, expected):
     assert chosen_threads(cores, processes, load, default) == expected
 
 
-CHILD = ("import os, torch; from megatron.cpu_threads import chosen_threads, choose_cpu_threads; "
+CHILD = ("import os, torch; from megatron.run.cpu_threads import chosen_threads, choose_cpu_threads; "
          "default = torch.get_num_threads(); load = os.getloadavg()[0]; got = choose_cpu_threads(); "
          "print(default, load, got, torch.get_num_threads())")
 

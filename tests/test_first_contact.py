@@ -10,7 +10,7 @@ import pytest
 
 import deepy
 from megatron.neox_arguments import NeoXArgs
-from megatron.preflight import PreflightError, check_inputs, input_problems
+from megatron.run.preflight import PreflightError, check_inputs, input_problems
 from megatron.tokenizer import TokenizerError
 from test_training_support import REPO_ROOT, TINY, child_environment, free_port
 

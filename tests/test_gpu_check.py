@@ -451,9 +451,9 @@ def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
 @pytest.mark.cuda
 @CUDA
 def test_bf16_deepspeed_step_on_cuda_through_flexattention(stdlib_data, tmp_path):
-    from megatron.initialize import initialize_megatron
+    from megatron.run.initialize import initialize_megatron
     from megatron.tokenizer import build_tokenizer
-    from megatron.training import setup_model_and_optimizer, train_step
+    from megatron.training.loop import setup_model_and_optimizer, train_step
     # `auto` would take `sdpa` at 64 tokens (its mask fits the memory budget): FlexAttention's backward is asked for.
     args = tiny_args(stdlib_data, tmp_path, precision="bf16", attention_impl="flex", warmup=0.0, save=None,
                      load=None, train_micro_batch_size_per_gpu=4)

@@ -13,7 +13,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_the_training_stack_imports_without_megatron_cores_tensor_parallel_stack_until_asked():
     script = """
 import sys
-import megatron.training, megatron.evaluation.driver
+import megatron.training.loop, megatron.evaluation.driver
 print(sorted(m for m in ("triton", "megatron.core.tensor_parallel", "megatron.core.parallel_state") if m in sys.modules))
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.utils import GlobalMemoryBuffer, log_single_rank

@@ -13,7 +13,7 @@ from hf_export_support import TRAIN_LENGTH, greedy_reference, tiny_config
 from test_training_support import run_script, set_flags, tiny_overrides
 
 from megatron.errors import NeoXArgsError
-from megatron.inference_model import load
+from megatron.checkpoint.inference_model import load
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import AttentionRun, plan_attention

@@ -10,16 +10,16 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_training_support import TINY, run_script, set_flags, tiny_args, tiny_overrides
 
-from megatron.checkpointing import read_client_state
+from megatron.checkpoint.checkpointing import read_client_state
 from megatron.data import build_train_valid_test_datasets
 from megatron.data.fragments import split_into_fragments
-from megatron.initialize import initialize_megatron
+from megatron.run.initialize import initialize_megatron
 from megatron.length_schedule import length_schedule_of, parse_schedule
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgsError
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer
-from megatron.training import pretrain
+from megatron.training.loop import pretrain
 
 RAMP = [{"start-step": 0, "seq-length": 16, "window": 8},
         {"start-step": 3, "ramp": "linear", "steps": 10, "seq-length": [16, 64], "window": [8, 40]},

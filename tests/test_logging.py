@@ -15,12 +15,12 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from wandb.proto import wandb_internal_pb2
 
-from megatron.checkpointing import load_model_weights
+from megatron.checkpoint.checkpointing import load_model_weights
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
-from megatron.monitor import kernel_scalars
+from megatron.run.monitor import kernel_scalars
 from megatron.tokenizer import build_tokenizer
-from megatron.training import pretrain
+from megatron.training.loop import pretrain
 from test_training_support import (
     REPO_ROOT, TINY, child_environment, set_flags, tiny_args, tiny_overrides)
 

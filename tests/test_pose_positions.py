@@ -10,11 +10,11 @@ import pytest
 import torch
 from test_training_support import tiny_args
 
-from megatron.initialize import initialize_megatron
+from megatron.run.initialize import initialize_megatron
 from megatron.neox_arguments import NeoXArgsError
-from megatron.pose_positions import draw_pose_positions
+from megatron.training.pose_positions import draw_pose_positions
 from megatron.tokenizer import build_tokenizer
-from megatron.training import setup_model_and_optimizer, train_step
+from megatron.training.loop import setup_model_and_optimizer, train_step
 
 
 def papers_distribution(length: int, target: int, chunks: int) -> dict[tuple, Fraction]:
@@ -118,7 +118,7 @@ def test_a_target_whose_distance_table_cannot_fit_is_refused_before_training():
     from test_training_support import TINY
 
     from megatron.neox_arguments import NeoXArgs
-    from megatron.preflight import memory_problem
+    from megatron.run.preflight import memory_problem
     message = memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "pose_target_length": 10 ** 13}),
                              True, 257)
     assert message.startswith("pose-target-length 10,000,000,000,000 (command line) cannot fit: "), message

@@ -1,7 +1,7 @@
-"""train.py's banner (megatron/run_banner.py): the run's name and folder, the method with every switch that
+"""train.py's banner (megatron/training/banner.py): the run's name and folder, the method with every switch that
 changes the model, and document masking's share of samples (counted: tests/data/test_packed_documents.py)."""
 from megatron.neox_arguments import NeoXArgs
-from megatron.run_banner import masking_line, method_and_switches, model_line, run_line
+from megatron.training.banner import masking_line, method_and_switches, model_line, run_line
 from test_training_support import TINY
 
 

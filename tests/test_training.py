@@ -11,9 +11,9 @@ from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments import NeoXArgsError
-from megatron.optimizer import build_lr_scheduler, build_optimizer
-from megatron.training import TrainingError, lm_loss, pretrain, setup_model_and_optimizer, train_step
-from megatron.initialize import initialize_megatron
+from megatron.training.optimizer import build_lr_scheduler, build_optimizer
+from megatron.training.loop import TrainingError, lm_loss, pretrain, setup_model_and_optimizer, train_step
+from megatron.run.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from test_training_support import (
     TINY, TWO_RANKS, free_port, run_script, set_flags, tiny_args, tiny_overrides)

@@ -7,10 +7,10 @@ import torch
 from test_training_support import tiny_args
 
 from megatron.data import build_train_valid_test_datasets
-from megatron.initialize import initialize_megatron
-from megatron.random_positions import draw_positions
+from megatron.run.initialize import initialize_megatron
+from megatron.training.random_positions import draw_positions
 from megatron.tokenizer import build_tokenizer
-from megatron.training import setup_model_and_optimizer, train_step
+from megatron.training.loop import setup_model_and_optimizer, train_step
 
 
 def test_draws_are_sorted_distinct_and_in_range():

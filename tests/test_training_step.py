@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from megatron.checkpointing import CheckpointError, load_checkpoint, save_checkpoint
-from megatron.initialize import initialize_megatron
+from megatron.checkpoint.checkpointing import CheckpointError, load_checkpoint, save_checkpoint
+from megatron.run.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
-from megatron.training import setup_model_and_optimizer, train_step
+from megatron.training.loop import setup_model_and_optimizer, train_step
 from test_training_support import tiny_args
 
 VIEWS = {"aten.view", "aten.detach", "aten.t", "aten.slice", "aten.permute", "aten.transpose", "aten._unsafe_view",
@@ -169,7 +169,7 @@ def test_a_bf16_engine_checkpoint_resumes_on_fp32_weights(stdlib_data, tmp_path)
     outcome = train_step(new, engine, optimizer, batches, vocab)
     assert not outcome.skipped and math.isfinite(outcome.loss)
     folder = save_checkpoint(new, engine, 3, 12)
-    from megatron.checkpointing import read_client_state
+    from megatron.checkpoint.checkpointing import read_client_state
     assert read_client_state(new.save, folder.name)["weights_dtype"] == "float32"
 
     back = tiny_args(stdlib_data, tmp_path, pos_emb="none", precision="bf16", bf16_weights="bf16",

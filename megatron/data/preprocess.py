@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
-from megatron.preflight import folder_problem
+from megatron.run.preflight import folder_problem
 from megatron.progress import Progress
 from megatron.tokenizer.tokenizer import describe_bytes
 

@@ -5,7 +5,7 @@ series per mode.
     eval/<mode>/ppl   eval/<mode>/loss   at step = evaluation length L
 
 TensorBoard draws each tag against its step, here the length; W&B is told that `eval/*` is plotted
-against `eval/length`. W&B is started as the training monitor starts it (megatron/monitor.py)."""
+against `eval/length`. W&B is started as the training monitor starts it (megatron/run/monitor.py)."""
 
 
 def log_evaluation(neox_args, records: list[dict]) -> list[str]:
@@ -26,7 +26,7 @@ def log_evaluation(neox_args, records: list[dict]) -> list[str]:
             writer.close()
         went.append(f"TensorBoard {neox_args.tensorboard_dir}")
     if neox_args.use_wandb:
-        from megatron.monitor import _start_wandb
+        from megatron.run.monitor import _start_wandb
         run = _start_wandb(neox_args)
         try:
             run.define_metric("eval/length")

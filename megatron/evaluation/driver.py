@@ -17,14 +17,14 @@ from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, 
 from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, open_run, planned_starts,
                                      scored_record, skipped_records)
 from megatron.evaluation.dashboards import log_evaluation
-from megatron.inference_model import load
-from megatron.initialize import initialize_megatron
-from megatron.launcher_watch import watch_launcher
+from megatron.checkpoint.inference_model import load
+from megatron.run.initialize import initialize_megatron
+from megatron.run.launcher_watch import watch_launcher
 from megatron.model.sequence_parallel import SequenceParallel
 from megatron.output_paths import reported_write
 from megatron.parallel import SequenceParallelGroups
 from megatron.parallel.sequence_scoring import SequenceParallelScorer
-from megatron.preflight import check_evaluation, raise_together
+from megatron.run.preflight import check_evaluation, raise_together
 from megatron.tokenizer import build_tokenizer
 
 

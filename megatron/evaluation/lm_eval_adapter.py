@@ -13,7 +13,7 @@
 max-position-embeddings). It bounds a window, it is not the window: a request shorter than it runs as
 one window of its own length (a 60-token document is never padded to `max_length`), and before any
 request of a kind is scored, the longest window among them is checked against the memory the device
-has free (as evaluate.py checks its longest length up front, megatron/preflight.py), so a length the
+has free (as evaluate.py checks its longest length up front, megatron/run/preflight.py), so a length the
 device cannot hold is refused with the sizes instead of failing in the middle of a forward. Log-probabilities are over the tokenizer's vocabulary, as in training and
 evaluate.py: the rows that pad the output layer are no tokens.
 """

@@ -13,10 +13,10 @@ import difflib
 import json
 import pathlib
 
-from megatron.inference_model import inference_device_and_dtype, load
+from megatron.checkpoint.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import reported_write
 from megatron.evaluation.driver import check_position_range
-from megatron.preflight import folder_problem, memory_problem
+from megatron.run.preflight import folder_problem, memory_problem
 from megatron.quoting import quote
 from .lm_eval_adapter import NeoXLM
 from .lm_eval_log import lm_eval_output_to

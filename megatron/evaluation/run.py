@@ -7,9 +7,9 @@ import resource
 
 import torch
 
-from megatron.checkpoint_folder import missing_why
+from megatron.checkpoint.folder import missing_why
 from megatron.errors import NeoXArgsError
-from megatron.inference_model import OpenCheckpoint, TrainingRecord, open_checkpoint
+from megatron.checkpoint.inference_model import OpenCheckpoint, TrainingRecord, open_checkpoint
 from megatron.quoting import quote
 from .chunks import chunk_starts
 from .identity import RunIdentity, config_hash, dataset_name, evaluation_variant

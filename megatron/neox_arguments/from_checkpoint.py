@@ -12,7 +12,7 @@ but to read the model-states file of a checkpoint that keeps no merged config.
 """
 import pathlib
 
-from megatron.checkpoint_folder import CheckpointError, TAG, read_pruning_aware, resolve_tag
+from megatron.checkpoint.folder import CheckpointError, TAG, read_pruning_aware, resolve_tag
 from megatron.model.model_config import ARCHITECTURE_KEYS, checkpoint_keys, trained_choices
 
 from .resolved import RESOLVED_NAME
@@ -109,7 +109,7 @@ def _model_config_source(folder: pathlib.Path, values: dict, sources: dict) -> t
     (its ModelConfig), for a checkpoint that keeps no merged config: every entry point builds the same
     model from it (inference_model.load does the same for a checkpoint loaded alone). The run's data,
     batch sizes and eval-lengths are not recorded there; an entry point that needs one names it."""
-    from megatron.checkpointing import read_client_state, stored_model_config  # torch: only for such checkpoints
+    from megatron.checkpoint.checkpointing import read_client_state, stored_model_config  # torch: only for such checkpoints
     try:
         saved = stored_model_config(read_client_state(folder.parent, folder.name), folder)
     except CheckpointError as err:

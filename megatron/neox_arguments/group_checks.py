@@ -24,7 +24,7 @@ from .value_checks import check_values, non_finite, past_float32
 from .values import _coerce
 
 OPTIMIZERS = ("Adam", "AdamW")
-OPTIMIZER_PARAMS = ("lr", "betas", "eps", "weight_decay")  # what megatron/optimizer.py passes on
+OPTIMIZER_PARAMS = ("lr", "betas", "eps", "weight_decay")  # what megatron/training/optimizer.py passes on
 
 
 def check_finite(args, fail):
@@ -65,7 +65,7 @@ def check_training(args, fail):
 
 
 def check_pose(args, fail):
-    """pose-target-length and pose-chunks (megatron/pose_positions.py)."""
+    """pose-target-length and pose-chunks (megatron/training/pose_positions.py)."""
     target, chunks = args.pose_target_length, args.pose_chunks
     if target is None:
         if "pose_chunks" in args.config_sources:

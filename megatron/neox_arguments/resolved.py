@@ -3,7 +3,7 @@ files, because the files alone miss the `--set` overrides (a run with `--set num
 otherwise leave a configs/tiny.yml that says 2, and loading the checkpoint with it fails)."""
 import json
 
-from megatron.checkpoint_folder import RESOLVED_NAME  # noqa: F401 (re-exported: the file this module writes)
+from megatron.checkpoint.folder import RESOLVED_NAME  # noqa: F401 (re-exported: the file this module writes)
 
 
 def resolved_yaml(args) -> str:

@@ -1,4 +1,4 @@
-"""What generation will allocate, checked before it is allocated (as megatron/preflight.py checks
+"""What generation will allocate, checked before it is allocated (as megatron/run/preflight.py checks
 evaluate.py's longest length): the KV cache holds every layer's keys and values for every slot of a
 batch — `longest prompt + maximum_tokens` slots per row — so a large `maximum_tokens` asks for more
 memory than there is, and without this check torch fails deep inside the first forward (or the

@@ -15,12 +15,12 @@ import tempfile
 
 import torch
 
-from megatron.initialize import initialize_megatron
+from megatron.run.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from .errors import GenerationError
-from megatron.inference_model import inference_device_and_dtype, load
+from megatron.checkpoint.inference_model import inference_device_and_dtype, load
 from megatron.output_paths import new_file_problem, not_writable, reported_write
-from megatron.preflight import run_parameter_count
+from megatron.run.preflight import run_parameter_count
 from .memory import element_bytes, generation_memory_problem
 from .samples import generate_samples
 from .sampling import setting_problems

@@ -11,13 +11,13 @@ import time
 import pytest
 import torch
 
-from megatron.checkpointing import CheckpointError, load_model_weights, save_checkpoint
-from megatron.initialize import initialize_megatron
+from megatron.checkpoint.checkpointing import CheckpointError, load_model_weights, save_checkpoint
+from megatron.run.initialize import initialize_megatron
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available, lookup
 from megatron.tokenizer import build_tokenizer
-from megatron.training import pretrain, setup_model_and_optimizer
+from megatron.training.loop import pretrain, setup_model_and_optimizer
 from test_training_support import (
     REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, tiny_overrides)
 

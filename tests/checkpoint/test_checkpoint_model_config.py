@@ -1,5 +1,5 @@
 """A checkpoint describes its own model (ModelConfig, megatron/model/model_config.py) and one loader builds it
-(megatron.inference_model.load): evaluate.py, generate.py, eval.py and convert_to_hf.py need only the
+(megatron.checkpoint.inference_model.load): evaluate.py, generate.py, eval.py and convert_to_hf.py need only the
 checkpoint. The run is trained with `--set pos-emb=alibi` over configs/tiny.yml (which says kerple_log), so
 a model rebuilt from anything but the checkpoint would be the wrong method."""
 import json
@@ -8,9 +8,9 @@ import pickle
 import pytest
 import torch
 
-from megatron.checkpoint_folder import CheckpointError
-from megatron.checkpointing import load_model_weights
-from megatron.inference_model import load
+from megatron.checkpoint.folder import CheckpointError
+from megatron.checkpoint.checkpointing import load_model_weights
+from megatron.checkpoint.inference_model import load
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.model_config import ModelConfig, differences
@@ -80,7 +80,7 @@ def test_load_builds_the_trained_model_from_the_checkpoint_alone(alibi_run, stdl
 
 @pytest.mark.launches
 def test_load_reads_the_checkpoint_once_and_returns_its_training_record(alibi_run, monkeypatch):
-    from megatron import checkpointing, inference_model
+    from megatron.checkpoint import checkpointing, inference_model
     reads, read = [], checkpointing.read_client_state
     counted = lambda *args: reads.append(args) or read(*args)  # noqa: E731 (the real reader, counted)
     for module in (checkpointing, inference_model):
@@ -242,7 +242,7 @@ def test_plot_kernels_needs_only_the_checkpoint(alibi_run, tmp_path, capsys):
 
 
 def test_one_device_and_dtype_rule(tmp_path):
-    from megatron.inference_model import inference_device_and_dtype
+    from megatron.checkpoint.inference_model import inference_device_and_dtype
     bf16 = tiny_args("unused-data", tmp_path, precision="bf16")
     assert inference_device_and_dtype(bf16, "cuda:0") == (torch.device("cuda:0"), torch.bfloat16)
     assert inference_device_and_dtype(bf16, "cpu") == (torch.device("cpu"), torch.float32)  # CPU runs fp32

@@ -11,14 +11,14 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from megatron.checkpointing import CheckpointError, load_weights_of, read_client_state, resolve_tag
+from megatron.checkpoint.checkpointing import CheckpointError, load_weights_of, read_client_state, resolve_tag
 from megatron.evaluation.identity import config_hash
-from megatron.inference_model import load
+from megatron.checkpoint.inference_model import load
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer
-from megatron.training import pretrain
+from megatron.training.loop import pretrain
 from test_training_support import tiny_args
 
 pytestmark = pytest.mark.launches  # trains in-process through DeepSpeed, as the other checkpoint tests

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from megatron.inference_model import load
+from megatron.checkpoint.inference_model import load
 
 from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 

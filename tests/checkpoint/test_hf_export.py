@@ -14,15 +14,15 @@ from hf_export_support import TRAIN_LENGTH, exported, greedy_reference, tiny_sou
 from test_layer_pattern import PATTERNS
 from test_training_support import REPO_ROOT, child_environment, tiny_args
 
-from megatron.checkpointing import load_model_weights, save_checkpoint
-from megatron.initialize import initialize_megatron
+from megatron.checkpoint.checkpointing import load_model_weights, save_checkpoint
+from megatron.run.initialize import initialize_megatron
 from megatron.text_generation import generate_tokens
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available
 from megatron.tokenizer import (ByteLevelTokenizer, CharLevelTokenizer, build_tokenizer, make_tokenizer)
 from megatron.tokenizer.train_bpe import train_bpe_tokenizer
-from megatron.training import setup_model_and_optimizer
+from megatron.training.loop import setup_model_and_optimizer
 from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
 from tools.ckpts.hf_export.custom import files_needed
 from tools.ckpts.hf_export.native import from_gpt_neox_state

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import neox_fork_reference as fork
-from megatron.inference_model import load
+from megatron.checkpoint.inference_model import load
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint

@@ -1,6 +1,6 @@
 """A resumed run says so once, with the step and the checkpoint it came from (issue 23); a run that
 starts fresh, or fine-tunes from weights only, does not claim to resume."""
-from megatron.training import pretrain
+from megatron.training.loop import pretrain
 from test_training_support import tiny_args
 
 

@@ -291,7 +291,7 @@ def test_no_name_lists_the_datasets_and_dry_run_fetches_nothing(tmp_path, tool, 
 
 def test_the_command_preflight_names_writes_what_the_configs_read(tool):
     """configs/local_setup.yml's paths, as preflight's MAKERS names the command that creates them."""
-    from megatron.preflight import _maker
+    from megatron.run.preflight import _maker
 
     setup = (tool.os.path.join(os.path.dirname(__file__), "..", "..", "configs", "local_setup.yml"))
     text = open(setup).read()

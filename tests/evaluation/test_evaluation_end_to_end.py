@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from test_training_support import free_port
 
-from megatron.checkpointing import CheckpointError
+from megatron.checkpoint.checkpointing import CheckpointError
 from megatron.evaluation.results import find_record, load_result, load_results
 from megatron.evaluation.driver import evaluate_run
 from megatron.evaluation.run import EvaluationError

@@ -18,17 +18,17 @@ import lm_eval  # noqa: E402
 import transformers  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
-from megatron.checkpointing import load_model_weights, save_checkpoint  # noqa: E402
+from megatron.checkpoint.checkpointing import load_model_weights, save_checkpoint  # noqa: E402
 from megatron.evaluation.context import ModeContext  # noqa: E402
 from megatron.evaluation.lm_eval_adapter import NeoXLM  # noqa: E402
 from megatron.evaluation.lm_eval_run import task_manager_for  # noqa: E402
 from megatron.evaluation.modes import get_mode  # noqa: E402
 from megatron.evaluation.run import EvaluationError  # noqa: E402
-from megatron.initialize import initialize_megatron  # noqa: E402
+from megatron.run.initialize import initialize_megatron  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer  # noqa: E402
-from megatron.training import setup_model_and_optimizer  # noqa: E402
+from megatron.training.loop import setup_model_and_optimizer  # noqa: E402
 from tools.ckpts.hf_export import export_checkpoint  # noqa: E402
 
 LENGTH = 256  # the adapter's max_length: 4x the training length of 64

@@ -119,7 +119,7 @@ def test_folder_check_tests_what_is_real_for_this_user(tmp_path):
     """Permission bits stop other users but not root, so the start-up check writes a file instead of
     reading the bits: a mode-555 folder is refused for a normal user and accepted for root, who can
     really write there (test_hostile_runs.py refuses a folder even root cannot write to)."""
-    from megatron.preflight import folder_problem
+    from megatron.run.preflight import folder_problem
 
     folder = tmp_path / "r-x"
     folder.mkdir()

@@ -342,7 +342,7 @@ def test_inference_load_of_a_save_folder_pruned_while_read_loads_the_new_latest(
     """inference_model.load(<save folder>) with no config: it named a config key `iteration` nobody set. Without
     a config, load builds the model from the checkpoint's record and never opens resolved_config.yml: the
     weights are the file it reads, so the race is run there."""
-    (tmp_path / "load_latest.py").write_text("import sys\nfrom megatron.inference_model import load\n"
+    (tmp_path / "load_latest.py").write_text("import sys\nfrom megatron.checkpoint.inference_model import load\n"
                                              "print('loaded step', load(sys.argv[1]).step)\n")
     ckpt, result = pruned_at_open(two_steps, tmp_path, "mp_rank_00_model_states.pt", tmp_path / "load_latest.py",
                                   tmp_path / "ckpt")

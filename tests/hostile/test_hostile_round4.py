@@ -53,7 +53,7 @@ def test_a_human_run_name_is_kept():
 def test_longrope_factors_whose_inverse_frequencies_leave_float32_are_refused_at_the_check(factor, fragments):
     """Checked where the methods are first built, at start-up (the memory check builds them on the meta
     device), so before any step is spent; before, a NaN forward blamed the weights or the dtype."""
-    from megatron.preflight import memory_problem
+    from megatron.run.preflight import memory_problem
     pairs = 8  # tiny.yml: head dim 64 / 4 = 16, all rotated
     args = NeoXArgs.from_ymls([TINY], {"pos_emb": "rotary", "rotary_scaling": {
         "type": "longrope", "factor": 4, "original-max-position": 64,
@@ -68,7 +68,7 @@ def test_longrope_factors_whose_inverse_frequencies_leave_float32_are_refused_at
 # ----------------------------------------------------------- row 8: random-positions' distance table
 def test_random_positions_whose_distance_table_cannot_fit_are_refused_with_the_largest_that_fits():
     import psutil
-    from megatron.preflight import memory_problem
+    from megatron.run.preflight import memory_problem
     args = NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "random_positions": 10 ** 13})
     message = memory_problem(args, True, 257)
     assert message.startswith("random-positions 10,000,000,000,000 (command line) cannot fit: "), message
@@ -189,8 +189,8 @@ def test_a_ruler_score_that_is_not_a_number_is_named_with_its_file_and_field(tmp
 def test_random_bytes_in_a_model_states_file_are_damaged_not_a_foreign_object(tmp_path):
     """A damaged copy, not a crafted file: torch's weights-only reader stops at an opcode, and that is not an
     object the file names (round 2's wording, which round 3's allow-list had turned into "can run code")."""
-    from megatron.checkpoint_folder import CheckpointError
-    from megatron.inference_model import open_checkpoint
+    from megatron.checkpoint.folder import CheckpointError
+    from megatron.checkpoint.inference_model import open_checkpoint
     step = tmp_path / "ckpt" / "global_step2"
     step.mkdir(parents=True)
     (step / "mp_rank_00_model_states.pt").write_bytes(np.random.default_rng(0).bytes(65536))
@@ -217,8 +217,8 @@ def trained(stdlib_data, tmp_path_factory):
 
 @pytest.mark.launches  # the checkpoint is trained by train.py
 def test_a_renamed_step_folder_says_the_one_way_that_loads_it_and_that_way_works(trained, tmp_path):
-    from megatron.checkpoint_folder import CheckpointError
-    from megatron.inference_model import load
+    from megatron.checkpoint.folder import CheckpointError
+    from megatron.checkpoint.inference_model import load
     ckpt = tmp_path / "ckpt"
     shutil.copytree(trained, ckpt)
     (ckpt / "global_step2").rename(ckpt / "global_step7")

@@ -14,9 +14,9 @@ import torch
 from megatron.probes import kv_retrieval, passkey
 from megatron.probes.common import ProbeError
 from megatron.evaluation.driver import evaluate_run
-from megatron.preflight import SaveFolderLock
+from megatron.run.preflight import SaveFolderLock
 from megatron.tokenizer.tokenizer import ByteLevelTokenizer
-from megatron.training import TrainingError, pretrain
+from megatron.training.loop import TrainingError, pretrain
 from test_training_support import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, \
     tiny_overrides
 

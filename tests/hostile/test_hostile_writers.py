@@ -15,7 +15,7 @@ import torch
 from lm_eval.api.instance import Instance
 
 import neox_fork_reference as fork
-from megatron.checkpointing import CheckpointError
+from megatron.checkpoint.checkpointing import CheckpointError
 from megatron.evaluation.lm_eval_adapter import NeoXLM
 from megatron.evaluation.lm_eval_run import evaluate_tasks
 from megatron.evaluation.results import ResultFileError

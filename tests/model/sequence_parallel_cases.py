@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from deepspeed.accelerator import get_accelerator
 
-from megatron.initialize import skip_shared_memory_comm_op
+from megatron.run.initialize import skip_shared_memory_comm_op
 
 from megatron.model import GPTModel
 from megatron.model.positional_embeddings import available

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from megatron.checkpointing import CheckpointError
+from megatron.checkpoint.checkpointing import CheckpointError
 from megatron.neox_arguments import NeoXArgsError
 from megatron.text_generation import GenerationError, generate_tokens
-from megatron.inference_model import load
+from megatron.checkpoint.inference_model import load
 from megatron.text_generation.run import generate_run
 from megatron.tokenizer import build_tokenizer
-from megatron.training import pretrain
+from megatron.training.loop import pretrain
 from test_training_support import REPO_ROOT, TINY, run_script, set_flags, tiny_args, tiny_overrides
 
 GENERATION = REPO_ROOT / "configs" / "text_generation.yml"

@@ -25,7 +25,7 @@ import numpy as np
 from megatron.neox_arguments import run_cli
 from megatron.evaluation.modes import mode_names
 from megatron.evaluation.results import ResultFileError
-from megatron.preflight import folder_problem
+from megatron.run.preflight import folder_problem
 from .paper_numbers import DEFAULT_DATASET_MAP, PAPER_TRAIN_LENGTH, TABLE3, paper_cell
 from .long_context_tables import add_ruler_arguments, long_context_tables
 from .result_selection import add_selection_arguments, selected_documents

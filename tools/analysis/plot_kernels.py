@@ -3,7 +3,7 @@
     python -m tools.analysis.plot_kernels RUN_CONFIG.yml... [--set load=...] --max-distance 512 \
         --out docs/images/kernel_kerple_log
 
-Loads the checkpoint named by `load` (megatron.inference_model.load: the model it describes), and plots
+Loads the checkpoint named by `load` (megatron.checkpoint.inference_model.load: the model it describes), and plots
 pe.bias(1, n): the bias of the query at position n - 1 over keys at distance d = 0..n-1 (for methods
 whose bias depends only on d that is b_h(d); fire's also depends on the query position). One line per
 head, labelled with the head's kernel_parameters(). kerple_bias_weight gets a second panel with its
@@ -65,7 +65,7 @@ def plot_kernel(pe, max_distance: int, title: str):
 
 def load_positional_embeddings(neox_args):
     """The trained model's distinct positional modules (one when shared) and the checkpoint step."""
-    from megatron.inference_model import load
+    from megatron.checkpoint.inference_model import load
 
     loaded = load(neox_args.load, neox_args, device="cpu")
     return loaded.model.positional_embeddings(), loaded.step

@@ -6,13 +6,13 @@ and a run of 2026-11-27 timed the evaluation part while a test worker still ran 
 tokens at 110,588 tokens/s through the same `sdpa` path that ran at 253,221 in the next row). Each part
 therefore runs in its own session (process group), and the whole group is killed at the limit. (deepy.py
 starts DeepSpeed's launcher in a session of its own; its ranks stop themselves when deepy.py is gone, as
-megatron/launcher_watch.py has them do for any launcher killed outright.)"""
+megatron/run/launcher_watch.py has them do for any launcher killed outright.)"""
 import os
 import signal
 import subprocess
 import time
 
-from megatron.process_group import living_members
+from megatron.run.process_group import living_members
 
 SETTLE_S = 10.0  # how long a killed group may take to be gone (SIGKILL is delivered, not awaited)
 

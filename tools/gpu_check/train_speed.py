@@ -25,10 +25,10 @@ import traceback
 import torch
 
 from benchmarks.train_throughput import random_batches
-from megatron.initialize import initialize_megatron
+from megatron.run.initialize import initialize_megatron
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments.to_model import positional_embedding
-from megatron.training import AFTER_BACKWARD, lm_loss, setup_model_and_optimizer, train_step
+from megatron.training.loop import AFTER_BACKWARD, lm_loss, setup_model_and_optimizer, train_step
 from megatron.model.attention.triton_flash import interpreting
 from .profiles import GPU_MINI_SWEEP, KERNEL_METHODS, LEARNABLE_TABLE_METHODS, TABLE4_METHODS, describe, model_args
 

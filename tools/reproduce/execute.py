@@ -201,7 +201,7 @@ def launch(script: str, run: Run, overrides: dict, log: pathlib.Path, threads: i
 
 def _wait(child: subprocess.Popen, run: Run) -> int:
     """The child's status; after the sweep was stopped, at most STOP_SECONDS more, then deepy.py is killed
-    (its ranks notice their launcher is gone and save and exit: megatron/launcher_watch.py)."""
+    (its ranks notice their launcher is gone and save and exit: megatron/run/launcher_watch.py)."""
     killed = False
     while True:
         try:

@@ -122,7 +122,7 @@ def plan_runs(sweep: Sweep, datasets) -> list[Run]:
 
 
 def trained_step(run: Run) -> int | None:
-    from megatron.checkpointing import checkpoint_steps
+    from megatron.checkpoint.checkpointing import checkpoint_steps
     steps = checkpoint_steps(run.checkpoints)
     return steps[-1] if steps else None
 

@@ -1,12 +1,12 @@
 """The model to export: a checkpoint folder `<save>/global_stepN` (or a `save` folder, for its latest),
-loaded by the one loader (megatron.inference_model.load) on the CPU in fp32."""
+loaded by the one loader (megatron.checkpoint.inference_model.load) on the CPU in fp32."""
 import pathlib
 from dataclasses import dataclass
 
 import torch
 
-from megatron.checkpoint_folder import CheckpointError, missing_why, split_checkpoint_path
-from megatron.inference_model import load
+from megatron.checkpoint.folder import CheckpointError, missing_why, split_checkpoint_path
+from megatron.checkpoint.inference_model import load
 from megatron.model import GPTModel
 from megatron.model.model_config import ModelConfig
 from megatron.neox_arguments import NeoXArgs

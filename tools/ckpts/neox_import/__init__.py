@@ -57,7 +57,7 @@ def resolve_config(folder: pathlib.Path, config_files, pos_emb: str | None, over
 def _refuse_contradictions(paths, values: dict, sources: dict, given: dict, pos_emb_flag: str | None) -> None:
     """--pos-emb and --set may fill in what the run's config leaves out, never contradict what it says
     about the model: the architecture keys and the method's own options (what a checkpoint must agree
-    on, megatron/checkpointing.py). The weights cannot always tell (KERPLE-log and -power store the same
+    on, megatron/checkpoint/checkpointing.py). The weights cannot always tell (KERPLE-log and -power store the same
     parameters; T5's max distance and most options store none), so a contradiction would import another
     model than the run trained, silently. A method name the importer does not know is left to the checks
     after this one, which say what it knows."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from megatron.errors import NeoXArgsError
-from megatron.plain_load import NotPlainData, load_plain
+from megatron.checkpoint.plain_load import NotPlainData, load_plain
 
 LAYER_FILE = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
 STEP = re.compile(r"global_step(\d+)")
@@ -88,7 +88,7 @@ def read_model_states(folder: pathlib.Path) -> tuple[int, dict]:
                            f"checkpoint (contents: {sorted(p.name for p in folder.iterdir())}). Copy the whole "
                            "global_stepN folder.")
     try:
-        # Data only, as every checkpoint read (megatron/plain_load.py): DeepSpeed's RNG states (numpy
+        # Data only, as every checkpoint read (megatron/checkpoint/plain_load.py): DeepSpeed's RNG states (numpy
         # arrays), loss scaler and config are allowed; an object of any other class is refused.
         state = load_plain(path, mmap=False)
     except NotPlainData as err:

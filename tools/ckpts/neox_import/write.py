@@ -1,4 +1,4 @@
-"""Write an imported model the way this project's own save does (megatron/checkpointing.py: model_config,
+"""Write an imported model the way this project's own save does (megatron/checkpoint/checkpointing.py: model_config,
 resolved_config.yml), so that `evaluate.py` / `generate.py` load it with only `--set load=OUT`."""
 import os
 import pathlib
@@ -6,7 +6,7 @@ import shutil
 
 import torch
 
-from megatron.checkpoint_folder import RESOLVED_NAME, checkpoint_steps
+from megatron.checkpoint.folder import RESOLVED_NAME, checkpoint_steps
 from megatron.output_paths import new_folder_problem
 from .layout import CheckpointImportError
 

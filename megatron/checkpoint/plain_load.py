@@ -21,7 +21,7 @@ from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
 from deepspeed.runtime.zero.config import ZeroStageEnum
 from deepspeed.utils.tensor_fragment import fragment_address
 
-from megatron.checkpoint_folder import CheckpointError
+from megatron.checkpoint.folder import CheckpointError
 from megatron.quoting import quote
 
 _reconstruct = numpy._core.multiarray._reconstruct

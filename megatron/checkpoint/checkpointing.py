@@ -25,10 +25,10 @@ from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from megatron.length_schedule import length_schedule_of
-from megatron.checkpoint_folder import (RESOLVED_NAME, TAG, CheckpointError, checkpoint_steps,  # noqa: F401
+from megatron.checkpoint.folder import (RESOLVED_NAME, TAG, CheckpointError, checkpoint_steps,  # noqa: F401
                                        removed_while_read, resolve_tag)  # (re-exported)
 from megatron.model.model_config import ModelConfig, differences, extension_keys
-from megatron.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
+from megatron.checkpoint.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
 from megatron.quoting import quote
 
 PARTIAL = ".global_step*.partial"  # a save being written (or left by a crashed one): `.{tag}.partial`
@@ -42,7 +42,7 @@ class SaveFailed(OSError):
 # ------------------------------------------------------------------------------------------- read
 def read_client_state(load_dir, tag: str) -> dict:
     """The checkpoint's model-states file (ours and DeepSpeed's keys), weights memory-mapped, read as data
-    only (megatron/plain_load.py): a checkpoint may come from anyone."""
+    only (megatron/checkpoint/plain_load.py): a checkpoint may come from anyone."""
     folder = pathlib.Path(load_dir) / tag
     for name in MODEL_STATES:
         if (folder / name).is_file():
@@ -120,7 +120,7 @@ TRAINED_BY = {"bfloat16": "precision: bf16 with bf16-weights: bf16", "float16": 
 
 def _check_weights_dtype(state: dict, neox_args, engine, where) -> None:
     """Weights load in any dtype (cast). The optimizer state of DeepSpeed's bf16 engine without ZeRO resumes on
-    fp32 weights (megatron/optimizer.py takes its fp32 master weights); other changes of the weights' dtype
+    fp32 weights (megatron/training/optimizer.py takes its fp32 master weights); other changes of the weights' dtype
     cannot take the optimizer state along."""
     stored, here = stored_weights_dtype(state), weights_dtype(engine.module)
     if stored == here or neox_args.finetune or neox_args.no_load_optim:

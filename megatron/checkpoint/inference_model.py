@@ -8,8 +8,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from megatron.checkpoint_folder import RESOLVED_NAME, CheckpointError, read_pruning_aware, split_checkpoint_path
-from megatron.checkpointing import check_compatible, load_weights_of, read_client_state, stored_model_config
+from megatron.checkpoint.folder import RESOLVED_NAME, CheckpointError, read_pruning_aware, split_checkpoint_path
+from megatron.checkpoint.checkpointing import check_compatible, load_weights_of, read_client_state, stored_model_config
 from megatron.model import GPTModel
 from megatron.errors import NeoXArgsError
 from megatron.model.model_config import ModelConfig, per_run_option_keys, run_choices

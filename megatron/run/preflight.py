@@ -30,7 +30,7 @@ from megatron.model.model_config import ModelConfig
 from megatron.model.positional_embeddings import lookup
 from megatron.model.sliced_loss import LOSS_SLICE
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository (this file is megatron/run/preflight.py)
 LOCK_NAME = ".lock"  # in the save folder; flock'ed while a run trains into it (released when it exits)
 
 
@@ -91,7 +91,7 @@ class SaveFolderLock:
         self.fd = fd
         # Held now, so no other run is writing here: a crashed save's hidden folder is only ours to
         # remove, and on a full disk it may be what filled it.
-        from megatron.checkpointing import remove_partial_saves, write_failure
+        from megatron.checkpoint.checkpointing import remove_partial_saves, write_failure
         remove_partial_saves(self.path.parent)
         try:
             os.ftruncate(fd, 0)
@@ -235,13 +235,13 @@ def load_problem(neox_args, what: tuple[str, ...]) -> str | None:
         return (f"{where}: load {load} is a file, not a checkpoint folder. Point `load` at the `save` folder of a "
                 "training run (the folder holding `latest` and global_stepN/).")
     if os.path.islink(load) and not os.path.exists(load):  # a loop or a dangling link: not a fresh start
-        from megatron.checkpoint_folder import missing_why
+        from megatron.checkpoint.folder import missing_why
         return f"{where}: load {load} {missing_why(load)}. Point `load` at the `save` folder of a training run."
     starts_fresh = "resume" in what and neox_args.iteration is None and not neox_args.finetune
     if starts_fresh and not (os.path.isdir(load) and os.listdir(load)):
         return None  # the first launch of a run whose `load` is its own `save`
     # Imported only now: it brings in DeepSpeed, which announces its accelerator on import.
-    from megatron.checkpointing import CheckpointError, checkpoint_steps, resolve_tag
+    from megatron.checkpoint.checkpointing import CheckpointError, checkpoint_steps, resolve_tag
     if starts_fresh and not checkpoint_steps(load) and not os.path.exists(os.path.join(load, "latest")):
         return None  # the same, with other files in the folder (as checkpointing.load_checkpoint decides)
     try:
@@ -411,7 +411,7 @@ def check_training(neox_args, vocab_size: int) -> SaveFolderLock:
 
 def check_evaluation(neox_args, vocab_size: int) -> None:
     """Raise a PreflightError (on every rank) before a checkpoint is scored for nothing."""
-    # `load` itself: evaluate_run checks it before this, and megatron.inference_model.load names every way a checkpoint is missing.
+    # `load` itself: evaluate_run checks it before this, and megatron.checkpoint.inference_model.load names every way a checkpoint is missing.
     problems = [missing_inputs_problem(inputs(neox_args, reads("evaluate.py", neox_args))),
                 memory_problem(neox_args, False, vocab_size)]
     if neox_args.rank == 0:  # only rank 0 writes the result file

@@ -16,25 +16,25 @@ import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
 
-from megatron.checkpointing import SaveFailed, fine_tune_so_far, load_checkpoint, save_checkpoint
+from megatron.checkpoint.checkpointing import SaveFailed, fine_tune_so_far, load_checkpoint, save_checkpoint
 from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.data.packed_documents import samples_across_documents
-from megatron.initialize import initialize_megatron
-from megatron.launcher_watch import watch_launcher
+from megatron.run.initialize import initialize_megatron
+from megatron.run.launcher_watch import watch_launcher
 from megatron.model import GPTModel
 from megatron.model.transformer import compile_layers
 from megatron.model.sliced_loss import logits_losses
-from megatron.monitor import Monitor, kernel_scalars
-from megatron.optimizer import build_lr_scheduler, build_optimizer
+from megatron.run.monitor import Monitor, kernel_scalars
+from megatron.training.optimizer import build_lr_scheduler, build_optimizer
 from megatron.parallel import SequenceParallelGroups, loss_share
 from megatron.model.sequence_parallel import SequenceParallel
-from megatron.preflight import check_training
+from megatron.run.preflight import check_training
 from megatron.tokenizer import build_tokenizer
-from megatron.random_positions import draw_positions
-from megatron.pose_positions import draw_pose_positions
+from megatron.training.random_positions import draw_positions
+from megatron.training.pose_positions import draw_pose_positions
 from megatron.length_schedule import LengthAt, length_schedule_of, step_scalars
 from megatron.data.fragments import split_into_fragments
-from megatron.run_banner import masking_line, model_line, run_line
+from megatron.training.banner import masking_line, model_line, run_line
 
 
 class TrainingError(RuntimeError):
