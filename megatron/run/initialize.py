@@ -25,6 +25,8 @@ def initialize_megatron(neox_args) -> None:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
         torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    if accelerator.device_name() == "cpu" and torch.distributed.get_world_size() > 1:
+        release_shared_memory_name()
     # Tear the group down before interpreter exit: gloo's threads still running at exit abort the
     # rank ("terminate called without an active exception"), which the launcher reports as a failure.
     atexit.register(_destroy_process_group)
@@ -44,6 +46,26 @@ def skip_shared_memory_comm_op(accelerator) -> None:
     if builder is not None:
         import deepspeed.ops
         deepspeed.ops.__compatible_ops__[builder.NAME] = False
+
+
+def shared_memory_buffer(rank: int) -> str:
+    """The file of DeepSpeed's CPU shared-memory allreduce buffer of `rank` (ops/csrc/cpu/comm/shm.cpp names it
+    from the user id, MASTER_ADDR and MASTER_PORT; it exists when every rank of the world is on this machine)."""
+    return (f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
+            f"{os.environ.get('MASTER_PORT', '')}_{rank}")
+
+
+def release_shared_memory_name() -> None:
+    """DeepSpeed creates a 67 MB shared-memory buffer per rank for its CPU allreduce and never unlinks it, so
+    every multi-rank CPU run, finished or killed, leaves them in /dev/shm (RAM), and a later run on the same
+    port would open the stale ones. Once every rank has mapped every buffer (init_distributed returns after
+    mapping its peers'; the barrier waits for all of them), the names are unlinked: the mappings stay valid for
+    this run and the memory goes back when its last rank exits, however it exits."""
+    torch.distributed.barrier()
+    try:
+        os.unlink(shared_memory_buffer(torch.distributed.get_rank()))
+    except FileNotFoundError:  # not every rank on this machine: DeepSpeed made no buffer
+        pass
 
 
 def set_seed(seed: int) -> None:

@@ -1,6 +1,7 @@
 """`sequence-parallel-size: 2` through the real entry points: `deepy.py train.py` on two ranks, each holding half
 of every sequence, resumes a one-process checkpoint and trains the losses one process trains, and its checkpoint
 resumes in one process; `deepy.py evaluate.py` on two ranks scores every chunk as one process does."""
+import glob
 import json
 
 import numpy as np
@@ -37,11 +38,14 @@ def test_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_wa
     one = pretrain(tiny_args(stdlib_data, tmp_path / "one", extra_save_iters=[2], tensorboard_dir=str(tmp_path / "tb1"),
                              **COMMON))
 
+    port = free_port()
     overrides = tiny_overrides(stdlib_data, tmp_path / "sp", num_gpus=2, sequence_parallel_size=2, exit_interval=4,
                                load=str(tmp_path / "one" / "ckpt"), iteration=2, tensorboard_dir=str(tmp_path / "tb2"),
-                               master_port=free_port(), **COMMON)
+                               master_port=port, **COMMON)
     done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # DeepSpeed's CPU allreduce buffers (67 MB of RAM a rank in /dev/shm) are gone with the run.
+    assert not glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*")
     assert "2 rank(s)" in done.stdout and "resumed from step 2" in done.stdout, done.stdout
     assert_same_steps(logged_steps(tmp_path / "tb2"), logged_steps(tmp_path / "tb1"), [3, 4])
 
