@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 
-def _as_wide_as(x, q):
+def as_wide_as(x, q):
     """x [..., Dv] with zero columns up to q's head size (x itself when Dv is that)."""
     return x if x.shape[-1] == q.shape[-1] else F.pad(x, (0, q.shape[-1] - x.shape[-1]))
 
@@ -29,7 +29,7 @@ def attention(q, k, v, mask, causal: bool):
     """q [b, H, q, D], k/v [b, H, k, D], mask [1 | b, 1 | H, q, k] -> (out [b, H, q, D], logsumexp)."""
     if mask.dtype != q.dtype:  # the kernel would read the mask's memory as q's dtype
         raise TypeError(f"cpu_flash.attention: mask dtype {mask.dtype} differs from q's {q.dtype}")
-    out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, _as_wide_as(v, q), 0.0, causal,
+    out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, as_wide_as(v, q), 0.0, causal,
                                                                                 attn_mask=mask)[:2]
     return out[..., :v.shape[-1]], logsumexp
 
@@ -37,5 +37,5 @@ def attention(q, k, v, mask, causal: bool):
 def attention_backward(grad_out, q, k, v, out, logsumexp, mask, causal: bool):
     """-> (dq, dk, dv) of `attention`, from its output and logsumexp (nothing is recomputed)."""
     dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        _as_wide_as(grad_out, q), q, k, _as_wide_as(v, q), _as_wide_as(out, q), logsumexp, 0.0, causal, attn_mask=mask)
+        as_wide_as(grad_out, q), q, k, as_wide_as(v, q), as_wide_as(out, q), logsumexp, 0.0, causal, attn_mask=mask)
     return dq, dk, dv[..., :v.shape[-1]]

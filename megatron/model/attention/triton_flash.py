@@ -14,8 +14,7 @@ import importlib.util
 import os
 import sys
 
-import torch.nn.functional as F
-
+from megatron.model.attention import cpu_flash
 from megatron.model.attention.strategy import AttentionPlan
 
 LARGEST_HEAD_DIM = 256  # BLOCK_D up to 256: one tile of q, k, v and dO per program in registers
@@ -117,9 +116,6 @@ class TritonFlash(AttentionPlan):
         gives a narrower v, which goes in with zero columns added and comes out with them dropped (a zero column
         of v adds nothing to the output; autograd drops its gradient)."""
         from megatron.model.attention.triton_kernel import flash_attention_with_distance_tables
-        width = v.shape[-1]
-        if width != q.shape[-1]:
-            v = F.pad(v, (0, q.shape[-1] - width))
-        out = flash_attention_with_distance_tables(q, k, v, self.bias_table, self.weight_table, self.documents,
-                                                   self.window)
-        return out[..., :width]
+        out = flash_attention_with_distance_tables(q, k, cpu_flash.as_wide_as(v, q), self.bias_table,
+                                                   self.weight_table, self.documents, self.window)
+        return out[..., :v.shape[-1]]
