@@ -114,6 +114,20 @@ def test_the_dry_run_lists_each_extension_after_its_base_with_its_commands(tmp_p
     assert not any(a.startswith("finetune") for a in evaluations[3])
 
 
+def test_an_extension_of_a_base_run_trained_differently_is_never_reused(tmp_path):
+    from tools.reproduce.runs import RunFailed, check_training_config, plan_runs
+    sweep = load(tmp_path)
+    yarn = plan_runs(sweep, [sweep.data["stdlib"]])[3]
+    (yarn.checkpoints / "global_step5").mkdir(parents=True)
+    stamp = {"config_hash": yarn.identity.config_hash, "extends": yarn.extends.identity.config_hash}
+    (yarn.directory / "training_config.json").write_text(json.dumps(stamp))
+    assert check_training_config(yarn) == yarn.identity.config_hash
+    (yarn.directory / "training_config.json").write_text(json.dumps({**stamp, "extends": "another"}))
+    with pytest.raises(RunFailed, match=r"holds a fine-tune of a base run of a different training config \(the sweep "
+                                        "or profile of stdlib/rotary/seed1 changed since\); delete"):
+        check_training_config(yarn)
+
+
 LENGTHS, SEEDS, CHUNKS = (64, 256, 1024), (1, 2, 3), 20
 
 
@@ -174,7 +188,7 @@ def test_the_reports_copy_of_an_extensions_result_carries_its_label_and_base(tmp
 def test_a_base_run_and_its_extension_end_to_end_then_skipped(tmp_path):
     """A 4-step base at 64 tokens and a 2-step YaRN extension to 256 (configs/tiny.yml, 2 layers): the
     extension's checkpoint records the longer length and the scaling; a second invocation launches nothing."""
-    from megatron.inference_model import open_checkpoint
+    from megatron.evaluation.run import open_checkpoint  # the reader evaluate.py opens a checkpoint with
     from test_reproduce import write_corpus
     write_corpus(tmp_path / "code.jsonl")
     sweep = {"name": "ext", "scale": "test", "profile": ["configs/tiny.yml"], "methods": ["rotary"], "seeds": [7],

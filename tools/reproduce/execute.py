@@ -22,7 +22,8 @@ import numpy as np
 
 from megatron.errors import NeoXArgsError
 from . import REPO_ROOT
-from .runs import Run, RunFailed, check_training_config, finished_result, finished_ruler, set_text, trained_step
+from .runs import (Run, RunFailed, check_training_config, extended_config, finished_result, finished_ruler, set_text,
+                   trained_step)
 
 
 STOP_SECONDS = 120  # how long an interrupted run may take to save and exit before deepy.py is killed
@@ -170,7 +171,7 @@ def train(run: Run, train_iters: int, digest: str, threads: int) -> None:
         raise RunFailed(f"{run.checkpoints} has a checkpoint at step {step}, past train-iters "
                         f"{train_iters}; delete the run folder or raise train-iters")
     run.directory.mkdir(parents=True, exist_ok=True)
-    stamp = {"config_hash": digest, "commit": git_commit()[0]}
+    stamp = {"config_hash": digest, "commit": git_commit()[0], **({"extends": extended_config(run)} if run.extends else {})}
     (run.directory / "training_config.json").write_text(json.dumps(stamp))
     launch("train.py", run, run.training_overrides(), run.directory / "train.log", threads)
     if trained_step(run) != train_iters:

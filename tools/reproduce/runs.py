@@ -210,9 +210,20 @@ def check_training_config(run: Run) -> str:
     trained with another one (the sweep or profile changed since): those are never reused silently."""
     owner = run.owner
     stamp, digest = owner.directory / "training_config.json", run.identity.config_hash
-    stored = json.loads(stamp.read_text())["config_hash"] if stamp.is_file() else digest
-    if trained_step(owner) is not None and stored != digest:
+    stored = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    if trained_step(owner) is not None and stored.get("config_hash", digest) != digest:
         raise RunFailed(f"{owner.checkpoints} holds checkpoints of a different training config (the sweep or "
                         "profile changed since); delete that run folder to retrain it, or give the sweep "
                         "another work_dir")
+    # An extension's weights also come from its base run: checkpoints fine-tuned from another base are not its.
+    base = owner.extends and extended_config(owner)
+    if base and trained_step(owner) is not None and stored.get("extends", base) != base:
+        raise RunFailed(f"{owner.checkpoints} holds a fine-tune of a base run of a different training config (the "
+                        f"sweep or profile of {owner.extends} changed since); delete {owner.directory} to extend the "
+                        "base run as it is now, or give the sweep another work_dir")
     return digest
+
+
+def extended_config(run: Run) -> str:
+    """For an extension's stamp: the config hash of the run whose checkpoint it fine-tunes."""
+    return run.extends.identity.config_hash
