@@ -8,7 +8,8 @@
 
 For every (dataset, method, seed) of the grid it prepares the data, trains through
 `deepy.py train.py`, evaluates at every length through `deepy.py evaluate.py` (the commands a GPU user
-runs by hand), evaluates the windowed baseline, and then writes the report (Tables 3-5, Figures 2-5,
+runs by hand), evaluates the windowed baseline, fine-tunes each `extensions` entry from its base run's
+final checkpoint once that run finished, and then writes the report (Tables 3-5, Figures 2-5,
 perplexity versus length) with tools/analysis. It is resumable: a run with a checkpoint at its final
 step and a complete result file is skipped, an interrupted training resumes from its last checkpoint,
 and a failed run is reported while the others go on. Paths in the sweep YAML are relative to the
@@ -22,7 +23,7 @@ spec.py reads the sweep, runs.py plans the runs and knows what is finished, exec
 data.py plans and prepares the corpora, plan.py prints the plan, inputs.py and report.py (with sections.py)
 write the report. verdicts.py is the one verdict engine (which of two methods is significantly better at a
 length, and the verdict words) under claims.py (the paper's claims), ablation.py (the ablation's rules)
-and variants.py (variants beside their parents); figures.py draws their measure-against-length figures.
+and variants.py (variants beside their parents, extensions beside their base models); figures.py draws their measure-against-length figures.
 """
 import pathlib
 

@@ -19,11 +19,11 @@ import threading
 import time
 
 import numpy as np
-import yaml
 
 from megatron.errors import NeoXArgsError
 from . import REPO_ROOT
-from .runs import Run, RunFailed, check_training_config, finished_result, finished_ruler, trained_step
+from .runs import (Run, RunFailed, check_training_config, extended_config, finished_result, finished_ruler, set_text,
+                   trained_step)
 
 
 STOP_SECONDS = 120  # how long an interrupted run may take to save and exit before deepy.py is killed
@@ -80,15 +80,15 @@ _STOP = _Stop()  # one sweep per process; run_grid resets it
 
 def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
     """Every run through `execute`, `jobs` at a time; returns {run: error}, or raises SweepInterrupted
-    after SIGINT/SIGTERM once the running runs have stopped. An evaluation-only run follows its base run
-    in the same worker, so no worker waits idle for another's checkpoint."""
+    after SIGINT/SIGTERM once the running runs have stopped. An evaluation-only run follows its base run,
+    and an extension the run it extends, in the same worker, so no worker waits idle for another's checkpoint."""
     global _STOP
     _STOP = stop = _Stop()
     progress, failures = Progress(len(runs), jobs), {}
     follows = {}
     for run in runs:
-        if run.base:
-            follows.setdefault(id(run.base), []).append(run)
+        if run.after:
+            follows.setdefault(id(run.after), []).append(run)
     print(f"{len(runs)} runs, {jobs} at a time, {threads} thread(s) each", flush=True)
 
     def one(run):
@@ -105,7 +105,8 @@ def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
             progress.finish(run, 0.0, failed=True)
         for follow in follows.get(id(run), []):
             if str(run) in failures:
-                failures[str(follow)] = f"not evaluated: its base run {run} failed"
+                failures[str(follow)] = (f"not trained: the run it extends, {run}, failed" if follow.extends else
+                                         f"not evaluated: its base run {run} failed")
                 progress.finish(follow, 0.0, failed=True)
             else:
                 one(follow)
@@ -113,7 +114,7 @@ def run_grid(runs: list[Run], jobs: int, threads: int) -> dict:
     previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            for future in [pool.submit(one, run) for run in runs if not run.base]:
+            for future in [pool.submit(one, run) for run in runs if not run.after]:
                 future.result()  # waits in the main thread, where the handler runs
     finally:
         for signum, handler in previous.items():
@@ -137,6 +138,10 @@ def execute(run: Run, threads: int) -> float | None:
     if scored and (not run.sweep.ruler or finished_ruler(run, args.train_iters)):
         return None
     began = time.time()
+    # An extension starts from its base's final checkpoint; once it has its own, it resumes from that.
+    if run.extends and trained_step(run) is None and trained_step(run.extends) != run.extends.args().train_iters:
+        raise RunFailed(f"the run it extends, {run.extends}, has no checkpoint at step "
+                        f"{run.extends.args().train_iters} to start from")
     if not run.base:
         train(run, args.train_iters, digest, threads)
     elif trained_step(run.base) != args.train_iters:
@@ -166,7 +171,7 @@ def train(run: Run, train_iters: int, digest: str, threads: int) -> None:
         raise RunFailed(f"{run.checkpoints} has a checkpoint at step {step}, past train-iters "
                         f"{train_iters}; delete the run folder or raise train-iters")
     run.directory.mkdir(parents=True, exist_ok=True)
-    stamp = {"config_hash": digest, "commit": git_commit()[0]}
+    stamp = {"config_hash": digest, "commit": git_commit()[0], **({"extends": extended_config(run)} if run.extends else {})}
     (run.directory / "training_config.json").write_text(json.dumps(stamp))
     launch("train.py", run, run.training_overrides(), run.directory / "train.log", threads)
     if trained_step(run) != train_iters:
@@ -242,15 +247,8 @@ def _read_from(path: pathlib.Path, offset: int) -> str:
 
 
 def launch_command(script: str, profile: list, overrides: dict) -> list[str]:
-    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={_yaml_text(value)}")]
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={set_text(value)}")]
     return [sys.executable, "deepy.py", script, *profile, *sets]
-
-
-def _yaml_text(value) -> str:
-    """The value as `--set` reads it back (YAML): strings bare where YAML keeps them strings."""
-    if isinstance(value, str) and yaml.safe_load(value) == value:
-        return value
-    return json.dumps(value)
 
 
 def free_port() -> int:

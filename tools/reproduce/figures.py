@@ -9,19 +9,22 @@ import dataclasses
 
 import numpy as np
 
+from megatron.evaluation.identity import Method
 from tools.analysis.results_index import index_results, method_sort_key
 
 
 def ppl_ratios(documents) -> dict:
-    """{dataset: {method: {L / T: mean over seeds of ppl(L) / ppl(T)}}} (nonoverlap)."""
+    """{dataset: {method: {L / T: mean over seeds of ppl(L) / ppl(T)}}} (nonoverlap), T each method's own
+    training length (an extension's is longer than its base model's)."""
     out = {}
+    trained = {(d["run"]["dataset"], Method.of_run(d["run"])): d["run"]["train_length"] for d in documents}
     for dataset, runs in sorted(index_results(documents, "nonoverlap").items()):  # not the files' order
-        T = next(d["run"]["train_length"] for d in documents if d["run"]["dataset"] == dataset)
         for method in sorted(runs, key=method_sort_key):
+            T = trained[dataset, method]
             at_T = runs[method].get(T, {})
             out.setdefault(dataset, {})[str(method)] = {
                 L // T: float(np.mean([runs[method][L][s]["ppl"] / at_T[s]["ppl"] for s in at_T if s in runs[method][L]]))
-                for L in sorted(runs[method]) if at_T}
+                for L in sorted(runs[method]) if at_T and L >= T}  # below T (an extension at 64): no ratio drawn
     return out
 
 

@@ -64,15 +64,24 @@ def collect(runs: list[Run]) -> ReportInputs:
 
 
 def labelled(document: dict, run: Run) -> dict:
-    """The result file as the report reads it: a training variant's run carries its label (evaluate.py
-    writes the pos-emb's, knowing nothing of the sweep) and the keys it was trained with."""
-    if run.trained:
-        keys = run.sweep.training_variants[run.method][run.trained]
+    """The result file as the report reads it: a training variant's or an extension's run carries its label
+    (evaluate.py writes the pos-emb's, knowing nothing of the sweep) and the keys it was trained with; an
+    extension also the label of the run it extends (its base model)."""
+    if run.named:
         old = document["run"]["name"]
-        document["run"] = {**document["run"], "method": str(run.label), "variant": run.label.variant,
-                           "training_variant": {"label": run.trained, "keys": keys},
+        if run.trained:
+            extra = {"training_variant": {"label": run.trained, "keys": run.sweep.training_variants[run.method][run.trained]}}
+        else:
+            extra = {"extension": {"label": run.extension, "keys": run.sweep.extensions[run.method][run.extension],
+                                   "base": str(run.extends.label)}}
+        document["run"] = {**document["run"], "method": str(run.label), "variant": run.label.variant, **extra,
                            "name": old.replace(f"_{run.written_label}_", f"_{run.label}_", 1)}
     return document
+
+
+def relabelled(document: dict) -> bool:
+    """Whether `labelled` rewrote the file's run (a training variant's or an extension's)."""
+    return bool(document["run"].get("training_variant") or document["run"].get("extension"))
 
 
 def save(inputs: ReportInputs, sweep: Sweep) -> None:
@@ -81,7 +90,7 @@ def save(inputs: ReportInputs, sweep: Sweep) -> None:
     shutil.rmtree(out / "results", ignore_errors=True)
     (out / "results").mkdir(parents=True)
     for document in inputs.documents:
-        if document["run"].get("training_variant"):  # relabelled (`labelled`): written, not copied
+        if relabelled(document):  # (`labelled`): written, not copied
             write_atomic(out / "results" / f"{document['run']['name']}.json",
                          {k: v for k, v in document.items() if k != "path"})
         else:

@@ -49,7 +49,9 @@ def summary(sweep: Sweep, data_plans, runs, report_dir: pathlib.Path, published:
     to_train = [r for r in usable if id(r) not in trained]
     to_evaluate = [r for r in evaluations if id(r.owner) not in broken and id(r) not in evaluated]
     lines.append(f"Trainings: {len(trainings)}: {len(trained)} done, {len(to_train)} to do"
-                 + (f" ({len(resuming)} of them resume from their last checkpoint)" if resuming else ""))
+                 + (f" ({len(resuming)} of them resume from their last checkpoint)" if resuming else "")
+                 + (f"; {sum(1 for r in trainings if r.extends)} of them extensions, each trained after the run it "
+                    "extends (finetune from its final checkpoint)" if sweep.extensions else ""))
     lines.append(f"Evaluations: {len(evaluations)}: {len(evaluated)} done, {len(to_evaluate)} to do")
     if sweep.ruler:
         lines.append(f"RULER: {', '.join(sweep.ruler['tasks'])} by eval.py after each evaluation, "

@@ -14,7 +14,7 @@ from .inputs import ReportInputs
 from .runs import Run
 from .retrieval import retrieval_section
 from .sections import kernel_section, position_section, speed_section, training_section
-from .variants import variants_figure, variants_section
+from .variants import extensions_section, variants_figure, variants_section
 from .spec import Sweep, SweepError
 
 COMPLEX_KERNELS = ("kerple_log3", "kerple_bias_weight")  # the paper's Table 5
@@ -26,8 +26,11 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
     from tools.analysis.plot_common import save_figure
     from tools.analysis.plot_lengths import plot_perplexity_vs_length
 
-    documents = inputs.documents
-    if not documents:
+    everything = inputs.documents
+    # Extensions (trained at another length) have a section of their own and a line in the figure; Table 3,
+    # the claims and the other studies compare the models as trained, zero-shot.
+    documents = [d for d in everything if not d["run"].get("extension")]
+    if not everything:
         raise SweepError(f"no finished runs of this sweep (as configured now) under {sweep.work_dir} to report "
                          "on; run the sweep first")
     out = sweep.report_dir
@@ -41,10 +44,10 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
                      if d["run"]["pos_emb"] not in COMPLEX_KERNELS or d["run"]["pos_emb"] == reference]
         table3 = build_table3(base_docs, "nonoverlap", reference, 0.05, paper_map)
         (out / "table3.csv").write_text(render_csv(table3))
-        if not sweep.training_variants:  # plot_lengths colours by pos-emb: variants need a colour of their own
-            figures(plot_perplexity_vs_length(documents), "ppl_vs_length")
+        if not sweep.training_variants and not sweep.extensions:  # plot_lengths colours by pos-emb: variants
+            figures(plot_perplexity_vs_length(documents), "ppl_vs_length")  # need a colour of their own
         elif not sweep.ablation:  # the ablation draws its own figure (with DAPE-V2's curve)
-            figures(variants_figure(documents, sweep), "ppl_vs_length")
+            figures(variants_figure(everything, sweep), "ppl_vs_length")
         complex_docs = [d for d in documents if d["run"]["pos_emb"] in COMPLEX_KERNELS + (reference,)
                         and not d["run"].get("attention_window")]
         table5 = (build_table3(complex_docs, "nonoverlap", reference, 0.05, {})
@@ -54,7 +57,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
 
     trained = [r for r in runs if not r.base]
     sections = [_header(sweep, runs, inputs, command, rerendered), ablation_section(sweep, documents, figures),
-                variants_section(sweep, documents, figures),
+                variants_section(sweep, documents, figures), extensions_section(sweep, everything),
                 claims_section(sweep.scale, table3, documents, sweep.position_length, sweep.windowed_baseline),
                 "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n", render_markdown(table3),
                 "![perplexity versus length](ablation_ppl.png)\n" if sweep.ablation else
@@ -64,7 +67,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
     sections += [speed_section(sweep, trained, inputs), training_section(sweep, trained, inputs, figures),
                  kernel_section(sweep, trained, figures), position_section(sweep, documents, figures),
                  retrieval_section(sweep, documents, figures), effective_section(sweep, inputs, figures),
-                 _status_section(runs, documents, failures)]
+                 _status_section(runs, everything, failures)]
     if sweep.commentary and sweep.commentary.is_file():
         sections.append(sweep.commentary.read_text())
     report = out / "report.md"
@@ -108,6 +111,8 @@ def _header(sweep, runs, inputs, command, rerendered) -> str:
            if sweep.windowed_baseline else "")
         + (f"; trained variants: {', '.join(sorted({str(r.label) for r in runs if r.trained}))}"
            if sweep.training_variants else "")
+        + (f"; extensions (fine-tunes of the plain runs): {', '.join(sorted({str(r.label) for r in runs if r.extension}))}"
+           if sweep.extensions else "")
         + (f"; evaluation-only variants of the trained checkpoints: "
            f"{', '.join(sorted({str(r.label) for r in runs if r.variant}))}" if sweep.variants else ""),
         "",

@@ -1,4 +1,5 @@
-"""The sweep's runs: one per (dataset, method, seed) and per (dataset, training variant, seed), plus
+"""The sweep's runs: one per (dataset, method, seed) and per (dataset, training variant, seed), the
+extensions (fine-tunes of a plain run's checkpoint at a longer context, trained after it), plus
 evaluation-only runs that re-evaluate a base run's checkpoint (the windowed baseline, and each of
 `variants`); where each keeps its files, and which of them are already finished."""
 import dataclasses
@@ -6,9 +7,12 @@ import functools
 import json
 import pathlib
 
+import yaml
+
 from megatron.evaluation.identity import Method, RunIdentity, config_hash, evaluation_variant
 from megatron.evaluation.results import ResultFileError, load_result
 from megatron.neox_arguments import NeoXArgs
+from megatron.neox_arguments.yaml_loader import parse_value
 from .spec import Dataset, Sweep
 
 
@@ -26,6 +30,18 @@ class Run:
     window: int | None = None     # the windowed baseline's attention-window: the training length
     variant: dict | None = None   # a variant's per-run options (NeoX keys), set at evaluation only
     trained: str | None = None    # the label of a training variant (sweep.training_variants), trained on its own
+    extension: str | None = None  # the label of an extension (sweep.extensions), a fine-tune of `extends`
+    extends: "Run | None" = None  # the plain run whose final checkpoint an extension starts from
+
+    @property
+    def named(self) -> str | None:
+        """The sweep's name for this trained run's keys: its training variant's or its extension's label."""
+        return self.trained or self.extension
+
+    @property
+    def after(self) -> "Run | None":
+        """The run that must finish first: the base whose checkpoint this one evaluates, or the one it extends."""
+        return self.base or self.extends
 
     @property
     def identity(self) -> RunIdentity:
@@ -44,10 +60,10 @@ class Run:
     @property
     def label(self) -> Method:
         written = self.written_label
-        if not self.trained:
+        if not self.named:
             return written
-        # The training variant's name stands for its switches; an evaluation variant adds its own label.
-        return Method(self.method, self.window, "+".join(filter(None, (self.trained, self.variant and written.variant))))
+        # The training variant's (extension's) name stands for its keys; an evaluation variant adds its own label.
+        return Method(self.method, self.window, "+".join(filter(None, (self.named, self.variant and written.variant))))
 
     @property
     def directory(self) -> pathlib.Path:
@@ -72,13 +88,21 @@ class Run:
     def model_overrides(self) -> dict:
         """NeoX keys of this run's model, data and seed on top of the profile (no folders: they follow
         from the label, which follows from these)."""
-        trained = self.sweep.training_variants[self.method][self.trained] if self.trained else {}
+        trained = (self.sweep.training_variants[self.method][self.trained] if self.trained else
+                   self.sweep.extensions[self.method][self.extension] if self.extension else {})
         return {**self.sweep.overrides, **trained,
                 **{k.replace("-", "_"): v for k, v in self.dataset.tokenizer.items()}, "pos_emb": self.method,
                 "seed": self.seed, "data_path": self.dataset.prefix}
 
     def training_overrides(self) -> dict:
-        """NeoX keys of this run on top of the profile (the same for training and evaluation)."""
+        """NeoX keys of this run's training on top of the profile. An extension starts from the final checkpoint
+        of the run it extends (`finetune`: its weights, a fresh optimizer and schedule) and resumes from its own
+        `save` folder once that holds a checkpoint (train.py's fine-tune rule)."""
+        start = {"finetune": True, "load": str(self.extends.checkpoints)} if self.extends else {}
+        return {**self.folders(), **start}
+
+    def folders(self) -> dict:
+        """NeoX keys of this run's model and folders on top of the profile (evaluation loads its own checkpoints)."""
         owner = self.owner.directory
         return {**self.model_overrides(),
                 "save": str(self.checkpoints), "load": str(self.checkpoints),
@@ -87,7 +111,7 @@ class Run:
                 "data_cache_path": str(owner / "data_cache")}
 
     def evaluation_overrides(self) -> dict:
-        overrides = {**self.training_overrides(), **self.sweep.evaluation, "eval_results_dir": str(self.results_dir)}
+        overrides = {**self.folders(), **self.sweep.evaluation, "eval_results_dir": str(self.results_dir)}
         if self.window:
             overrides["attention_window"] = self.window
         return {**overrides, **(self.variant or {})}
@@ -103,7 +127,18 @@ class Run:
                 "eval_task_limit": self.sweep.ruler["limit"]}
 
     def args(self, overrides=None) -> NeoXArgs:
-        return NeoXArgs.from_ymls(self.sweep.profile, overrides or self.training_overrides(), world_size=1)
+        """The config the launched script reads: each value as its `--set` reads it back (a mapping's keys
+        normalised, `original-max-position` -> `original_max_position`), so hashes and labels match its files."""
+        given = overrides or self.training_overrides()
+        return NeoXArgs.from_ymls(self.sweep.profile, {k: parse_value(set_text(v)) for k, v in given.items()},
+                                  world_size=1)
+
+
+def set_text(value) -> str:
+    """The value as `--set` reads it back (YAML): strings bare where YAML keeps them strings."""
+    if isinstance(value, str) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)
 
 
 def plan_runs(sweep: Sweep, datasets) -> list[Run]:
@@ -115,6 +150,8 @@ def plan_runs(sweep: Sweep, datasets) -> list[Run]:
                 run = Run(sweep, dataset, method, seed)
                 runs.append(run)
                 runs += [Run(sweep, dataset, method, seed, trained=label) for label in sweep.training_variants.get(method, {})]
+                runs += [Run(sweep, dataset, method, seed, extension=label, extends=run)
+                         for label in sweep.extensions.get(method, {})]
                 if method == sweep.windowed_baseline:
                     runs.append(Run(sweep, dataset, method, seed, base=run, window=run.args().seq_length))
                 runs += [Run(sweep, dataset, method, seed, base=run, variant=v) for v in sweep.variants.get(method, [])]
@@ -173,9 +210,20 @@ def check_training_config(run: Run) -> str:
     trained with another one (the sweep or profile changed since): those are never reused silently."""
     owner = run.owner
     stamp, digest = owner.directory / "training_config.json", run.identity.config_hash
-    stored = json.loads(stamp.read_text())["config_hash"] if stamp.is_file() else digest
-    if trained_step(owner) is not None and stored != digest:
+    stored = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    if trained_step(owner) is not None and stored.get("config_hash", digest) != digest:
         raise RunFailed(f"{owner.checkpoints} holds checkpoints of a different training config (the sweep or "
                         "profile changed since); delete that run folder to retrain it, or give the sweep "
                         "another work_dir")
+    # An extension's weights also come from its base run: checkpoints fine-tuned from another base are not its.
+    base = owner.extends and extended_config(owner)
+    if base and trained_step(owner) is not None and stored.get("extends", base) != base:
+        raise RunFailed(f"{owner.checkpoints} holds a fine-tune of a base run of a different training config (the "
+                        f"sweep or profile of {owner.extends} changed since); delete {owner.directory} to extend the "
+                        "base run as it is now, or give the sweep another work_dir")
     return digest
+
+
+def extended_config(run: Run) -> str:
+    """For an extension's stamp: the config hash of the run whose checkpoint it fine-tunes."""
+    return run.extends.identity.config_hash

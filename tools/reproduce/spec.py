@@ -47,6 +47,7 @@ class Sweep:
     windowed_baseline: str | None
     variants: dict                # method -> [NeoX keys of one evaluation-only variant, ...]
     training_variants: dict       # method -> {label: NeoX keys of one separately trained variant}
+    extensions: dict              # method -> {label: NeoX keys of a fine-tune of the method's plain run}
     chunk_subsets: list           # chunk counts the ablation report re-reads the scored chunks at
     ablation: dict | None         # {method, anchor, measure}: judge the training variants by ablation.py's rules
     ruler: dict | None            # {tasks, limit}: RULER tasks eval.py runs on every run at evaluation.eval-lengths
@@ -62,7 +63,8 @@ class Sweep:
 
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
               "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
-              "report_dir", "commentary", "jobs", "threads", "training_variants", "chunk_subsets", "ablation", "ruler"}
+              "report_dir", "commentary", "jobs", "threads", "training_variants", "extensions", "chunk_subsets", "ablation",
+              "ruler"}
 REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
 DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
 
@@ -103,6 +105,7 @@ def load_sweep(path) -> Sweep:
         fail("windowed_baseline", f"{windowed!r} must be one of the grid's methods")
     variants = _variants(spec.get("variants") or {}, spec["methods"], fail)
     training_variants = _training_variants(spec.get("training_variants") or {}, spec["methods"], fail)
+    extensions = _extensions(spec.get("extensions") or {}, spec["methods"], training_variants, fail)
     evaluation = {normalise_key(k): v for k, v in spec["evaluation"].items()}
     position_length = spec.get("position_length")
     if position_length and position_length not in (evaluation.get("eval_lengths") or []):
@@ -121,7 +124,7 @@ def load_sweep(path) -> Sweep:
         path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
-        windowed_baseline=windowed, variants=variants, training_variants=training_variants,
+        windowed_baseline=windowed, variants=variants, training_variants=training_variants, extensions=extensions,
         chunk_subsets=sorted(chunk_subsets), ablation=ablation, ruler=ruler, kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
@@ -205,6 +208,50 @@ def _training_variants(given, methods, fail) -> dict:
                      "so a variant's value would be replaced; leave them out")
             variants[method][label] = entry
     return variants
+
+
+def _extensions(given, methods, training_variants, fail) -> dict:
+    """`extensions: {rotary: {yarn-256: {seq-length: 256, train-iters: 100, rotary-scaling: {...}}}}`: each entry
+    is a run of its own that fine-tunes the method's plain run of the same dataset and seed (`finetune: true`,
+    `load` = that run's checkpoints) with the entry's keys, after that run finished; reported as
+    `<method>+<label>` beside its base model's zero-shot result."""
+    from megatron.neox_arguments import NeoXArgs
+    example = ("{rotary: {yarn-256: {seq-length: 256, seq-length-val: 256, train-iters: 100, "
+               "rotary-scaling: {type: yarn, factor: 4, original-max-position: 64}}}}")
+    if not isinstance(given, dict):
+        fail("extensions", f"must map a method to {{label: {{NeoX key: value, ...}}}}, e.g. {example}")
+    keys, extensions = set(NeoXArgs.user_keys()), {}
+    for method, entries in given.items():
+        where = f"extensions.{method}"
+        if method not in methods:
+            fail(where, f"{method!r} is not one of the grid's methods ({', '.join(methods)}); an extension fine-tunes "
+                 "the plain run of one of them, so list the method under `methods` or extend another")
+        if not isinstance(entries, dict) or not entries or not all(isinstance(e, dict) and e for e in entries.values()):
+            fail(where, f"must map a label to a non-empty mapping of NeoX keys, e.g. {example}")
+        extensions[method] = {}
+        for label, entry in entries.items():
+            label = str(label) if isinstance(label, int) and not isinstance(label, bool) else label  # `256:`
+            if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
+                fail(where, f"label {label!r}: letters, digits, '-' and '+' only (it names the run's folder and "
+                     "result file)")
+            if label in training_variants.get(method, {}):
+                fail(where, f"label {label!r} is also a training variant of {method}: both would be reported as "
+                     f"`{method}+{label}`; give the extension another label")
+            entry = {normalise_key(k): v for k, v in entry.items()}
+            unknown = sorted(set(entry) - keys)
+            if unknown:
+                fail(f"{where}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
+            if "pos_emb" in entry or "seed" in entry:
+                fail(f"{where}.{label}", "pos-emb and seed are those of the run it extends (the grid's own axes)")
+            if owned := sorted(set(entry) & (SWEEP_OWNED_KEYS | {"finetune"})):
+                named = ", ".join(k.replace("_", "-") for k in owned)
+                fail(f"{where}.{label}", f"{named}: the sweep sets these for every extension (finetune: true, load: "
+                     "the checkpoints of the plain run it extends; its own folders from its label), so leave them out")
+            if "seq_length" not in entry:
+                fail(f"{where}.{label}", "sets no seq-length: an extension trains its base model at a longer context; "
+                     "give it seq-length (and seq-length-val), e.g. " + example)
+            extensions[method][label] = entry
+    return extensions
 
 
 ABLATION_MEASURES = {"perplexity": "nonoverlap", "kv-retrieval": "kv-retrieval"}  # measure -> the eval-mode it reads

@@ -1,11 +1,13 @@
 """A sweep's training variants beside their parent method, for a sweep that is not an ablation (no
 `ablation:` key): each variant against the same method without the variant's keys, at every length, by the
-paired tests the report already uses. A description: no rule was written for these, so no verdict."""
+paired tests the report already uses; and its extensions beside their base model's zero-shot result, by the
+same tests. A description: no rule was written for these, so no verdict."""
 import json
 
 
+from megatron.evaluation.identity import Method
 from tools.analysis.probe_table import probe_modes
-from tools.analysis.results_index import index_results, train_lengths
+from tools.analysis.results_index import index_results
 from .figures import PerplexityStyle, perplexity_figure
 from .verdicts import ALPHA, Accuracy, Perplexity, p_text
 
@@ -23,42 +25,80 @@ def variants_section(sweep, documents, figures) -> str:
                 if modes else "")
              + ". *Lower* / *higher*: significantly so; *–*: no significant difference. A description, not a "
              "verdict: the sweep states no rule for these comparisons.\n"]
-    trained = train_lengths(documents)
+    pairs = [(f"{method}+{label}", method) for method, entries in sweep.training_variants.items() for label in entries]
+    return "\n".join(lines + paired_tables(documents, pairs, ("variant", "parent")))
+
+
+def extensions_section(sweep, documents) -> str:
+    """Each extension (a fine-tune of a plain run at a longer context) beside its base model's zero-shot
+    result at every evaluation length, by the same paired tests as the training variants."""
+    if not sweep.extensions:
+        return ""
+    modes = probe_modes(documents)
+    lines = ["## Extensions beside their base model's zero-shot result\n", f"_Scale: {sweep.scale}_\n",
+             "Each extension fine-tunes the final checkpoint of its method's plain run (same dataset and seed: "
+             "`finetune: true`, a fresh optimizer and schedule) with its keys "
+             f"({variant_keys(sweep.extensions)}). Here it stands beside that base model evaluated zero-shot, at "
+             "every evaluation length, by the paired tests of Table 3: perplexity from the loss, paired t-test over "
+             f"seeds, α = {ALPHA}" + (" — and of the retrieval section: accuracy, exact McNemar test over (seed, "
+                                     "sample) pairs" if modes else "")
+             + ". *Lower* / *higher*: significantly so; *–*: no significant difference. The extension trained on "
+             "more tokens than its base (its own steps on top), so a gain is the extension's, not the method's "
+             "zero-shot length generalization. A description, not a verdict.\n"]
+    pairs = [(f"{method}+{label}", method) for method, entries in sweep.extensions.items() for label in entries]
+    return "\n".join(lines + paired_tables(documents, pairs, ("extension", "base")))
+
+
+def paired_tables(documents, pairs, names) -> list[str]:
+    """One table per dataset: each (run, parent) pair of labels at every length both were evaluated at, by
+    the paired tests of verdicts.py. `names`: what the table calls the two (e.g. "variant", "parent")."""
+    this, other = names
+    modes = probe_modes(documents)
+    trained = _train_lengths(documents)
     ppl = index_results(documents, "nonoverlap")
     probes = {mode: index_results(documents, mode) for mode in modes}
+    out = []
     for dataset in sorted(ppl):
-        T = trained.get(dataset)
-        if T is None:  # runs trained at different lengths: no shared T to pair at
-            continue
-        data = Perplexity({str(m): v for m, v in ppl[dataset].items()}, T)
-        head = "| variant | parent | L | ppl: parent | ppl: variant | p | variant's ppl |"
+        runs_ppl = {str(m): v for m, v in ppl[dataset].items()}
+        head = f"| {this} | {other} | L | ppl: {other} | ppl: {this} | p | {this}'s ppl |"
         rule = "|---|---|---|---|---|---|---|"
         for mode in modes:
-            head += f" {mode} accuracy: parent | variant | McNemar p | variant's accuracy |"
+            head += f" {mode} accuracy: {other} | {this} | McNemar p | {this}'s accuracy |"
             rule += "---|---|---|---|"
-        rows = []
-        for method, entries in sweep.training_variants.items():
-            for label in entries:
-                variant = f"{method}+{label}"
-                if method not in data.runs or variant not in data.runs:
+        rows, train_at = [], set()
+        for run, parent in pairs:
+            if parent not in runs_ppl or run not in runs_ppl:
+                continue
+            # The parent's training length: a pair's measures are read at lengths both were evaluated at.
+            data = Perplexity({parent: runs_ppl[parent], run: runs_ppl[run]}, trained[dataset, parent])
+            train_at |= {(parent, trained[dataset, parent]), (run, trained[dataset, run])}
+            for L in data.lengths:
+                if L not in runs_ppl[parent] or L not in runs_ppl[run]:
                     continue
-                for L in data.lengths:
-                    parent_better, variant_better, p = data.better(method, variant, L)
-                    cells = [variant, method, str(L), f"{data.ppl(method, L):.4g}", f"{data.ppl(variant, L):.4g}", p_text(p),
-                             _direction(variant_better, parent_better, "lower", "higher")]
-                    for mode in modes:
-                        runs = {str(m): v for m, v in probes[mode].get(dataset, {}).items()}
-                        if L not in runs.get(method, {}) or L not in runs.get(variant, {}):
-                            cells += ["", "", "", ""]
-                            continue
-                        probe = Accuracy(runs, T)
-                        parent_acc, variant_acc, p_acc = probe.better(method, variant, L)
-                        cells += [f"{probe.accuracy(method, L):.2f}", f"{probe.accuracy(variant, L):.2f}", p_text(p_acc),
-                                  _direction(variant_acc, parent_acc, "higher", "lower")]
-                    rows.append("| " + " | ".join(cells) + " |")
+                parent_better, run_better, p = data.better(parent, run, L)
+                cells = [run, parent, str(L), f"{data.ppl(parent, L):.4g}", f"{data.ppl(run, L):.4g}", p_text(p),
+                         _direction(run_better, parent_better, "lower", "higher")]
+                for mode in modes:
+                    accuracy = {str(m): v for m, v in probes[mode].get(dataset, {}).items()}
+                    if L not in accuracy.get(parent, {}) or L not in accuracy.get(run, {}):
+                        cells += ["", "", "", ""]
+                        continue
+                    probe = Accuracy(accuracy, trained[dataset, parent])
+                    parent_acc, run_acc, p_acc = probe.better(parent, run, L)
+                    cells += [f"{probe.accuracy(parent, L):.2f}", f"{probe.accuracy(run, L):.2f}", p_text(p_acc),
+                              _direction(run_acc, parent_acc, "higher", "lower")]
+                rows.append("| " + " | ".join(cells) + " |")
         if rows:
-            lines += [f"**{dataset}** (T = {T}; perplexity and accuracy: mean over seeds)\n", head, rule, *rows, ""]
-    return "\n".join(lines)
+            Ts = sorted({T for _, T in train_at})
+            T = f"T = {Ts[0]}" if len(Ts) == 1 else "training lengths: " + ", ".join(
+                f"{label} {T}" for label, T in sorted(train_at))
+            out += [f"**{dataset}** ({T}; perplexity and accuracy: mean over seeds)\n", head, rule, *rows, ""]
+    return out
+
+
+def _train_lengths(documents) -> dict:
+    """{(dataset, label): the training length of that label's runs}."""
+    return {(d["run"]["dataset"], str(Method.of_run(d["run"]))): d["run"]["train_length"] for d in documents}
 
 
 def variant_keys(training_variants: dict) -> str:
@@ -75,5 +115,7 @@ def variants_figure(documents, sweep):
     """Perplexity against length (top) and its ratio to the training length (bottom), one line per method
     and variant: a variant in its own colour, dashed."""
     return perplexity_figure(documents, PerplexityStyle(
-        suptitle=f"{sweep.name}: perplexity by length, training variants dashed (CPU mini scale)",
+        suptitle=f"{sweep.name}: perplexity by length, "
+                 + " and ".join(filter(None, ("training variants" if sweep.training_variants else "",
+                                              "extensions" if sweep.extensions else ""))) + " dashed (CPU mini scale)",
         bottom_ylabel="ppl(L) / ppl(T), mean over seeds", dashed="+", palette=("tab10", "Dark2"), log_scale=True))
