@@ -21,6 +21,7 @@ import torch
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.masks import allowed_keys, token_term_differences
+from megatron.model.attention.sink import sink_gradient, with_sink
 
 TOKEN_TERMS_BLOCK = 128  # queries per kernel call (module docstring)
 
@@ -38,7 +39,7 @@ def block_mask(F, positions, start: int, end: int, window, dtype):
 
 class TokenTermsAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, F, positions, window, block):
+    def forward(ctx, q, k, v, F, positions, window, block, sink=None):
         outputs, logsumexps = [], []
         for start in range(0, q.shape[2], block):
             end = min(start + block, q.shape[2])
@@ -47,13 +48,15 @@ class TokenTermsAttention(torch.autograd.Function):
             outputs.append(out)
             logsumexps.append(lse)
         out, lse = torch.cat(outputs, dim=2), torch.cat(logsumexps, dim=2)
-        ctx.save_for_backward(q, k, v, F, positions, out, lse)
+        if sink is not None:  # the sink's (O', lse'), from which the backward runs (sink.py)
+            out, lse = with_sink(out, lse, sink)
+        ctx.save_for_backward(q, k, v, F, positions, out, lse, sink)
         ctx.window, ctx.block = window, block
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, F, positions, out, lse = ctx.saved_tensors
+        q, k, v, F, positions, out, lse, sink = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dtype = torch.promote_types(q.dtype, torch.float32)
@@ -77,7 +80,8 @@ class TokenTermsAttention(torch.autograd.Function):
                 d_scores.sub_(row_dot[:, :, start:end, None]).mul_(probs)
                 dF[:, :, start:end] += d_scores.sum(-1)
                 dF[:, :, :end] -= d_scores.sum(-2)
-        return dq, dk, dv, None if dF is None else dF.to(F.dtype), None, None, None
+        grad_sink = None if sink is None else sink_gradient(sink, lse, grad_out, out)
+        return dq, dk, dv, None if dF is None else dF.to(F.dtype), None, None, None, grad_sink
 
 
 FOLD_BLOCK = 1024  # queries per call: bounds |F_i - F_middle| (below); the kernel splits calls of >= 768 queries
@@ -127,10 +131,11 @@ def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
     return out
 
 
-def folds(q, k, v, F, window) -> bool:
-    """Whether folded_token_terms_attention computes this forward: no window, float32, no gradient."""
+def folds(q, k, v, F, window, sink=None) -> bool:
+    """Whether folded_token_terms_attention computes this forward: no window, float32, no gradient, no sink
+    (the masked blocks keep the log-sum-exp it takes)."""
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, F))
-    return window is None and q.dtype == torch.float32 and not needs_grad
+    return window is None and sink is None and q.dtype == torch.float32 and not needs_grad
 
 
 class BlockedTokenTerms(Blocked):
@@ -140,7 +145,7 @@ class BlockedTokenTerms(Blocked):
     # The per-token terms alone, on the CPU flash kernel (no dropout); its block masks are shared by the
     # rows, so it cannot hide each row's documents.
     requires = frozenset({"token_terms", "cpu"})
-    handles = frozenset({"cpu", "token_terms", "gradients", "cpu_gradients", "scattered_positions", "window"})
+    handles = frozenset({"cpu", "token_terms", "gradients", "cpu_gradients", "scattered_positions", "window", "sink"})
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -154,7 +159,7 @@ class BlockedTokenTerms(Blocked):
     def attend(self, q, k, v, dropout_p):
         if self.token_terms is None:  # not given this layer's terms (with_token_terms): plain blocks
             return super().attend(q, k, v, dropout_p)
-        if folds(q, k, v, self.token_terms, self.window):
+        if folds(q, k, v, self.token_terms, self.window, self.sink):
             return folded_token_terms_attention(q, k, v, self.token_terms)
         return TokenTermsAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), self.token_terms,
-                                         self.positions, self.window, TOKEN_TERMS_BLOCK)
+                                         self.positions, self.window, TOKEN_TERMS_BLOCK, self.sink)

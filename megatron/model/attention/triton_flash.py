@@ -51,7 +51,8 @@ def triton_problem() -> str | None:
 class TritonFlash(AttentionPlan):
     name = path = "triton"
     # A CUDA kernel: the CPU (and gradients there) only in Triton's interpreter, which can_run admits.
-    handles = frozenset({"bias_table", "weight", "bias_gradient", "gradients", "documents", "window"})
+    handles = frozenset({"bias_table", "weight", "bias_gradient", "gradients", "documents", "window", "sink",
+                         "sink_off_cpu"})
 
     def __init__(self, pe, positions, *, bias_table, weight_table, **common):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
@@ -121,5 +122,5 @@ class TritonFlash(AttentionPlan):
         if width != q.shape[-1]:
             v = F.pad(v, (0, q.shape[-1] - width))
         out = flash_attention_with_distance_tables(q, k, v, self.bias_table, self.weight_table, self.documents,
-                                                   self.window)
+                                                   self.window, self.sink)
         return out[..., :width]
