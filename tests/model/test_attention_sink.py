@@ -132,3 +132,19 @@ def test_the_dry_run_plans_a_strategy_that_takes_the_sink_and_refuses_it_with_a_
     args = NeoXArgs.from_dict(tiny_config("stickbreaking") | {"attention_sink": True})
     with pytest.raises(NeoXArgsError, match="attention-sink is set, but this positional method replaces the softmax"):
         training_plans(model_config(args, None), args.seq_length, 1, False)
+
+
+def test_the_sink_on_fox_folded_evaluation_blocks_equals_the_reference():
+    """fox's evaluation path (the terms folded into one row per block, blocks merged by their log-sum-exps) takes
+    each row's log-sum-exp back from the merge for the sink: against the reference's sink column, in float64 with
+    blocks of 8 (three blocks: one alone, two merged with their past)."""
+    from megatron.model.attention import reference
+    from megatron.model.attention.token_terms import folded_token_terms_attention
+    pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D).double()
+    q, k, v, sinks = (t.detach() for t in random_inputs())
+    g = pe.token_terms(torch.randn(B, S, H * D, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
+    with torch.no_grad():
+        g = g.double() - 0.5 * torch.rand(g.shape, dtype=torch.float64)  # strong forgetting: the shifts matter
+        got = folded_token_terms_attention(q, k, v, g.cumsum(-1), block=8, sink=sinks)
+        expected = reference.attention(q, k, v, pe, torch.arange(S), token_terms=g, sink=sinks)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)

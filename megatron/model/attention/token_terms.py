@@ -88,7 +88,7 @@ FOLD_BLOCK = 1024  # queries per call: bounds |F_i - F_middle| (below); the kern
                    # into tiles of 256, smaller ones into tiles of 64 (1.2-1.4x slower at 512 here)
 
 
-def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
+def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK, sink=None):
     """Without a window, in float32, without gradients (evaluation, generation): the terms given to the kernel
     as one row of O(L) numbers per head, broadcast over the queries (stride 0), so no [block, L] mask is made.
 
@@ -108,7 +108,10 @@ def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
     causal call (2026-11-27, a machine loaded by two training runs): 1.10x / 1.10x at L = 8,192 / 16,384
     with head dim 16, 1.07x / 1.03x with head dim 64. Folding the term into one more key dimension instead
     (q' = [q, sqrt(D)], k' = [k, -(F_j - F_m)]) measured 1.44x / 1.21x and 1.15x / 1.17x: the kernel is
-    slower at head dim 17 or 65 than at 16 or 64."""
+    slower at head dim 17 or 65 than at 16 or 64.
+
+    With a sink (its logits [H]), each query's log-sum-exp is the merged calls' plus F_i - F_m (the constant its
+    row was shifted by), and the output is rescaled by it (sink.py)."""
     length = q.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1])
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -121,21 +124,25 @@ def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
         own, own_lse = flash(queries, k[:, :, start:end], v[:, :, start:end], 0.0, True,
                              attn_mask=row[..., start:end], scale=scale)
         if start == 0:
-            out[:, :, :end] = own
-            continue
-        past, past_lse = flash(queries, k[:, :, :start], v[:, :, :start], 0.0, False, attn_mask=row[..., :start],
-                               scale=scale)
-        top = torch.maximum(own_lse, past_lse)
-        own_weight, past_weight = (own_lse - top).exp()[..., None], (past_lse - top).exp()[..., None]
-        out[:, :, start:end] = ((own * own_weight + past * past_weight) / (own_weight + past_weight)).to(out.dtype)
+            block_out, block_lse = own, own_lse
+        else:
+            past, past_lse = flash(queries, k[:, :, :start], v[:, :, :start], 0.0, False, attn_mask=row[..., :start],
+                                   scale=scale)
+            top = torch.maximum(own_lse, past_lse)
+            own_weight, past_weight = (own_lse - top).exp()[..., None], (past_lse - top).exp()[..., None]
+            block_out = (own * own_weight + past * past_weight) / (own_weight + past_weight)
+            block_lse = top + (own_weight + past_weight).squeeze(-1).log()
+        if sink is not None:  # the rows' own log-sum-exp: the shift F_i - F_m added back
+            shift = (F[..., start:end] - F[..., middle:middle + 1]).to(block_lse.dtype)
+            block_out, _ = with_sink(block_out, block_lse + shift, sink)
+        out[:, :, start:end] = block_out.to(out.dtype)
     return out
 
 
-def folds(q, k, v, F, window, sink=None) -> bool:
-    """Whether folded_token_terms_attention computes this forward: no window, float32, no gradient, no sink
-    (the masked blocks keep the log-sum-exp it takes)."""
+def folds(q, k, v, F, window) -> bool:
+    """Whether folded_token_terms_attention computes this forward: no window, float32, no gradient."""
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, F))
-    return window is None and sink is None and q.dtype == torch.float32 and not needs_grad
+    return window is None and q.dtype == torch.float32 and not needs_grad
 
 
 class BlockedTokenTerms(Blocked):
@@ -159,7 +166,7 @@ class BlockedTokenTerms(Blocked):
     def attend(self, q, k, v, dropout_p):
         if self.token_terms is None:  # not given this layer's terms (with_token_terms): plain blocks
             return super().attend(q, k, v, dropout_p)
-        if folds(q, k, v, self.token_terms, self.window, self.sink):
-            return folded_token_terms_attention(q, k, v, self.token_terms)
+        if folds(q, k, v, self.token_terms, self.window):
+            return folded_token_terms_attention(q, k, v, self.token_terms, sink=self.sink)
         return TokenTermsAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), self.token_terms,
                                          self.positions, self.window, TOKEN_TERMS_BLOCK, self.sink)
