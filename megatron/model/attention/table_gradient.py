@@ -46,7 +46,8 @@ def bias_mask(table, q_positions, k_positions, allowed, dtype):
 class TableBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, table, q_positions, k_positions, allowed, mask, causal, reversed_keys, sink):
-        # `sink` [H] or None: the learnable sink, on CPU (sink.py: the backward runs from (O', lse')). `mask` given: the plan's, shared by every layer (a reference, not a per-call tensor, so it
+        # `sink` [H] or None: the learnable sink, on CPU (sink.py: the backward runs from (O', lse')).
+        # `mask` given: the plan's, shared by every layer (a reference, not a per-call tensor, so it
         # is kept as an attribute, not saved). None: this query block's, rebuilt in backward.
         ctx.mask, ctx.reversed_keys = mask, reversed_keys
         if mask is None:
