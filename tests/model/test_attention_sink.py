@@ -47,7 +47,7 @@ def random_inputs():
     return q, k, v, sinks
 
 
-@pytest.mark.parametrize("strategy", ["sdpa_written_out", "blocked", "toeplitz", "toeplitz_table_gradient",
+@pytest.mark.parametrize("strategy", ["sdpa_written_out", "blocked", "sdpa_sink", "toeplitz", "toeplitz_table_gradient",
                                       "sdpa_table_gradient", "blocked_table_gradient",
                                       "toeplitz_weighted_table_gradient"])
 @pytest.mark.parametrize("method", ["none", "alibi", "kerple_log", "kerple_bias_weight"])
@@ -80,7 +80,9 @@ def test_strategies_without_the_log_sum_exp_refuse_it_and_auto_takes_one_that_ha
         with pytest.raises(StrategyCannotRun, match="does not handle a learnable attention sink"):
             plan_attention(pe, torch.arange(S), run, strategy=strategy)
     assert plan_attention(pe, torch.arange(S), run).name == "toeplitz"  # the flash kernel, from (O', lse')
-    assert plan_attention(pe, torch.arange(S), AttentionRun(impl="sdpa", sink=True)).name == "sdpa_written_out"
+    assert plan_attention(pe, torch.arange(S), AttentionRun(impl="sdpa", sink=True)).name == "sdpa_sink"
+    dropout = AttentionRun(impl="sdpa", sink=True, dropout_p=0.1)  # the flash kernel is called without dropout
+    assert plan_attention(pe, torch.arange(S), dropout).name == "sdpa_written_out"
     kerple = build_positional_embedding("kerple_log", num_heads=H, head_dim=D, hidden_size=H * D)
     training = AttentionRun(sink=True, needs_grad=True)
     assert plan_attention(kerple, torch.arange(S), training).name == "toeplitz_table_gradient"
