@@ -47,8 +47,10 @@ def random_inputs():
     return q, k, v, sinks
 
 
-@pytest.mark.parametrize("strategy", ["sdpa_written_out", "blocked"])
-@pytest.mark.parametrize("method", ["none", "alibi", "kerple_bias_weight"])
+@pytest.mark.parametrize("strategy", ["sdpa_written_out", "blocked", "sdpa_sink", "toeplitz", "toeplitz_table_gradient",
+                                      "sdpa_table_gradient", "blocked_table_gradient",
+                                      "toeplitz_weighted_table_gradient"])
+@pytest.mark.parametrize("method", ["none", "alibi", "kerple_log", "kerple_bias_weight"])
 def test_the_sink_equals_gpt_oss_eager_attention_forward_and_backward(method, strategy):
     pe = build_positional_embedding(method, num_heads=H, head_dim=D, hidden_size=H * D)
     positions = torch.arange(S)
@@ -57,8 +59,11 @@ def test_the_sink_equals_gpt_oss_eager_attention_forward_and_backward(method, st
     if weight is not None:  # transformers' function takes q.k * scaling; fold the weight into the bias it adds
         bias = bias + (q @ k.transpose(-1, -2)) * D ** -0.5 * (weight.double() - 1)
     expected = gpt_oss(q, k, v, sinks, bias)
-    plan = plan_attention(pe, positions, AttentionRun(needs_grad=True, dtype=torch.float64, batch=B, block_size=8,
-                                                      sink=True), strategy=strategy).with_sink(sinks)
+    try:
+        plan = plan_attention(pe, positions, AttentionRun(needs_grad=True, dtype=torch.float64, batch=B, block_size=8,
+                                                          sink=True), strategy=strategy).with_sink(sinks)
+    except StrategyCannotRun as refusal:
+        pytest.skip(refusal.reason)
     assert plan.name == strategy
     got = plan.attend(*plan.rotate(q, k), v, 0.0)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
@@ -71,11 +76,26 @@ def test_the_sink_equals_gpt_oss_eager_attention_forward_and_backward(method, st
 def test_strategies_without_the_log_sum_exp_refuse_it_and_auto_takes_one_that_has_it():
     pe = build_positional_embedding("alibi", num_heads=H, head_dim=D, hidden_size=H * D)
     run = AttentionRun(sink=True)
-    for strategy in ("sdpa", "toeplitz", "flex"):
+    for strategy in ("sdpa", "flex"):
         with pytest.raises(StrategyCannotRun, match="does not handle a learnable attention sink"):
             plan_attention(pe, torch.arange(S), run, strategy=strategy)
-    assert plan_attention(pe, torch.arange(S), run).name == "blocked"
-    assert plan_attention(pe, torch.arange(S), AttentionRun(impl="sdpa", sink=True)).name == "sdpa_written_out"
+    assert plan_attention(pe, torch.arange(S), run).name == "toeplitz"  # the flash kernel, from (O', lse')
+    assert plan_attention(pe, torch.arange(S), AttentionRun(impl="sdpa", sink=True)).name == "sdpa_sink"
+    dropout = AttentionRun(impl="sdpa", sink=True, dropout_p=0.1)  # the flash kernel is called without dropout
+    assert plan_attention(pe, torch.arange(S), dropout).name == "sdpa_written_out"
+    kerple = build_positional_embedding("kerple_log", num_heads=H, head_dim=D, hidden_size=H * D)
+    training = AttentionRun(sink=True, needs_grad=True)
+    assert plan_attention(kerple, torch.arange(S), training).name == "toeplitz_table_gradient"
+    # Off the CPU the table gradient's forward is SDPA's, which returns no log-sum-exp: refused with that reason.
+    from megatron.model.attention import AttentionInputs
+    from megatron.model.attention.registry import STRATEGIES
+    bias, weight = kerple.distance_tables_at(torch.arange(S), S)
+    cuda = AttentionInputs.describe(kerple, torch.arange(S), bias, weight, window=None, block_size=8, needs_grad=True,
+                                    dropout_p=0.0, dtype=torch.float32, batch=B, sink=True
+                                    ).with_run(device_type="cuda")
+    assert "off the CPU, where SDPA's fused kernels return no log-sum-exp" in \
+        STRATEGIES["sdpa_table_gradient"].can_run(cuda)
+    assert STRATEGIES["sdpa_written_out"].can_run(cuda) is None
     stickbreaking = build_positional_embedding("stickbreaking", num_heads=H, head_dim=D, hidden_size=H * D)
     with pytest.raises(NeoXArgsError, match="attention-sink is set, but this positional method replaces the softmax"):
         plan_attention(stickbreaking, torch.arange(S), run)
@@ -110,7 +130,23 @@ def test_the_dry_run_plans_a_strategy_that_takes_the_sink_and_refuses_it_with_a_
     from megatron.model.layer_pattern import training_plans
     args = NeoXArgs.from_dict(tiny_config("kerple_log") | {"attention_sink": True})
     (line,) = training_plans(model_config(args, None), args.seq_length, 1, False)
-    assert "): blocked, about" in line, line
+    assert "): toeplitz_table_gradient, about" in line, line
     args = NeoXArgs.from_dict(tiny_config("stickbreaking") | {"attention_sink": True})
     with pytest.raises(NeoXArgsError, match="attention-sink is set, but this positional method replaces the softmax"):
         training_plans(model_config(args, None), args.seq_length, 1, False)
+
+
+def test_the_sink_on_fox_folded_evaluation_blocks_equals_the_reference():
+    """fox's evaluation path (the terms folded into one row per block, blocks merged by their log-sum-exps) takes
+    each row's log-sum-exp back from the merge for the sink: against the reference's sink column, in float64 with
+    blocks of 8 (three blocks: one alone, two merged with their past)."""
+    from megatron.model.attention import reference
+    from megatron.model.attention.token_terms import folded_token_terms_attention
+    pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D).double()
+    q, k, v, sinks = (t.detach() for t in random_inputs())
+    g = pe.token_terms(torch.randn(B, S, H * D, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
+    with torch.no_grad():
+        g = g.double() - 0.5 * torch.rand(g.shape, dtype=torch.float64)  # strong forgetting: the shifts matter
+        got = folded_token_terms_attention(q, k, v, g.cumsum(-1), block=8, sink=sinks)
+        expected = reference.attention(q, k, v, pe, torch.arange(S), token_terms=g, sink=sinks)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)

@@ -26,8 +26,8 @@ def as_wide_as(x, q):
 
 
 def attention(q, k, v, mask, causal: bool):
-    """q [b, H, q, D], k/v [b, H, k, D], mask [1 | b, 1 | H, q, k] -> (out [b, H, q, D], logsumexp)."""
-    if mask.dtype != q.dtype:  # the kernel would read the mask's memory as q's dtype
+    """q [b, H, q, D], k/v [b, H, k, D], mask [1 | b, 1 | H, q, k] or None -> (out [b, H, q, D], logsumexp)."""
+    if mask is not None and mask.dtype != q.dtype:  # the kernel would read the mask's memory as q's dtype
         raise TypeError(f"cpu_flash.attention: mask dtype {mask.dtype} differs from q's {q.dtype}")
     out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, as_wide_as(v, q), 0.0, causal,
                                                                                 attn_mask=mask)[:2]

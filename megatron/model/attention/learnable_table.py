@@ -18,7 +18,7 @@ from megatron.model.attention.weighted_table_attention import WeightedTableAtten
 # weight nor per-token terms, and runs without attention dropout.
 TABLE_GRADIENT_REQUIRES = frozenset({"gradients", "bias_table", "bias_gradient"})
 TABLE_GRADIENT_HANDLES = TABLE_GRADIENT_REQUIRES | {"cpu", "cpu_gradients", "scattered_positions", "documents",
-                                                    "window"}
+                                                    "window", "sink"}  # the sink on CPU (table_gradient.py)
 
 
 def gradient_blocks_bytes(inputs, keys: int) -> int:
@@ -49,7 +49,7 @@ class SdpaTableGradient(Sdpa):
 
     def attend(self, q, k, v, dropout_p):
         return attend_with_table(q, k, v, self.bias_table, self.positions, self.positions, None,
-                                 in_dtype_of(self.mask, q), causal=True)
+                                 in_dtype_of(self.mask, q), causal=True, sink=self.sink)
 
 
 class ToeplitzTableGradient(Toeplitz):
@@ -57,7 +57,7 @@ class ToeplitzTableGradient(Toeplitz):
     table_grad = True
 
     requires = TABLE_GRADIENT_REQUIRES | Toeplitz.requires
-    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"cpu_gradients"}
+    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"cpu_gradients", "sink"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -66,7 +66,8 @@ class ToeplitzTableGradient(Toeplitz):
         return super().memory_bytes(inputs) + 3 * inputs.qkv_bytes + gradient_blocks_bytes(inputs, inputs.run.length)
 
     def attend_block(self, q, k, v, mask, q_positions, k_positions):
-        return attend_with_table(q, k, v, self.bias_table, q_positions, k_positions, None, mask, reversed_keys=True)
+        return attend_with_table(q, k, v, self.bias_table, q_positions, k_positions, None, mask, reversed_keys=True,
+                                 sink=self.sink)
 
 
 class BlockedTableGradient(Blocked):
@@ -94,7 +95,7 @@ class BlockedTableGradient(Blocked):
             q_positions, k_positions = self.positions[start:end], self.positions[:end]
             allowed = self.visible(slice(start, end), slice(0, end))
             outputs.append(attend_with_table(q[:, :, start:end], k[:, :, :end], v[:, :, :end], self.bias_table,
-                                             q_positions, k_positions, allowed))
+                                             q_positions, k_positions, allowed, sink=self.sink))
         return torch.cat(outputs, dim=2)
 
 
@@ -110,7 +111,7 @@ class ToeplitzWeightedTableGradient(ToeplitzWrittenOut):
         self.bias_table, self.weight_table = bias_table, weight_table
 
     requires = TABLE_GRADIENT_REQUIRES | ToeplitzWrittenOut.requires  # (`toeplitz_written_out`: the forward alone)
-    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"weight", "cpu_gradients"}
+    handles = STRIDED_ROWS | TABLE_GRADIENT_REQUIRES | {"weight", "cpu_gradients", "sink", "sink_off_cpu"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -124,4 +125,4 @@ class ToeplitzWeightedTableGradient(ToeplitzWrittenOut):
 
     def attend(self, q, k, v, dropout_p):
         return WeightedTableAttention.apply(q, k.flip(2), v.flip(2), self.bias_table, self.weight_table,
-                                            self.bias_row, self.weight_row, self.positions)
+                                            self.bias_row, self.weight_row, self.positions, self.sink)

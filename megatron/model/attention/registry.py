@@ -5,7 +5,7 @@ from megatron.model.attention.fla_kernels import FlaKernels
 from megatron.model.attention.flex import Flex
 from megatron.model.attention.learnable_table import (BlockedTableGradient, SdpaTableGradient, ToeplitzTableGradient,
                                                       ToeplitzWeightedTableGradient)
-from megatron.model.attention.sdpa import Sdpa, SdpaWrittenOut
+from megatron.model.attention.sdpa import Sdpa, SdpaSink, SdpaWrittenOut
 from megatron.model.attention.sdpa_mask_gradient import SdpaMaskGradient
 from megatron.model.attention.token_terms import BlockedTokenTerms
 from megatron.model.attention.toeplitz import Toeplitz, ToeplitzWrittenOut
@@ -13,7 +13,7 @@ from megatron.model.attention.triton_flash import TritonFlash
 
 # The last of `sdpa` and of `blocked` runs every method: those paths always have a strategy.
 PATH_STRATEGIES = {
-    "sdpa": (SdpaTableGradient, Sdpa, SdpaWrittenOut),
+    "sdpa": (SdpaTableGradient, SdpaSink, Sdpa, SdpaWrittenOut),
     "blocked": (ToeplitzTableGradient, Toeplitz, ToeplitzWrittenOut, ToeplitzWeightedTableGradient, BlockedTableGradient,
                 BlockedTokenTerms, Blocked),
     "flex": (Flex,),

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import (additive_mask, distance_mask, fused_mask,
                                             same_document, token_term_differences)
+from megatron.model.attention.sink import flash_with_sink
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.written_out import WRITTEN_OUT, attend_written_out
 
@@ -132,6 +133,21 @@ class Sdpa(AttentionPlan):
             everything = slice(None)
             mask = fused_mask(mask + token_term_differences(self.token_terms, everything, everything).to(q.dtype))
         return attend_masked(q, k, v, mask, dropout_p)
+
+
+class SdpaSink(Sdpa):
+    """`sdpa`'s mask (or none: causal attention) with a learnable sink, on CPU: torch's flash kernel called directly,
+    which keeps the log-sum-exp the sink rescales by, and its own backward run from the rescaled output (sink.py).
+    Off the CPU SDPA returns no log-sum-exp: `sdpa_written_out` takes the sink there."""
+    name = "sdpa_sink"
+
+    requires = frozenset({"sink", "cpu"})
+    # Sdpa's, but a mask that needs a gradient (the math kernel's), per-token terms (a mask per layer) or dropout.
+    handles = frozenset({"cpu", "sink", "query_terms", "bias_table", "gradients", "cpu_gradients",
+                         "scattered_positions", "documents", "window"})
+
+    def attend(self, q, k, v, dropout_p):
+        return flash_with_sink(q, k, v, in_dtype_of(self.mask, q), True, self.sink)
 
 
 class SdpaWrittenOut(AttentionPlan):

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from megatron.model.attention import cpu_flash
+from megatron.model.attention.sink import sink_gradient, with_sink
 
 UNDERFLOW = -87.0  # exp(UNDERFLOW) is still a normal float32
 
@@ -44,7 +45,8 @@ def bias_mask(table, q_positions, k_positions, allowed, dtype):
 
 class TableBiasAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, q_positions, k_positions, allowed, mask, causal, reversed_keys):
+    def forward(ctx, q, k, v, table, q_positions, k_positions, allowed, mask, causal, reversed_keys, sink):
+        # `sink` [H] or None: the learnable sink, on CPU (sink.py: the backward runs from (O', lse')).
         # `mask` given: the plan's, shared by every layer (a reference, not a per-call tensor, so it
         # is kept as an attribute, not saved). None: this query block's, rebuilt in backward.
         ctx.mask, ctx.reversed_keys = mask, reversed_keys
@@ -52,14 +54,17 @@ class TableBiasAttention(torch.autograd.Function):
             mask = bias_mask(table, q_positions, k_positions, allowed, q.dtype)
         if q.device.type == "cpu":
             out, lse = cpu_flash.attention(q, k, v, mask, causal)
-        else:
+            if sink is not None:
+                out, lse = with_sink(out, lse, sink)
+        else:  # SDPA returns no log-sum-exp: strategies refuse the sink off the CPU (the `sink_off_cpu` need)
+            assert sink is None, "a sink off the CPU reached the table gradient"
             out, lse = F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
-        ctx.save_for_backward(q, k, v, out, table, q_positions, k_positions, allowed, lse)
+        ctx.save_for_backward(q, k, v, out, table, q_positions, k_positions, allowed, lse, sink)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, table, q_positions, k_positions, allowed, lse = ctx.saved_tensors
+        q, k, v, out, table, q_positions, k_positions, allowed, lse, sink = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         mask = ctx.mask if ctx.mask is not None else bias_mask(table, q_positions, k_positions, allowed, q.dtype)
         needs_table = ctx.needs_input_grad[3]
@@ -75,7 +80,8 @@ class TableBiasAttention(torch.autograd.Function):
             if needs_table:
                 grad_table = backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
                                            ctx.reversed_keys, None, qkv=False, table_grad=True)[3]
-        return dq, dk, dv, grad_table, None, None, None, None, None, None
+        grad_sink = None if sink is None else sink_gradient(sink, lse, grad_out, out)
+        return dq, dk, dv, grad_table, None, None, None, None, None, None, grad_sink
 
 
 def backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table, reversed_keys, logsumexp, *,
@@ -141,13 +147,14 @@ def backward_pass(q, k, v, out, grad_out, mask, q_positions, k_positions, table,
 
 
 def attend_with_table(q, k, v, table, q_positions, k_positions, allowed, mask=None, causal=False,
-                      reversed_keys=False):
+                      reversed_keys=False, sink=None):
     """softmax(q.k / sqrt(D) + table[h, d]) . v over the allowed keys, q k v [b, H, q|k, D], table [H, span].
 
     `mask`: the additive mask these terms make (the `sdpa` path's, built once per forward), else
     built here from the table; `causal`: queries and keys are the same tokens (cpu_flash.py). The queries
-    are the last of the keys; `reversed_keys`: the keys come in reverse order (table_gradient)."""
+    are the last of the keys; `reversed_keys`: the keys come in reverse order (table_gradient); `sink`: the
+    layer's sink logits [H] (on CPU), or None."""
     # Contiguous copies: the CPU flash kernels take strided blocks, but ran them slower than the copies cost
     # (kerple_log training, fwd + bwd, 1.12x `none` strided against 1.07x copied, in one run).
     return TableBiasAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), table, q_positions,
-                                    k_positions, allowed, mask, causal, reversed_keys)
+                                    k_positions, allowed, mask, causal, reversed_keys, sink)

@@ -18,8 +18,8 @@ import math
 
 import torch
 
-from megatron.model.attention import cpu_flash
 from megatron.model.attention.masks import distance_row, row_view
+from megatron.model.attention.sink import flash_with_sink, with_sink
 from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.weighted_table_attention import FORWARD_BLOCK, weighted_forward
 
@@ -52,7 +52,7 @@ class Toeplitz(AttentionPlan):
     requires = frozenset({"cpu"})
     # Gradients of q, k and v; the flash kernel takes none for the mask (ToeplitzTableGradient does) and
     # cannot multiply the scores by a weight.
-    handles = STRIDED_ROWS | {"gradients", "cpu_gradients"}
+    handles = STRIDED_ROWS | {"gradients", "cpu_gradients", "sink"}  # the sink: sink.py's FlashWithSink
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -77,7 +77,7 @@ class Toeplitz(AttentionPlan):
         return torch.cat(outputs, dim=2)
 
     def attend_block(self, q, k, v, mask, q_positions, k_positions):
-        return cpu_flash.attention(q, k, v, mask, causal=False)[0]
+        return flash_with_sink(q, k, v, mask, False, self.sink)
 
 
 class ToeplitzWrittenOut(AttentionPlan):
@@ -101,7 +101,7 @@ class ToeplitzWrittenOut(AttentionPlan):
 
     requires = frozenset({"weight", "bias_table"})
     # It keeps nothing for a backward pass (`toeplitz_weighted_table_gradient` does).
-    handles = STRIDED_ROWS | {"weight", "bias_gradient"}
+    handles = STRIDED_ROWS | {"weight", "bias_gradient", "sink", "sink_off_cpu"}
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -115,5 +115,7 @@ class ToeplitzWrittenOut(AttentionPlan):
         return rows + copies + run.batch * run.heads * (1 + block) * run.length * element
 
     def attend(self, q, k, v, dropout_p):
-        out, _ = weighted_forward(q, k.flip(2), v.flip(2), self.bias_row, self.weight_row)
+        out, lse = weighted_forward(q, k.flip(2), v.flip(2), self.bias_row, self.weight_row)
+        if self.sink is not None:
+            out, _ = with_sink(out, lse, self.sink)
         return out.to(v.dtype)

@@ -21,6 +21,7 @@ import torch
 from megatron.model.attention import cpu_flash
 from megatron.model.attention.blocked import Blocked
 from megatron.model.attention.masks import allowed_keys, token_term_differences
+from megatron.model.attention.sink import sink_gradient, with_sink
 
 TOKEN_TERMS_BLOCK = 128  # queries per kernel call (module docstring)
 
@@ -38,7 +39,7 @@ def block_mask(F, positions, start: int, end: int, window, dtype):
 
 class TokenTermsAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, F, positions, window, block):
+    def forward(ctx, q, k, v, F, positions, window, block, sink=None):
         outputs, logsumexps = [], []
         for start in range(0, q.shape[2], block):
             end = min(start + block, q.shape[2])
@@ -47,13 +48,15 @@ class TokenTermsAttention(torch.autograd.Function):
             outputs.append(out)
             logsumexps.append(lse)
         out, lse = torch.cat(outputs, dim=2), torch.cat(logsumexps, dim=2)
-        ctx.save_for_backward(q, k, v, F, positions, out, lse)
+        if sink is not None:  # the sink's (O', lse'), from which the backward runs (sink.py)
+            out, lse = with_sink(out, lse, sink)
+        ctx.save_for_backward(q, k, v, F, positions, out, lse, sink)
         ctx.window, ctx.block = window, block
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, F, positions, out, lse = ctx.saved_tensors
+        q, k, v, F, positions, out, lse, sink = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dtype = torch.promote_types(q.dtype, torch.float32)
@@ -77,14 +80,15 @@ class TokenTermsAttention(torch.autograd.Function):
                 d_scores.sub_(row_dot[:, :, start:end, None]).mul_(probs)
                 dF[:, :, start:end] += d_scores.sum(-1)
                 dF[:, :, :end] -= d_scores.sum(-2)
-        return dq, dk, dv, None if dF is None else dF.to(F.dtype), None, None, None
+        grad_sink = None if sink is None else sink_gradient(sink, lse, grad_out, out)
+        return dq, dk, dv, None if dF is None else dF.to(F.dtype), None, None, None, grad_sink
 
 
 FOLD_BLOCK = 1024  # queries per call: bounds |F_i - F_middle| (below); the kernel splits calls of >= 768 queries
                    # into tiles of 256, smaller ones into tiles of 64 (1.2-1.4x slower at 512 here)
 
 
-def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
+def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK, sink=None):
     """Without a window, in float32, without gradients (evaluation, generation): the terms given to the kernel
     as one row of O(L) numbers per head, broadcast over the queries (stride 0), so no [block, L] mask is made.
 
@@ -104,7 +108,10 @@ def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
     causal call (2026-11-27, a machine loaded by two training runs): 1.10x / 1.10x at L = 8,192 / 16,384
     with head dim 16, 1.07x / 1.03x with head dim 64. Folding the term into one more key dimension instead
     (q' = [q, sqrt(D)], k' = [k, -(F_j - F_m)]) measured 1.44x / 1.21x and 1.15x / 1.17x: the kernel is
-    slower at head dim 17 or 65 than at 16 or 64."""
+    slower at head dim 17 or 65 than at 16 or 64.
+
+    With a sink (its logits [H]), each query's log-sum-exp is the merged calls' plus F_i - F_m (the constant its
+    row was shifted by), and the output is rescaled by it (sink.py)."""
     length = q.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1])
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -117,13 +124,18 @@ def folded_token_terms_attention(q, k, v, F, block: int = FOLD_BLOCK):
         own, own_lse = flash(queries, k[:, :, start:end], v[:, :, start:end], 0.0, True,
                              attn_mask=row[..., start:end], scale=scale)
         if start == 0:
-            out[:, :, :end] = own
-            continue
-        past, past_lse = flash(queries, k[:, :, :start], v[:, :, :start], 0.0, False, attn_mask=row[..., :start],
-                               scale=scale)
-        top = torch.maximum(own_lse, past_lse)
-        own_weight, past_weight = (own_lse - top).exp()[..., None], (past_lse - top).exp()[..., None]
-        out[:, :, start:end] = ((own * own_weight + past * past_weight) / (own_weight + past_weight)).to(out.dtype)
+            block_out, block_lse = own, own_lse
+        else:
+            past, past_lse = flash(queries, k[:, :, :start], v[:, :, :start], 0.0, False, attn_mask=row[..., :start],
+                                   scale=scale)
+            top = torch.maximum(own_lse, past_lse)
+            own_weight, past_weight = (own_lse - top).exp()[..., None], (past_lse - top).exp()[..., None]
+            block_out = (own * own_weight + past * past_weight) / (own_weight + past_weight)
+            block_lse = top + (own_weight + past_weight).squeeze(-1).log()
+        if sink is not None:  # the rows' own log-sum-exp: the shift F_i - F_m added back
+            shift = (F[..., start:end] - F[..., middle:middle + 1]).to(block_lse.dtype)
+            block_out, _ = with_sink(block_out, block_lse + shift, sink)
+        out[:, :, start:end] = block_out.to(out.dtype)
     return out
 
 
@@ -140,7 +152,7 @@ class BlockedTokenTerms(Blocked):
     # The per-token terms alone, on the CPU flash kernel (no dropout); its block masks are shared by the
     # rows, so it cannot hide each row's documents.
     requires = frozenset({"token_terms", "cpu"})
-    handles = frozenset({"cpu", "token_terms", "gradients", "cpu_gradients", "scattered_positions", "window"})
+    handles = frozenset({"cpu", "token_terms", "gradients", "cpu_gradients", "scattered_positions", "window", "sink"})
 
     @classmethod
     def memory_bytes(cls, inputs):
@@ -155,6 +167,6 @@ class BlockedTokenTerms(Blocked):
         if self.token_terms is None:  # not given this layer's terms (with_token_terms): plain blocks
             return super().attend(q, k, v, dropout_p)
         if folds(q, k, v, self.token_terms, self.window):
-            return folded_token_terms_attention(q, k, v, self.token_terms)
+            return folded_token_terms_attention(q, k, v, self.token_terms, sink=self.sink)
         return TokenTermsAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), self.token_terms,
-                                         self.positions, self.window, TOKEN_TERMS_BLOCK)
+                                         self.positions, self.window, TOKEN_TERMS_BLOCK, self.sink)

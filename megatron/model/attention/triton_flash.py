@@ -50,7 +50,8 @@ def triton_problem() -> str | None:
 class TritonFlash(AttentionPlan):
     name = path = "triton"
     # A CUDA kernel: the CPU (and gradients there) only in Triton's interpreter, which can_run admits.
-    handles = frozenset({"bias_table", "weight", "bias_gradient", "gradients", "documents", "window"})
+    handles = frozenset({"bias_table", "weight", "bias_gradient", "gradients", "documents", "window", "sink",
+                         "sink_off_cpu"})
 
     def __init__(self, pe, positions, *, bias_table, weight_table, **common):
         super().__init__(pe, positions, bias_table=bias_table, weight_table=weight_table, **common)
@@ -117,5 +118,5 @@ class TritonFlash(AttentionPlan):
         of v adds nothing to the output; autograd drops its gradient)."""
         from megatron.model.attention.triton_kernel import flash_attention_with_distance_tables
         out = flash_attention_with_distance_tables(q, k, cpu_flash.as_wide_as(v, q), self.bias_table,
-                                                   self.weight_table, self.documents, self.window)
+                                                   self.weight_table, self.documents, self.window, self.sink)
         return out[..., :v.shape[-1]]

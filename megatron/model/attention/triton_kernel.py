@@ -33,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from megatron.model.attention.sink import sink_gradient, with_sink
+
 
 @triton.jit
 def _visible_distances(offs_m, offs_n, length, window, docs_m, docs_n, HAS_WINDOW: tl.constexpr,
@@ -295,23 +297,27 @@ def common_arguments(q, bias_table, weight_table, documents, window):
 
 class DistanceTableFlashAttention(torch.autograd.Function):
     """softmax over visible keys of (q.k / sqrt(D)) * weight[h, i - j] + bias[h, i - j], times v; q, k, v
-    [b, H, L, D] contiguous, tables [H, >= L] or None, documents [b, L] or None, window int or None."""
+    [b, H, L, D] contiguous, tables [H, >= L] or None, documents [b, L] or None, window int or None, sink: the
+    layer's sink logits [H] or None (sink.py: (O, lse) adjusted after the forward kernel, the backward kernels
+    run from (O', lse'))."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias_table, weight_table, documents, window):
+    def forward(ctx, q, k, v, bias_table, weight_table, documents, window, sink):
         (bias, weight, docs), sizes, flags = common_arguments(q, bias_table, weight_table, documents, window)
         batch, heads, length, _ = q.shape
         out = torch.empty_like(q)
         lse = torch.empty(batch, heads, length, dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
         grid = (triton.cdiv(length, flags["BLOCK"]), batch * heads)
         _forward[grid](q, k, v, out, lse, bias, weight, docs, *sizes, **flags)
-        ctx.save_for_backward(q, k, v, out, lse, bias_table, weight_table, documents)
+        if sink is not None:
+            out, lse = with_sink(out, lse, sink)
+        ctx.save_for_backward(q, k, v, out, lse, bias_table, weight_table, documents, sink)
         ctx.window = window
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, bias_table, weight_table, documents = ctx.saved_tensors
+        q, k, v, out, lse, bias_table, weight_table, documents, sink = ctx.saved_tensors
         window = ctx.window
         grad_out = grad_out.contiguous()
         (bias, weight, docs), sizes, flags = common_arguments(q, bias_table, weight_table, documents, window)
@@ -337,7 +343,8 @@ class DistanceTableFlashAttention(torch.autograd.Function):
                 grad_bias = fold_partials(partial, block, bias_table.shape[1]).to(bias_table.dtype)
             if weight_grad:
                 grad_weight = fold_partials(weight_partial, block, weight_table.shape[1]).to(weight_table.dtype)
-        return dq, dk, dv, grad_bias, grad_weight, None, None
+        grad_sink = None if sink is None else sink_gradient(sink, lse, grad_out, out)
+        return dq, dk, dv, grad_bias, grad_weight, None, None, grad_sink
 
 
 def interpreted() -> bool:
@@ -345,7 +352,8 @@ def interpreted() -> bool:
     return type(_forward).__name__ == "InterpretedFunction"
 
 
-def flash_attention_with_distance_tables(q, k, v, bias_table=None, weight_table=None, documents=None, window=None):
+def flash_attention_with_distance_tables(q, k, v, bias_table=None, weight_table=None, documents=None, window=None,
+                                         sink=None):
     """[b, H, L, D] -> [b, H, L, D]: the kernel's attention (DistanceTableFlashAttention), the tables in q's
     precision or wider as given."""
     if interpreted() != (q.device.type == "cpu"):
@@ -355,4 +363,4 @@ def flash_attention_with_distance_tables(q, k, v, bias_table=None, weight_table=
             f"this forward's tensors are on {q.device.type}: the interpreter runs CPU tensors, compiled kernels CUDA "
             "ones. Start a new process with TRITON_INTERPRET=1 for the CPU, or without it for CUDA.")
     return DistanceTableFlashAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias_table,
-                                             weight_table, documents, window)
+                                             weight_table, documents, window, sink)

@@ -17,6 +17,7 @@ import math
 import torch
 
 from megatron.model.attention.masks import row_view
+from megatron.model.attention.sink import sink_gradient, with_sink
 from megatron.model.attention.table_gradient import UNDERFLOW, backward_pass
 
 FORWARD_BLOCK = 32  # queries per forward block (one thread, b = 4, 8 heads of 32, L = 512: 15 ms at 32 and 64, 24 at 128)
@@ -50,17 +51,20 @@ def weighted_forward(q, k_reversed, v_reversed, bias_row, weight_row):
 
 class WeightedTableAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k_reversed, v_reversed, bias_table, weight_table, bias_row, weight_row, positions):
+    def forward(ctx, q, k_reversed, v_reversed, bias_table, weight_table, bias_row, weight_row, positions, sink):
         """weighted_forward's arguments, the tables (for their gradients; the rows are built from them,
-        constants) and the positions of the queries (consecutive; the keys are these in reverse order)."""
+        constants), the positions of the queries (consecutive; the keys are these in reverse order) and the
+        layer's sink logits [H] or None (sink.py: the backward runs from (O', lse'))."""
         out, logsumexp = weighted_forward(q, k_reversed, v_reversed, bias_row, weight_row)
+        if sink is not None:
+            out, logsumexp = with_sink(out, logsumexp, sink)
         ctx.save_for_backward(q, k_reversed, v_reversed, out, logsumexp, bias_table, weight_table, bias_row,
-                              weight_row, positions)
+                              weight_row, positions, sink)
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k_reversed, v_reversed, out, logsumexp, bias_table, weight_table, bias_row, weight_row, positions = \
+        q, k_reversed, v_reversed, out, logsumexp, bias_table, weight_table, bias_row, weight_row, positions, sink = \
             ctx.saved_tensors
         length = q.shape[2]
 
@@ -70,4 +74,5 @@ class WeightedTableAttention(torch.autograd.Function):
         dq, dk, dv, grad_bias, grad_weight = backward_pass(
             q, k_reversed, v_reversed, out, grad_out.contiguous(), whole(bias_row), positions, positions.flip(0),
             bias_table, True, logsumexp, qkv=True, table_grad=True, weight=whole(weight_row), weight_table=weight_table)
-        return dq, dk, dv, grad_bias, grad_weight, None, None, None
+        grad_sink = None if sink is None else sink_gradient(sink, logsumexp, grad_out, out)
+        return dq, dk, dv, grad_bias, grad_weight, None, None, None, grad_sink

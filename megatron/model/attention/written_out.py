@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from megatron.model.attention.masks import fused_mask
 
 # The channels only this block computes; every strategy that calls it handles them (sdpa_written_out, blocked).
-WRITTEN_OUT = frozenset({"score_rewrite", "normaliser", "key_transforms", "channel_decays", "sink"})
+WRITTEN_OUT = frozenset({"score_rewrite", "normaliser", "key_transforms", "channel_decays", "sink", "sink_off_cpu"})
 DECAY_CHUNK = 32  # queries per step of decayed_dot_products: its exact part keeps [b, H, C, C, D]
 
 

@@ -61,30 +61,34 @@ def inputs(pe, requires_grad: bool):
     return q, k, v, x
 
 
-def run(pe, strategy, layout_name, needs_grad):
-    """(output, gradients of q, k, v and pe's parameters) of `strategy` (None: the reference)."""
+def run(pe, strategy, layout_name, needs_grad, sink=None, dtype=torch.float64):
+    """(output, gradients of q, k, v, pe's parameters and the sink) of `strategy` (None: the reference); sink:
+    the layer's sink logits [H] (a learnable attention sink) or None; q, k, v in `dtype` (pe's own)."""
     window, documents, row_positions = layout(layout_name)
-    q, k, v, x = inputs(pe, needs_grad)
+    q, k, v, x = (t.to(dtype).detach().requires_grad_(t.requires_grad) for t in inputs(pe, needs_grad))
     positions = torch.arange(LENGTH)
     with torch.set_grad_enabled(needs_grad), flex_kernel.reference_math():
         g, transforms = pe.token_terms(x), pe.key_transforms(x)
         if strategy is None:
             out = reference.attention(q, k, v, pe, positions, window=window, documents=documents,
-                                      row_positions=row_positions, token_terms=g, key_transforms=transforms)
+                                      row_positions=row_positions, token_terms=g, key_transforms=transforms, sink=sink)
         else:
             plan = plan_attention(pe, positions, AttentionRun(impl="auto", window=window, block_size=BLOCK,
-                                                              needs_grad=needs_grad, dropout_p=0.0, dtype=torch.float64,
+                                                              needs_grad=needs_grad, dropout_p=0.0, dtype=dtype,
                                                               batch=2, documents=documents,
-                                                              row_positions=row_positions),
+                                                              row_positions=row_positions, sink=sink is not None),
                                   strategy=strategy).with_token_terms(g)
-            plan = plan.with_key_transforms(transforms)
+            plan = plan.with_key_transforms(transforms).with_sink(sink)
             assert plan.name == strategy
             out = plan.attend(*plan.rotate(q, k), v, 0.0)
     if not needs_grad:
         return out, []
     torch.manual_seed(2)
-    (out * torch.randn_like(out)).sum().backward()
+    (out * torch.randn(out.shape, dtype=torch.float64).to(out.dtype)).sum().backward()  # the same in every dtype
     grads = [t.grad for t in (q, k, v)] + [None if p.grad is None else p.grad.clone() for p in pe.parameters()]
+    if sink is not None:
+        grads.append(sink.grad)
+        sink.grad = None
     pe.zero_grad(set_to_none=True)
     return out.detach(), grads
 
@@ -127,6 +131,51 @@ def test_strategy_matches_the_reference(strategy, method, layout_name, mode, mon
                                    msg=lambda m: f"gradient {i}: {m}")
 
 
+# The learnable sink (attention-sink) on every strategy that takes it: methods without terms (the flash kernel's
+# own path), a fixed and a learnable table, a table with a weight, per-token terms. The `triton` kernel's cases
+# (in the interpreter) only with KERPLE-log's learnable table, with gradients.
+SINK_METHODS = ("none", "rotary", "alibi", "kerple_log", "kerple_bias_weight", "fox")
+
+
+def sink_cases():
+    for strategy, method, layout_name, mode in itertools.product(sorted(STRATEGIES), SINK_METHODS, LAYOUTS, MODES):
+        if strategy == "triton" and (method != "kerple_log" or mode != "gradients"):
+            continue
+        if "sink" in STRATEGIES[strategy].handles:
+            yield pytest.param(strategy, method, layout_name, mode, id=f"{strategy}-{method}-{layout_name}-{mode}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("strategy, method, layout_name, mode", sink_cases())
+def test_the_sink_matches_the_reference(strategy, method, layout_name, mode, dtype, monkeypatch):
+    """Forward and backward, the sink's own gradient included, against the reference's concatenated sink column
+    (in float64; in float32 against the float64 reference, at float32's tolerance)."""
+    if strategy == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pe = make_pe(method, layout(layout_name)[0])
+    needs_grad = mode == "gradients"
+    sink = (2 * torch.randn(HEADS, dtype=torch.float64, generator=torch.Generator().manual_seed(3)))
+    try:
+        out, grads = run(pe.to(dtype), strategy, layout_name, needs_grad, sink.to(dtype).requires_grad_(needs_grad),
+                         dtype)
+    except StrategyCannotRun as refusal:
+        pytest.skip(refusal.reason)
+    expected, expected_grads = run(copy.deepcopy(pe).double(), None, layout_name, needs_grad,
+                                   sink.requires_grad_(needs_grad))
+    exact = dtype == torch.float64
+    torch.testing.assert_close(out.double(), expected, atol=1e-7 if exact else 1e-5, rtol=1e-6 if exact else 1e-4,
+                               msg=lambda m: f"output: {m}")
+    assert len(grads) == len(expected_grads)
+    for i, (got, want) in enumerate(zip(grads, expected_grads)):
+        if want is None:
+            assert got is None or not got.any(), f"gradient {i}: the reference has none"
+            continue
+        assert got is not None, f"gradient {i} is missing"
+        loose = i >= 3 or not exact  # a parameter's gradient (through float32 tables), or float32 itself
+        torch.testing.assert_close(got.double(), want, atol=1e-5 if loose else 1e-6, rtol=1e-4 if loose else 1e-5,
+                                   msg=lambda m: f"gradient {i}: {m}")
+
+
 def test_every_strategy_computes_some_method_here(monkeypatch):
     """Each strategy can run at least one (method, layout, mode) of the test above on this CPU, so none of
     them is only ever skipped; but a strategy for another device, which neither handles nor requires the
@@ -140,10 +189,11 @@ def test_every_strategy_computes_some_method_here(monkeypatch):
             pe = make_pe(method, window)
             positions = torch.arange(LENGTH)
             bias, weight = pe.distance_tables_at(positions, LENGTH) or (None, None)
-            for needs_grad in (False, True):
+            sinks = (False,) if "normaliser" in pe.channels else (False, True)  # True: the sink's test (a softmax's)
+            for needs_grad, sink in itertools.product((False, True), sinks):
                 described = AttentionInputs.describe(pe, positions, bias, weight, window=window, block_size=BLOCK,
                                                      needs_grad=needs_grad, dropout_p=0.0, dtype=torch.float64,
-                                                     batch=2, documents=documents is not None)
+                                                     batch=2, documents=documents is not None, sink=sink)
                 never -= {name for name in never if STRATEGIES[name].can_run(described) is None}
     assert not never, f"strategies that no method of this test runs: {sorted(never)}"
 
