@@ -145,10 +145,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    # Why tests were skipped, counted by reason (skip_summary.py), then which CPU code path the compiled
+    # Why tests were skipped, counted by reason (tests/support/skip_summary.py), then which CPU code path the compiled
     # kernels took, so a log shows what was actually checked.
     import torch
-    from skip_summary import skip_lines
+    from tests.support.skip_summary import skip_lines
     for line in skip_lines(terminalreporter.stats.get("skipped", [])):
         terminalreporter.write_line(line)
     ran = sum(len(terminalreporter.stats.get(outcome, [])) for outcome in ("passed", "failed", "error"))

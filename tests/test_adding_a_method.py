@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from test_training_support import REPO_ROOT, child_environment, set_flags, tiny_overrides
+from tests.support.training import REPO_ROOT, child_environment, set_flags, tiny_overrides
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 

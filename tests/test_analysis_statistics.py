@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from scipy import stats
-from test_analysis_tables import CHUNK_OFFSETS, write_run
+from tests.support.analysis import CHUNK_OFFSETS, write_run
 
 from megatron.evaluation.identity import Method
 from megatron.evaluation.results import load_results

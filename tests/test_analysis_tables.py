@@ -8,34 +8,19 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from megatron.evaluation.results import SCHEMA, ResultFileError, load_results, summarize, write_atomic
+from megatron.evaluation.results import ResultFileError, load_results
+from tests.support.analysis import CHUNK_OFFSETS, write_run
 from tools.analysis import make_tables
 from tools.analysis.make_tables import build_table3, cell_text, render_csv, render_latex, render_markdown
 from tools.analysis.training_speed import STEP_TIME_TAG, render_table4, speed_table
 
 SEEDS = (1, 2, 3, 4, 5)
-CHUNK_OFFSETS = np.array([-0.1, 0.1, -0.05, 0.05])  # zero mean: a run's loss is its seed loss exactly
 REFERENCE = np.array([1.00, 1.02, 0.98, 1.01, 0.99])  # kerple_log's loss per seed at L = 256
 GAP = np.array([0.05, 0.06, 0.04, 0.05, 0.07])
 NOISE = np.array([0.05, -0.04, 0.03, -0.02, 0.01])
 LOSS_AT_256 = {"kerple_log": REFERENCE, "alibi": REFERENCE + GAP,  # reference clearly better: dagger
                "t5": REFERENCE + NOISE,                             # no significant difference
                "rotary": REFERENCE - GAP}                           # significant, but reference worse
-
-
-def write_run(folder, dataset, method, seed, train_length, losses_by_length, starts=None, skipped=()):
-    """A result file whose (length -> [chunks, L] loss matrix) is given; `skipped` lengths are skipped."""
-    results = []
-    for length, losses in losses_by_length.items():
-        chunk_starts = np.arange(len(losses)) * length if starts is None else starts
-        results.append(summarize(np.repeat(losses[:, None], length, axis=1), length, "nonoverlap", chunk_starts))
-    results += [{"length": length, "mode": "nonoverlap", "skipped": "embeds at most 64 positions"}
-                for length in skipped]
-    name = f"{dataset}_{method}_seed{seed}"
-    write_atomic(folder / f"{name}.json", {
-        "schema": SCHEMA, "results": results,
-        "run": {"name": name, "method": method, "pos_emb": method, "seed": seed, "dataset": dataset,
-                "train_length": train_length, "checkpoint_step": 100}})
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 from scipy import stats
-from test_hostile_config import assert_clear_error
-from test_training_support import TINY, run_script, set_flags, tiny_overrides
+from tests.support.hostile import assert_clear_error
+from tests.support.training import TINY, run_script, set_flags, tiny_overrides
 
 from megatron.evaluation.labels import readable_label, trained_parts
 from megatron.evaluation.retrieval.heatmap import quantity_grid
@@ -36,7 +36,7 @@ def runs(stdlib_data, tmp_path_factory):
     import subprocess
     import sys
 
-    from test_training_support import REPO_ROOT, child_environment
+    from tests.support.training import REPO_ROOT, child_environment
     root = tmp_path_factory.mktemp("variants")
     processes = {}
     for name, extra in TRAINED.items():
@@ -102,8 +102,8 @@ def test_evaluation_goes_to_wandb_as_perplexity_against_length(evaluated, tmp_pa
     import subprocess
     import sys
 
-    from test_logging import wandb_history
-    from test_training_support import REPO_ROOT, child_environment
+    from tests.support.wandb import wandb_history
+    from tests.support.training import REPO_ROOT, child_environment
     flags = set_flags({"load": evaluated / "plain" / "ckpt", "eval_chunks": 3, "use_wandb": True,
                        "wandb_project": "tests", "log_dir": tmp_path / "logs", "eval_results_dir": tmp_path / "results"})
     done = subprocess.run([sys.executable, "evaluate.py", *flags], cwd=REPO_ROOT, capture_output=True, text=True,

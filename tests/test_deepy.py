@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from test_training_support import (
+from tests.support.training import (
     TINY, child_environment, free_port, set_flags, tiny_overrides)
 
 pytestmark = pytest.mark.launches  # every test here starts processes

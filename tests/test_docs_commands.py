@@ -28,7 +28,7 @@ import time
 import pytest
 
 from megatron.neox_arguments.yaml_loader import normalise_key
-from test_training_support import TWO_RANKS, free_port
+from tests.support.training import TWO_RANKS, free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # README first (its quick start trains the demo the rest use), then the guides in reading order, then any

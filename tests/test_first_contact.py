@@ -12,7 +12,7 @@ import deepy
 from megatron.neox_arguments import NeoXArgs
 from megatron.run.preflight import PreflightError, check_inputs, input_problems
 from megatron.tokenizer import TokenizerError
-from test_training_support import REPO_ROOT, TINY, child_environment, free_port
+from tests.support.training import REPO_ROOT, TINY, child_environment, free_port
 
 KERPLE_LOG = REPO_ROOT / "configs" / "kerple_log.yml"
 

@@ -12,7 +12,7 @@ import pytest
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.entry_points import ENTRY_POINTS, argument_parser, field_default
-from test_training_support import REPO_ROOT, TINY, child_environment
+from tests.support.training import REPO_ROOT, TINY, child_environment
 
 SCRIPTS = ("train.py", "evaluate.py", "generate.py", "eval.py")
 

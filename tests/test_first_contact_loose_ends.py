@@ -12,7 +12,7 @@ from megatron.model.positional_embeddings import OptionError, make_options, rope
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.output_paths import path_problem
 from megatron.output_paths import name_too_long, new_file_problem, new_folder_problem
-from test_training_support import TINY
+from tests.support.training import TINY
 
 LONG = "n" * 300
 

@@ -18,8 +18,8 @@ from megatron.neox_arguments import NeoXArgs, NeoXArgsError, run_cli
 from megatron.neox_arguments import entry_points
 from megatron.neox_arguments.log_files import log_file_names
 from megatron.tokenizer import ByteLevelTokenizer
-from test_generation_cache import VOCAB, tiny_model
-from test_training_support import REPO_ROOT, TINY, child_environment
+from tests.support.generation import VOCAB, tiny_model
+from tests.support.training import REPO_ROOT, TINY, child_environment
 from tools.analysis.make_tables import _paper, fmt
 
 WARNING = "Setting accelerator to CPU"

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from megatron.evaluation.results import load_results
-from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
 pytestmark = pytest.mark.launches  # trains, evaluates, and compiles in child processes
 

@@ -24,7 +24,7 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import AttentionRun, attend, plan_attention
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
-from test_training_support import REPO_ROOT, tiny_args
+from tests.support.training import REPO_ROOT, tiny_args
 
 METHODS = available()
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

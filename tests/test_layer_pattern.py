@@ -9,8 +9,9 @@ import json
 import pytest
 import torch
 import transformers
-from hf_export_support import TRAIN_LENGTH, greedy_reference, tiny_config
-from test_training_support import run_script, set_flags, tiny_overrides
+from tests.support.hf_export import TRAIN_LENGTH, greedy_reference, tiny_config
+from tests.support.layer_patterns import PATTERNS, W
+from tests.support.training import run_script, set_flags, tiny_overrides
 
 from megatron.errors import NeoXArgsError
 from megatron.checkpoint.inference_model import load
@@ -24,20 +25,6 @@ from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import generate_tokens
 from megatron.tokenizer import build_tokenizer
 
-W = 6  # the windowed layers' window, below the lengths tested so that it masks
-PATTERNS = {
-    # Llama 4 / SmolLM3: no positions on every 4th layer, rotary elsewhere
-    "nope_every_4th": dict(pos_emb="rotary", num_layers=8,
-                           layer_pattern=[{"pos-emb": "rotary"}] * 3 + [{"pos-emb": "none"}]),
-    # Gemma: 5 sliding-window layers (rotary base 10k) to 1 global layer (base 1M)
-    "gemma_5_to_1": dict(pos_emb="rotary", num_layers=6,
-                         layer_pattern=[{"attention-window": W, "rotary-emb-base": 10000}] * 5
-                         + [{"rotary-emb-base": 1000000}]),
-    # KERPLE-log on global layers, ALiBi on windowed ones
-    "kerple_global_alibi_window": dict(pos_emb="kerple_log", num_layers=4,
-                                       layer_pattern=[{"pos-emb": "alibi", "attention-window": W},
-                                                      {"pos-emb": "kerple_log"}]),
-}
 
 
 def args_of(name, **overrides):

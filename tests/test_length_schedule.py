@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_training_support import TINY, run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import TINY, run_script, set_flags, tiny_args, tiny_overrides
 
 from megatron.checkpoint.checkpointing import read_client_state
 from megatron.data import build_train_valid_test_datasets

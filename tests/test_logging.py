@@ -2,7 +2,6 @@
 and the effective kernel parameters per head; the console shows a progress bar on a terminal."""
 import fcntl
 import glob
-import json
 import os
 import pty
 import struct
@@ -13,7 +12,6 @@ import termios
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from wandb.proto import wandb_internal_pb2
 
 from megatron.checkpoint.checkpointing import load_model_weights
 from megatron.model import GPTModel
@@ -21,32 +19,9 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.run.monitor import kernel_scalars
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import pretrain
-from test_training_support import (
+from tests.support.wandb import wandb_history
+from tests.support.training import (
     REPO_ROOT, TINY, child_environment, set_flags, tiny_args, tiny_overrides)
-
-
-def wandb_history(run_file: str) -> list[dict]:
-    """The `history` rows of a .wandb file: W&B's record log (LevelDB log format: 32 KiB blocks of
-    checksum/length/type-framed chunks after a 7-byte file header) holding protobuf Records."""
-    raw = open(run_file, "rb").read()
-    assert raw[:4] == b":W&B"
-    block, pos, pending, rows = 32768, 7, b"", []
-    while pos + 7 <= len(raw):
-        room = block - pos % block
-        _, length, kind = struct.unpack("<IHB", raw[pos:pos + 7]) if room >= 7 else (0, 0, 0)
-        if kind == 0:  # block padding
-            pos += room
-            continue
-        pending += raw[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # a full record, or the last chunk of one
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            pending = b""
-            if record.WhichOneof("record_type") == "history":
-                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                             for item in record.history.item})
-    return rows
 
 
 @pytest.mark.launches

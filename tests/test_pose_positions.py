@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from test_training_support import tiny_args
+from tests.support.training import tiny_args
 
 from megatron.run.initialize import initialize_megatron
 from megatron.neox_arguments import NeoXArgsError
@@ -115,7 +115,7 @@ def test_a_pose_run_has_its_own_identity(stdlib_data, tmp_path):
 
 def test_a_target_whose_distance_table_cannot_fit_is_refused_before_training():
     """PoSE positions span the target window: a distance-table method builds its table over all of it."""
-    from test_training_support import TINY
+    from tests.support.training import TINY
 
     from megatron.neox_arguments import NeoXArgs
     from megatron.run.preflight import memory_problem

@@ -2,7 +2,7 @@
 changes the model, and document masking's share of samples (counted: tests/data/test_packed_documents.py)."""
 from megatron.neox_arguments import NeoXArgs
 from megatron.training.banner import masking_line, method_and_switches, model_line, run_line
-from test_training_support import TINY
+from tests.support.training import TINY
 
 
 def args(**overrides):

@@ -15,7 +15,7 @@ from megatron.training.optimizer import build_lr_scheduler, build_optimizer
 from megatron.training.loop import TrainingError, lm_loss, pretrain, setup_model_and_optimizer, train_step
 from megatron.run.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
-from test_training_support import (
+from tests.support.training import (
     TINY, TWO_RANKS, free_port, run_script, set_flags, tiny_args, tiny_overrides)
 
 

@@ -4,7 +4,7 @@ positions drawn for it) and `eod-mask-loss` (megatron-core's loss mask is zero e
 token is the end-of-document token)."""
 import pytest
 import torch
-from test_training_support import tiny_args
+from tests.support.training import tiny_args
 
 from megatron.data import build_train_valid_test_datasets
 from megatron.run.initialize import initialize_megatron

@@ -12,7 +12,7 @@ from megatron.checkpoint.checkpointing import CheckpointError, load_checkpoint, 
 from megatron.run.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import setup_model_and_optimizer, train_step
-from test_training_support import tiny_args
+from tests.support.training import tiny_args
 
 VIEWS = {"aten.view", "aten.detach", "aten.t", "aten.slice", "aten.permute", "aten.transpose", "aten._unsafe_view",
          "aten.unbind", "aten.select", "aten.expand", "aten.alias", "aten.as_strided", "aten.split", "aten.unsqueeze",

@@ -18,7 +18,7 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available, lookup
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import pretrain, setup_model_and_optimizer
-from test_training_support import (
+from tests.support.training import (
     REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, tiny_overrides)
 
 pytestmark = pytest.mark.launches  # every test here starts processes

@@ -16,7 +16,7 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
-from test_training_support import REPO_ROOT, TINY, child_environment, run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import REPO_ROOT, TINY, child_environment, run_script, set_flags, tiny_args, tiny_overrides
 
 EVAL_TINY = REPO_ROOT / "configs" / "eval" / "tiny.yml"
 MODEL_STATES = "mp_rank_00_model_states.pt"

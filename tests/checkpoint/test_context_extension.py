@@ -19,7 +19,7 @@ from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import pretrain
-from test_training_support import tiny_args
+from tests.support.training import tiny_args
 
 pytestmark = pytest.mark.launches  # trains in-process through DeepSpeed, as the other checkpoint tests
 

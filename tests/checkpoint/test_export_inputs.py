@@ -12,7 +12,7 @@ import transformers
 
 from megatron.checkpoint.inference_model import load
 
-from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
 pytestmark = pytest.mark.launches  # trains and exports in child processes
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
-from hf_export_support import tiny_config
+from tests.support.hf_export import tiny_config
 from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
-from test_training_support import run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import run_script, set_flags, tiny_args, tiny_overrides
 
 from megatron.data import build_train_valid_test_datasets
 from megatron.data.packed_documents import document_ids, positions_in_documents, samples_across_documents

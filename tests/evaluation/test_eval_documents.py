@@ -57,7 +57,7 @@ def test_within_is_refused_with_sliding():
 def test_evaluate_py_scores_within_documents_and_records_it(stdlib_data, tmp_path):
     import json
 
-    from test_training_support import TINY, run_script, set_flags, tiny_overrides
+    from tests.support.training import TINY, run_script, set_flags, tiny_overrides
     values = tiny_overrides(stdlib_data, tmp_path, train_iters=2, eval_iters=0)
     assert run_script(["train.py", str(TINY), *set_flags(values)], timeout=600).returncode == 0
     records = {}

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from scipy import stats
-from test_training_support import free_port
+from tests.support.training import free_port
 
 from megatron.checkpoint.checkpointing import CheckpointError
 from megatron.evaluation.results import find_record, load_result, load_results

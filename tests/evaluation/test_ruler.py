@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-from test_lm_eval import MODEL, run  # noqa: F401 (`run`: the module's checkpoint fixture)
-from test_training_support import REPO_ROOT, child_environment, tiny_args
+from tests.support.lm_eval import MODEL, run  # noqa: F401 (`run`: the module's checkpoint fixture)
+from tests.support.training import REPO_ROOT, child_environment, tiny_args
 
 from lm_eval.api.model import LM
 from megatron.evaluation.identity import Method

@@ -12,9 +12,9 @@ import sys
 import pytest
 import torch
 
-import neox_fork_reference as fork
-from test_hostile_config import assert_clear_error
-from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support import neox_fork as fork
+from tests.support.hostile import assert_clear_error
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 

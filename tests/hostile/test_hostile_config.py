@@ -6,23 +6,13 @@ import sys
 
 import pytest
 
-from test_training_support import REPO_ROOT, child_environment
+from tests.support.hostile import assert_clear_error
+from tests.support.training import REPO_ROOT, child_environment
 
 
 def run(*argv, cwd=REPO_ROOT):
     return subprocess.run([sys.executable, *argv], cwd=cwd, env=child_environment(), capture_output=True,
                           text=True, timeout=300)
-
-
-def assert_clear_error(result, *fragments):
-    """Exit 2, the message on stderr as one `error:` line, and no traceback."""
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    message = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(message) == 1, result.stderr[-3000:]
-    for fragment in fragments:
-        assert fragment in message[0], message[0]
-    return message[0]
 
 
 # Values that used to pass validation and then lose data (1), give a wrong result (3) or end in a

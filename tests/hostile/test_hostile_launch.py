@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from test_training_support import REPO_ROOT, TINY, child_environment, free_port
+from tests.support.training import REPO_ROOT, TINY, child_environment, free_port
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 

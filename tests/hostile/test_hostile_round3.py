@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from test_hostile_config import assert_clear_error
-from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
-from test_hostile_runs import script, train, evaluate
+from tests.support.hostile import assert_clear_error
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support.hostile import script, train, evaluate
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 
@@ -190,7 +190,7 @@ class Planted:
 
 
 # ------------------------------------------------------------ row 16: a full disk under a result writer
-from test_hostile_training import full_disk  # noqa: E402,F401 (a fixture: a 3 MB tmpfs)
+from tests.support.hostile import full_disk  # noqa: E402,F401 (a fixture: a 3 MB tmpfs)
 
 
 def fill(disk):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
-from test_training_support import REPO_ROOT
+from tests.support.training import REPO_ROOT
 
 TINY = REPO_ROOT / "configs" / "tiny.yml"
 
@@ -208,7 +208,7 @@ def test_random_bytes_in_a_model_states_file_are_damaged_not_a_foreign_object(tm
 @pytest.fixture(scope="module")
 def trained(stdlib_data, tmp_path_factory):
     """A tiny run of 2 steps (kerple_log, 64 tokens): save/global_step2."""
-    from test_hostile_runs import train
+    from tests.support.hostile import train
     folder = tmp_path_factory.mktemp("trained")
     result = train(stdlib_data, folder)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -237,8 +237,8 @@ def test_a_renamed_step_folder_says_the_one_way_that_loads_it_and_that_way_works
 # ------------------------------------------------------------------- row 4: RULER lengths that cannot fit
 @pytest.mark.launches
 def test_a_ruler_length_nothing_could_score_is_refused_before_lm_eval_builds_it(trained, tmp_path):
-    from test_hostile_config import assert_clear_error
-    from test_hostile_runs import script
+    from tests.support.hostile import assert_clear_error
+    from tests.support.hostile import script
     result = script("eval.py", str(trained / "global_step2" / "resolved_config.yml"), "--set", f"load={trained}",
                     "--set", f"eval-results-dir={tmp_path / 'results'}", "--eval_tasks", "niah_single_1",
                     "--set", "eval-task-metadata={max_seq_lengths: [100000000]}")
@@ -252,7 +252,7 @@ def test_a_ruler_length_nothing_could_score_is_refused_before_lm_eval_builds_it(
 
 
 # --------------------------------------------------------- row 9: the Hugging Face export on a full disk
-from test_hostile_training import full_disk  # noqa: E402,F401 (a fixture: a 3 MB tmpfs, root only)
+from tests.support.hostile import full_disk  # noqa: E402,F401 (a fixture: a 3 MB tmpfs, root only)
 
 
 @pytest.mark.launches  # the checkpoint is trained by train.py
@@ -276,7 +276,7 @@ def test_convert_to_hf_on_a_full_disk_is_one_paragraph_and_leaves_nothing(traine
 def test_a_long_prefill_says_what_it_does_and_shows_its_progress(monkeypatch, capsys):
     import torch
     from megatron.text_generation import generate_tokens, steps
-    from test_generation_cache import tiny_model
+    from tests.support.generation import tiny_model
     monkeypatch.setattr(steps, "LONG_PREFILL", 600)  # the threshold (16,384 tokens) and interval (10 s), shrunk
     monkeypatch.setattr(steps, "PREFILL_INTERVAL", 0.0)
     model = tiny_model(max_position_embeddings=1024, attention_block_size=64)
@@ -293,7 +293,7 @@ def test_a_long_prefill_says_what_it_does_and_shows_its_progress(monkeypatch, ca
 
 # -------------------------------------------------- row 13: an imported fork's config that names no data
 def test_the_evaluate_command_printed_after_an_import_names_the_data_key_to_add(tmp_path, capsys):
-    from test_import_neox_checkpoint import fork_checkpoint
+    from tests.support.neox_fork import fork_checkpoint
     from tools.ckpts import import_neox
     fork_checkpoint(tmp_path, "alibi")  # its saved config names the model, not the data (as a fork's may)
     import_neox.main([str(tmp_path / "fork"), str(tmp_path / "ours")])

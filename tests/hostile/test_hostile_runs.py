@@ -4,55 +4,17 @@ are merged or refused but never overwritten. Issue 17."""
 import json
 import os
 import stat
-import subprocess
-import sys
 
 import pytest
 
-from test_hostile_config import assert_clear_error
-from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support.hostile import assert_clear_error, evaluate, train, unwritable_folder  # noqa: F401 (fixture)
+from tests.support.training import TINY
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 
 
-def script(*argv, umask=None):
-    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=child_environment(), capture_output=True,
-                          text=True, timeout=300, preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
-
-
-def train(data, folder, **overrides):
-    return script("train.py", str(TINY), *set_flags(tiny_overrides(data, folder, **{"train_iters": 2, **overrides})))
-
-
-def evaluate(*configs, umask=None, **overrides):
-    values = {"eval_lengths": "[64]", "eval_chunks": 4, **overrides}
-    return script("evaluate.py", *map(str, configs), *set_flags(values), umask=umask)
-
-
 def assert_no_training(result):
     assert "step 1/" not in result.stdout, result.stdout[-2000:]
-
-
-@pytest.fixture
-def unwritable_folder(tmp_path):
-    """A folder this process cannot create files in. For a normal user, mode 555. Root ignores mode
-    bits (test_hostile_config.py shows the check accepts such a folder for root, rightly), so for root
-    an immutable folder (chattr +i), which refuses even root, as a read-only mount would."""
-    folder = tmp_path / "locked"
-    folder.mkdir()
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
-        return
-    made = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
-    if made.returncode:
-        pytest.skip(f"running as root, and no folder root cannot write to could be made here (chattr +i: "
-                    f"{made.stderr.strip() or made.returncode})")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["chattr", "-i", str(folder)], check=True)
 
 
 # ------------------------------------------------------------------------------- start-up checks

@@ -11,8 +11,8 @@ import time
 
 import psutil
 
-from test_hostile_config import assert_clear_error
-from test_training_support import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_overrides
+from tests.support.hostile import assert_clear_error
+from tests.support.training import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_overrides
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 

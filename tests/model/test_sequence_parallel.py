@@ -13,7 +13,7 @@ from megatron.model.positional_embeddings import ModelShape, available, lookup
 from megatron.model.positional_embeddings.dape import Dape
 from megatron.model.head_split import sequence_parallel_problem
 from megatron.model.sequence_parallel import HeadShard
-from sequence_parallel_cases import cases, run
+from tests.model.sequence_parallel_cases import cases, run
 
 # Cases computed in float32: the fp32 runs (every method: "<name>/fp32"), and methods whose terms are float32 whatever
 # the model's dtype (fox.py's gate, fire.py's MLP input). Summing over ranks in another order shows at float32's

@@ -103,7 +103,7 @@ def test_dry_run_shows_the_resolved_folders_and_where_each_came_from(tmp_path, c
 def test_a_run_files_itself_and_its_checkpoint_evaluated_alone_writes_beside_it(stdlib_data, tmp_path):
     """train.py with run-dir (and nothing else naming a folder), then evaluate.py given only that run's
     checkpoint folder: every output lands in the one run folder, and the banner names the run."""
-    from test_training_support import run_script, set_flags
+    from tests.support.training import run_script, set_flags
     run = tmp_path / "runs" / "masked"
     trained = run_script(["train.py", "configs/tiny.yml", *set_flags({
         "data_path": stdlib_data, "split": "90,8,2", "run_dir": str(run), "run_name": "KERPLE-log, masked",

@@ -12,7 +12,7 @@ import deepy
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.upstream_compat import IGNORED_REASON, REFUSED_OFF, UPSTREAM_KEYS
 from megatron.neox_arguments.upstream_treatments import IGNORED, MAPPED, REFUSED, VALUE_MAPPED
-from test_training_support import REPO_ROOT
+from tests.support.training import REPO_ROOT
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "neox"
 CONFIGS = {  # the table: files, and the --set the file needs (pos-emb where it has none)

@@ -4,7 +4,7 @@ result file, and the one-message errors of a too-short length and of scaling a n
 import json
 
 import pytest
-from test_training_support import TINY, run_script, set_flags, tiny_overrides
+from tests.support.training import TINY, run_script, set_flags, tiny_overrides
 
 pytestmark = pytest.mark.launches  # every test here starts processes
 

@@ -12,7 +12,7 @@ from megatron.checkpoint.inference_model import load
 from megatron.text_generation.run import generate_run
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import pretrain
-from test_training_support import REPO_ROOT, TINY, run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import REPO_ROOT, TINY, run_script, set_flags, tiny_args, tiny_overrides
 
 GENERATION = REPO_ROOT / "configs" / "text_generation.yml"
 PROMPTS = ["def main(", "import os", "class Foo(object):"]

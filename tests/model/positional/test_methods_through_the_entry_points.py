@@ -9,7 +9,7 @@ import math
 import re
 
 import pytest
-from test_training_support import run_script, set_flags, tiny_overrides
+from tests.support.training import run_script, set_flags, tiny_overrides
 
 # One entry per layer: the method and the options its own end-to-end test trained it with. A method whose
 # attention runs a path no entry here runs adds its entry (not a launch test of its own).

@@ -10,7 +10,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply
 from megatron.model.positional_embeddings import build_positional_embedding, checkpoint_options
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.text_generation import generate_tokens
-from test_generation_cache import PROMPTS, TRAIN_LENGTH, tiny_model
+from tests.support.generation import PROMPTS, TRAIN_LENGTH, tiny_model
 
 HEADS, HEAD_DIM, ORIGINAL = 2, 32, 64
 
@@ -274,7 +274,7 @@ def test_longrope_factors_of_the_wrong_length_name_the_pairs():
 def test_dry_run_refuses_a_method_its_options_break_before_printing_anything(overrides, message):
     import subprocess
     import sys
-    from test_training_support import REPO_ROOT, child_environment
+    from tests.support.training import REPO_ROOT, child_environment
     flags = [arg for override in overrides for arg in ("--set", override)]
     done = subprocess.run([sys.executable, "deepy.py", "train.py", "configs/tiny.yml", *flags, "--dry-run"],
                           cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=120)

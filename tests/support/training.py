@@ -10,7 +10,7 @@ import torch
 
 from megatron.neox_arguments import NeoXArgs
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = REPO_ROOT / "configs" / "tiny.yml"
 # The GPU guide's multi-GPU command (docs/gpu/README.md), word for word: two ranks, each with half the tiny
 # profile's micro-batch of 16. The two-rank launch test runs it on CPU (gloo), `make gpu-check` on two GPUs.

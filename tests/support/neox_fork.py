@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 EPS = 1e-2
+SEQ = 16  # the fork checkpoints' training length (`config`)
 FORK_NAMES = {"t5": "rpe", "kerple_power": "kerple_power_ap_", "kerple_bias_weight": "kerple_power_ap_ap"}
 
 
@@ -181,3 +182,16 @@ def forward(stages, method, cfg, tokens):
     x = _layernorm(x, st[layers + 1]["norm.weight"], st[layers + 1]["norm.bias"])
     head = st[layers + 2]["final_linear.weight"] if cfg["untied"] else st[0]["word_embeddings.weight"]
     return x @ head.T
+
+
+def config(method):
+    return {"layers": 2, "hidden": 32, "heads": 4, "vocab": 258, "seq": SEQ, "max_positions": 8 * SEQ,
+            "untied": method not in ("rotary", "learned"),  # both ways of the output layer
+            "rotary_pct": 0.5, "buckets": 8, "max_distance": 32}
+
+
+def fork_checkpoint(root, method, seed=0):
+    cfg = config(method)
+    stages = make_weights(method, cfg, seed)
+    write_fork_checkpoint(root / "fork", stages, cfg, method)
+    return cfg, stages

@@ -52,3 +52,5 @@ def greedy_reference(model, prompt: list[int], new_tokens: int) -> list[int]:
             logits = model(torch.tensor([tokens]))[0, -1]
             tokens.append(int(logits.argmax()))
     return tokens[len(prompt):]
+
+
