@@ -117,7 +117,7 @@ def test_refused_with_a_clear_message(key, value, message):
 
 
 def test_save_interval_on_the_command_line_replaces_the_files_checkpoint_factor():
-    # --set beats every file (tests/test_first_contact_small_items.py: two files that disagree are refused)
+    # --set beats every file (tests/run/test_first_contact_small_items.py: two files that disagree are refused)
     assert args_of("neox_125M", save_interval=5).checkpoint_factor == 5
 
 

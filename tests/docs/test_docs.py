@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").rglob("*.md")
                                       if p.relative_to(REPO / "docs").parts[0] not in ("reproduction", "images"))
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

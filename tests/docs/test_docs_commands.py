@@ -30,7 +30,7 @@ import pytest
 from megatron.neox_arguments.yaml_loader import normalise_key
 from tests.support.training import TWO_RANKS, free_port
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 # README first (its quick start trains the demo the rest use), then the guides in reading order, then any
 # other page of docs/ (sorted). The published reports (docs/reproduction/) and generated tables
 # (docs/images/) hold no commands to follow.
@@ -96,10 +96,10 @@ RULES = [
      Refused(("vocab-file data/gpt2-vocab.json does not exist",))),
     (r"^python tools/datasets/(build_default_corpus\.py|download_pile\.py --help)$", Run()),
     (r"--set pos-emb=learned_slopes", NotRun("needs the guide's example method saved first; "
-                                             "tests/test_adding_a_method.py saves it in a copy and trains it")),
+                                             "tests/model/positional/test_adding_a_method.py saves it in a copy and trains it")),
     (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is
     (r"^python deepy\.py train\.py configs/tiny\.yml --set num_gpus=2 ",
-     NotRun("the GPU guide's multi-GPU command: tests/test_training.py::test_deepy_trains_the_tiny_profile[2] runs "
+     NotRun("the GPU guide's multi-GPU command: tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2] runs "
             "it on two CPU ranks, `make gpu-check` on two GPUs")),
     (r"^mkdir -p runs && cat > runs/hostfile <<", Run()),
     (r"-H runs/hostfile --dry-run$", Run(output="--hostfile runs/hostfile")),
@@ -130,7 +130,7 @@ RULES = [
     (r"^OMP_NUM_THREADS=1 python eval\.py .*(--eval_tasks niah_single_1|configs/eval/ruler\.yml)", Run(sets=RULER)),
     (r"--eval_tasks lambada_openai", NotRun("lm-eval's hub tasks download their data (needs the internet)")),
     (r"--eval_tasks python_mc", NotRun("needs the guide's two task files saved in my_tasks/; "
-                                       "tests/test_first_contact_help.py saves them and runs this command")),
+                                       "tests/run/test_first_contact_help.py saves them and runs this command")),
     (r"^make reproduce", NotRun("21 trainings and their evaluations: about an hour on 2 cores; "
                                 "tests/reproduce/ runs the sweep at toy sizes")),
     (r"^python -m tools\.reproduce configs/reproduce/paper\.yml$", NotRun("the paper's 162M grid: GPUs and its data")),
@@ -151,7 +151,7 @@ RULES = [
      NotRun("reproduces a torch bug of the compiled CPU flex kernel "
             "(docs/known-issues.md): compiles kernels for minutes")),
     (r"^(OMP_NUM_THREADS=1 )?(make gpu-|\.venv/bin/python -m tools\.gpu_check( --device cpu|\.train_loop --stage|\.train_speed ))",
-     NotRun("the GPU check; tests/test_gpu_check.py runs its CPU smoke form")),
+     NotRun("the GPU check; tests/tools/test_gpu_check.py runs its CPU smoke form")),
     (r"^(cp \.\./shared|\.venv/bin/python -c|python3 -m pip install)", GPU),
 ]
 

@@ -83,7 +83,7 @@ def test_config_reference_lists_the_method_and_its_option(project):
 
 def test_registry_parametrised_tests_cover_the_method(project):
     out = run(project, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/model/positional/test_positional_embeddings.py",
-              "tests/test_model.py", "tests/checkpoint/test_hf_export.py", "tests/model/attention/test_strategies.py", "-k", METHOD)
+              "tests/model/test_model.py", "tests/checkpoint/test_hf_export.py", "tests/model/attention/test_strategies.py", "-k", METHOD)
     assert " failed" not in out and " error" not in out, out[-3000:]
     # The registry-parametrised tests include the method: its config, the model's paths agreeing with
     # gradients, 16x the training length, and the Hugging Face export (its logits at 1x, 4x and 8x, its

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.launches  # a fresh interpreter: this test's own process has imported everything already

@@ -110,7 +110,7 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert (tmp_path / "tests.log").is_file()
     # The guide's multi-GPU command needs two GPUs: the CPU rehearsal says it did not run and why.
     assert tests["two_ranks"]["outcome"] == "not run: it needs two GPUs and this machine has 0"
-    assert "Two GPUs, the GPU guide's multi-GPU command (`tests/test_training.py::test_deepy_trains_the_tiny_profile[2]`): " \
+    assert "Two GPUs, the GPU guide's multi-GPU command (`tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2]`): " \
         "not run: it needs two GPUs and this machine has 0" in report
     # fla's kernels need CUDA: on CPU the part times this project's path alone and says why (the fla
     # strategy's conventions are checked against fla's naive.py by tests/model/positional/test_fla_kernels.py).
@@ -159,10 +159,10 @@ def test_the_guides_multi_gpu_command_runs_whenever_there_are_two_gpus():
     more it runs even when the check was asked for other test files; the report says which happened."""
     from tools.gpu_check import report, tests_part
     two = tests_part.TWO_RANK_TEST
-    one_gpu = tests_part.command(False, 1, ("tests/test_gpu_check.py",))
-    assert one_gpu[one_gpu.index("--deselect") + 1] == two and one_gpu[-1] == "tests/test_gpu_check.py"
-    assert tests_part.command(False, 2, ("tests/test_gpu_check.py",))[-2:] == ["tests/test_gpu_check.py", two]
-    assert "--deselect" not in tests_part.command(False, 2, ("tests/test_gpu_check.py",))
+    one_gpu = tests_part.command(False, 1, ("tests/tools/test_gpu_check.py",))
+    assert one_gpu[one_gpu.index("--deselect") + 1] == two and one_gpu[-1] == "tests/tools/test_gpu_check.py"
+    assert tests_part.command(False, 2, ("tests/tools/test_gpu_check.py",))[-2:] == ["tests/tools/test_gpu_check.py", two]
+    assert "--deselect" not in tests_part.command(False, 2, ("tests/tools/test_gpu_check.py",))
     assert tests_part.command(False, 4, tests_part.FILES).count(two) == 0  # its file runs whole
     assert tests_part.two_ranks(False, 1, {})["outcome"] == "not run: it needs two GPUs and this machine has 1"
     assert tests_part.two_ranks(False, 2, {two: "PASSED"})["outcome"] == "passed"
