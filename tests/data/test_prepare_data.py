@@ -99,7 +99,7 @@ def hub(monkeypatch):
     url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("HF_ENDPOINT", url)
     monkeypatch.setenv("NEOX_PROGRESS", "0")
-    # Online, whatever ran before in this process: tests/evaluation/test_lm_eval.py sets HF_HUB_OFFLINE=1 when
+    # Online, whatever ran before in this process: tests/e2e/evaluation/test_lm_eval.py sets HF_HUB_OFFLINE=1 when
     # it is imported, and huggingface_hub reads the variable once, into a constant, at its own import.
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     import huggingface_hub.constants

@@ -96,7 +96,7 @@ RULES = [
      Refused(("vocab-file data/gpt2-vocab.json does not exist",))),
     (r"^python tools/datasets/(build_default_corpus\.py|download_pile\.py --help)$", Run()),
     (r"--set pos-emb=learned_slopes", NotRun("needs the guide's example method saved first; "
-                                             "tests/model/positional/test_adding_a_method.py saves it in a copy and trains it")),
+                                             "tests/e2e/model/positional/test_adding_a_method.py saves it in a copy and trains it")),
     (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is
     (r"^python deepy\.py train\.py configs/tiny\.yml --set num_gpus=2 ",
      NotRun("the GPU guide's multi-GPU command: tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2] runs "
@@ -110,7 +110,7 @@ RULES = [
     (r"^\.venv/bin/python -m tools\.gpu_check\.wheels --list$", Run(output="deepspeed")),
     (r"^\.venv/bin/python -c .*prepare_data\(load_sweep\('configs/reproduce/gpu-mini\.yml'\)",
      NotRun("tokenizes with GPT-2's BPE, whose files `prepare_data.py gpt2` downloads (needs the internet)")),
-    (r"sequence-parallel-size=", NotRun("2 or 4 ranks for minutes on CPU; tests/model/test_sequence_parallel_training.py "
+    (r"sequence-parallel-size=", NotRun("2 or 4 ranks for minutes on CPU; tests/e2e/model/test_sequence_parallel_training.py "
                                         "runs them reduced (2 ranks x 2 steps resumed both ways and an evaluation; "
                                         "2 replicas x 2 shards x 3 steps, marked slow; against one process)")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),

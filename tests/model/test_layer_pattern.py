@@ -141,7 +141,7 @@ def test_a_bad_entry_is_one_paragraph_naming_the_entry(pattern, message):
 def test_a_pattern_trains_evaluates_generates_and_exports_through_the_entry_points(stdlib_data, tmp_path):
     """ALiBi windowed / KERPLE-log global on configs/tiny.yml: train.py, evaluate.py at 4x, then generate.py
     and convert_to_hf.py with the checkpoint alone (the pattern comes from the checkpoint). One process each,
-    as `python train.py` runs: deepy.py's launch is tested by tests/run/test_deepy.py and adds ~8 s a command."""
+    as `python train.py` runs: deepy.py's launch is tested by tests/e2e/run/test_deepy.py and adds ~8 s a command."""
     pattern = "[{pos-emb: alibi, attention-window: 16}, {pos-emb: kerple_log}]"
     values = tiny_overrides(stdlib_data, tmp_path, pos_emb="kerple_log", layer_pattern=pattern, train_iters=6,
                             eval_results_dir=str(tmp_path / "results"))

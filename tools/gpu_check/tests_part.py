@@ -22,14 +22,14 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # 2026-11-27 ran out of its limit before fla's CUDA tests and five checkpoint tests.
 FILES = ("tests/tools/test_gpu_check.py", "tests/model/attention/test_attention.py",
          "tests/model/positional/test_fla_kernels.py", "tests/training/test_training.py",
-         "tests/checkpoint/test_checkpoint.py", "tests/evaluation/test_evaluation_end_to_end.py", "tests/model/test_model.py")
+         "tests/e2e/checkpoint/test_checkpoint.py", "tests/e2e/evaluation/test_evaluation_end_to_end.py", "tests/model/test_model.py")
 # The GPU guide's multi-GPU command (docs/gpu/README.md), as the two-rank launch test runs it: with two or more
 # GPUs it runs on CUDA (NCCL) whichever test files were asked for.
 TWO_RANK_TEST = "tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2]"
 # Two ranks on one GPU: NCCL refuses two ranks on one device.
 NEEDS_TWO_DEVICES = (TWO_RANK_TEST,
-                     "tests/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
-                     "tests/evaluation/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
+                     "tests/e2e/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
+                     "tests/e2e/evaluation/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
 TINY_SELECTION = ("tests/tools/test_gpu_check.py", "-m", "cuda")  # the smoke run: collect and skip the CUDA tests
 # -v's outcome lines: `tests/x.py::t PASSED` in one process, `[gw3] [ 12%] PASSED tests/x.py::t` under xdist.
 OUTCOME = re.compile(r"^(?:(?P<test>tests/\S+::\S+) (?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)"

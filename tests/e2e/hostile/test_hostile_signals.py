@@ -6,15 +6,12 @@ import signal
 import subprocess
 import sys
 
-import pytest
 import time
 
 import psutil
 
 from tests.support.hostile import assert_clear_error
 from tests.support.training import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_overrides
-
-pytestmark = pytest.mark.launches  # every test here starts processes
 
 
 def start_deepy(data, folder):

@@ -12,8 +12,6 @@ import pytest
 
 from tests.support.training import REPO_ROOT, TINY, child_environment, free_port
 
-pytestmark = pytest.mark.launches  # every test here starts processes
-
 
 @pytest.fixture
 def long_config(tmp_path):

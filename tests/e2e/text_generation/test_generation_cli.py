@@ -34,9 +34,6 @@ def trained(stdlib_data, tmp_path_factory):
 def generation_args(overrides, **generation):
     from megatron.neox_arguments import NeoXArgs
     return NeoXArgs.from_ymls([TINY, GENERATION], {**overrides, **generation})
-
-
-@pytest.mark.launches
 def test_generate_py_prints_text_past_the_training_length(trained):
     root, runs = trained
     output = root / "unconditional.jsonl"
@@ -51,9 +48,6 @@ def test_generate_py_prints_text_past_the_training_length(trained):
         assert record["length"] == 160 or record["finished"]
     assert any(record["length"] > 64 for record in records)
     assert "generating with kerple_log" in result.stderr
-
-
-@pytest.mark.launches
 def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
     root, runs = trained
     args = generation_args(runs["kerple_log"], text_gen_type="input-file", sample_input_file=str(root / "prompts.txt"),
@@ -72,9 +66,6 @@ def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
         assert record["finished"] == finished
         assert record["text"] == tokenizer.detokenize(tokens[:-1] if finished else tokens)
         assert record["length"] == len(tokens) - finished
-
-
-@pytest.mark.launches
 def test_recompute_gives_the_same_samples_and_interactive_reads_stdin(trained):
     _, runs = trained
     cached = generate_run(generation_args(runs["kerple_log"], num_samples=3, maximum_tokens=30, top_p=0.9))
@@ -84,9 +75,6 @@ def test_recompute_gives_the_same_samples_and_interactive_reads_stdin(trained):
     interactive = generate_run(generation_args(runs["kerple_log"], text_gen_type="interactive", maximum_tokens=20,
                                                temperature=0.0), stdin=io.StringIO("def main(\nimport os\n"))
     assert [r["context"] for r in interactive] == ["def main(", "import os"]
-
-
-@pytest.mark.launches
 def test_bad_inputs_are_one_clear_error_each(trained, tmp_path):
     root, runs = trained
     with pytest.raises(CheckpointError, match=r"checkpoint directory .*nowhere \(config key `load`\) does not exist"):
@@ -106,9 +94,6 @@ def test_bad_inputs_are_one_clear_error_each(trained, tmp_path):
                                      sample_input_file=str(tmp_path / "long.txt")))
     with pytest.raises(GenerationError, match=r"top-p: must lie in \[0, 1\]"):
         generate_run(generation_args(runs["kerple_log"], top_p=2.0))
-
-
-@pytest.mark.launches
 def test_the_entry_point_prints_an_error_without_a_traceback(trained, tmp_path):
     _, runs = trained
     result = run_script(["generate.py", str(TINY), str(GENERATION), *set_flags(runs["kerple_log"]),

@@ -10,8 +10,6 @@ import pytest
 from tests.support.training import (
     TINY, child_environment, free_port, set_flags, tiny_overrides)
 
-pytestmark = pytest.mark.launches  # every test here starts processes
-
 
 def deepy(repo_root, *argv, env=None):
     return subprocess.run([sys.executable, "deepy.py", *argv], cwd=repo_root, capture_output=True, text=True,
@@ -33,7 +31,7 @@ def test_dry_run_prints_the_162m_config_deepspeed_json_and_command(repo_root):
     ds = json.loads(rest.split("# Launcher command")[0])
     assert ds["train_micro_batch_size_per_gpu"] == 32 and ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
     cmd = launcher_line(out)
-    # The config reaches ranks on this machine in a file (no command-line limit): tests/hostile/test_hostile_launch.py.
+    # The config reaches ranks on this machine in a file (no command-line limit): tests/e2e/hostile/test_hostile_launch.py.
     assert "-m deepspeed.launcher.runner" in cmd and "train.py --megatron_config_file CONFIG_FILE" in cmd
 
 

@@ -21,8 +21,6 @@ from megatron.training.loop import pretrain, setup_model_and_optimizer
 from tests.support.training import (
     REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, tiny_overrides)
 
-pytestmark = pytest.mark.launches  # every test here starts processes
-
 
 def test_resume_is_bit_exact(stdlib_data, tmp_path):
     """8 steps straight == 4 steps, save, resume, 4 steps: same losses to the last bit (dropout on,

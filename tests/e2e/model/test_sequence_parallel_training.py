@@ -31,7 +31,7 @@ def assert_same_steps(logged: dict, reference: dict, steps: list[int]) -> None:
         assert logged[step] == pytest.approx(reference[step], rel=1e-5), (step, logged[step], reference[step])
 
 
-@pytest.mark.launches  # two two-rank deepy.py launches, three in-process runs: 35-70 s on the busy 2-core machine
+# two two-rank deepy.py launches, three in-process runs: 35-70 s on the busy 2-core machine
 def test_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_ways(stdlib_data, tmp_path):
     # The uninterrupted one-process run, which also keeps its step-2 checkpoint: P = 1 -> P = 2 -> P = 1.
     one = pretrain(tiny_args(stdlib_data, tmp_path / "one", extra_save_iters=[2], tensorboard_dir=str(tmp_path / "tb1"),
@@ -68,7 +68,7 @@ def test_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_wa
         np.testing.assert_allclose(b["chunk_losses"], a["chunk_losses"], rtol=1e-5)
 
 
-@pytest.mark.launches  # four deepy.py ranks and a 3-step in-process run: 24 s on the shared 2-core machine
+# four deepy.py ranks and a 3-step in-process run: 24 s on the shared 2-core machine
 def test_two_replicas_of_two_sequence_shards_train_as_one_process(stdlib_data, tmp_path):
     """num-gpus 4, sequence-parallel-size 2: two data-parallel replicas (micro-batch 2 each), each sequence split
     over a replica's two ranks, train the losses and gradient norms of one process with the same global batch of 4:

@@ -12,7 +12,6 @@ import pytest
 
 from tests.support.training import REPO_ROOT, child_environment, set_flags, tiny_overrides
 
-pytestmark = pytest.mark.launches  # every test here starts processes
 
 GUIDE, SECTION = "docs/positional-methods.md", "## Adding a method"
 

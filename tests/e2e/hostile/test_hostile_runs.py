@@ -10,8 +10,6 @@ import pytest
 from tests.support.hostile import assert_clear_error, evaluate, train, unwritable_folder  # noqa: F401 (fixture)
 from tests.support.training import TINY
 
-pytestmark = pytest.mark.launches  # every test here starts processes
-
 
 def assert_no_training(result):
     assert "step 1/" not in result.stdout, result.stdout[-2000:]

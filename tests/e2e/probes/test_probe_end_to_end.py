@@ -6,7 +6,6 @@ import json
 import pytest
 from tests.support.training import TINY, run_script, set_flags, tiny_overrides
 
-pytestmark = pytest.mark.launches  # every test here starts processes
 
 PROBE = TINY.parent / "eval" / "probe.yml"
 

@@ -14,8 +14,6 @@ from tests.support.hostile import assert_clear_error
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 from tests.support.hostile import script, train, evaluate
 
-pytestmark = pytest.mark.launches  # every test here starts processes
-
 
 def eod_only_data(folder):
     """A dataset whose every token is the end-of-document token (40 documents of 100)."""

@@ -6,15 +6,12 @@ import json
 import subprocess
 import sys
 
-import pytest
 import torch
 import transformers
 
 from megatron.checkpoint.inference_model import load
 
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
-
-pytestmark = pytest.mark.launches  # trains and exports in child processes
 
 
 def run(args):

@@ -33,9 +33,6 @@ def _evaluate(lm, run, tasks):
     manager = TaskManager(include_path=str(run["tasks"]), include_defaults=False)  # only the local tasks
     return lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=manager,
                                    log_samples=True, bootstrap_iters=0, random_seed=0)
-
-
-@pytest.mark.launches
 def test_adapter_answers_equal_hflm_on_the_exported_model(run):
     torch.set_num_threads(1)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(run["root"] / "hf", trust_remote_code=True).eval()
@@ -52,9 +49,6 @@ def test_adapter_answers_equal_hflm_on_the_exported_model(run):
                 else:
                     assert np.allclose(np.asarray(x[0], dtype=float), np.asarray(y[0], dtype=float), atol=1e-4, rtol=1e-5)
         assert mine["results"][task].keys() == theirs["results"][task].keys()
-
-
-@pytest.mark.launches
 def test_rolling_loglikelihood_equals_the_sliding_mode_on_the_same_tokens(run):
     """A document of 3 windows and a half, stride L/4: every token after the first window is scored
     with at least 3/4 L of context, exactly as evaluate.py's sliding mode scores the stream."""
@@ -82,9 +76,6 @@ def test_rolling_loglikelihood_equals_the_sliding_mode_on_the_same_tokens(run):
     assert run["tokenizer"].tokenize(text) == tokens
     rolling = adapter.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
     assert rolling == pytest.approx(-per_token.astype(np.float64).sum(), rel=1e-6)
-
-
-@pytest.mark.launches
 def test_eval_py_prints_the_table_and_writes_json_beside_evaluate_results(run):
     done = subprocess.run([sys.executable, "eval.py", str(run["config"]), "--eval_tasks", "local_mc", "local_rolling",
                            "--set", f"eval-task-paths=[{run['tasks']}]", "--set", f"eval-task-length={LENGTH}"],
@@ -97,9 +88,6 @@ def test_eval_py_prints_the_table_and_writes_json_beside_evaluate_results(run):
     document = json.loads(written[0].read_text())
     assert document["evaluation"]["max_length"] == LENGTH and document["evaluation"]["limit"] is None
     assert set(document["results"]) == {"local_mc", "local_rolling"}
-
-
-@pytest.mark.launches
 def test_unknown_task_and_missing_checkpoint_are_clear_errors(run, tmp_path):
     neox_args = tiny_args("unused-data", tmp_path, eval_tasks=["local_mcq"], eval_task_paths=[str(run["tasks"])])
     with pytest.raises(EvaluationError, match=r"unknown lm-eval task\(s\) 'local_mcq' \(did you mean local_mc"):

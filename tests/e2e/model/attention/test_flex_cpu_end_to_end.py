@@ -10,7 +10,6 @@ import pytest
 from megatron.evaluation.results import load_results
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
-pytestmark = pytest.mark.launches  # trains, evaluates, and compiles in child processes
 
 LENGTHS = [128, 256, 384]  # the lengths of the report: 2, 4 and 6 times the training length
 

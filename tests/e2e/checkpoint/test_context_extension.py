@@ -21,7 +21,6 @@ from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import pretrain
 from tests.support.training import tiny_args
 
-pytestmark = pytest.mark.launches  # trains in-process through DeepSpeed, as the other checkpoint tests
 
 SHORT, LONG = 64, 256
 HEADS, HEAD_DIM = 4, 16  # configs/tiny.yml: hidden 64, 4 heads

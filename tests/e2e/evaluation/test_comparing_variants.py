@@ -19,7 +19,6 @@ from tools.analysis import make_tables, plot_lengths, plot_probe
 from tools.analysis.plot_lengths import BOOTSTRAP_SAMPLES, chunk_bootstrap, plot_perplexity_vs_length
 from tools.analysis.result_selection import read_paths
 
-pytestmark = pytest.mark.launches  # the module fixture trains models in child processes
 
 STEPS = {"docpos": 12, "plain": 12, "alibi": 6}  # ALiBi trained for another budget
 BATCH, SEQ = 16, 64  # configs/tiny.yml: train_micro_batch_size_per_gpu and seq-length, one rank

@@ -21,9 +21,8 @@ from tools.analysis.make_tables import build_table3
 from tools.analysis.plot_kernels import load_positional_embeddings, plot_kernel
 from tools.analysis.plot_position import plot_position_perplexity
 
-pytestmark = pytest.mark.launches  # the module fixture trains models in child processes
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 TRAIN_LENGTH, STEPS = 64, 120
 LENGTHS = [64, 128, 256, 512]  # 1x - 8x
 MODES = ["nonoverlap", "sliding", "position"]

@@ -16,7 +16,6 @@ from tests.support import neox_fork as fork
 from tests.support.hostile import assert_clear_error
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
-pytestmark = pytest.mark.launches  # every test here starts processes
 
 GENERATION = REPO_ROOT / "configs" / "text_generation.yml"
 
