@@ -12,6 +12,8 @@ from megatron.neox_arguments import NeoXArgs
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = REPO_ROOT / "configs" / "tiny.yml"
+KERPLE_LOG = REPO_ROOT / "configs" / "kerple_log.yml"
+EVAL_TINY = REPO_ROOT / "configs" / "eval" / "tiny.yml"
 # The GPU guide's multi-GPU command (docs/gpu/README.md), word for word: two ranks, each with half the tiny
 # profile's micro-batch of 16. The two-rank launch test runs it on CPU (gloo), `make gpu-check` on two GPUs.
 TWO_RANKS = ("deepy.py", "train.py", "configs/tiny.yml", "--set", "num_gpus=2",
