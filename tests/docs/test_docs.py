@@ -2,15 +2,20 @@
 relative link of README.md and docs/ (and its #anchor) leads somewhere; README stays a front door."""
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
 PAGES = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").rglob("*.md")
                                       if p.relative_to(REPO / "docs").parts[0] not in ("reproduction", "images"))
+
+
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
 README_LIMIT = 20_000  # bytes: what it is, the quick start, one command per task, the methods, the links
 
 
@@ -45,13 +50,6 @@ def test_every_relative_link_leads_somewhere(page):
 def test_readme_is_a_front_door():
     size = len((REPO / "README.md").read_bytes())
     assert size <= README_LIMIT, f"README.md is {size} bytes; move what is not the front door into docs/"
-
-
-@pytest.mark.launches
-def test_the_config_reference_is_current(repo_root):
-    result = subprocess.run([sys.executable, "tools/docs/config_reference.py", "--check"],
-                            cwd=repo_root, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
 
 
 def test_every_make_target_has_its_help_line():
