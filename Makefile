@@ -31,7 +31,7 @@ $(DEMO_DATA).bin:
 # evaluate both at 1x-32x their training length (configs/eval/tiny.yml), print the table and draw perplexity
 # against length (sinusoidal blows up past the training length; KERPLE-log stays flat).
 # Training logs go to tensorboard/tiny/<method> (docs/evaluation.md's Table 4 command reads them).
-# DEMO_TRAIN_ARGS and DEMO_EVAL_ARGS append --set options (tests/test_docs_commands.py runs the demo at a
+# DEMO_TRAIN_ARGS and DEMO_EVAL_ARGS append --set options (tests/docs/test_docs_commands.py runs the demo at a
 # few steps).
 # One torch thread per process: on a busy 2-core machine two threads made the same evaluation 4-5x slower
 # (L=2048, 128 chunks: 18-22 s with 2 threads, 3.4-5.3 s with 1, alternating runs at load ~4).
@@ -74,8 +74,8 @@ test: venv  ## the whole test suite on CPU (then the cpu_isa tests again on the 
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m cpu_isa
 
-# The inner loop: the tests that start no process (not marked `launches`): 3,653 of the 3,932 that `make test`
-# collects; 2.5 minutes on a quiet 2-core machine, 4-7 on a busy one (docs/performance.md, "How long the quick start takes").
+# The inner loop: the tests that start no process (not marked `launches`: tests/e2e/ is, whole): 4,330 of the
+# 4,638 that `make test` collects (2026-11-29); 2.5 minutes on a quiet 2-core machine, 4-7 on a busy one (docs/performance.md, "How long the quick start takes").
 test-fast: venv  ## the tests that start no process: the inner loop
 	$(PY) -m pytest -q -m "not slow and not cuda and not launches"
 

@@ -10,7 +10,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("NEOX_SHARED_DIR", REPO_ROOT.parent / "shared"))
 # The processes tests start take one torch thread each unless the run says otherwise: the entry points'
 # own rule (megatron/run/cpu_threads.py) reads the machine's load, so its one-line note would come and go
-# with other work; tests/test_cpu_threads.py checks the rule itself.
+# with other work; tests/run/test_cpu_threads.py checks the rule itself.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
@@ -105,11 +105,11 @@ def stdlib_data(tmp_path_factory) -> str:
 # --durations` in CI, 2026-11-29: the docs commands 378 s when they were one test, then 144, 137, 80, 156 in
 # three tests and 120 s). Started last
 # (xdist's default orders units by their number of tests), one of them kept one worker busy for minutes after
-# the other had finished. The docs' pages are one group each (tests/test_docs_commands.py): the README's,
+# the other had finished. The docs' pages are one group each (tests/docs/test_docs_commands.py): the README's,
 # whose demo the other pages start from, goes first, the RULER sweep (which needs no demo) beside it while
 # the demo is built, then the other pages ("docs:" stands for every page not named before it).
 LONGEST = ("docs:README.md", "tests/reproduce/test_reproduce_ruler.py", "docs:",
-           "tests/test_flex_cpu_end_to_end.py", "tests/reproduce/test_reproduce.py", "tests/test_gpu_check.py",
+           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/reproduce/test_reproduce.py", "tests/tools/test_gpu_check.py",
            "tests/reproduce/test_study_example.py")
 
 
@@ -145,10 +145,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    # Why tests were skipped, counted by reason (skip_summary.py), then which CPU code path the compiled
+    # Why tests were skipped, counted by reason (tests/support/skip_summary.py), then which CPU code path the compiled
     # kernels took, so a log shows what was actually checked.
     import torch
-    from skip_summary import skip_lines
+    from tests.support.skip_summary import skip_lines
     for line in skip_lines(terminalreporter.stats.get("skipped", [])):
         terminalreporter.write_line(line)
     ran = sum(len(terminalreporter.stats.get(outcome, [])) for outcome in ("passed", "failed", "error"))

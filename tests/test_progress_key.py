@@ -8,7 +8,7 @@ import pytest
 import megatron.progress
 from megatron.neox_arguments import NeoXArgs
 from megatron.progress import SWITCH, Progress, switched_on
-from test_training_support import REPO_ROOT, TINY
+from tests.support.training import REPO_ROOT, TINY
 
 
 class Terminal(io.StringIO):

@@ -1,9 +1,9 @@
-"""The test summary's skip lines (skip_summary.py, called by conftest.py): counted by reason, most first,
+"""The test summary's skip lines (tests/support/skip_summary.py, called by conftest.py): counted by reason, most first,
 with the share that are cases of a parametrised matrix; run on a small suite of known skips."""
 pytest_plugins = ["pytester"]
 
 CONFTEST = """
-from skip_summary import skip_lines
+from tests.support.skip_summary import skip_lines
 
 def pytest_terminal_summary(terminalreporter):
     for line in skip_lines(terminalreporter.stats.get("skipped", [])):

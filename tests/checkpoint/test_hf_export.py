@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 import transformers
-from hf_export_support import TRAIN_LENGTH, exported, greedy_reference, tiny_source
-from test_layer_pattern import PATTERNS
-from test_training_support import REPO_ROOT, child_environment, tiny_args
+from tests.support.hf_export import TRAIN_LENGTH, exported, greedy_reference, tiny_source
+from tests.support.layer_patterns import PATTERNS
+from tests.support.training import REPO_ROOT, child_environment, tiny_args
 
 from megatron.checkpoint.checkpointing import load_model_weights, save_checkpoint
 from megatron.run.initialize import initialize_megatron

@@ -1,5 +1,5 @@
 """tools/ckpts/import_neox.py: checkpoints in the KERPLE fork's / GPT-NeoX's pipeline layout, written
-from an independent float64 re-implementation of the fork's forward (neox_fork_reference.py), import
+from an independent float64 re-implementation of the fork's forward (tests/support/neox_fork.py), import
 into this project's layout and score the same through the real loading code and evaluate.py."""
 import json
 import os
@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import neox_fork_reference as fork
+from tests.support import neox_fork as fork
+from tests.support.neox_fork import SEQ, config, fork_checkpoint
 from megatron.checkpoint.inference_model import load
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
@@ -20,21 +21,7 @@ from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 METHODS = ("learned", "sinusoidal", "rotary", "t5", "alibi", "kerple_log", "kerple_power", "kerple_bias_weight")
-SEQ = 16
 LENGTHS = (SEQ, 8 * SEQ)  # 1x and 8x the training length
-
-
-def config(method):
-    return {"layers": 2, "hidden": 32, "heads": 4, "vocab": 258, "seq": SEQ, "max_positions": 8 * SEQ,
-            "untied": method not in ("rotary", "learned"),  # both ways of the output layer
-            "rotary_pct": 0.5, "buckets": 8, "max_distance": 32}
-
-
-def fork_checkpoint(root, method, seed=0):
-    cfg = config(method)
-    stages = fork.make_weights(method, cfg, seed)
-    fork.write_fork_checkpoint(root / "fork", stages, cfg, method)
-    return cfg, stages
 
 
 def imported_model(root):

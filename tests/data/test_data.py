@@ -7,22 +7,12 @@ import numpy as np
 import pytest
 import torch
 from filelock import FileLock
-from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron.data import (DataError, PretrainingBatchSampler, build_data_loader, build_evaluation_stream,
                            build_train_valid_test_datasets)
-from megatron.neox_arguments import NeoXArgs
+from tests.support.data import make_args, write_with_megatron_core
 
 EOD = 256  # ByteLevelTokenizer's end-of-document id
-
-
-def write_with_megatron_core(prefix, documents, dtype=np.uint16):
-    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
-    for document in documents:
-        builder.add_item(torch.tensor(document))
-        builder.end_document()
-    builder.finalize(f"{prefix}.idx")
-    return str(prefix)
 
 
 def counting_documents(count, low, high, seed, eod=True):
@@ -42,14 +32,6 @@ def assert_packed_from(sample, low, high):
     for a, b in zip(stream, stream[1:]):
         if EOD not in (a, b):
             assert low <= a < high and b == low + (a - low + 1) % (high - low)
-
-
-def make_args(tmp_path, **values):
-    base = {"num_layers": 1, "hidden_size": 8, "num_attention_heads": 1, "seq_length": 32,
-            "train_micro_batch_size_per_gpu": 4, "train_iters": 10, "eval_iters": 2, "eval_interval": 5,
-            "tokenizer_type": "ByteLevelTokenizer", "num_workers": 0, "data_cache_path": str(tmp_path / "cache")}
-    world_size = values.pop("world_size", 1)
-    return NeoXArgs.from_dict({**base, **values}, world_size=world_size)
 
 
 @pytest.fixture

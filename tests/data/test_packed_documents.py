@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
-from hf_export_support import tiny_config
+from tests.support.hf_export import tiny_config
 from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
-from test_training_support import run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import run_script, set_flags, tiny_args, tiny_overrides
 
 from megatron.data import build_train_valid_test_datasets
 from megatron.data.packed_documents import document_ids, positions_in_documents, samples_across_documents
@@ -226,7 +226,7 @@ def test_per_row_positions_must_step_inside_documents():
 def test_a_document_masked_run_trains_and_evaluates_through_the_entry_points(stdlib_data, tmp_path):
     """train.py on packed samples with both keys, then evaluate.py at 1x and 4x, its results row apart from
     the plain method's (`docpos`), with chunks inside documents as well as across them. One process each, as
-    `python train.py` runs: deepy.py's launch is tested by tests/test_deepy.py and adds ~8 s a command."""
+    `python train.py` runs: deepy.py's launch is tested by tests/e2e/run/test_deepy.py and adds ~8 s a command."""
     values = tiny_overrides(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
                             eod_mask_loss=True, train_iters=3, eval_results_dir=str(tmp_path / "results"))
     trained = run_script(["train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)

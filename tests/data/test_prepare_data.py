@@ -5,7 +5,6 @@ does (Range requests included), serving tiny corpora in the formats the real sou
 import contextlib
 import hashlib
 import http.server
-import importlib.util
 import io
 import json
 import os
@@ -23,17 +22,10 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron.data import DataError
 from megatron.tokenizer import make_tokenizer
+from tests.support.data import tool  # noqa: F401 (the fixture: prepare_data.py as a module)
 
 GITHUB = "/datasets/parameterlab/scaling_mia_the_pile_00_Github/resolve/1fd6041f61a68497843d22b41b9ac863666c9a5a/data/"
 OWT2 = "/datasets/segyges/OpenWebText2/resolve/0033d7329c92ba163afa4c510f83f3c186d00210/openwebtext2.jsonl.zst.tar"
-
-
-@pytest.fixture
-def tool(repo_root):
-    spec = importlib.util.spec_from_file_location("prepare_data", repo_root / "tools/datasets/prepare_data.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Hub(http.server.BaseHTTPRequestHandler):
@@ -107,7 +99,7 @@ def hub(monkeypatch):
     url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("HF_ENDPOINT", url)
     monkeypatch.setenv("NEOX_PROGRESS", "0")
-    # Online, whatever ran before in this process: tests/evaluation/test_lm_eval.py sets HF_HUB_OFFLINE=1 when
+    # Online, whatever ran before in this process: tests/e2e/evaluation/test_lm_eval.py sets HF_HUB_OFFLINE=1 when
     # it is imported, and huggingface_hub reads the variable once, into a constant, at its own import.
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     import huggingface_hub.constants
@@ -326,7 +318,7 @@ def test_a_missing_local_file_is_one_error_at_once(tmp_path, tool):
                                         ("name that does not resolve", "its name does not resolve")])
 def test_a_host_that_cannot_be_reached_is_said_at_once_with_the_local_alternatives(where, why, tmp_path, tool,
                                                                                   monkeypatch):
-    from test_training_support import free_port
+    from tests.support.training import free_port
     host = f"127.0.0.1:{free_port()}" if where == "closed port" else "offline.invalid"  # RFC 2606: never resolves
     monkeypatch.setenv("HF_ENDPOINT", f"http://{host}")
     for argv in (["gpt2", "--source", f"gpt2=http://{host}/gpt2"],  # a download (urllib)
@@ -423,7 +415,7 @@ def test_a_bad_content_length_a_file_as_data_dir_and_a_corrupt_parquet_are_one_p
 
 @pytest.mark.launches  # chattr, for root
 def test_an_unwritable_data_dir_is_said_at_once_not_retried(tmp_path, tool, hub, tiny_gpt2):
-    from test_hostile_runs import unwritable_folder
+    from tests.support.hostile import unwritable_folder
     server, _ = hub
     server.files.update(tiny_gpt2)
     with contextlib.contextmanager(unwritable_folder.__wrapped__)(tmp_path) as locked:
@@ -436,7 +428,7 @@ def test_an_unwritable_data_dir_is_said_at_once_not_retried(tmp_path, tool, hub,
 @pytest.mark.launches  # mount
 def test_a_disk_that_fills_up_while_extracting_is_one_paragraph(tmp_path, tool, hub, tiny_gpt2):
     """A real full disk (a 3 MB tmpfs): the download fits, the extracted copy does not."""
-    from test_hostile_training import full_disk
+    from tests.support.hostile import full_disk
     server, url = hub
     server.files.update(tiny_gpt2)
     words = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(60_000)]  # ~1.7 MB compressed

@@ -15,7 +15,7 @@ import zstandard
 
 from megatron.data import DataError
 
-from test_prepare_data import tool  # noqa: F401 (the fixture: prepare_data.py as a module)
+from tests.support.data import tool  # noqa: F401 (the fixture: prepare_data.py as a module)
 
 
 def tar_bytes(files: dict, mode: str) -> bytes:

@@ -8,7 +8,10 @@ from megatron.errors import NeoXArgsError
 from megatron.evaluation.chunks import chunk_starts
 from megatron.neox_arguments import NeoXArgs
 
+
 EOD = 9
+
+
 L = 8
 
 
@@ -51,26 +54,3 @@ def test_within_is_refused_with_sliding():
     assert NeoXArgs.from_dict(config).eval_documents == "cross"
     with pytest.raises(NeoXArgsError, match=r"eval-documents: is 'within', but the `sliding` mode"):
         NeoXArgs.from_dict(config | {"eval_documents": "within", "eval_modes": ["sliding"]})
-
-
-@pytest.mark.launches
-def test_evaluate_py_scores_within_documents_and_records_it(stdlib_data, tmp_path):
-    import json
-
-    from test_training_support import TINY, run_script, set_flags, tiny_overrides
-    values = tiny_overrides(stdlib_data, tmp_path, train_iters=2, eval_iters=0)
-    assert run_script(["train.py", str(TINY), *set_flags(values)], timeout=600).returncode == 0
-    records = {}
-    for documents in ("cross", "within"):
-        folder = tmp_path / documents
-        done = run_script(["evaluate.py", str(TINY), *set_flags({**values, "eval_lengths": "[64, 512]",
-                                                                  "eval_chunks": None, "eval_documents": documents,
-                                                                  "eval_results_dir": str(folder)})], timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        (path,) = folder.glob("*.json")
-        result = json.loads(path.read_text())
-        assert result["evaluation"]["eval_documents"] == documents
-        records[documents] = {r["length"]: r["chunks"] for r in result["results"]}
-    for length in (64, 512):  # fewer chunks lie inside one document, and more so at the longer length
-        assert 0 < records["within"][length] < records["cross"][length]
-    assert records["within"][512] / records["cross"][512] < records["within"][64] / records["cross"][64]

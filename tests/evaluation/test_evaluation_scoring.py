@@ -161,7 +161,7 @@ def test_evaluation_keys_are_checked_before_any_work(tmp_path):
 
 def test_a_models_sliced_losses_are_its_full_logits_cross_entropy(monkeypatch):
     """evaluate.py's perplexities are unchanged by the head applied 5 positions at a time."""
-    from test_generation_cache import tiny_model
+    from tests.support.generation import tiny_model
     model = tiny_model("kerple_log")
     windows = torch.randint(0, 300, (2, 17))
     with torch.no_grad():

@@ -14,8 +14,8 @@ from megatron.probes.kv_retrieval import ProbeError, fixed_tokens, make_grid, ma
 from megatron.evaluation.retrieval.scoring import teacher_forced
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer
-from test_generation_cache import VOCAB, tiny_model
-from test_training_support import TINY
+from tests.support.generation import VOCAB, tiny_model
+from tests.support.training import TINY
 from tools.analysis.plot_probe import plot_heatmaps
 
 TOKENIZER = ByteLevelTokenizer()

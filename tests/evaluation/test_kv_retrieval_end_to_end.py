@@ -5,7 +5,7 @@ that does not fit seq-length."""
 import json
 
 import pytest
-from test_training_support import TINY, free_port, run_script, set_flags, tiny_overrides
+from tests.support.training import TINY, free_port, run_script, set_flags, tiny_overrides
 
 KV = TINY.parent / "eval" / "kv_retrieval.yml"
 MIX = {"probe_train_task": "kv-retrieval", "probe_train_fraction": 0.5}

@@ -2,68 +2,30 @@
 every sample lm-eval makes is as long as asked, measured with this project's tokenizer; the project's
 scores are lm-eval's scoring of the generations; the effective length of a hand-worked example; data
 that is not here is refused in one paragraph; eval.py writes RULER results that make_tables prints."""
-import argparse
-import json
-import pathlib
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from test_lm_eval import MODEL, run  # noqa: F401 (`run`: the module's checkpoint fixture)
-from test_training_support import REPO_ROOT, child_environment, tiny_args
+from tests.support.lm_eval import MODEL, run  # noqa: F401 (`run`: the module's checkpoint fixture)
+from tests.support.training import tiny_args
 
-from lm_eval.api.model import LM
 from megatron.evaluation.identity import Method
-from megatron.evaluation.ruler import RulerRun, go_offline, import_ruler_offline, refuse_unavailable, ruler_manager
+from megatron.evaluation.ruler import go_offline, import_ruler_offline, refuse_unavailable
 from megatron.evaluation.run import EvaluationError
 from megatron.tokenizer.hf_files import export_tokenizer
 from tools.analysis.effective_length import Curve, effective_length, estimate
 
-LENGTHS = [512, 1024]  # RULER's shortest niah_single_1 prompt is ~505 byte-level tokens with its 128-token reserve
-
 
 @pytest.fixture(scope="module")
-def tokenizer_folder(run, tmp_path_factory):  # noqa: F811
-    folder = tmp_path_factory.mktemp("ruler_tokenizer")
-    export_tokenizer(run["tokenizer"], folder)
-    return str(folder)
-
-
-def _docs(task: str, length: int, folder: str):
+def byte_level_hf(tmp_path_factory):
+    """The Hugging Face tokenizer lm-eval sizes samples with, made from this project's byte-level tokenizer."""
+    from megatron.tokenizer.tokenizer import ByteLevelTokenizer
+    folder = tmp_path_factory.mktemp("byte_level")
+    export_tokenizer(ByteLevelTokenizer(), folder)
     go_offline()
     import_ruler_offline()
-    loaded = ruler_manager({"tokenizer": folder, "max_seq_lengths": [length]}).load([task])["tasks"]
-    task_object = loaded[task] if task in loaded else next(iter(loaded.values()))
-    return list(task_object.test_docs()), task_object.config.generation_kwargs["max_gen_toks"]
-
-
-@pytest.mark.launches
-@pytest.mark.parametrize("task,length", [("niah_single_1", 512), ("niah_multikey_2", 512), ("niah_multikey_3", 1024),
-                                         ("ruler_fwe", 1024)])
-def test_every_sample_is_as_long_as_asked_with_the_projects_tokenizer(run, tokenizer_folder,  # noqa: F811
-                                                                      task, length):
-    """lm-eval sizes a sample as its prompt's tokens + the answer reserve (the task's max_gen_toks) and keeps
-    it when that is <= the length asked; its haystack grows in steps, so a sample falls short of the length
-    by less than one step. Here the prompt is re-tokenized with this project's own tokenizer. (ruler_cwe
-    takes ~80 s to make its 500 samples at 1,024 tokens on a busy core, so it is left out; ruler_vt is refused
-    below 4,096, see test_tasks_whose_data_is_not_here_are_refused_in_one_paragraph.)"""
-    tokenizer = run["tokenizer"]
-    docs, reserve = _docs(task, length, tokenizer_folder)
-    assert docs, (task, length)
-    for doc in docs:
-        ours = len(tokenizer.tokenize(doc["input"])) + reserve
-        assert doc["max_length"] == length
-        assert ours <= length
-        if task.startswith("niah"):  # its sampler records the length it measured (with the exported folder)
-            assert doc["length"] == ours
-        # lm-eval keeps a sample within one step of its haystack (niah: 5 sentences or needles, fwe: words)
-        assert ours > length / 2, (task, length, ours)
-    if task == "niah_single_1":  # step = 5 repetitions of the 89-byte sentence and their newlines
-        step = 5 * (len(tokenizer.tokenize("The grass is green. The sky is blue. The sun is yellow. Here we go. "
-                                           "There and back again.")) + 1)
-        assert min(len(tokenizer.tokenize(d["input"])) + reserve for d in docs) > length - step
+    from lm_eval.tasks.ruler.common_utils import get_tokenizer
+    return get_tokenizer(str(folder))
 
 
 def test_ruler_generation_goes_through_the_kv_cache(run):  # noqa: F811
@@ -83,42 +45,6 @@ def test_ruler_generation_goes_through_the_kv_cache(run):  # noqa: F811
         hook.remove()
     prefill = len(run["tokenizer"].tokenize(prompt))
     assert sum(seen[:-19]) == prefill and seen[-19:] == [1] * 19  # 20 new tokens: the last needs no step
-
-
-class Retriever(LM):
-    """An lm-eval model that answers every other niah prompt with its needle (read from the prompt) and
-    the rest with a wrong number: scores that are neither all 0 nor all 1."""
-
-    def generate_until(self, requests, disable_tqdm=False):
-        out = []
-        for i, request in enumerate(requests):
-            needle = re.search(r"is: (\d+)\.", request.args[0]).group(1)
-            out.append(f" {needle}." if i % 2 == 0 else " 1234567.")
-        return out
-
-    def loglikelihood(self, requests, disable_tqdm=False):
-        raise NotImplementedError
-
-    def loglikelihood_rolling(self, requests, disable_tqdm=False):
-        raise NotImplementedError
-
-
-@pytest.mark.launches
-def test_scores_and_intervals_are_lm_evals_scoring_of_the_generations(run, tmp_path):  # noqa: F811
-    from lm_eval.tasks.ruler.common_utils import postprocess_pred
-    args = tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": LENGTHS}, eval_task_limit=6)
-    measured = RulerRun(args, ["niah_single_1"]).evaluate(Retriever(), run["tokenizer"])
-    for length in LENGTHS:
-        record = measured["ruler"]["niah_single_1"][str(length)]
-        samples = measured["samples"]["niah_single_1"][str(length)]
-        # RULER's string_match_all written out: the share of the answers found in the stripped prediction
-        predictions = [postprocess_pred([s["resps"][0][0]])[0].lower() for s in samples]
-        again = [float(np.mean([a.lower() in p for a in s["doc"]["outputs"]])) for p, s in zip(predictions, samples)]
-        assert record["scores"] == again and record["n"] == 6 and 0 < record["score"] < 1
-        assert record["score"] == pytest.approx(measured["results"]["niah_single_1"][f"{length},none"], abs=1e-12)
-        assert record["stderr"] == pytest.approx(measured["results"]["niah_single_1"][f"{length}_stderr,none"])
-        assert record["stderr"] == pytest.approx(np.std(again, ddof=1) / np.sqrt(len(again)))
-        assert record["ci95"][0] <= record["score"] <= record["ci95"][1]
 
 
 def test_effective_length_of_a_hand_worked_example():
@@ -158,18 +84,6 @@ def test_tasks_whose_data_is_not_here_are_refused_in_one_paragraph(tmp_path):
         refuse_unavailable(["niah_single_2"])
 
 
-@pytest.fixture(scope="module")
-def byte_level_hf(tmp_path_factory):
-    """The Hugging Face tokenizer lm-eval sizes samples with, made from this project's byte-level tokenizer."""
-    from megatron.tokenizer.tokenizer import ByteLevelTokenizer
-    folder = tmp_path_factory.mktemp("byte_level")
-    export_tokenizer(ByteLevelTokenizer(), folder)
-    go_offline()
-    import_ruler_offline()
-    from lm_eval.tasks.ruler.common_utils import get_tokenizer
-    return get_tokenizer(str(folder))
-
-
 def test_word_and_variable_samplers_are_asked_before_lm_eval_and_agree_with_it(byte_level_hf):
     """ruler_fit.py says where lm-eval 0.4.13's cwe / fwe / vt samplers make no real sample; where it says so,
     lm-eval's own sampler makes 0-word lists (cwe); where it says they fit, lm-eval's samples are real and as long
@@ -201,48 +115,6 @@ def test_word_and_variable_samplers_are_asked_before_lm_eval_and_agree_with_it(b
         assert all(d["length"] <= length + 50 and len(d["outputs"]) == 3 for d in made)
         assert all(a in d["input"].split() for d in made for a in d["outputs"])
     assert why_no_sample("niah_single_1", 64, byte_level_hf) is None  # lm-eval's niah samplers say so themselves
-
-
-@pytest.mark.launches
-def test_eval_py_writes_ruler_results_and_make_tables_prints_them(run, tmp_path):  # noqa: F811
-    results = tmp_path / "results"
-    base = [sys.executable, "eval.py", str(run["config"]), "--set", f"eval-results-dir={results}"]
-    env = child_environment()
-    refused = subprocess.run(base + ["--eval_tasks", "niah_single_1", "ruler_qa_hotpot"], cwd=REPO_ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2 and "ruler_qa_hotpot cannot run here" in refused.stderr
-    assert "Traceback" not in refused.stderr and "Generating" not in refused.stderr  # before any data is made
-    bad = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-metadata={tokenizer: gpt2}"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2
-    assert "eval-task-metadata: sets tokenizer, but eval.py hands lm-eval the run's own tokenizer" in bad.stderr
-    done = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-limit=2",
-                                  "--set", "eval-task-metadata={max_seq_lengths: [256, 512]}"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (written,) = (results / "lm_eval").glob("*.json")
-    document = json.loads(written.read_text())
-    assert document["evaluation"]["max_length"] == 512 and document["evaluation"]["ruler"]["lengths"] == [256, 512]
-    ruler = document["ruler"]["niah_single_1"]
-    assert ruler["256"]["score"] is None and "no sample fits" in ruler["256"]["note"]
-    assert ruler["512"]["n"] == 2 and len(ruler["512"]["scores"]) == 2
-    assert "512,none" in document["results"]["niah_single_1"]
-    table = subprocess.run([sys.executable, "-m", "tools.analysis.ruler_table", str(results)], cwd=REPO_ROOT, env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert table.returncode == 0, table.stderr
-    assert re.search(r"\| 256 \(4×\) \| no sample fits \|", table.stdout)
-    assert re.search(r"\| 512 \(8×\) \| \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=2 \|", table.stdout)
-    # make_tables' selection applies to them: --length, --rename (the label shown), --ruler-task
-    from megatron.evaluation.results import ResultFileError
-    from tools.analysis.long_context_tables import long_context_tables
-    selection = dict(results=[str(results)], method=None, name=None, seed=None, keep_lengths=[512],
-                     rename=["kerple_log=KERPLE"], ruler_task=["niah_*"], reference="KERPLE", alpha=0.05)
-    shown = long_context_tables(argparse.Namespace(**selection), [])
-    assert "RULER niah_single_1" in shown and "| length | KERPLE |" in shown and "| 256 (4×)" not in shown
-    assert re.search(r"\| niah_single_1 \| (none \(score 0 at 512\)|512 \(8×\)) \|", shown)
-    with pytest.raises(ResultFileError, match=r"--ruler-task 'ruler_cwe': no RULER result of these tasks in the runs "
-                       r"selected \(their tasks: niah_single_1\)"):
-        long_context_tables(argparse.Namespace(**{**selection, "ruler_task": ["ruler_cwe"]}), [])
 
 
 def test_eval_task_metadata_is_checked_with_the_config(tmp_path):

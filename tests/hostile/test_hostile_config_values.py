@@ -322,7 +322,7 @@ def test_usual_paths_pass(tmp_path):
 @pytest.mark.launches
 @pytest.mark.parametrize("case", ["billion-laughs", "nested-repeat", "long-name"])
 def test_deepy_dry_run_prints_one_paragraph_and_no_traceback(case, tmp_path):
-    from test_training_support import REPO_ROOT, child_environment
+    from tests.support.training import REPO_ROOT, child_environment
     text, fragments = {
         "billion-laughs": (billion_laughs("eval-lengths"), ["its aliases (*name) expand to 4,412,961,510 values"]),
         "nested-repeat": (BASE + OPTIMIZER + "    lr: 5.0\n", ["line 9: key 'optimizer.params.lr' is given twice"]),

@@ -11,7 +11,7 @@ from megatron.data import DataError
 from megatron.data.preprocess import preprocess
 from megatron.tokenizer import make_tokenizer
 from megatron.tokenizer.tokenizer import BYTE_SYMBOLS, describe_bytes
-from test_training_support import REPO_ROOT, child_environment
+from tests.support.training import REPO_ROOT, child_environment
 
 TEXT = "def decode(data):\n    return data.decode('utf-8')  # héllo ✓\n" * 20
 

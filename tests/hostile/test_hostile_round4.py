@@ -3,18 +3,12 @@ left over from round 3 (longrope factors, random-positions' tables, damaged mode
 the Hugging Face export on a full disk, a long prefill, an imported fork's data keys). Config checks and
 tools run in-process; the rows about an entry point's own behaviour launch it."""
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
-from test_training_support import REPO_ROOT
-
-TINY = REPO_ROOT / "configs" / "tiny.yml"
+from tests.support.training import REPO_ROOT, TINY
 
 
 def config_error(**overrides) -> str:
@@ -24,6 +18,35 @@ def config_error(**overrides) -> str:
     message = str(info.value)
     assert "\n" not in message, message
     return message
+
+
+# ------------------------------------------------------- rows 2 and 3: what the tables print and read
+def result_file(folder, losses, run_name=None, name="stdlib_kerple_log_seed1", config_hash="5bba9a12c0ffee"):
+    """A result file of one run (kerple_log, seed 1, step 100) scored at length 64 over len(losses) chunks."""
+    import numpy as np
+    from megatron.evaluation.results import SCHEMA, summarize, write_atomic
+    losses = np.asarray(losses, dtype=float)
+    record = summarize(np.repeat(losses[:, None], 64, axis=1), 64, "nonoverlap", np.arange(len(losses)) * 64)
+    run = {"name": name, "method": "kerple_log", "pos_emb": "kerple_log", "seed": 1, "dataset": "stdlib",
+           "train_length": 64, "checkpoint_step": 100, "config_hash": config_hash}
+    if run_name is not None:
+        run.update(run_name=run_name, label=run_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / f"{name}.json", {"schema": SCHEMA, "results": [record], "run": run})
+    return folder / f"{name}.json"
+
+
+# ------------------------------------------------------------------ row 6: RULER result files checked
+def ruler_file(folder, score):
+    path = folder / "lm_eval" / "stdlib_kerple_log_seed1.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
+        "schema": "neox-lm-eval/1",
+        "run": {"name": "stdlib_kerple_log_seed1", "method": "kerple_log", "pos_emb": "kerple_log", "seed": 1,
+                "dataset": "stdlib", "train_length": 64, "checkpoint_step": 100},
+        "ruler": {"niah_single_1": {"128": {"score": score, "ci95": [0.0, 1.0], "n": 2, "doc_ids": [0, 1],
+                                            "scores": [0.0, 1.0]}}}}))
+    return path
 
 
 # ------------------------------------------------------------------- rows 2 and 5: a run's name
@@ -81,22 +104,6 @@ def test_random_positions_whose_distance_table_cannot_fit_are_refused_with_the_l
     # Rotary builds nothing per distance: round 3's 1e10 still trains.
     assert memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "rotary", "random_positions": 10 ** 13}),
                           True, 257) is None
-
-
-# ------------------------------------------------------- rows 2 and 3: what the tables print and read
-def result_file(folder, losses, run_name=None, name="stdlib_kerple_log_seed1", config_hash="5bba9a12c0ffee"):
-    """A result file of one run (kerple_log, seed 1, step 100) scored at length 64 over len(losses) chunks."""
-    import numpy as np
-    from megatron.evaluation.results import SCHEMA, summarize, write_atomic
-    losses = np.asarray(losses, dtype=float)
-    record = summarize(np.repeat(losses[:, None], 64, axis=1), 64, "nonoverlap", np.arange(len(losses)) * 64)
-    run = {"name": name, "method": "kerple_log", "pos_emb": "kerple_log", "seed": 1, "dataset": "stdlib",
-           "train_length": 64, "checkpoint_step": 100, "config_hash": config_hash}
-    if run_name is not None:
-        run.update(run_name=run_name, label=run_name)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / f"{name}.json", {"schema": SCHEMA, "results": [record], "run": run})
-    return folder / f"{name}.json"
 
 
 @pytest.mark.parametrize("fmt", ["md", "tex"])
@@ -158,19 +165,6 @@ def test_without_out_each_run_gets_its_own_folder_outside_docs():
     assert cli.replaced_report_problem(REPO_ROOT / "docs" / "gpu", "NVIDIA H200", "162M") is None  # a rerun there
 
 
-# ------------------------------------------------------------------ row 6: RULER result files checked
-def ruler_file(folder, score):
-    path = folder / "lm_eval" / "stdlib_kerple_log_seed1.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({
-        "schema": "neox-lm-eval/1",
-        "run": {"name": "stdlib_kerple_log_seed1", "method": "kerple_log", "pos_emb": "kerple_log", "seed": 1,
-                "dataset": "stdlib", "train_length": 64, "checkpoint_step": 100},
-        "ruler": {"niah_single_1": {"128": {"score": score, "ci95": [0.0, 1.0], "n": 2, "doc_ids": [0, 1],
-                                            "scores": [0.0, 1.0]}}}}))
-    return path
-
-
 def test_a_ruler_score_that_is_not_a_number_is_named_with_its_file_and_field(tmp_path, capsys):
     from megatron.evaluation.results import ResultFileError
     from tools.analysis import ruler_table
@@ -205,78 +199,11 @@ def test_random_bytes_in_a_model_states_file_are_damaged_not_a_foreign_object(tm
     assert "run code" not in message and "\n" not in message
 
 
-@pytest.fixture(scope="module")
-def trained(stdlib_data, tmp_path_factory):
-    """A tiny run of 2 steps (kerple_log, 64 tokens): save/global_step2."""
-    from test_hostile_runs import train
-    folder = tmp_path_factory.mktemp("trained")
-    result = train(stdlib_data, folder)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return folder / "ckpt"
-
-
-@pytest.mark.launches  # the checkpoint is trained by train.py
-def test_a_renamed_step_folder_says_the_one_way_that_loads_it_and_that_way_works(trained, tmp_path):
-    from megatron.checkpoint.folder import CheckpointError
-    from megatron.checkpoint.inference_model import load
-    ckpt = tmp_path / "ckpt"
-    shutil.copytree(trained, ckpt)
-    (ckpt / "global_step2").rename(ckpt / "global_step7")
-    (ckpt / "latest").write_text("global_step7")
-    with pytest.raises(CheckpointError) as info:
-        load(ckpt)
-    assert str(info.value) == (
-        f"{ckpt / 'global_step7'} is the folder of step 7, but its model-states file says iteration 2: the folder was "
-        f"renamed or the file copied from another step. To load it, rename the folder back to {ckpt / 'global_step2'} "
-        "(and, if `latest` names it, write global_step2 into `latest`); or use a checkpoint train.py wrote.")
-    (ckpt / "global_step7").rename(ckpt / "global_step2")  # what it says
-    (ckpt / "latest").write_text("global_step2")
-    assert load(ckpt).step == 2
-
-
-# ------------------------------------------------------------------- row 4: RULER lengths that cannot fit
-@pytest.mark.launches
-def test_a_ruler_length_nothing_could_score_is_refused_before_lm_eval_builds_it(trained, tmp_path):
-    from test_hostile_config import assert_clear_error
-    from test_hostile_runs import script
-    result = script("eval.py", str(trained / "global_step2" / "resolved_config.yml"), "--set", f"load={trained}",
-                    "--set", f"eval-results-dir={tmp_path / 'results'}", "--eval_tasks", "niah_single_1",
-                    "--set", "eval-task-metadata={max_seq_lengths: [100000000]}")
-    message = assert_clear_error(result, "command line: eval-task-metadata max_seq_lengths [100000000] cannot be "
-                                         "scored here, at the longest: this model cannot fit: it needs at least ",
-                                 "activations of 1 sequence(s) of 100,000,000 tokens",
-                                 "The longest RULER length that fits is ", "Nothing was built or scored.")
-    longest = int(message.split("The longest RULER length that fits is ")[1].split(" ")[0].replace(",", ""))
-    assert 64 < longest < 100_000_000
-    assert not (tmp_path / "results" / "lm_eval").exists() or not list((tmp_path / "results").rglob("*.json"))
-
-
-# --------------------------------------------------------- row 9: the Hugging Face export on a full disk
-from test_hostile_training import full_disk  # noqa: E402,F401 (a fixture: a 3 MB tmpfs, root only)
-
-
-@pytest.mark.launches  # the checkpoint is trained by train.py
-def test_convert_to_hf_on_a_full_disk_is_one_paragraph_and_leaves_nothing(trained, full_disk, capsys):
-    """200 KB left: the export's code and config files fit, its weights (about 0.5 MB) do not, so the write that
-    fails is safetensors' (a SafetensorError, not an OSError, which was a traceback)."""
-    from megatron.output_paths import WriteFailed
-    from tools.ckpts import convert_to_hf
-    space = os.statvfs(full_disk)
-    with open(full_disk / "filler", "wb") as filler:
-        filler.write(b"\0" * (space.f_bavail * space.f_frsize - 200_000))
-    with pytest.raises(WriteFailed) as info:
-        convert_to_hf.main(["--input_dir", str(trained / "global_step2"), "--output_dir", str(full_disk / "hf")])
-    assert str(info.value) == (f"the Hugging Face export could not be written to {full_disk / 'hf'}: 'no space left "
-                               "on the device'. Free space there (or set --output_dir to a folder on another disk) "
-                               "and run again.")
-    assert sorted(os.listdir(full_disk)) == ["filler"]  # no hidden partial folder, no half-written export
-
-
 # --------------------------------------------------------------------- row 11: a long prefill's progress
 def test_a_long_prefill_says_what_it_does_and_shows_its_progress(monkeypatch, capsys):
     import torch
     from megatron.text_generation import generate_tokens, steps
-    from test_generation_cache import tiny_model
+    from tests.support.generation import tiny_model
     monkeypatch.setattr(steps, "LONG_PREFILL", 600)  # the threshold (16,384 tokens) and interval (10 s), shrunk
     monkeypatch.setattr(steps, "PREFILL_INTERVAL", 0.0)
     model = tiny_model(max_position_embeddings=1024, attention_block_size=64)
@@ -293,7 +220,7 @@ def test_a_long_prefill_says_what_it_does_and_shows_its_progress(monkeypatch, ca
 
 # -------------------------------------------------- row 13: an imported fork's config that names no data
 def test_the_evaluate_command_printed_after_an_import_names_the_data_key_to_add(tmp_path, capsys):
-    from test_import_neox_checkpoint import fork_checkpoint
+    from tests.support.neox_fork import fork_checkpoint
     from tools.ckpts import import_neox
     fork_checkpoint(tmp_path, "alibi")  # its saved config names the model, not the data (as a fork's may)
     import_neox.main([str(tmp_path / "fork"), str(tmp_path / "ours")])

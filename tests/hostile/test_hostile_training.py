@@ -17,7 +17,8 @@ from megatron.evaluation.driver import evaluate_run
 from megatron.run.preflight import SaveFolderLock
 from megatron.tokenizer.tokenizer import ByteLevelTokenizer
 from megatron.training.loop import TrainingError, pretrain
-from test_training_support import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, \
+from tests.support.hostile import full_disk  # noqa: F401 (a fixture: a 3 MB tmpfs, root only)
+from tests.support.training import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, \
     tiny_overrides
 
 BLOWN_UP_LR = {"optimizer.params.lr": 1e30, "warmup": 0.0, "lr_decay_style": "constant"}
@@ -142,23 +143,6 @@ def test_a_full_disk_at_start_up_is_one_paragraph(tmp_path, monkeypatch):
         f"save folder {tmp_path}: no space left on device (writing {tmp_path}/.lock). Free space on that file "
         "system (or give `save` a folder on another one), then start the run again.")
     assert lock.fd is None and not (tmp_path / ".lock").exists()  # released
-
-
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 3 MB tmpfs: one checkpoint of the tiny profile fits (1.8 MB), a second does not."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("a real full disk needs a tmpfs mount, which needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if made.returncode:
-        pytest.skip(f"mounting a small tmpfs is not permitted here: {made.stderr.strip() or made.returncode}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 @pytest.mark.launches

@@ -14,7 +14,7 @@ import pytest
 import torch
 from lm_eval.api.instance import Instance
 
-import neox_fork_reference as fork
+from tests.support import neox_fork as fork
 from megatron.checkpoint.checkpointing import CheckpointError
 from megatron.evaluation.lm_eval_adapter import NeoXLM
 from megatron.evaluation.lm_eval_run import evaluate_tasks
@@ -29,15 +29,15 @@ from megatron.text_generation import GenerationError, generate_tokens
 from megatron.text_generation.run import generate_run, write_new_file
 from megatron.text_generation.sampling import setting_problems
 from megatron.tokenizer import build_tokenizer
-from hf_export_support import tiny_source
-from test_hostile_runs import unwritable_folder  # noqa: F401  (fixture)
-from test_import_neox_checkpoint import config as fork_config
-from test_lm_eval import run  # noqa: F401  (the module fixture: a tiny kerple_log checkpoint and local tasks)
-from test_training_support import REPO_ROOT, TINY, child_environment, set_flags, tiny_args, tiny_overrides
+from tests.support.hf_export import tiny_source
+from tests.support.hostile import unwritable_folder  # noqa: F401  (fixture)
+from tests.support.neox_fork import config as fork_config
+from tests.support.lm_eval import run  # noqa: F401  (the module fixture: a tiny kerple_log checkpoint and local tasks)
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_args, tiny_overrides
 from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
-FORK = fork_config("kerple_log")  # a 2-layer fork checkpoint's sizes (tests/neox_fork_reference.py)
+FORK = fork_config("kerple_log")  # a 2-layer fork checkpoint's sizes (tests/support/neox_fork.py)
 
 
 def lm_eval_args(run, results, *tasks, **overrides):  # noqa: F811

@@ -8,7 +8,7 @@ import types
 
 import pytest
 import torch
-from hf_export_support import greedy_reference, tiny_config
+from tests.support.hf_export import greedy_reference, tiny_config
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
 from megatron.errors import NeoXArgsError

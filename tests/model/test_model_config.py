@@ -1,11 +1,7 @@
 """`GPTModel(config: ModelConfig)`: a model is built and run from its config alone, written out as literals
 (no run config anywhere), and a checkpoint's `model_config` record of the first format still reads."""
-import subprocess
-import sys
-import textwrap
 from dataclasses import replace
 
-import pytest
 import torch
 import transformers
 
@@ -13,6 +9,7 @@ from megatron.model import GPTModel
 from megatron.model.attention.config import AttentionConfig
 from megatron.model.model_config import ARCHITECTURE_KEYS, ModelConfig, differences
 from tools.ckpts.hf_export.native import to_gpt_neox_state
+
 
 VOCAB = 96
 
@@ -24,6 +21,17 @@ def rotary_config(**changes) -> ModelConfig:
         tokenizer_type="ByteLevelTokenizer", no_weight_tying=True, pos_emb="rotary",
         options={"rotary_pct": 0.25, "rotary_emb_base": 10000}, lengths={"seq_length": 40, "max_position_embeddings": 40}),
         **changes)
+
+
+# A checkpoint's record as checkpoints before `schema` wrote it (schema 1: no schema, no tokenizer files, no
+# layer-pattern, attention-temperature or dape), written out as literals: it must keep reading as the same model.
+SCHEMA_1_RECORD = {
+    "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": None,
+    "padded_vocab_size": 384, "tokenizer_type": "ByteLevelTokenizer", "norm": "layernorm", "layernorm_epsilon": 1e-05,
+    "activation": "gelu", "no_weight_tying": True, "gpt_j_residual": False, "pos_emb": "kerple_log",
+    "pos_emb_per_layer": False, "seq_length": 64, "max_position_embeddings": 64,
+    "seq_length_val": 64, "attention_window": None, "kerple_eps": 0.01,
+}
 
 
 def test_every_field_defaults_to_its_config_keys_default():
@@ -68,36 +76,6 @@ def test_per_run_choices_are_applied_to_the_config_and_leave_the_model_the_same(
     ids = torch.randint(0, VOCAB, (1, 40), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert not torch.allclose(model(ids), windowed(ids))
-
-
-@pytest.mark.launches
-def test_building_a_model_from_its_config_imports_no_run_config():
-    code = textwrap.dedent("""
-        import sys, torch
-        from megatron.model import GPTModel
-        from megatron.model.model_config import ModelConfig
-        config = ModelConfig(num_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=None,
-                             padded_vocab_size=32, tokenizer_type="ByteLevelTokenizer", norm="rmsnorm",
-                             layernorm_epsilon=1e-6, activation="swiglu", no_weight_tying=False, gpt_j_residual=True,
-                             pos_emb="kerple_log", pos_emb_per_layer=False, layer_pattern=None,
-                             attention_temperature=None)
-        logits = GPTModel(config)(torch.tensor([[1, 2, 3]]))
-        assert logits.shape == (1, 3, 32) and torch.isfinite(logits).all()
-        print(sorted(m for m in sys.modules if m.startswith(("megatron.neox_arguments", "megatron.evaluation"))))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
-
-
-# A checkpoint's record as checkpoints before `schema` wrote it (schema 1: no schema, no tokenizer files, no
-# layer-pattern, attention-temperature or dape), written out as literals: it must keep reading as the same model.
-SCHEMA_1_RECORD = {
-    "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": None,
-    "padded_vocab_size": 384, "tokenizer_type": "ByteLevelTokenizer", "norm": "layernorm", "layernorm_epsilon": 1e-05,
-    "activation": "gelu", "no_weight_tying": True, "gpt_j_residual": False, "pos_emb": "kerple_log",
-    "pos_emb_per_layer": False, "seq_length": 64, "max_position_embeddings": 64,
-    "seq_length_val": 64, "attention_window": None, "kerple_eps": 0.01,
-}
 
 
 def test_a_schema_1_record_reads_as_the_model_it_describes():

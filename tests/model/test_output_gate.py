@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import transformers
-from hf_export_support import tiny_config
+from tests.support.hf_export import tiny_config
 from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextAttention
 

@@ -55,7 +55,7 @@ def test_under_bf16_autocast_the_matmuls_are_bf16_as_f_linear():
 def test_the_models_training_loss_and_gradients_are_the_full_heads(monkeypatch):
     """GPTModel(tokens, labels=...) with `loss-head: sliced` (3 slices) against `full`, float64: the losses and
     every parameter's gradient (the tied embedding's included)."""
-    from test_generation_cache import tiny_model
+    from tests.support.generation import tiny_model
     monkeypatch.setattr(sliced_loss, "LOSS_SLICE", 11)
     model = tiny_model("rotary").double().train()
     tokens = torch.randint(0, 300, (2, 17))

@@ -2,7 +2,6 @@
 their style): every upstream key is implemented, mapped, accepted with one start-up note, or refused
 with a message; the generated key page is current; a tiny run starts from each config."""
 import json
-import subprocess
 import sys
 
 import pytest
@@ -12,9 +11,12 @@ import deepy
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.upstream_compat import IGNORED_REASON, REFUSED_OFF, UPSTREAM_KEYS
 from megatron.neox_arguments.upstream_treatments import IGNORED, MAPPED, REFUSED, VALUE_MAPPED
-from test_training_support import REPO_ROOT
+from tests.support.training import REPO_ROOT
+
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "neox"
+
+
 CONFIGS = {  # the issue's table: files, and the --set the file needs (pos-emb where it has none)
     "kerple_train": (["kerple_local_setup.yml", "kerple_train.yml"], {"pos_emb": "kerple_log"}),
     "kerple_ex_eval": (["kerple_local_setup.yml", "kerple_ex_eval.yml"], {"pos_emb": "kerple_log"}),
@@ -34,6 +36,13 @@ def dry_run(files, overrides, capsys):
 def args_of(name, **overrides):
     files, needed = CONFIGS[name]
     return NeoXArgs.from_ymls([FIXTURES / f for f in files], {**needed, **overrides})
+
+
+# ------------------------------------------------------------------------------- tiny runs start
+TINY = dict(tokenizer_type="ByteLevelTokenizer", num_layers=2, hidden_size=32, num_attention_heads=2,
+            seq_length=32, max_position_embeddings=32, seq_length_val=32, train_micro_batch_size_per_gpu=2,
+            gradient_accumulation_steps=1, train_iters=2, eval_iters=1, log_interval=1, split="90,8,2",
+            tensorboard_dir=None, log_dir=None, num_workers=0)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -117,7 +126,7 @@ def test_refused_with_a_clear_message(key, value, message):
 
 
 def test_save_interval_on_the_command_line_replaces_the_files_checkpoint_factor():
-    # --set beats every file (tests/test_first_contact_small_items.py: two files that disagree are refused)
+    # --set beats every file (tests/run/test_first_contact_small_items.py: two files that disagree are refused)
     assert args_of("neox_125M", save_interval=5).checkpoint_factor == 5
 
 
@@ -150,23 +159,6 @@ def test_every_upstream_key_has_exactly_one_treatment():
     untreated = [k for k in UPSTREAM_KEYS if k not in known and k not in declared]
     assert untreated == []
     assert len(UPSTREAM_KEYS) > 300 and set(IGNORED_REASON) | set(REFUSED_OFF) <= set(UPSTREAM_KEYS)
-
-
-@pytest.mark.launches
-def test_upstream_key_page_is_current():
-    done = subprocess.run([sys.executable, "tools/docs/upstream_keys_page.py", "--check"], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    page = (REPO_ROOT / "docs" / "upstream-keys.md").read_text()
-    assert "| `save-interval` | fork | `None` | mapped |" in page
-    assert "docs/upstream-keys.md" in (REPO_ROOT / "README.md").read_text()
-
-
-# ------------------------------------------------------------------------------- tiny runs start
-TINY = dict(tokenizer_type="ByteLevelTokenizer", num_layers=2, hidden_size=32, num_attention_heads=2,
-            seq_length=32, max_position_embeddings=32, seq_length_val=32, train_micro_batch_size_per_gpu=2,
-            gradient_accumulation_steps=1, train_iters=2, eval_iters=1, log_interval=1, split="90,8,2",
-            tensorboard_dir=None, log_dir=None, num_workers=0)
 
 
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n != "kerple_ex_eval"])

@@ -14,7 +14,7 @@ from megatron.evaluation.identity import config_hash
 from megatron.probes.common import ProbeError
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer
-from test_data import make_args, write_with_megatron_core
+from tests.support.data import make_args, write_with_megatron_core
 
 KEYS = NeoXArgs.trained_keys()  # what a config hash is computed over
 

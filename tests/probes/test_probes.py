@@ -9,7 +9,7 @@ from megatron.probes.passkey import PasskeySample, ProbeError, fixed_tokens, mak
 from megatron.evaluation.retrieval.scoring import greedy_exact, teacher_forced
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer
-from test_generation_cache import VOCAB, tiny_model
+from tests.support.generation import VOCAB, tiny_model
 
 TOKENIZER = ByteLevelTokenizer()
 TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + len('abc')\n" for i in range(400))

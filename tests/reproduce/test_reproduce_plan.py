@@ -9,7 +9,7 @@ import yaml
 
 from tools.reproduce.__main__ import main
 from tools.reproduce.plan import LAUNCH_SECONDS
-from test_reproduce_report import write_inputs
+from tests.reproduce.test_reproduce_report import write_inputs
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import yaml
-from test_reproduce import REPO_ROOT, sweep_file
+from tests.reproduce.test_reproduce import REPO_ROOT, sweep_file
 
 from tools.reproduce.spec import SweepError, load_sweep
 

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import yaml
 
-from test_reproduce import REPO_ROOT, write_corpus
+from tests.reproduce.test_reproduce import REPO_ROOT, write_corpus
 from tools.reproduce.execute import failure_summary
 
 GONE_SECONDS = 40

@@ -3,7 +3,7 @@
 Which tests run where: DeepSpeed picks its accelerator itself, so the training, checkpoint and
 evaluation tests (engine, bf16 step, save and resume, evaluate.py) run on CUDA when it is there. The
 attention and model tests build their tensors on the default device, the CPU; their CUDA versions are
-the `cuda`-marked tests (tests/test_gpu_check.py: every path x every method, forward and gradients in
+the `cuda`-marked tests (tests/tools/test_gpu_check.py: every path x every method, forward and gradients in
 fp32 and bf16 against the materialised reference). NEOX_TEST_DEVICE is set to the device for a future
 conftest fixture that would move those files' tensors too (no test reads it yet).
 """
@@ -20,17 +20,17 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # In order of importance: a run cut short by its time limit has done the first ones.
 # test_model.py is last: it runs the CPU paths (under the image's torch), the least a GPU adds; a run of
 # 2026-11-27 ran out of its limit before fla's CUDA tests and five checkpoint tests.
-FILES = ("tests/test_gpu_check.py", "tests/model/attention/test_attention.py",
-         "tests/model/positional/test_fla_kernels.py", "tests/test_training.py",
-         "tests/checkpoint/test_checkpoint.py", "tests/evaluation/test_evaluation_end_to_end.py", "tests/test_model.py")
+FILES = ("tests/tools/test_gpu_check.py", "tests/model/attention/test_attention.py",
+         "tests/model/positional/test_fla_kernels.py", "tests/training/test_training.py",
+         "tests/e2e/checkpoint/test_checkpoint.py", "tests/e2e/evaluation/test_evaluation_end_to_end.py", "tests/model/test_model.py")
 # The GPU guide's multi-GPU command (docs/gpu/README.md), as the two-rank launch test runs it: with two or more
 # GPUs it runs on CUDA (NCCL) whichever test files were asked for.
-TWO_RANK_TEST = "tests/test_training.py::test_deepy_trains_the_tiny_profile[2]"
+TWO_RANK_TEST = "tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2]"
 # Two ranks on one GPU: NCCL refuses two ranks on one device.
 NEEDS_TWO_DEVICES = (TWO_RANK_TEST,
-                     "tests/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
-                     "tests/evaluation/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
-TINY_SELECTION = ("tests/test_gpu_check.py", "-m", "cuda")  # the smoke run: collect and skip the CUDA tests
+                     "tests/e2e/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",
+                     "tests/e2e/evaluation/test_evaluation_end_to_end.py::test_deepy_on_two_ranks_writes_the_same_result_as_one_process")
+TINY_SELECTION = ("tests/tools/test_gpu_check.py", "-m", "cuda")  # the smoke run: collect and skip the CUDA tests
 # -v's outcome lines: `tests/x.py::t PASSED` in one process, `[gw3] [ 12%] PASSED tests/x.py::t` under xdist.
 OUTCOME = re.compile(r"^(?:(?P<test>tests/\S+::\S+) (?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)"
                      r"|\[gw\d+\] \[ *\d+%\] (?P<status2>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (?P<test2>tests/\S+::\S+))")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hf_export_support import tiny_config
+from tests.support.hf_export import tiny_config
 
 from megatron.errors import NeoXArgsError
 from megatron.model import GPTModel

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
+from tests.support.generation import PROMPTS, assert_cache_matches_full_forward, tiny_model
 
 from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math

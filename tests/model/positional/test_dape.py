@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from hf_export_support import tiny_config
-from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
+from tests.support.hf_export import tiny_config
+from tests.support.generation import PROMPTS, assert_cache_matches_full_forward, tiny_model
 
 from megatron.errors import NeoXArgsError
 from megatron.neox_arguments.to_model import model_config

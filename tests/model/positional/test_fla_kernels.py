@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 import torch
-from fla_naive import naive
+from tests.model.positional.fla_naive import naive
 
 from megatron.errors import NeoXArgsError
 from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
@@ -61,7 +61,7 @@ def test_auto_never_takes_fla_on_cpu_and_it_says_why(method):
 
 
 def test_naming_fla_without_cuda_is_one_paragraph_from_the_model():
-    from test_generation_cache import tiny_model
+    from tests.support.generation import tiny_model
     model = tiny_model("fox", attention_impl="fla")
     with pytest.raises(NeoXArgsError, match=r"^attention-impl is 'fla', but fla's Triton kernels need CUDA, and this "
                                             r"forward runs on cpu\. Set attention-impl to 'auto' \(on CUDA it takes "
@@ -271,7 +271,7 @@ def test_on_cuda_a_fox_model_trains_through_fla_in_bf16(monkeypatch):
         pytest.skip("needs a CUDA device")
     if (problem := fla_kernels.fla_problem()) is not None:
         pytest.skip(problem)
-    from test_generation_cache import tiny_model
+    from tests.support.generation import tiny_model
     tokens = torch.randint(0, 258, (2, 64), generator=torch.Generator().manual_seed(0)).cuda()
     calls, real_kernel = [], fla_kernels.kernel
     monkeypatch.setattr(fla_kernels, "kernel", lambda op: calls.append(op) or real_kernel(op))  # counts, then runs it

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
+from tests.support.generation import PROMPTS, assert_cache_matches_full_forward, tiny_model
 from x_transformers.x_transformers import Attention
 
 from megatron.errors import NeoXArgsError

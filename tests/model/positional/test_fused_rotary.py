@@ -9,7 +9,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported: run
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from test_generation_cache import TRAIN_LENGTH, tiny_model  # noqa: E402
+from tests.support.generation import TRAIN_LENGTH, tiny_model  # noqa: E402
 
 from megatron.model.positional_embeddings import build_positional_embedding  # noqa: E402
 

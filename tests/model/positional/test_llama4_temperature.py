@@ -5,7 +5,7 @@ of rotary and tempered NoPE layers (Llama 4's iRoPE) decodes with the KV cache a
 Hugging Face export gives the same logits."""
 import pytest
 import torch
-from hf_export_support import TRAIN_LENGTH, tiny_config
+from tests.support.hf_export import TRAIN_LENGTH, tiny_config
 from transformers.models.llama4.configuration_llama4 import Llama4TextConfig
 from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
 

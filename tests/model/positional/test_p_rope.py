@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from test_generation_cache import PROMPTS, TRAIN_LENGTH, tiny_model
+from tests.support.generation import PROMPTS, TRAIN_LENGTH, tiny_model
 
 from megatron.model.positional_embeddings import build_positional_embedding
 from megatron.model.positional_embeddings.base import PositionalEmbeddingError

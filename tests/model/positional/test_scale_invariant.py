@@ -11,9 +11,9 @@ import math
 
 import pytest
 import torch
-from formula_model import dot_products, logits_with_attention, softmax_attention
-from hf_export_support import TRAIN_LENGTH
-from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
+from tests.model.positional.formula_model import dot_products, logits_with_attention, softmax_attention
+from tests.support.hf_export import TRAIN_LENGTH
+from tests.support.generation import PROMPTS, assert_cache_matches_full_forward, tiny_model
 
 from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math

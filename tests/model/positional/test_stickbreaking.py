@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-from fla_naive import naive
-from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
+from tests.model.positional.fla_naive import naive
+from tests.support.generation import PROMPTS, assert_cache_matches_full_forward, tiny_model
 
 from megatron.model.attention import AttentionInputs, AttentionRun, plan_attention
 from megatron.model.attention.choice import choose_strategy

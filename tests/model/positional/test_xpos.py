@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 from rotary_embedding_torch import RotaryEmbedding
-from test_generation_cache import PROMPTS, assert_cache_matches_full_forward, tiny_model
+from tests.support.generation import PROMPTS, assert_cache_matches_full_forward, tiny_model
 
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 

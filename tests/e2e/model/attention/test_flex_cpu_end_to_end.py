@@ -1,0 +1,76 @@
+"""The compiled CPU flex path through evaluate.py, as a user meets it: evaluated natively, then again
+under forced AVX2 (ATEN_CPU_CAPABILITY=avx2) with the same lengths, it gives the `sdpa` path's
+perplexity or refuses in one paragraph; never another number (docs/known-issues.md)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from megatron.evaluation.results import load_results
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+
+
+LENGTHS = [128, 256, 384]  # the lengths of the report: 2, 4 and 6 times the training length
+
+
+def evaluate(checkpoint, data, results, impl, env):
+    flags = set_flags({"load": checkpoint, "data-path": data, "split": "90,8,2", "eval-lengths": LENGTHS, "eval-modes": ["nonoverlap"], "eval-chunks": 3,
+                       "eval-results-dir": results, "attention-impl": impl})
+    return subprocess.run([sys.executable, "evaluate.py", str(TINY), *flags], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def perplexities(results) -> dict:
+    (document,) = load_results(results)
+    return {record["length"]: record["ppl"] for record in document["results"]}
+
+
+def right_or_refused(done, results, expected, what):
+    if done.returncode == 0:
+        got = perplexities(results)
+        for length in LENGTHS:
+            assert got[length] == pytest.approx(expected[length], rel=1e-5), f"{what}, L={length}"
+        return "right"
+    assert done.returncode == 2, f"{what}:\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr and "attention-impl is 'flex'" in done.stderr, done.stderr[-3000:]
+    assert "'auto' or 'blocked'" in done.stderr and not list(results.rglob("*.json")), done.stderr[-3000:]
+    return "refused"
+
+
+def test_flex_evaluation_natively_then_under_forced_avx2_gives_sdpas_perplexity_or_refuses(stdlib_data, tmp_path):
+    checkpoint = tmp_path / "ckpt"
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=4, eval_iters=0, save=str(checkpoint),
+                               load=str(checkpoint), checkpoint_factor=4)
+    trained = subprocess.run([sys.executable, "train.py", str(TINY), *set_flags(overrides)], cwd=REPO_ROOT,
+                             env=child_environment(), capture_output=True, text=True, timeout=600)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+
+    # The default cache, as a user has it, but in this test's own temporary folder (torch puts it
+    # under the temp directory): empty at the start, shared by the runs below.
+    env = {**child_environment(), "TMPDIR": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": None,
+           "NEOX_CHOSEN_INDUCTOR_CACHE_DIR": None, "ATEN_CPU_CAPABILITY": None}
+    env = {key: value for key, value in env.items() if value is not None}
+    avx2 = {**env, "ATEN_CPU_CAPABILITY": "avx2"}
+    done = evaluate(checkpoint, stdlib_data, tmp_path / "sdpa", "sdpa", env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = perplexities(tmp_path / "sdpa")
+
+    outcomes = {}
+    for what, run_env in (("native", env), ("forced AVX2", avx2)):
+        done = evaluate(checkpoint, stdlib_data, tmp_path / what, "flex", run_env)
+        outcomes[what] = right_or_refused(done, tmp_path / what, expected, what)
+    # The project's default keeps one inductor folder per CPU code path, so both runs compile their own
+    # kernel and are right; a refusal here would mean the default cache is shared again.
+    assert outcomes == {"native": "right", "forced AVX2": "right"}, outcomes
+    folders = sorted(os.listdir(next(tmp_path.glob("torchinductor_*"))))
+    assert len([f for f in folders if f.startswith("torch-")]) in (1, 2), folders  # one per code path (same on AVX2-only)
+
+    # A cache the user shares between code paths on purpose: the kernel compiled natively is found
+    # under forced AVX2. The answer is the right number or the refusal, whichever the machine gives.
+    shared = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "users-own-cache")}
+    outcomes = {}
+    for what, run_env in (("native, user's cache", {**env, **shared}), ("forced AVX2, user's cache", {**avx2, **shared})):
+        done = evaluate(checkpoint, stdlib_data, tmp_path / what, "flex", run_env)
+        outcomes[what] = right_or_refused(done, tmp_path / what, expected, what)
+    print(outcomes)

@@ -1,0 +1,35 @@
+"""Data helpers shared by the data and probe tests: NeoX .bin/.idx files written by megatron-core's own
+builder, the NeoXArgs of a tiny data pipeline, and tools/datasets/prepare_data.py loaded as a module."""
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+from megatron.neox_arguments import NeoXArgs
+
+
+@pytest.fixture
+def tool(repo_root):
+    spec = importlib.util.spec_from_file_location("prepare_data", repo_root / "tools/datasets/prepare_data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_with_megatron_core(prefix, documents, dtype=np.uint16):
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for document in documents:
+        builder.add_item(torch.tensor(document))
+        builder.end_document()
+    builder.finalize(f"{prefix}.idx")
+    return str(prefix)
+
+
+def make_args(tmp_path, **values):
+    base = {"num_layers": 1, "hidden_size": 8, "num_attention_heads": 1, "seq_length": 32,
+            "train_micro_batch_size_per_gpu": 4, "train_iters": 10, "eval_iters": 2, "eval_interval": 5,
+            "tokenizer_type": "ByteLevelTokenizer", "num_workers": 0, "data_cache_path": str(tmp_path / "cache")}
+    world_size = values.pop("world_size", 1)
+    return NeoXArgs.from_dict({**base, **values}, world_size=world_size)

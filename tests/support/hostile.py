@@ -1,0 +1,73 @@
+"""The bad-input tests' shared checks: an entry point's one-paragraph error (exit 2, one `error:` line, no
+traceback), train.py and evaluate.py as processes, and folders no one can write to or with no room left."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+
+
+def assert_clear_error(result, *fragments):
+    """Exit 2, the message on stderr as one `error:` line, and no traceback."""
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    message = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(message) == 1, result.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in message[0], message[0]
+    return message[0]
+
+
+def script(*argv, umask=None):
+    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=child_environment(), capture_output=True,
+                          text=True, timeout=300, preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+
+
+def train(data, folder, **overrides):
+    return script("train.py", str(TINY), *set_flags(tiny_overrides(data, folder, **{"train_iters": 2, **overrides})))
+
+
+def evaluate(*configs, umask=None, **overrides):
+    values = {"eval_lengths": "[64]", "eval_chunks": 4, **overrides}
+    return script("evaluate.py", *map(str, configs), *set_flags(values), umask=umask)
+
+
+@pytest.fixture
+def unwritable_folder(tmp_path):
+    """A folder this process cannot create files in. For a normal user, mode 555. Root ignores mode
+    bits (test_hostile_config.py shows the check accepts such a folder for root, rightly), so for root
+    an immutable folder (chattr +i), which refuses even root, as a read-only mount would."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    made = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"running as root, and no folder root cannot write to could be made here (chattr +i: "
+                    f"{made.stderr.strip() or made.returncode})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 3 MB tmpfs: one checkpoint of the tiny profile fits (1.8 MB), a second does not."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a real full disk needs a tmpfs mount, which needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if made.returncode:
+        pytest.skip(f"mounting a small tmpfs is not permitted here: {made.stderr.strip() or made.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

@@ -1,0 +1,473 @@
+"""`make gpu-check` and what it runs on a GPU.
+
+On any machine: the check refuses without CUDA (one line, status 2, nothing run or written), its parts run
+end to end at toy sizes on the CPU (`--device cpu --tiny`), the wheel list is the requirements' closure
+minus the GPU image, and the gpu-mini sweep is valid for the sweep (tools/reproduce/) and deepy.py.
+
+On CUDA (`cuda`-marked, run by `make gpu-check`): every attention path x every method, forward and
+gradients (kernel parameters included) in fp32 and bf16 against a float64 materialised reference; the
+whole model on CUDA against the same model on the CPU; a bf16 DeepSpeed step on CUDA through FlexAttention.
+"""
+import copy
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from megatron.model import GPTModel
+from megatron.neox_arguments.to_model import model_config
+from megatron.model.attention import AttentionRun, attend, plan_attention
+from megatron.model.positional_embeddings import available, build_positional_embedding
+from megatron.neox_arguments import NeoXArgs, NeoXArgsError
+from tests.support.training import REPO_ROOT, tiny_args
+
+METHODS = available()
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def gpu_check(*argv, timeout=60):
+    return subprocess.run([sys.executable, "-m", "tools.gpu_check", *map(str, argv)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------------------------ without CUDA
+@pytest.mark.launches
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the check would run")
+def test_make_gpu_check_refuses_without_cuda_in_one_line(tmp_path):
+    out, site = tmp_path / "report", tmp_path / "site"
+    done = subprocess.run(["make", "--no-print-directory", "gpu-check", f"GPU_CHECK_ARGS=--out {out} --site {site}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert done.stdout.splitlines() == [
+        f"gpu-check: no CUDA device here (torch.cuda.is_available() is False: a CPU-only build of torch "
+        f"{torch.__version__}); run `make gpu-check` on a machine with a CUDA GPU"], done.stdout + done.stderr
+    assert "Error 2" in done.stderr  # make's own line: the recipe's status was the check's 2
+    assert not out.exists() and not site.exists()  # nothing installed, nothing written
+    direct = gpu_check("--out", out)
+    assert direct.returncode == 2 and direct.stdout == done.stdout and direct.stderr == ""
+
+
+def test_cpu_runs_only_as_a_tiny_smoke_run(capsys):
+    from tools.gpu_check.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu"])
+    assert exit_info.value.code == 2
+    assert "--device cpu runs only with --tiny" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["flx=30", "fla=soon", "fla"])
+def test_a_budget_for_no_part_or_without_seconds_is_refused(given, capsys):
+    from tools.gpu_check.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--tiny", "--budget", given])
+    assert exit_info.value.code == 2
+    assert f"--budget {given!r}: expected PART=SECONDS with PART one of install, environment, tests," \
+        in capsys.readouterr().err
+
+
+@pytest.mark.launches
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU smoke run; on this machine the real check runs")
+def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
+    # The training-loop part needs GPT-2's files staged: its own test below.
+    done = gpu_check("--device", "cpu", "--tiny", "--out", tmp_path, "--parts", "tests", "train", "eval", "fla",
+                     "--budget", "fla=75", timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith("gpu-check: passed in ")
+    results = json.loads((tmp_path / "report.json").read_text())
+    assert results["environment"]["deepspeed_accelerator"] == "cpu"
+    assert results["budgets_s"]["fla"] == 75 and results["budgets_s"]["eval"] == 120  # --budget's, the default
+    tests = results["tests"]
+    assert tests["exit_code"] == 0 and tests["counts"]["skipped"] >= len(METHODS)  # the cuda tests, skipped here
+    train = {c["label"]: c for c in results["train"]["configs"]}
+    ours = {"none", "kerple_log", "rotary"}
+    # `triton` joins only when the check ran under Triton's interpreter (TRITON_INTERPRET=1, ~30 s a step): a worker
+    # of the test run may have it set; its row is then timed like the others.
+    assert set(train) - {"kerple_log+triton"} == {"none", "kerple_log", "kerple_log+sdpa_mask_gradient", "alibi", "rotary", "hf_gpt_neox"} | {
+        f"{m}+{variant}" for m in ours for variant in ("bf16", "old-step", "compiled")} | {"none+full-head"}
+    for config in train.values():  # compiling may take the build half of the budget on a busy CPU
+        if config["label"].endswith("+compiled") and "error" in config:
+            assert config["error"].startswith("not built: half of the"), config
+            continue
+        assert config["seconds_per_step"] > 0 and len(config["rounds"]) == results["train"]["rounds_run"] >= 1
+    assert set(results["train"]["profiles"]) == {"none+bf16", "none+old-step"}  # the tiny profile is fp32
+    assert results["train"]["profiles"]["none+bf16"]["top"][0]["ms_per_step"] > 0
+    evaluation = {(r["impl"], r["length"]): r for r in results["eval"]["rows"]}
+    assert set(evaluation) == {(impl, L) for impl in ("auto", "sdpa") for L in (128, 256)}
+    for row in evaluation.values():
+        assert row["tokens_per_s"] > 0 and row["finite"]
+    # The same random weights and tokens: the two paths score alike.
+    assert evaluation["auto", 256]["mean_loss"] == pytest.approx(evaluation["sdpa", 256]["mean_loss"], abs=1e-3)
+    report = (tmp_path / "report.md").read_text()
+    assert "Developer smoke run at toy sizes" in report and "**Verdict: passed**" in report
+    assert "| kerple_log | auto |" in report and "| 0.307 | 1.017 |" in report  # the paper's, labelled
+    assert "| hf_gpt_neox | transformers sdpa |" in report and "| none+old-step | auto |" in report
+    assert "### Profile of `none+old-step`" in report
+    assert (tmp_path / "tests.log").is_file()
+    # The guide's multi-GPU command needs two GPUs: the CPU rehearsal says it did not run and why.
+    assert tests["two_ranks"]["outcome"] == "not run: it needs two GPUs and this machine has 0"
+    assert "Two GPUs, the GPU guide's multi-GPU command (`tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2]`): " \
+        "not run: it needs two GPUs and this machine has 0" in report
+    # fla's kernels need CUDA: on CPU the part times this project's path alone and says why (the fla
+    # strategy's conventions are checked against fla's naive.py by tests/model/positional/test_fla_kernels.py).
+    fla = {r["method"]: r for r in results["fla"]["rows"]}
+    assert set(fla) == {"fox", "stickbreaking", "path", "path_fox"}
+    for row in fla.values():
+        assert row["ours_fp32_seconds"] > 0 and "fla_bf16" not in row, row
+        assert row["fla"].startswith("fla's Triton kernels need CUDA; "), row
+    assert "| path_fox | 128 | sdpa_written_out |" in report and "fla's Triton kernels need CUDA; " in report
+
+
+@pytest.mark.launches
+def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, stdlib_data, tmp_path):
+    import pathlib
+    import shutil
+    data = tmp_path / "staged"
+    data.mkdir()
+    for name in ("gpt2-vocab.json", "gpt2-merges.txt"):
+        shutil.copy(shared_dir / "data" / "gpt2" / name, data / name)
+    shutil.copy(pathlib.Path(stdlib_data).parent / "stdlib.jsonl.zst", data / "stdlib.jsonl.zst")
+    done = subprocess.run([sys.executable, "-m", "tools.gpu_check.train_loop", "--json", tmp_path / "loop.json",
+                           "--profile", "tiny", "--device", "cpu", "--data", data, "--budget", "400"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    loop = json.loads((tmp_path / "loop.json").read_text())
+    assert "error" not in loop, loop
+    assert [launch["exit_code"] for launch in loop["launches"]] == [0, 0]
+    assert loop["resumed_from"] == "global_step4" and loop["resumed_first_logged_step"] == 6
+    assert loop["checkpoints"] == ["global_step4", "global_step8"] and loop["loss_last"] < loop["loss_first"]
+    assert loop["tokens"] > 100_000  # GPT-2 tokens of the corpus slice, tokenized by preprocess_data.py
+
+
+@pytest.mark.parametrize("folder, verdict", [
+    ("docs/gpu/report.json", "**Verdict: FAILED**: the tests part stopped at its time limit, 22 test(s) failed."),
+    ("docs/gpu/fla-eval/report.json", "**Verdict: FAILED**: the tests part stopped at its time limit."),
+    ("docs/gpu/all-tests/report.json", "**Verdict: passed** (every test run passed and every part finished).")])
+def test_the_verdict_says_why_a_gpu_run_did_not_pass(folder, verdict):
+    """The committed H200 runs' report.json, as the GPU machine wrote them, rendered again."""
+    from tools.gpu_check import report
+    rendered = report.render(json.loads((REPO_ROOT / folder).read_text())).splitlines()
+    assert verdict in rendered
+
+
+def test_the_guides_multi_gpu_command_runs_whenever_there_are_two_gpus():
+    """The two-rank launch test (the GPU guide's multi-GPU command) is deselected on one GPU, and with two or
+    more it runs even when the check was asked for other test files; the report says which happened."""
+    from tools.gpu_check import report, tests_part
+    two = tests_part.TWO_RANK_TEST
+    one_gpu = tests_part.command(False, 1, ("tests/tools/test_gpu_check.py",))
+    assert one_gpu[one_gpu.index("--deselect") + 1] == two and one_gpu[-1] == "tests/tools/test_gpu_check.py"
+    assert tests_part.command(False, 2, ("tests/tools/test_gpu_check.py",))[-2:] == ["tests/tools/test_gpu_check.py", two]
+    assert "--deselect" not in tests_part.command(False, 2, ("tests/tools/test_gpu_check.py",))
+    assert tests_part.command(False, 4, tests_part.FILES).count(two) == 0  # its file runs whole
+    assert tests_part.two_ranks(False, 1, {})["outcome"] == "not run: it needs two GPUs and this machine has 1"
+    assert tests_part.two_ranks(False, 2, {two: "PASSED"})["outcome"] == "passed"
+    assert tests_part.two_ranks(False, 2, {})["outcome"] == "not reached"  # stopped at the part's limit first
+    tests = {"command": "pytest", "seconds": 1, "budget_s": 260, "timed_out": False, "summary": "1 failed",
+             "exit_code": 1, "deselected": [], "failed": [two], "reasons": {}, "log": "tests.log",
+             "two_ranks": tests_part.two_ranks(False, 2, {two: "FAILED"})}
+    assert f"Two GPUs, the GPU guide's multi-GPU command (`{two}`): failed" in "\n".join(report._tests(tests))
+    assert not report.passed({"tests": tests})
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (one killed and not yet reaped has ended)."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.launches
+def test_the_tests_part_stopped_at_its_limit_still_reports_why_tests_failed(tmp_path, monkeypatch):
+    """The log keeps each failure's traceback as it happens (tools/gpu_check/failure_reasons.py), so a run
+    stopped at its limit still says why tests failed: a GPU run that reports failures without reasons costs a
+    second start of the machine. Two xdist workers, as on the GPU machine (6 there). The worker still busy at
+    the limit is killed with pytest (tools/gpu_check/processes.py): left running, it used the GPU while the
+    next part was being timed."""
+    from tools.gpu_check import tests_part
+    suite, worker_pid = tmp_path / "test_suite.py", tmp_path / "worker.pid"
+    suite.write_text("import os, pathlib, time\n\n"
+                     "def test_fails_with_a_reason():\n    assert 1 + 1 == 3, 'the reason the report must keep'\n\n"
+                     f"def test_outlives_the_limit():\n    pathlib.Path({str(worker_pid)!r}).write_text(str(os.getpid()))\n"
+                     "    time.sleep(600)\n")
+    monkeypatch.setattr(tests_part, "WORKERS", 2)
+    result = tests_part.run(False, 1, dict(os.environ), 20, tmp_path / "tests.log", files=(str(suite),))
+    log = (tmp_path / "tests.log").read_text()
+    assert result["timed_out"]
+    assert not running(int(worker_pid.read_text())), "the xdist worker outlived the tests part's time limit"
+    assert tests_part.failure_reasons(log) == {  # the report's line beside the failed test
+        next(name for name in tests_part.failure_reasons(log)): "AssertionError: the reason the report must keep"}
+    reason = log.index("FAILURE REASON")
+    assert "test_fails_with_a_reason (call)" in log[reason:] and "the reason the report must keep" in log[reason:]
+
+
+# ------------------------------------------------------------------------------------ wheels
+def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
+    from tools.gpu_check.wheels import carried_packages, pinned_requirements
+    carried = carried_packages()
+    assert set(carried) == {"deepspeed", "megatron-core", "lm-dataformat", "jsonlines", "ujson", "zstandard",
+                            "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
+                            "typing-extensions", "rotary-embedding-torch",
+                            "x-transformers", "einx", "loguru", "frozendict", "torch-einops-utils",  # test_fox.py
+                            "wonderwords",  # lm-eval's RULER tasks (eval.py)
+                            "fla-core"}  # test_stickbreaking.py's and test_path.py's naive references
+    pins = pinned_requirements()
+    assert carried["deepspeed"] == pins["deepspeed"] and carried["megatron-core"] == pins["megatron-core"]
+    assert "torch" not in carried and "transformers" not in carried  # the image's own
+
+
+# ---------------------------------------------------------------------------------- gpu-mini
+@pytest.mark.launches
+def test_gpu_mini_sweep_is_the_papers_recipe_at_30m_parameters():
+    from tools.reproduce.execute import launch_command
+    from tools.reproduce.runs import plan_runs
+    from tools.reproduce.spec import load_sweep
+    sweep = load_sweep(REPO_ROOT / "configs/reproduce/gpu-mini.yml")
+    runs = plan_runs(sweep, [sweep.data[n] for n in sweep.datasets])
+    assert len(runs) == 7 * 2 + 2  # 7 methods x 2 seeds, and the windowed baseline of each seed
+    args = [run.args() for run in runs]  # every run's config validates
+    first = args[0]
+    assert (first.seq_length, first.train_micro_batch_size_per_gpu, first.precision) == (512, 32, "bf16")
+    assert first.tokenizer_type == "GPT2BPETokenizer" and first.no_weight_tying
+    assert sweep.evaluation["eval_lengths"] == [512, 1024, 2048, 4096, 8192, 16384]
+    with torch.device("meta"):  # GPT-2's 50257 tokens padded to 128
+        parameters = sum(p.numel() for p in GPTModel(model_config(first, 50304)).parameters())
+    assert 20e6 <= parameters <= 40e6 and f"{parameters / 1e6:.1f}M-parameter" in sweep.scale
+
+    plan = subprocess.run([sys.executable, "-m", "tools.reproduce", "configs/reproduce/gpu-mini.yml", "--dry-run"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()
+    assert sum(" train.py " in line for line in lines) == 14 and sum(" evaluate.py " in line for line in lines) == 16
+    # The exact command the sweep launches for its first run, checked by deepy.py itself.
+    command = launch_command("train.py", sweep.profile, runs[0].training_overrides())
+    checked = subprocess.run(command + ["--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    # `-m deepspeed.launcher.runner` after the interpreter's own path (python, python3, a venv's).
+    assert "num_layers                      6" in checked.stdout and " -m deepspeed.launcher.runner" in checked.stdout
+
+
+# ------------------------------------------------------------------------------------ on CUDA
+HEADS, HEAD_DIM, LENGTH, WINDOWS = 4, 32, 200, (None, 70)  # 200 tokens: a full 128-token tile and a ragged one
+
+
+def make_pe(name):
+    torch.manual_seed(0)
+    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=HEAD_DIM, hidden_size=HEADS * HEAD_DIM,
+                                    **({"max_position_embeddings": LENGTH} if name == "learned" else {}))
+    with torch.no_grad():  # off the initial values, so no term is special
+        for p in pe.parameters():
+            p.add_(0.3 * torch.rand_like(p))
+    return pe
+
+
+def not_a_biased_softmax(pe) -> bool:
+    """Methods whose attention is not softmax(q.k / sqrt(D) * weight + bias): a score rewrite (cope, dape),
+    a replaced softmax (stickbreaking), transformed keys (path)."""
+    return ("score_rewrite" in pe.channels) or ("normaliser" in pe.channels) or ("key_transforms" in pe.channels)
+
+
+def float64_reference(pe, q, k, v, window):
+    """(output, terms): softmax(q.k / sqrt(D) * weight + bias) over keys j <= i (and i - j < window), in float64
+    on the CPU, written out with an explicit mask; differentiable in q, k, v and the kernel parameters. `terms`
+    holds the bias and weight tensors (retain_grad: after a backward their .grad is the loss's derivative in
+    each), or is empty. For the methods that are not such a softmax, the project's written-out path in
+    float64 on the CPU (`sdpa`: the whole score matrix), which the CPU tests tie to the papers' formulas and
+    to x-transformers and flash-linear-attention (tests/model/positional/)."""
+    if not_a_biased_softmax(pe):
+        plan = plan_attention(pe, torch.arange(LENGTH), AttentionRun(impl="sdpa", window=window, block_size=64,
+                                                                     needs_grad=True, dropout_p=0.0,
+                                                                     dtype=torch.float64))
+        return attend(q, k, v, plan), {}
+    terms = {"bias": pe.bias(LENGTH, LENGTH), "weight": pe.weight(LENGTH, LENGTH)}
+    terms = {name: term for name, term in terms.items() if term is not None}
+    for term in terms.values():
+        if term.requires_grad:
+            term.retain_grad()
+    scores = q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM)
+    if "weight" in terms:
+        scores = scores * terms["weight"].double()
+    if "bias" in terms:
+        scores = scores + terms["bias"].double()
+    i, j = torch.arange(LENGTH)[:, None], torch.arange(LENGTH)[None, :]
+    visible = (j <= i) & ((i - j < window) if window else True)
+    return scores.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v, terms
+
+
+def summed_magnitudes(pe, terms, name) -> torch.Tensor | None:
+    """Each element's sum over the L x L entries of |d loss / d term x d term / d element| (the terms' derivatives
+    by central differences, two evaluations of the terms per element): what the parameter's gradient sums
+    before cancellation. A rounding error is bounded relative to this, not to the cancelled sum: FIRE's c and
+    threshold cancel by 10^2-10^4 (355-8,350 here; a GPU run, an H200). The methods compute their terms in
+    fp32 even in a float64 copy (positional_embeddings/base.py), so the step is 1e-3 there: a magnitude is
+    needed to a few digits only. None where no term is learnable."""
+    parameter = dict(pe.named_parameters())[name]
+    terms = {key: term for key, term in terms.items() if term.grad is not None}
+    if not terms:
+        return None
+    relative_step = 1e-6 if all(t.dtype == torch.float64 for t in terms.values()) else 1e-3
+    magnitudes = []
+    with torch.no_grad():
+        for index in range(parameter.numel()):
+            value = parameter.view(-1)[index].item()
+            step = relative_step * max(1.0, abs(value))
+            evaluated = []
+            for shifted in (value + step, value - step):
+                parameter.view(-1)[index] = shifted
+                evaluated.append({"bias": pe.bias(LENGTH, LENGTH), "weight": pe.weight(LENGTH, LENGTH)})
+            parameter.view(-1)[index] = value
+            magnitudes.append(sum((term.grad * (evaluated[0][key] - evaluated[1][key]) / (2 * step)).abs().sum()
+                                  for key, term in terms.items()).item())
+    return torch.tensor(magnitudes, dtype=torch.float64).view_as(parameter)
+
+
+def gradients(pe, q, k, v, out, probe):
+    (out.double() * probe).sum().backward()
+    found = {"q": q.grad, "k": k.grad, "v": v.grad}
+    found.update({name: p.grad for name, p in pe.named_parameters()})
+    return {key: None if g is None else g.double().cpu() for key, g in found.items()}
+
+
+def close(actual, expected, rtol, atol=0.0) -> bool:
+    """Norm-wise: |a - e| <= rtol |e| + atol."""
+    return (actual - expected).norm().item() <= rtol * expected.norm().item() + atol
+
+
+def relative_error(actual, expected) -> str:
+    """For the failure message: what a GPU run measured, so the next session sees the number."""
+    return f"relative error {(actual - expected).norm().item() / max(expected.norm().item(), 1e-30):.2e}"
+
+
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", METHODS)
+def test_every_path_on_cuda_matches_the_float64_reference(name, dtype):
+    check_every_path(name, dtype, "cuda")
+
+
+@pytest.mark.parametrize("name", ["fire", "kerple_log"])
+def test_every_path_on_the_cpu_matches_the_float64_reference(name):
+    """The CUDA check's bounds, on the CPU's paths in fp32 (no flex: no CPU backward): FIRE's cancelling scalars
+    against their summed magnitudes, KERPLE's per-head parameters norm-wise."""
+    check_every_path(name, torch.float32, "cpu")
+
+
+ON_CUDA_WHERE_THEY_RUN = ("triton", "sdpa_mask_gradient")
+
+
+def check_every_path(name, dtype, device):
+    # bf16: ~3e-3 is typical; a kernel parameter's gradient sums L x L terms that partly cancel, so those get
+    # 1e-1, which still fails a gradient that is missing or wrong. Where a gradient sums terms that cancel by
+    # 10^2-10^4 (FIRE's c and threshold: summed_magnitudes), the error is bounded relative to the terms' summed
+    # magnitudes: 1e-5 in fp32 (~170 units of its rounding), one unit of bf16's (2^-8) in bf16, which at that
+    # cancellation cannot fix such a gradient's sign: the check there is only that it is not far off.
+    tolerance, parameter_tolerance, magnitude_tolerance = (1e-4, 1e-4, 1e-5) if dtype == torch.float32 else (3e-2, 1e-1, 2**-8)
+    torch.manual_seed(1)
+    inputs = [(2 * torch.randn(2, HEADS, LENGTH, HEAD_DIM)).to(dtype) for _ in range(3)]
+    probe = torch.randn(2, HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    for window in WINDOWS:
+        pe = make_pe(name)
+        reference_pe = copy.deepcopy(pe).double()
+        q, k, v = (t.double().requires_grad_() for t in inputs)
+        expected_out, terms = float64_reference(reference_pe, q, k, v, window)
+        expected = gradients(reference_pe, q, k, v, expected_out, probe)
+        # flex: FlexAttention's score_mod expresses per-entry terms only, and has no backward on the CPU.
+        flex = ("query_terms" not in pe.channels) and not not_a_biased_softmax(pe) and device != "cpu"
+        # On CUDA also the `triton` kernel and `sdpa_mask_gradient`, where they run (a distance table; a learnable one).
+        for impl in ("sdpa", "blocked") + (("flex",) if flex else ()) + (ON_CUDA_WHERE_THEY_RUN if device == "cuda" else ()):
+            device_pe = copy.deepcopy(pe).to(device)
+            device_pe.zero_grad(set_to_none=True)
+            q, k, v = (t.detach().to(device).requires_grad_() for t in inputs)
+            try:
+                plan = plan_attention(device_pe, torch.arange(LENGTH, device=device),
+                                      AttentionRun(impl=impl, window=window, block_size=64, needs_grad=True,
+                                                   dropout_p=0.0))
+            except NeoXArgsError:
+                if impl in ON_CUDA_WHERE_THEY_RUN:
+                    continue
+                raise
+            if impl in ON_CUDA_WHERE_THEY_RUN and plan.path != impl:
+                continue  # sdpa_mask_gradient without a learnable table: the `sdpa` path's own strategies
+            out = attend(q, k, v, plan)
+            assert out.dtype == dtype and plan.path == impl
+            where = f"{name} {impl} {dtype} window {window}"
+            got_out = out.detach().double().cpu()
+            assert close(got_out, expected_out.detach(), tolerance), f"{where}: {relative_error(got_out, expected_out.detach())}"
+            scale = expected["q"].norm().item()
+            for key, got in gradients(device_pe, q, k, v, out, probe.to(device)).items():
+                if expected[key] is None or expected[key].norm() < 1e-4 * scale:
+                    # Zero in exact arithmetic (FIRE's output bias shifts a whole row of scores): only noise.
+                    assert got is None or got.norm() < tolerance * scale, f"{where}: gradient of {key} where none is due"
+                    continue
+                assert got is not None, f"{where}: no gradient reached {key}"
+                rtol = tolerance if key in ("q", "k", "v") else parameter_tolerance
+                if close(got, expected[key], rtol):
+                    continue
+                # Else: within the rounding bound of its summed magnitudes, where the method computes them.
+                magnitudes = None if key in ("q", "k", "v") else summed_magnitudes(reference_pe, terms, key)
+                assert magnitudes is not None, f"{where}: gradient of {key}: {relative_error(got, expected[key])}"
+                error, bound = (got - expected[key]).norm().item(), magnitudes.norm().item()
+                assert error <= magnitude_tolerance * bound, (
+                    f"{where}: gradient of {key}: error {error:.2e}, {error / bound:.2e} of the summed magnitudes "
+                    f"{bound:.3e} ({relative_error(got, expected[key])})")
+
+
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize("name", METHODS)
+def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
+    """Logits and every parameter's gradient, fp32, each CUDA path against the CPU's `sdpa` path."""
+    config = {"num_layers": 2, "hidden_size": HEADS * HEAD_DIM, "num_attention_heads": HEADS, "seq_length": LENGTH,
+              "attention_block_size": 64, "train_micro_batch_size_per_gpu": 2, "pos_emb": name}
+    ids = torch.randint(0, 96, (2, LENGTH), generator=torch.Generator().manual_seed(2))
+
+    def run(impl, device):
+        args = NeoXArgs.from_dict(config | {"attention_impl": impl})
+        torch.manual_seed(0)
+        model = GPTModel(model_config(args, 128)).to(device)
+        logits = model(ids.to(device))
+        logits.float().square().mean().backward()
+        return logits.detach().double().cpu(), {n: p.grad.double().cpu() for n, p in model.named_parameters()
+                                                if p.grad is not None}
+
+    expected_logits, expected_grads = run("sdpa", "cpu")
+    pe = make_pe(name)  # flex: per-entry terms only (its refusals: test_flex_refuses_what_it_cannot_do)
+    impls = ("sdpa", "blocked", "flex") if ("query_terms" not in pe.channels) and not not_a_biased_softmax(pe) else ("sdpa", "blocked")
+    for impl in impls:
+        logits, grads = run(impl, "cuda")
+        assert close(logits, expected_logits, 1e-4), f"{name} {impl} logits"
+        assert grads.keys() == expected_grads.keys(), f"{name} {impl}: gradients reach other parameters"
+        scale = max(g.norm().item() for g in expected_grads.values())
+        for key, grad in grads.items():  # atol: gradients that are zero in exact arithmetic (FIRE's output bias)
+            assert close(grad, expected_grads[key], 1e-3, 1e-6 * scale), f"{name} {impl}: gradient of {key}"
+
+
+@pytest.mark.cuda
+@CUDA
+def test_bf16_deepspeed_step_on_cuda_through_flexattention(stdlib_data, tmp_path):
+    from megatron.run.initialize import initialize_megatron
+    from megatron.tokenizer import build_tokenizer
+    from megatron.training.loop import setup_model_and_optimizer, train_step
+    # `auto` would take `sdpa` at 64 tokens (its mask fits the memory budget): FlexAttention's backward is asked for.
+    args = tiny_args(stdlib_data, tmp_path, precision="bf16", attention_impl="flex", warmup=0.0, save=None,
+                     load=None, train_micro_batch_size_per_gpu=4)
+    initialize_megatron(args)
+    tokenizer = build_tokenizer(args)
+    engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
+    weights = next(engine.module.parameters())
+    assert weights.device.type == "cuda" and weights.dtype == torch.bfloat16  # DeepSpeed chose CUDA
+    assert optimizer.defaults.get("fused") or "Fused" in type(optimizer).__name__
+    kernel = [p for pe in engine.module.positional_embeddings() for p in pe.parameters()]
+    before = [p.detach().float().clone() for p in kernel]
+    tokens = torch.randint(0, 256, (4, 65), generator=torch.Generator().manual_seed(0))
+    batch = {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": torch.ones(4, 64)}
+    losses = [train_step(args, engine, optimizer, iter([batch]), tokenizer.vocab_size) for _ in range(3)]
+    assert all(math.isfinite(s.loss) and not s.skipped for s in losses)
+    assert losses[-1].loss < losses[0].loss  # the same batch thrice: it is being learned
+    assert all(not torch.equal(b, p.detach().float()) for b, p in zip(before, kernel)), "kernel parameters never moved"
