@@ -189,7 +189,7 @@ def test_a_base_run_and_its_extension_end_to_end_then_skipped(tmp_path):
     """A 4-step base at 64 tokens and a 2-step YaRN extension to 256 (configs/tiny.yml, 2 layers): the
     extension's checkpoint records the longer length and the scaling; a second invocation launches nothing."""
     from megatron.evaluation.run import open_checkpoint  # the reader evaluate.py opens a checkpoint with
-    from test_reproduce import write_corpus
+    from tests.reproduce.test_reproduce import write_corpus
     write_corpus(tmp_path / "code.jsonl")
     sweep = {"name": "ext", "scale": "test", "profile": ["configs/tiny.yml"], "methods": ["rotary"], "seeds": [7],
              "datasets": ["code"], "data": {"code": {"source": str(tmp_path / "code.jsonl"),
