@@ -62,3 +62,23 @@ def child_environment() -> dict:
 def run_script(argv: list, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=child_environment(), capture_output=True,
                           text=True, timeout=timeout)
+
+
+def rows_one_step_trains(args, draw) -> tuple[set, set]:
+    """(the rows of a learned position table that one train_step of `args` changes, the positions `draw()` gives
+    from the generator state that step starts from): a position mode trains exactly the rows it draws."""
+    from megatron.run.initialize import initialize_megatron
+    from megatron.tokenizer import build_tokenizer
+    from megatron.training.loop import setup_model_and_optimizer, train_step
+    initialize_megatron(args)
+    vocab = build_tokenizer(args).padded_vocab_size
+    engine, optimizer = setup_model_and_optimizer(args, vocab)[:2]
+    table = engine.module.positional_embeddings()[0].embedding.weight
+    before = table.detach().clone()
+    tokens = torch.randint(0, 256, (2, args.seq_length), generator=torch.Generator().manual_seed(0))
+    batch = {"tokens": tokens, "labels": tokens.roll(-1, 1), "loss_mask": torch.ones(2, args.seq_length)}
+    state = torch.get_rng_state()
+    expected = set(draw())
+    torch.set_rng_state(state)  # the step draws from the same generator state
+    train_step(args, engine, optimizer, iter([batch]), vocab)
+    return set(torch.nonzero((table.detach() != before).any(dim=1)).squeeze(1).tolist()), expected

@@ -8,13 +8,10 @@ from fractions import Fraction
 
 import pytest
 import torch
-from tests.support.training import tiny_args
+from tests.support.training import rows_one_step_trains, tiny_args
 
-from megatron.run.initialize import initialize_megatron
 from megatron.neox_arguments import NeoXArgsError
 from megatron.training.pose_positions import draw_pose_positions
-from megatron.tokenizer import build_tokenizer
-from megatron.training.loop import setup_model_and_optimizer, train_step
 
 
 def papers_distribution(length: int, target: int, chunks: int) -> dict[tuple, Fraction]:
@@ -75,18 +72,8 @@ def test_one_step_trains_exactly_the_rows_of_the_drawn_positions(stdlib_data, tm
     args = tiny_args(stdlib_data, tmp_path, pos_emb="learned", max_position_embeddings=256, num_layers=1,
                      hidden_size=32, num_attention_heads=2, pose_target_length=256, pose_chunks=3,
                      train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=1, warmup=0.0)
-    initialize_megatron(args)
-    vocab = build_tokenizer(args).padded_vocab_size
-    engine, optimizer = setup_model_and_optimizer(args, vocab)[:2]
-    table = engine.module.positional_embeddings()[0].embedding.weight
-    before = table.detach().clone()
-    tokens = torch.randint(0, 256, (2, args.seq_length), generator=torch.Generator().manual_seed(0))
-    batch = {"tokens": tokens, "labels": tokens.roll(-1, 1), "loss_mask": torch.ones(2, args.seq_length)}
-    state = torch.get_rng_state()
-    expected = set(draw_pose_positions(args.seq_length, 256, 3, "cpu").tolist())
-    torch.set_rng_state(state)  # the step draws from the same generator state
-    train_step(args, engine, optimizer, iter([batch]), vocab)
-    changed = set(torch.nonzero((table.detach() != before).any(dim=1)).squeeze(1).tolist())
+    changed, expected = rows_one_step_trains(
+        args, lambda: draw_pose_positions(args.seq_length, 256, 3, "cpu").tolist())
     assert changed == expected and len(expected) == args.seq_length
 
 
