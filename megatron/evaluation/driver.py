@@ -12,8 +12,8 @@ import torch
 
 from megatron.data import DataError, build_evaluation_stream
 from megatron.evaluation.context import ModeContext
-from megatron.evaluation.merge import already_scored, earlier_records, merged
-from megatron.evaluation.results import SCHEMA, ResultFileError, folder_locked, write_atomic
+from megatron.evaluation.merge import already_scored, earlier_records, merged, write_merged
+from megatron.evaluation.results import SCHEMA, ResultFileError
 from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, open_run, planned_starts,
                                      scored_record, skipped_records)
 from megatron.evaluation.dashboards import log_evaluation
@@ -21,7 +21,6 @@ from megatron.checkpoint.inference_model import load
 from megatron.run.initialize import initialize_megatron
 from megatron.run.launcher_watch import watch_launcher
 from megatron.model.sequence_parallel import SequenceParallel
-from megatron.output_paths import reported_write
 from megatron.parallel import SequenceParallelGroups
 from megatron.parallel.sequence_scoring import SequenceParallelScorer
 from megatron.run.preflight import check_evaluation, raise_together
@@ -32,7 +31,8 @@ def evaluate_run(neox_args) -> pathlib.Path:
     """Load the checkpoint named by `load`, score every (length, mode), write the JSON; return its path.
 
     Launched on several ranks (deepy.py), each rank scores every world_size-th chunk and rank 0
-    gathers the losses and writes the file."""
+    gathers the losses and writes the file. Everything that can be refused is refused before the first
+    length is scored: the plan, the data, the modes, the model's positions and the result file."""
     lengths, modes = checked_plan(neox_args)
     if neox_args.world_size > 1:
         initialize_megatron(neox_args)
@@ -48,26 +48,57 @@ def evaluate_run(neox_args) -> pathlib.Path:
 
     opened, run = open_run(neox_args)
     loaded = load(opened, neox_args)
-    model, iteration = loaded.model, loaded.step
+    model, scorer = loaded.model, _scorer(loaded.model, modes, neox_args.sequence_parallel_size)
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
-    def scorer(x, labels=None, vocab_size=None):  # logits, or with labels their losses (the head by slices)
-        labels = None if labels is None else labels.to(device)
-        return model(x.to(device), labels=labels, vocab_size=vocab_size)
-    if neox_args.sequence_parallel_size > 1:  # each window split over the ranks of a replica (megatron/parallel)
-        refused = [mode.name for mode in modes if not mode.splits_sequences]
-        if refused:
-            raise EvaluationError(
-                f"sequence-parallel-size {neox_args.sequence_parallel_size} splits every scored window over ranks, "
-                f"but eval-modes {refused} run the whole model on prompts of their own, which it does not split. "
-                "Score those modes with sequence-parallel-size 1, or leave them out of eval-modes here.")
-        groups = SequenceParallelGroups(neox_args.sequence_parallel_size)
-        model.sequence_parallel = SequenceParallel(groups.sequence_group)
-        scorer = SequenceParallelScorer(model, device)
-    limit = model.position_limit()
     check_position_range(model, lengths, dtype)
-
     path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
-    evaluation = {
+    evaluation = _evaluation_settings(neox_args, stream, tokenizer, device, dtype)
+    held = _held_or_refused(neox_args, path, evaluation, run)
+    say(f"evaluating {run['name']} ({neox_args.load}, step {loaded.step}) on the {neox_args.eval_split} "
+        f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
+
+    records = []
+    with torch.inference_mode():  # no autograd: the model's `auto` attention takes its memory-light path
+        for length in lengths:
+            todo = modes_to_score(modes, length, held, path, say)
+            if todo and (limit := model.position_limit()) is not None and length > limit:
+                records += skipped_records(neox_args, length, todo, limit, say)
+            elif todo:
+                context = ModeContext(scorer, stream, plan[length], length, neox_args,
+                                      tokenizer.vocab_size, network=model, tokenizer=tokenizer)
+                records += [scored_record(mode, context, device, say) for mode in todo]
+    for record in records:  # another chunk count is another record of the same file (merge.py)
+        record["eval_chunks"] = neox_args.eval_chunks
+    if neox_args.rank == 0:
+        _write_results(neox_args, path, evaluation, run, records, say)
+    if neox_args.world_size > 1:
+        torch.distributed.barrier()  # no rank returns before the file exists
+    return path
+
+
+def _scorer(model, modes, sequence_parallel_size: int):
+    """What scores a window: the model itself (logits, or with labels their losses, the head by slices), or
+    with sequence-parallel-size > 1 each window split over the ranks of a replica (megatron/parallel)."""
+    device = next(model.parameters()).device
+    if sequence_parallel_size <= 1:
+        def scorer(x, labels=None, vocab_size=None):
+            labels = None if labels is None else labels.to(device)
+            return model(x.to(device), labels=labels, vocab_size=vocab_size)
+        return scorer
+    refused = [mode.name for mode in modes if not mode.splits_sequences]
+    if refused:
+        raise EvaluationError(
+            f"sequence-parallel-size {sequence_parallel_size} splits every scored window over ranks, "
+            f"but eval-modes {refused} run the whole model on prompts of their own, which it does not split. "
+            "Score those modes with sequence-parallel-size 1, or leave them out of eval-modes here.")
+    groups = SequenceParallelGroups(sequence_parallel_size)
+    model.sequence_parallel = SequenceParallel(groups.sequence_group)
+    return SequenceParallelScorer(model, device)
+
+
+def _evaluation_settings(neox_args, stream, tokenizer, device, dtype) -> dict:
+    """The result file's `evaluation`: how the records were scored (merge.py's SAME_SETTINGS among them)."""
+    return {
         "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
         "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
         "eval_documents": neox_args.eval_documents,
@@ -77,50 +108,40 @@ def evaluate_run(neox_args) -> pathlib.Path:
         "torch": torch.__version__,
         "peak_memory": "cuda max allocated per length" if device.type == "cuda" else "process peak RSS so far",
     }
+
+
+def _held_or_refused(neox_args, path, evaluation, run) -> set:
+    """The (length, mode) pairs the result file already holds (held_records); an existing file this
+    evaluation cannot merge with, or a run-name another run holds there, is refused on every rank before
+    anything is scored."""
     earlier, problem = [], None
-    if neox_args.rank == 0:  # an existing file this one cannot merge with: refuse before scoring
+    if neox_args.rank == 0:
         try:
             earlier = earlier_records(path, evaluation, run)
         except ResultFileError as err:
             problem = str(err)
         problem = problem or name_taken(path.parent, run)
     raise_together([problem])
-    held = held_records(neox_args, path, evaluation, run, earlier)
-    say(f"evaluating {run['name']} ({neox_args.load}, step {iteration}) on the {neox_args.eval_split} "
-        f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
-    records = []
-    with torch.inference_mode():  # no autograd: the model's `auto` attention takes its memory-light path
-        for length in lengths:
-            todo = modes_to_score(modes, length, held, path, say)
-            if not todo:
-                continue
-            if limit is not None and length > limit:
-                records += skipped_records(neox_args, length, todo, limit, say)
-                continue
-            context = ModeContext(scorer, stream, plan[length], length, neox_args,
-                                  tokenizer.vocab_size, network=model, tokenizer=tokenizer)
-            records += [scored_record(mode, context, device, say) for mode in todo]
-    for record in records:  # another chunk count is another record of the same file (merge.py)
-        record["eval_chunks"] = neox_args.eval_chunks
+    return held_records(neox_args, path, evaluation, run, earlier)
 
-    if neox_args.rank == 0 and not records:
+
+def _write_results(neox_args, path, evaluation, run, records, say) -> None:
+    """Rank 0: merge the new records into the file (read again under its lock) and write it, then log the
+    new ones to the run's dashboards (after the file: a logging failure loses no result)."""
+    if not records:
         say(f"nothing new to score: {path} holds every length and mode asked for", flush=True)
-    elif neox_args.rank == 0:
-        scored_now = records
-        with folder_locked(path.parent):
-            earlier = earlier_records(path, evaluation, run)  # again: another evaluation may have written it since
-            records, kept = merged(earlier, records)
-            evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-            with reported_write(path, "the results (printed above)", "eval-results-dir"):
-                write_atomic(path, {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": records})
-        say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
-                               "checkpoint, scored the same way)" if kept else ""), flush=True)
-        logged = log_evaluation(neox_args, scored_now)  # after the file: a logging failure loses no result
-        if logged:
-            say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
-    if neox_args.world_size > 1:
-        torch.distributed.barrier()  # no rank returns before the file exists
-    return path
+        return
+
+    def merge():
+        document_records, kept = merged(earlier_records(path, evaluation, run), records)
+        evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": document_records}, kept
+    kept = write_merged(path, merge, "the results (printed above)")
+    say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
+                           "checkpoint, scored the same way)" if kept else ""), flush=True)
+    logged = log_evaluation(neox_args, records)
+    if logged:
+        say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
 
 
 def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:

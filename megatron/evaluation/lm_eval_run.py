@@ -14,14 +14,13 @@ import json
 import pathlib
 
 from megatron.checkpoint.inference_model import inference_device_and_dtype, load
-from megatron.output_paths import reported_write
 from megatron.evaluation.driver import check_position_range
 from megatron.run.preflight import folder_problem, memory_problem
 from megatron.quoting import quote
 from .lm_eval_adapter import NeoXLM
 from .lm_eval_log import lm_eval_output_to
-from .merge import CHECKPOINT_FIELDS, differences
-from .results import ResultFileError, folder_locked, write_atomic
+from .merge import CHECKPOINT_FIELDS, differences, write_merged
+from .results import ResultFileError
 from .ruler import RulerRun, ruler_table, ruler_tasks
 from .run import EvaluationError, checked_plan, open_run
 
@@ -210,11 +209,9 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     if ruler:
         document["evaluation"]["ruler"] = {"lengths": ruler.lengths, "task_metadata": ruler.user_metadata}
         document["ruler"] = output["ruler"]
-    with folder_locked(results_dir):  # read again: another eval.py may have written the file since
-        document, kept = merged_tasks(earlier_task_results(path, evaluation, run),
-                                      json.loads(json.dumps(document, default=str)))
-        with reported_write(path, "the task results (printed above)", "eval-results-dir"):
-            write_atomic(path, document)
+    document = json.loads(json.dumps(document, default=str))
+    kept = write_merged(path, lambda: merged_tasks(earlier_task_results(path, evaluation, run), document),
+                        "the task results (printed above)")
     print(f"wrote {path}" + (f" (kept the earlier results there for tasks {kept}: same checkpoint, scored the "
                              "same way)" if kept else ""), flush=True)
     return path

@@ -9,8 +9,10 @@ Each record carries the eval-chunks it was scored with, so another chunk count i
 same file. Otherwise the evaluation stops before scoring anything and says what differs.
 """
 import pathlib
+from typing import Callable
 
-from .results import ResultFileError, load_result
+from megatron.output_paths import reported_write
+from .results import ResultFileError, folder_locked, load_result, write_atomic
 
 # `run` fields that say which checkpoint was evaluated; results of different checkpoints never mix.
 CHECKPOINT_FIELDS = ("checkpoint_step", "config_hash", "method", "seed", "dataset")
@@ -68,3 +70,15 @@ def already_scored(earlier: list[dict], eval_chunks: int | None) -> set[tuple[in
     """The (length, mode) pairs an existing result file already holds at this eval-chunks (scored, or
     skipped because the method cannot score the length): an evaluation skips them unless eval-force."""
     return {(r["length"], r["mode"]) for r in earlier if r.get("eval_chunks") == eval_chunks}
+
+
+def write_merged(path: pathlib.Path, merge: Callable[[], tuple[dict, list]], what: str) -> list:
+    """Write the document `merge()` returns (merging with the file as it is now) to `path` under the folder's
+    lock, and return what `merge` kept of the earlier file: how both evaluation drivers (evaluate.py and
+    eval.py) end. `merge` reads the file again inside the lock, since another evaluation may have written it
+    since it was first read; `what` names the results in the message of a write that fails."""
+    with folder_locked(path.parent):
+        document, kept = merge()
+        with reported_write(path, what, "eval-results-dir"):
+            write_atomic(path, document)
+    return kept
