@@ -58,6 +58,7 @@ class StepOutcome:
     skipped: bool      # the optimizer did not update (NaN/inf loss, fp16 overflow)
     grad_norm: float | None
     shape: dict | None = None  # with a length-schedule: what the step trained on (length_schedule.step_scalars)
+    local: float | None = None  # the caller's own scalar, read with the step's one host read (_after_backward)
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -287,6 +288,7 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
     total = torch.zeros((), dtype=torch.float64, device=device)
     kept = torch.zeros((), dtype=torch.float64, device=device)  # tokens the loss counts
     shape = None if length is None else {"length": length, "tokens": 0, "last_position": 0}
+    last_position = torch.zeros((), dtype=torch.float64, device=device)  # read with the step's one host read
     with windows_for(engine.module, length):
         for micro in range(accumulation):
             batch = {k: v.to(device) for k, v in next(train_batches).items()}
@@ -301,13 +303,17 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
             if shape is not None:
                 shape["sequences"], shape["seq_length"] = batch["tokens"].shape
                 shape["tokens"] += batch["tokens"].numel()
-                shape["last_position"] = max(shape["last_position"], batch["tokens"].shape[1] - 1 if
-                                             arguments["position_ids"] is None else int(arguments["position_ids"].max()))
+                shape["last_position"] = max(shape["last_position"], batch["tokens"].shape[1] - 1)
+                if arguments["position_ids"] is not None:  # drawn or per-document positions: their largest
+                    last_position = torch.maximum(last_position, arguments["position_ids"].max().double())
                 shape["window"] = max((w or batch["tokens"].shape[1] for w in engine.module.windows), default=0)
             if micro < accumulation - 1:
                 engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
     with torch.profiler.record_function(AFTER_BACKWARD):
-        outcome = _after_backward(neox_args, engine, optimizer, total, kept, accumulation)
+        outcome = _after_backward(neox_args, engine, optimizer, total, kept, accumulation,
+                                  last_position if shape is not None else None)
+    if shape is not None and outcome.local is not None and arguments["position_ids"] is not None:
+        shape["last_position"] = int(outcome.local)
     outcome.shape = shape
     return outcome
 
@@ -331,13 +337,18 @@ def windows_for(model, length: LengthAt | None):
 AFTER_BACKWARD = "train_step: after the backward"  # its profiler label: all-reduce, clip, host read, optimizer
 
 
-def _after_backward(neox_args, engine, optimizer, total, kept, accumulation) -> StepOutcome:
+def _after_backward(neox_args, engine, optimizer, total, kept, accumulation, local=None) -> StepOutcome:
+    """The optimizer step after the micro-batches' backward passes. `local`: a scalar of this rank's own (not
+    reduced over ranks) that the caller reads with the step's one host read, returned as `outcome.local`."""
     both = torch.stack([total, kept])
     torch.distributed.all_reduce(both)  # NaN anywhere makes the sum NaN everywhere: all ranks agree
     clips_here = clips_in_step(engine)
     if clips_here:  # the gradients are all-reduced by now: the norm is the global one on every rank
         both = torch.cat([both, clip_gradients(engine.module, neox_args.gradient_clipping).double().view(1)])
+    if local is not None:
+        both = torch.cat([both, local.view(1)])
     read = both.to("cpu", copy=True).tolist()  # the step's one host read
+    local = read.pop() if local is not None else None
     total, kept = read[0], read[1]
     if kept == 0:
         raise empty_loss_mask(neox_args, "a training step's global batch")
@@ -354,7 +365,7 @@ def _after_backward(neox_args, engine, optimizer, total, kept, accumulation) -> 
     if not clips_here:  # ZeRO and fp16: DeepSpeed clips and reports the norm
         grad_norm = engine.get_global_grad_norm()
         grad_norm = None if grad_norm is None else float(grad_norm)
-    return StepOutcome(mean_loss, skip or not engine.was_step_applied(), grad_norm)
+    return StepOutcome(mean_loss, skip or not engine.was_step_applied(), grad_norm, local=local)
 
 
 def clips_in_step(engine) -> bool:

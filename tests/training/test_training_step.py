@@ -204,3 +204,35 @@ def test_compiled_layers_match_the_eager_ones(method, stdlib_data, tmp_path):
     torch.testing.assert_close(compiled(tokens), eager(tokens), rtol=1e-5, atol=1e-5)
     for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_scheduled_step_with_drawn_positions_reads_the_host_no_more_than_a_plain_one(stdlib_data, tmp_path,
+                                                                                      monkeypatch):
+    """The length schedule's `length/last_position` (the largest position a step trained on) is read with the
+    step's one host read, not once per micro-batch: four micro-batches of random positions under a length
+    schedule read the host as often as without one, and the value is the largest drawn position."""
+    import megatron.training.loop as loop
+    from megatron.length_schedule import parse_schedule
+
+    args = tiny_args(stdlib_data, tmp_path, pos_emb="rotary", random_positions=512, gradient_accumulation_steps=4,
+                     train_micro_batch_size_per_gpu=2, train_batch_size=8)
+    engine, optimizer, vocab = _engine(args)
+    batches = _random_batches(args, vocab)
+    length = parse_schedule([{"start-step": 0, "seq-length": args.seq_length // 2}], args.seq_length).at(0)
+    drawn, draw = [], loop.draw_positions
+
+    def recorded(*a, **k):  # instrumentation only: the loop's own draw runs
+        drawn.append(draw(*a, **k))
+        return drawn[-1]
+
+    monkeypatch.setattr(loop, "draw_positions", recorded)
+    reads = {}
+    for schedule in (None, length):
+        train_step(args, engine, optimizer, batches, vocab, schedule)  # the optimizer's state exists from here on
+        drawn.clear()
+        with OpCount() as count:
+            outcome = train_step(args, engine, optimizer, batches, vocab, schedule)
+        reads[schedule is not None] = count.host_reads()
+    assert reads[True] == reads[False], reads
+    assert len(drawn) == 4 and outcome.shape["last_position"] == max(int(d.max()) for d in drawn)
+    assert outcome.shape["last_position"] >= args.seq_length // 2  # drawn past the fragment's own length
