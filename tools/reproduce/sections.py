@@ -46,13 +46,14 @@ def training_section(sweep, trained, inputs, figures) -> str:
     """Validation loss against step: the evidence that the models were trained well enough to compare."""
     from tools.analysis.plot_common import method_color, plt
     datasets = sorted({r.dataset.name for r in trained})
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
+    extended = any(r.extends is not None for r in trained)  # points past the base's last step: legend outside
+    fig, axes = plt.subplots(1, len(datasets), figsize=((7.5 if extended else 5.5) * len(datasets), 4), squeeze=False)
     rows = []
     for ax, dataset in zip(axes[0], datasets):
         labels = list(dict.fromkeys(r.label for r in trained))  # a training variant is a method of its own
         for method in labels:
             runs = [r for r in trained if r.dataset.name == dataset and r.label == method]
-            curves = [c for c in (inputs.curve(r, VALID_LOSS) for r in runs) if c]
+            curves = [c for c in (_continued(inputs, r) for r in runs) if c]
             if not curves:
                 continue
             steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
@@ -68,7 +69,7 @@ def training_section(sweep, trained, inputs, figures) -> str:
         ax.set_ylabel("validation loss (nats/token, at the train length)")
         ax.set_title(dataset)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, **({"loc": "upper left", "bbox_to_anchor": (1.02, 1)} if extended else {}))
     fig.tight_layout()
     figures(fig, "training_curves")
     return "\n".join([
@@ -76,9 +77,20 @@ def training_section(sweep, trained, inputs, figures) -> str:
         f"_Scale: {sweep.scale}_\n",
         "Validation loss at the training length (mean over seeds) during training. A method whose loss "
         "still fell steeply at the end would be compared before it converged; the last column is how much "
-        "the loss fell over the last quarter of training.\n",
+        "the loss fell over the last quarter of training."
+        + (" An extension's steps continue its base run's (its loss is at its own, longer, training length)."
+           if extended else "") + "\n",
         "| dataset | method | seeds | final valid loss | valid loss at 75% | fall over the last 25% |",
         "|---|---|---|---|---|---|", *rows, "", "![validation loss during training](training_curves.png)\n"])
+
+
+def _continued(inputs, run) -> list:
+    """`run`'s validation-loss curve [(step, loss)]; an extension's steps counted on from its base run's last
+    (a fine-tune starts its own count at 0, but its model has trained through the base's steps first)."""
+    curve = inputs.curve(run, VALID_LOSS)
+    base = inputs.curve(run.extends, VALID_LOSS) if run.extends is not None and curve else []
+    offset = max((step for step, _ in base), default=0)
+    return [(step + offset, loss) for step, loss in curve]
 
 
 def kernel_section(sweep, trained, figures) -> str:
