@@ -83,8 +83,8 @@ def exchange_heads(x: torch.Tensor, group) -> torch.Tensor:
 
 class SequenceParallelPlan:
     """A layer's attention plan under sequence parallelism: `inner` is the plan of this rank's heads over the
-    whole sequence; the layer hands it its sequence shards (SelfAttention's calls: token terms, key
-    transforms, rotate, attend), and it exchanges them around `inner`."""
+    whole sequence; the layer hands it its sequence shards (SelfAttention's calls: its own values,
+    rotate, attend), and it exchanges them around `inner`."""
 
     def __init__(self, inner, pe, group):
         self.inner, self.pe, self.group = inner, pe, group  # pe: the whole module (its terms for every head)
@@ -93,24 +93,20 @@ class SequenceParallelPlan:
     def _with(self, inner):
         return SequenceParallelPlan(inner, self.pe, self.group)
 
-    def with_token_terms(self, g):
-        return self if g is None else self._with(self.inner.with_token_terms(exchange_heads(g, self.group)))
+    def with_layer(self, values: dict):
+        """The layer's own values of this rank's heads over the whole sequence: per-token values (tensors, or
+        tuples of tensors, [b, H, s/P, ...]) exchanged with q, k and v; per-head ones ([H]: the sink logits)
+        narrowed to this rank's heads (the HeadShard of `inner`)."""
+        shard = self.inner.pe
 
-    def with_key_transforms(self, transforms):
-        if transforms is None:
-            return self
-        w, beta = transforms
-        return self._with(self.inner.with_key_transforms((exchange_heads(w, self.group),
-                                                          exchange_heads(beta, self.group))))
-
-    def with_channel_decays(self, g):
-        return self if g is None else self._with(self.inner.with_channel_decays(exchange_heads(g, self.group)))
-
-    def with_sink(self, sink):
-        if sink is None:
-            return self
-        shard = self.inner.pe  # this rank's heads (HeadShard): their sink logits
-        return self._with(self.inner.with_sink(sink.narrow(0, shard._heads.start, shard.num_heads)))
+        def of_this_rank(value):
+            if isinstance(value, tuple):
+                return tuple(of_this_rank(v) for v in value)
+            if value.dim() == 1:
+                return value.narrow(0, shard._heads.start, shard.num_heads)
+            return exchange_heads(value, self.group)
+        given = {channel: of_this_rank(value) for channel, value in values.items() if value is not None}
+        return self._with(self.inner.with_layer(given)) if given else self
 
     def rotate(self, q, k):
         return q, k  # at global positions, after the exchange (_local)

@@ -54,10 +54,7 @@ class SelfAttention(nn.Module):
         b, s, hidden = x.shape
         qkv = self.query_key_value(x).view(b, s, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [b, H, s, D]
-        plan = plan.with_token_terms(plan.pe.token_terms(x))  # this layer's per-token terms (fox), if any
-        plan = plan.with_key_transforms(plan.pe.key_transforms(x))  # this layer's Householder transforms (path), if any
-        plan = plan.with_channel_decays(plan.pe.channel_decays(x))  # this layer's per-channel decays (wall), if any
-        plan = plan.with_sink(self.sink)
+        plan = plan.with_layer({**plan.pe.layer_values(x), "sink": self.sink})  # this layer's own values, if any
         if kv is not None:  # generation: `plan` is a CachedPlan, kv this layer's cache (kv_cache.py)
             y = attend_cached(q, k, v, plan, kv)
         else:

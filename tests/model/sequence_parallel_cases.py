@@ -47,6 +47,8 @@ def cases() -> dict[str, tuple[dict, bool]]:
         "layer-pattern": ({"pos_emb": "rotary", "layer_pattern": [{"pos-emb": "alibi", "attention-window": 5},
                                                                   {"pos-emb": "fox"}]}, False),
         "path/forget-gate": ({"pos_emb": "path", "path_forget_gate": True}, False),
+        "kerple_log/sink": ({"pos_emb": "kerple_log", "attention_sink": True}, False),  # a per-head layer value
+        "fox/sink": ({"pos_emb": "fox", "attention_sink": True}, True),
     }
     found |= {f"{name}/fp32": ({"pos_emb": name, "dtype": "float32"}, False) for name in available()}
     return found

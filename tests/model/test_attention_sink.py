@@ -61,7 +61,7 @@ def test_the_sink_equals_gpt_oss_eager_attention_forward_and_backward(method, st
     expected = gpt_oss(q, k, v, sinks, bias)
     try:
         plan = plan_attention(pe, positions, AttentionRun(needs_grad=True, dtype=torch.float64, batch=B, block_size=8,
-                                                          sink=True), strategy=strategy).with_sink(sinks)
+                                                          sink=True), strategy=strategy).with_layer({"sink": sinks})
     except StrategyCannotRun as refusal:
         pytest.skip(refusal.reason)
     assert plan.name == strategy

@@ -58,10 +58,8 @@ def ours(method, q, k, v, extra, impl="sdpa", block_size=512):
     plan = plan_attention(pe, torch.arange(length, device=q.device),
                           AttentionRun(impl=impl, window=None, block_size=block_size, needs_grad=True, dropout_p=0.0,
                                        dtype=q.dtype, batch=q.shape[0]))
-    if "log_f" in extra:
-        plan = plan.with_token_terms(extra["log_f"])
-    if "w" in extra:
-        plan = plan.with_key_transforms((extra["w"].to(q.dtype), extra["beta"].to(q.dtype)))
+    plan = plan.with_layer({"token_terms": extra.get("log_f"),
+                            "key_transforms": (extra["w"].to(q.dtype), extra["beta"].to(q.dtype)) if "w" in extra else None})
     return plan.name, attend(q, k, v, plan)
 
 

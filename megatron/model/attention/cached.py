@@ -39,48 +39,26 @@ class CachedPlan:
         self.q_positions = q_positions    # [b, s]
         self.bias, self.weight = bias, weight  # [b or 1, H, s, visible keys] each, or None
         self.allowed = allowed            # bool [b, 1, s, visible keys]
-        self.token_terms = None           # g [b, H, s] of one layer (with_token_terms), or None
+        self.token_terms = None           # g [b, H, s] of one layer (with_layer), or None
         # t [b, H, s] on each new query's row (pe.query_scale: ssmax), from the cached keys it sees, or None
         self.query_scale = pe.query_scale(allowed[:, 0].sum(-1)) if "query_scale" in pe.channels else None
         if self.query_scale is not None and bias is not None:
             self.bias = bias * self.query_scale[..., None]
-        self.key_transforms = None        # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
-        self.channel_decays = None        # g [b, H, s, D] of one layer (with_channel_decays), or None
-        self.sink = None                  # the sink logits s [H] of one layer (with_sink), or None
+        self.key_transforms = None        # (w [b, H, s, D], beta [b, H, s]) of one layer (with_layer), or None
+        self.channel_decays = None        # g [b, H, s, D] of one layer (with_layer), or None
+        self.sink = None                  # the sink logits s [H] of one layer (with_layer), or None
 
-    def with_token_terms(self, g):
-        """This plan for one layer whose method gives per-token terms g [b, H, s] (fox): a shallow copy;
-        `attend` adds F_i - F_j with the F of the cached keys (LayerKV.store_token_terms)."""
-        if g is None:
+    def with_layer(self, values: dict) -> "CachedPlan":
+        """This plan for one layer, holding its own values as given (a shallow copy; None entries absent; itself
+        when none): `attend` adds F_i - F_j with the F of the cached keys (LayerKV.store_token_terms), applies each
+        new token's key transform to the cached keys (LayerKV.transform_keys), reads P of the new and the cached
+        keys (LayerKV.store_channel_decays) and applies the sink."""
+        given = {channel: value for channel, value in values.items() if value is not None}
+        if not given:
             return self
         plan = copy.copy(self)
-        plan.token_terms = g
-        return plan
-
-    def with_key_transforms(self, transforms):
-        """This plan for one layer whose method transforms the keys (path): a shallow copy; `attend` applies
-        each new token's transform to the cached keys (LayerKV.transform_keys) before its query reads them."""
-        if transforms is None:
-            return self
-        plan = copy.copy(self)
-        plan.key_transforms = transforms
-        return plan
-
-    def with_channel_decays(self, g):
-        """This plan for one layer whose method decays the dot products per channel (wall): a shallow copy;
-        `attend` reads P of the new and the cached keys (LayerKV.store_channel_decays)."""
-        if g is None:
-            return self
-        plan = copy.copy(self)
-        plan.channel_decays = g
-        return plan
-
-    def with_sink(self, sink):
-        """This plan for one layer with a learnable sink s [H]: a shallow copy; `attend` applies it."""
-        if sink is None:
-            return self
-        plan = copy.copy(self)
-        plan.sink = sink
+        for channel, value in given.items():
+            setattr(plan, channel, value)
         return plan
 
     @staticmethod

@@ -29,7 +29,6 @@ fla is imported only when a forward runs here or when `can_run` asks about a CUD
 (whose fla-core may lack triton) never imports it. Where fla is missing on CUDA, `auto` runs this project's
 own path and says once why (choice.py, `missing_package`); `attention-impl: fla` refuses in one paragraph.
 """
-import copy
 import functools
 import importlib
 import importlib.util
@@ -157,13 +156,11 @@ class FlaKernels(AttentionPlan):
         transformed = 2 * inputs.qkv_bytes * 4 // run.element_size if inputs.has("key_transforms") else 0
         return 4 * inputs.qkv_bytes + per_query + transformed
 
-    def with_token_terms(self, g):
-        """Keeps g itself (fla sums it inside its kernels), not F = cumsum(g)."""
-        if g is None:
-            return self
-        plan = copy.copy(self)
-        plan.token_terms = g.to(torch.promote_types(g.dtype, torch.float32))
-        return plan
+    def kept(self, channel, value):
+        """Keeps the per-token terms g themselves (fla sums them inside its kernels), not F = cumsum(g)."""
+        if channel == "token_terms":
+            return value.to(torch.promote_types(value.dtype, torch.float32))
+        return super().kept(channel, value)
 
     def attend(self, q, k, v, dropout_p):
         b, heads, length, dim = q.shape

@@ -45,9 +45,10 @@ class RunShape:
     consecutive: bool       # positions p0, p0 + 1, ... (the usual case)
 
 
-# The channels that are score terms, beyond plain causal attention (AttentionInputs.has_terms).
-TERMS = frozenset({"query_terms", "bias_table", "weight", "token_terms", "score_rewrite", "normaliser",
-                   "key_transforms", "channel_decays", "sink"})
+# The channels that are no score terms of their own (AttentionInputs.has_terms): a factor on q that every strategy
+# applies, and two that only qualify another (a score rewrite's reach, a bias table's gradient). Every other
+# channel, a new one too, is a term beyond plain causal attention.
+NOT_TERMS = frozenset({"query_scale", "whole_matrix", "bias_gradient"})
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class AttentionInputs:
     def has_terms(self) -> bool:
         """Anything beyond causal attention: a bias or weight, terms pe.pairwise builds, per-token terms or
         a rewrite of the scores."""
-        return bool(self.channels & TERMS)
+        return bool(self.channels - NOT_TERMS)
 
     def with_run(self, **changes) -> "AttentionInputs":
         """These inputs with some of the run's side replaced (the estimate at another length, the same forward

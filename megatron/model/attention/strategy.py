@@ -21,6 +21,11 @@ from megatron.model.attention.rotation import rotate
 from megatron.model.attention.written_out import decayed_dot_products
 
 
+# Layer values kept as their running sums over the tokens (AttentionPlan.kept): fox's per-token terms g [b, H, s]
+# and wall's per-channel decays g [b, H, s, D].
+RUNNING_SUMS = frozenset({"token_terms", "channel_decays"})
+
+
 class AttentionPlan:
     """One strategy, planned for one forward. Subclasses set `name`, `path` and implement the rest."""
     name: str                 # this strategy, e.g. "toeplitz"
@@ -29,10 +34,11 @@ class AttentionPlan:
     table_grad = False        # a learnable bias table's gradient on the side (table_gradient.py)
     handles: frozenset = frozenset()  # the needs (needs.py) it computes, listed: any other, a new one too, refuses it
     requires: frozenset = frozenset()  # the needs it exists for; a forward without one refuses it
-    token_terms = None        # F [b, H, s] fp32 of one layer (with_token_terms), or None
-    key_transforms = None     # (w [b, H, s, D], beta [b, H, s]) of one layer (with_key_transforms), or None
-    channel_decays = None     # P = cumsum(g) [b, H, s, D] of one layer (with_channel_decays), or None
-    sink = None               # the sink logits s [H] of one layer (with_sink), or None
+    # One layer's own values (with_layer), None where the layer has none:
+    token_terms = None        # F = cumsum(g) [b, H, s] fp32 (pe.token_terms: fox)
+    key_transforms = None     # (w [b, H, s, D], beta [b, H, s]) (pe.key_transforms: path)
+    channel_decays = None     # P = cumsum(g) [b, H, s, D] fp32 or wider (pe.channel_decays: wall)
+    sink = None               # the sink logits s [H] (attention-sink)
 
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
                  dtype: torch.dtype, bias_table, weight_table, documents=None, row_positions=None):
@@ -130,35 +136,24 @@ class AttentionPlan:
         """q, k, v [b, H, s, D] -> [b, H, s, D]."""
         raise NotImplementedError
 
-    def with_token_terms(self, g: torch.Tensor | None) -> "AttentionPlan":
-        """The plan for one layer whose method gives per-token terms g [b, H, s] (pe.token_terms): a
-        shallow copy holding F = cumsum(g) in fp32, so score(i, j) += F_i - F_j (g_{j+1} + ... + g_i); the
-        shared tables and masks stay shared. Itself when g is None. Strategies that cannot add F refuse in
-        `can_run` (AttentionInputs.token_terms)."""
-        if g is None:
+    def with_layer(self, values: dict) -> "AttentionPlan":
+        """The plan for one layer: a shallow copy holding that layer's own values ({channel: value}, one attribute
+        each; None entries are absent), while the tables and masks every layer shares stay shared. Itself when it
+        has none. A strategy that cannot apply a value refuses in `can_run` (its need, needs.py)."""
+        given = {channel: value for channel, value in values.items() if value is not None}
+        if not given:
             return self
         plan = copy.copy(self)
-        plan.token_terms = g.to(torch.promote_types(g.dtype, torch.float32)).cumsum(dim=-1)
+        for channel, value in given.items():
+            setattr(plan, channel, plan.kept(channel, value))
         return plan
 
-    def with_key_transforms(self, transforms) -> "AttentionPlan":
-        """The plan for one layer whose method transforms the keys (pe.key_transforms: (w, beta)): a shallow
-        copy holding them. Itself when None. Strategies that cannot apply them refuse in `can_run`."""
-        if transforms is None:
-            return self
-        plan = copy.copy(self)
-        plan.key_transforms = transforms
-        return plan
-
-    def with_channel_decays(self, g: torch.Tensor | None) -> "AttentionPlan":
-        """The plan for one layer whose method decays the dot products per channel (pe.channel_decays: g
-        [b, H, s, D]): a shallow copy holding P = cumsum(g) over the tokens in fp32 or wider. Itself when None.
-        Strategies that cannot apply them refuse in `can_run`."""
-        if g is None:
-            return self
-        plan = copy.copy(self)
-        plan.channel_decays = g.to(torch.promote_types(g.dtype, torch.float32)).cumsum(dim=2)
-        return plan
+    def kept(self, channel: str, value):
+        """How this plan keeps a layer's value of `channel`: the per-token ones (RUNNING_SUMS: g [b, H, s, ...])
+        as their running sums over the tokens in fp32 or wider, so score(i, j) reads F_i - F_j; others as given."""
+        if channel in RUNNING_SUMS:
+            return value.to(torch.promote_types(value.dtype, torch.float32)).cumsum(dim=2)
+        return value
 
     def dot_products(self, q_start: int, keys: int):
         """written_out.attend_written_out's `dot_products` for queries q_start.. against keys 0..keys-1: the
@@ -169,15 +164,6 @@ class AttentionPlan:
         return lambda q, k: decayed_dot_products(
             q, k, P[:, :, q_start:q_start + q.shape[2]], P[:, :, :keys],
             torch.arange(q_start, q_start + q.shape[2], device=q.device), torch.arange(keys, device=q.device))
-
-    def with_sink(self, sink: torch.Tensor | None) -> "AttentionPlan":
-        """The plan for one layer with a learnable sink (its logits s [H]): a shallow copy holding them. Itself when
-        None. Strategies that cannot apply it refuse in `can_run` (the `sink` need, AttentionRun.sink)."""
-        if sink is None:
-            return self
-        plan = copy.copy(self)
-        plan.sink = sink
-        return plan
 
     def __repr__(self):
         return f"{type(self).__name__}(path={self.path!r}, length={self.positions.shape[0]})"

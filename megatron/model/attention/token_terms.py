@@ -164,7 +164,7 @@ class BlockedTokenTerms(Blocked):
         return block * run.length * per_pair + 4 * inputs.qkv_bytes
 
     def attend(self, q, k, v, dropout_p):
-        if self.token_terms is None:  # not given this layer's terms (with_token_terms): plain blocks
+        if self.token_terms is None:  # not given this layer's terms (with_layer): plain blocks
             return super().attend(q, k, v, dropout_p)
         if folds(q, k, v, self.token_terms, self.window):
             return folded_token_terms_attention(q, k, v, self.token_terms, sink=self.sink)

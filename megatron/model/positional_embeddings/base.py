@@ -112,6 +112,10 @@ CHANNELS = {
     "query_scale": ("query_scale", "a factor on query i's whole logits row from the number of keys it sees, which "
                                    "attention counts"),
 }
+# The channels whose values are a layer's own: the protocol method of the same name computes them from the layer's
+# input x, every layer asks for them (`layer_values`), and attention keeps them in that layer's copy of the plan
+# (megatron/model/attention/strategy.py's `with_layer`).
+LAYER_CHANNELS = ("token_terms", "key_transforms", "channel_decays")
 # The class flags that named channels before `channels` did: a method written against them ports by listing
 # the channel instead (`uses_token_terms = True` -> `channels = frozenset({"token_terms"})`).
 FORMER_FLAGS = {"distance_only": "query_terms (for distance_only = False)", "uses_token_terms": "token_terms",
@@ -179,6 +183,11 @@ class PositionalEmbedding(nn.Module):
         """g [b, H, s] (float32, differentiable) from the attention input x [b, s, hidden] (after the
         layer's input norm), adding g_{j+1} + ... + g_i = F_i - F_j to score(i, j); None: no such terms."""
         return None
+
+    def layer_values(self, x: torch.Tensor) -> dict:
+        """{channel: value} of LAYER_CHANNELS from the attention input x [b, s, hidden] of one layer (a value
+        is None where the method has no such channel): what the layer hands its attention plan."""
+        return {channel: getattr(self, channel)(x) for channel in LAYER_CHANNELS}
 
     def distance_tables(self, length: int):
         """(bias[H, length] | None, weight[H, length] | None) over d = 0..length-1, float32, differentiable."""

@@ -77,8 +77,8 @@ def run(pe, strategy, layout_name, needs_grad, sink=None, dtype=torch.float64):
                                                               needs_grad=needs_grad, dropout_p=0.0, dtype=dtype,
                                                               batch=2, documents=documents,
                                                               row_positions=row_positions, sink=sink is not None),
-                                  strategy=strategy).with_token_terms(g)
-            plan = plan.with_key_transforms(transforms).with_sink(sink)
+                                  strategy=strategy)
+            plan = plan.with_layer({"token_terms": g, "key_transforms": transforms, "sink": sink})
             assert plan.name == strategy
             out = plan.attend(*plan.rotate(q, k), v, 0.0)
     if not needs_grad:
@@ -213,9 +213,10 @@ def test_the_cached_step_matches_the_reference(method, window):
         outputs = []
         for start, end in ((0, 10), (10, 11), (11, LENGTH)):
             cache.append(None, end - start)
-            plan = plan_cached(pe, cache, end - start, window).with_token_terms(None if g is None else g[..., start:end])
-            plan = plan.with_key_transforms(None if transforms is None else
-                                            (transforms[0][:, :, start:end], transforms[1][:, :, start:end]))
+            plan = plan_cached(pe, cache, end - start, window).with_layer({
+                "token_terms": None if g is None else g[..., start:end],
+                "key_transforms": None if transforms is None else (transforms[0][:, :, start:end],
+                                                                    transforms[1][:, :, start:end])})
             outputs.append(attend_cached(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], plan,
                                          cache.layers[0]))
         expected = reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window, token_terms=g,

@@ -62,7 +62,7 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, unscaled, windo
     with torch.set_grad_enabled(needs_grad), reference_math():
         plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=window, block_size=16,
                                                                      needs_grad=needs_grad, dropout_p=0.0))
-        layer = plan.with_token_terms(pe.token_terms(x))
+        layer = plan.with_layer(pe.layer_values(x))
         ours = layer.attend(*layer.rotate(q, k), v, 0.0)
     expected = formula(q, k, v, x, pe, unscaled, window)
     torch.testing.assert_close(ours.detach().double(), expected, rtol=0, atol=2e-5)
@@ -77,7 +77,7 @@ def test_gradients_of_the_gate_equal_the_float64_formulas():
     q, k, v = (torch.randn(1, H, 30, D) for _ in range(3))
     plan = plan_attention(pe, torch.arange(30), AttentionRun(impl="auto", window=None, block_size=16, needs_grad=True,
                                                              dropout_p=0.0))
-    layer = plan.with_token_terms(pe.token_terms(x))
+    layer = plan.with_layer(pe.layer_values(x))
     cotangent = torch.randn(1, H, 30, D)
     (layer.attend(*layer.rotate(q, k), v, 0.0) * cotangent).sum().backward()
     reference = cable().double()

@@ -165,7 +165,7 @@ def naive_kernels():
 
 def attend_layer(plan, pe, q, k, v, x):
     """One layer's attention as transformer.py runs it: the plan given this layer's terms from x."""
-    plan = plan.with_token_terms(pe.token_terms(x)).with_key_transforms(pe.key_transforms(x))
+    plan = plan.with_layer(pe.layer_values(x))
     q, k = plan.rotate(q, k)
     return plan.attend(q, k, v, 0.0)
 

@@ -82,7 +82,7 @@ def test_attention_output_and_gradients_match_x_transformers(strategy, monkeypat
     assert STRATEGIES[strategy].can_run(inputs_for(pe, batch=b, length=length)) is None
     plan = STRATEGIES[strategy](pe, positions, window=None, block_size=16, span=length, dtype=torch.float32,
                                 bias_table=None, weight_table=None)
-    y = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
+    y = attend(q, k, v, plan.with_layer(pe.layer_values(x)))
     ours = attention.to_out(y.transpose(1, 2).reshape(b, length, H * D))
     torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
     cotangent = torch.randn_like(ours)
@@ -124,7 +124,7 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
         else:
             plan = plan_attention(pe, torch.arange(length), AttentionRun(impl=impl, window=window, block_size=16,
                                                                          needs_grad=needs_grad, dropout_p=0.0))
-        ours = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
+        ours = attend(q, k, v, plan.with_layer(pe.layer_values(x)))
         without = attend(q, k, v, plan)
     expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach(), window)
     torch.testing.assert_close(ours.detach().double(), expected, rtol=0, atol=2e-5)
@@ -153,7 +153,7 @@ def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
         plan = plan_attention(pe, torch.arange(length), AttentionRun(impl="auto", window=None, block_size=16,
                                                                      needs_grad=False, dropout_p=0.0))
         assert plan.name == "blocked_token_terms"
-        folded = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))
+        folded = attend(q, k, v, plan.with_layer(pe.layer_values(x)))
         masked = token_terms.TokenTermsAttention.apply(q, k, v, F, torch.arange(length), None, 128)
     expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach())
     # These gates forget strongly (F reaches -1211 at 700 tokens, -3500 at 2,000): F's float32 running sum
@@ -174,7 +174,7 @@ def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
     with torch.no_grad():
         plan = plan_attention(pe, torch.arange(length), AttentionRun(impl="flex", window=None, block_size=64,
                                                                      needs_grad=False, dropout_p=0.0))
-        ours = attend(q, k, v, plan.with_token_terms(pe.token_terms(x)))  # checked against eager on CPU, too
+        ours = attend(q, k, v, plan.with_layer(pe.layer_values(x)))  # checked against eager on CPU, too
     expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach())
     torch.testing.assert_close(ours.double(), expected, rtol=0, atol=2e-5)
 

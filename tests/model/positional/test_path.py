@@ -74,7 +74,7 @@ def ours(q, k, v, w, beta, log_f=None, *, impl, window=None, documents=None, blo
     plan = plan_attention(pe_for(log_f is not None), torch.arange(q.shape[2]),
                           AttentionRun(impl=impl, window=window, block_size=block_size, needs_grad=True, dropout_p=0.0,
                                        dtype=torch.float64, batch=q.shape[0], documents=documents))
-    plan = plan.with_token_terms(log_f).with_key_transforms((w, beta))
+    plan = plan.with_layer({"token_terms": log_f, "key_transforms": (w, beta)})
     return plan, plan.attend(q, k, v, 0.0)
 
 
@@ -92,7 +92,7 @@ def test_every_path_equals_the_paper_formula(impl, layout, forget_gate):
     plan, out = ours(*leaves, impl=impl, window=window, documents=documents)
     assert plan.name == {"sdpa": "sdpa_written_out", "blocked": "blocked", "auto": plan.name}[impl]
     expected = paper_formula(*leaves[:5], log_f=leaves[5], window=window, documents=documents)
-    # Attention keeps the forget gate's running sum F in float32 (AttentionPlan.with_token_terms): its tolerance.
+    # Attention keeps the forget gate's running sum F in float32 (AttentionPlan.with_layer): its tolerance.
     tight = dict(rtol=1e-6, atol=1e-6) if forget_gate else dict(rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(out, expected, **tight)
     for got, want in zip(gradients(out, leaves), gradients(expected, leaves)):

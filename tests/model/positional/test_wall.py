@@ -75,7 +75,7 @@ def ours(pe, q, k, v, x, *, impl, window=None, documents=None, block_size=5, dty
     plan = plan_attention(pe, torch.arange(q.shape[2]),
                           AttentionRun(impl=impl, window=window, block_size=block_size, needs_grad=True, dropout_p=0.0,
                                        dtype=dtype, batch=q.shape[0], documents=documents))
-    plan = plan.with_channel_decays(pe.channel_decays(x))
+    plan = plan.with_layer(pe.layer_values(x))
     return plan, plan.attend(q, k, v, 0.0)
 
 
