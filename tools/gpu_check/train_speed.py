@@ -40,6 +40,9 @@ PEER = "hf_gpt_neox"
 # on a profile that is not bf16 (tiny), the new step in bf16 as well, what the old step compares with.
 STEP_VARIANT_METHODS = ("none", "rotary", "kerple_log")
 VARIANTS = {"old-step": {"precision": "bf16", "bf16_weights": "bf16"}, "compiled": {"compile_blocks": True}}
+# attention-sink's cost on a method with a distance table (its Triton path adds the sink to the kernel's
+# log-sum-exp), for the methods of SINK_METHODS: at `auto`, and with `triton` where that kernel runs.
+SINK_METHODS = ("kerple_log",)
 # The loss head `auto` does not take on this device (`loss-head`: sliced on CPU, full logits when training on
 # CUDA), for `none` alone (the head costs the same under every method): the number auto's rule is read against.
 OTHER_HEAD = {"cuda": ("sliced-head", {"loss_head": "sliced"}), "cpu": ("full-head", {"loss_head": "full"})}
@@ -110,6 +113,11 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
             chosen.append({"label": f"{method}+triton", "method": method, "impl": "triton"})
         if method in LEARNABLE_TABLE_METHODS:  # (a fixed table's mask needs no gradient: `sdpa` itself)
             chosen.append({"label": f"{method}+sdpa_mask_gradient", "method": method, "impl": "sdpa_mask_gradient"})
+        if method in SINK_METHODS:
+            sink = {"attention_sink": True}
+            chosen.append({"label": f"{method}+sink", "method": method, "impl": "auto", "overrides": sink})
+            if device == "cuda" or interpreting():
+                chosen.append({"label": f"{method}+sink+triton", "method": method, "impl": "triton", "overrides": sink})
     chosen.append({"label": PEER, "method": "rotary", "impl": "transformers sdpa"})
     variants = dict(VARIANTS)
     if model_args(profile, "none")[0].precision != "bf16":  # the tiny profile: the new step in bf16 too
