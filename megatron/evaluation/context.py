@@ -12,13 +12,14 @@ import torch
 from megatron.progress import Progress
 
 from .results import summarize
+from .settings import EvaluationSettings
 
 
 class ModeContext:
-    def __init__(self, model, stream: np.ndarray, starts: np.ndarray, length: int, neox_args, vocab_size: int,
-                 network=None, tokenizer=None):
+    def __init__(self, model, stream: np.ndarray, starts: np.ndarray, length: int, settings: EvaluationSettings,
+                 vocab_size: int, network=None, tokenizer=None):
         self.model, self.stream, self.starts, self.length = model, stream, starts, length
-        self.neox_args, self.vocab_size = neox_args, vocab_size
+        self.settings, self.vocab_size = settings, vocab_size
         # For modes that make prompts and decode (probes): the GPTModel itself and the tokenizer.
         self.network, self.tokenizer = network, tokenizer
         self.mode = None            # the mode being scored (set by the caller before each mode)
@@ -29,7 +30,7 @@ class ModeContext:
         """[chunks, L] per-token losses of pass `name`: score(model=, stream=, starts=, length=,
         batch_size=, progress=, vocab_size=) over this rank's chunks, gathered over ranks."""
         if name not in self._passes:
-            args = self.neox_args
+            args = self.settings
             # this rank's share of the chunks: every replica-th (sequence parallelism: a replica's ranks score
             # the same chunks, each its shard of every sequence, and get the whole losses back)
             replicas = args.world_size // args.sequence_parallel_size
@@ -37,7 +38,7 @@ class ModeContext:
             began = time.perf_counter()
             with _ProgressBar(f"L={self.length} {name}", len(mine), args.rank == 0) as progress:
                 losses = score(model=self.model, stream=self.stream, starts=mine, length=self.length,
-                               batch_size=args.eval_micro_batch_size, progress=progress,
+                               batch_size=args.micro_batch_size, progress=progress,
                                vocab_size=self.vocab_size)
             self._passes[name] = (_gathered(losses, args.world_size, args.sequence_parallel_size),
                                   time.perf_counter() - began)

@@ -17,6 +17,7 @@ from megatron.evaluation.results import SCHEMA, ResultFileError
 from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, open_run, planned_starts,
                                      scored_record, skipped_records)
 from megatron.evaluation.dashboards import log_evaluation
+from megatron.evaluation.settings import EvaluationSettings
 from megatron.checkpoint.inference_model import load
 from megatron.run.initialize import initialize_megatron
 from megatron.run.launcher_watch import watch_launcher
@@ -33,28 +34,29 @@ def evaluate_run(neox_args) -> pathlib.Path:
     Launched on several ranks (deepy.py), each rank scores every world_size-th chunk and rank 0
     gathers the losses and writes the file. Everything that can be refused is refused before the first
     length is scored: the plan, the data, the modes, the model's positions and the result file."""
-    lengths, modes = checked_plan(neox_args)
-    if neox_args.world_size > 1:
+    settings = EvaluationSettings.of(neox_args)  # what the evaluation keys ask; below, only start-up reads the config
+    lengths, modes = checked_plan(settings)
+    if settings.world_size > 1:
         initialize_megatron(neox_args)
-    say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
+    say = print if settings.rank == 0 else (lambda *args, **kwargs: None)
     watch_launcher(say)
     tokenizer = build_tokenizer(neox_args)
     check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
     stream = _evaluation_stream(neox_args, tokenizer)
-    plan = {length: planned_starts(stream, length, neox_args, tokenizer.eod) for length in lengths}
+    plan = {length: planned_starts(stream, length, settings, tokenizer.eod) for length in lengths}
     for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
         if mode.check:
-            mode.check(neox_args, tokenizer, stream, lengths)
+            mode.check(settings, tokenizer, stream, lengths)
 
     opened, run = open_run(neox_args)
     loaded = load(opened, neox_args)
-    model, scorer = loaded.model, _scorer(loaded.model, modes, neox_args.sequence_parallel_size)
+    model, scorer = loaded.model, _scorer(loaded.model, modes, settings.sequence_parallel_size)
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     check_position_range(model, lengths, dtype)
-    path = pathlib.Path(neox_args.eval_results_dir) / f"{run['name']}.json"
-    evaluation = _evaluation_settings(neox_args, stream, tokenizer, device, dtype)
-    held = _held_or_refused(neox_args, path, evaluation, run)
-    say(f"evaluating {run['name']} ({neox_args.load}, step {loaded.step}) on the {neox_args.eval_split} "
+    path = pathlib.Path(settings.results_dir) / f"{run['name']}.json"
+    evaluation = _evaluation_record(settings, stream, tokenizer, device, dtype)
+    held = _held_or_refused(settings, path, evaluation, run)
+    say(f"evaluating {run['name']} ({settings.load}, step {loaded.step}) on the {settings.split} "
         f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
 
     records = []
@@ -62,16 +64,18 @@ def evaluate_run(neox_args) -> pathlib.Path:
         for length in lengths:
             todo = modes_to_score(modes, length, held, path, say)
             if todo and (limit := model.position_limit()) is not None and length > limit:
-                records += skipped_records(neox_args, length, todo, limit, say)
+                records += skipped_records(model.config.pos_emb, length, todo, limit, say)
             elif todo:
-                context = ModeContext(scorer, stream, plan[length], length, neox_args,
+                context = ModeContext(scorer, stream, plan[length], length, settings,
                                       tokenizer.vocab_size, network=model, tokenizer=tokenizer)
                 records += [scored_record(mode, context, device, say) for mode in todo]
     for record in records:  # another chunk count is another record of the same file (merge.py)
-        record["eval_chunks"] = neox_args.eval_chunks
-    if neox_args.rank == 0:
-        _write_results(neox_args, path, evaluation, run, records, say)
-    if neox_args.world_size > 1:
+        record["eval_chunks"] = settings.chunks
+    if settings.rank == 0 and _write_results(path, evaluation, run, records, say):
+        logged = log_evaluation(neox_args, records)  # after the file: a logging failure loses no result
+        if logged:
+            say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
+    if settings.world_size > 1:
         torch.distributed.barrier()  # no rank returns before the file exists
     return path
 
@@ -96,41 +100,41 @@ def _scorer(model, modes, sequence_parallel_size: int):
     return SequenceParallelScorer(model, device)
 
 
-def _evaluation_settings(neox_args, stream, tokenizer, device, dtype) -> dict:
+def _evaluation_record(settings: EvaluationSettings, stream, tokenizer, device, dtype) -> dict:
     """The result file's `evaluation`: how the records were scored (merge.py's SAME_SETTINGS among them)."""
     return {
-        "split": neox_args.eval_split, "eval_seed": neox_args.eval_seed,
-        "eval_chunks": neox_args.eval_chunks, "eval_stride": neox_args.eval_stride,
-        "eval_documents": neox_args.eval_documents,
+        "split": settings.split, "eval_seed": settings.seed,
+        "eval_chunks": settings.chunks, "eval_stride": settings.stride,
+        "eval_documents": settings.documents,
         "stream_tokens": int(len(stream)), "vocab_size": tokenizer.vocab_size,
         "stream_sha256": hashlib.sha256(stream.astype(np.int64).tobytes()).hexdigest(),
-        "device": str(device), "dtype": str(dtype).removeprefix("torch."), "ranks": neox_args.world_size,
+        "device": str(device), "dtype": str(dtype).removeprefix("torch."), "ranks": settings.world_size,
         "torch": torch.__version__,
         "peak_memory": "cuda max allocated per length" if device.type == "cuda" else "process peak RSS so far",
     }
 
 
-def _held_or_refused(neox_args, path, evaluation, run) -> set:
+def _held_or_refused(settings: EvaluationSettings, path, evaluation, run) -> set:
     """The (length, mode) pairs the result file already holds (held_records); an existing file this
     evaluation cannot merge with, or a run-name another run holds there, is refused on every rank before
     anything is scored."""
     earlier, problem = [], None
-    if neox_args.rank == 0:
+    if settings.rank == 0:
         try:
             earlier = earlier_records(path, evaluation, run)
         except ResultFileError as err:
             problem = str(err)
         problem = problem or name_taken(path.parent, run)
     raise_together([problem])
-    return held_records(neox_args, path, evaluation, run, earlier)
+    return held_records(settings, path, evaluation, run, earlier)
 
 
-def _write_results(neox_args, path, evaluation, run, records, say) -> None:
-    """Rank 0: merge the new records into the file (read again under its lock) and write it, then log the
-    new ones to the run's dashboards (after the file: a logging failure loses no result)."""
+def _write_results(path, evaluation, run, records, say) -> bool:
+    """Rank 0: merge the new records into the file (read again under its lock) and write it; False when there
+    was nothing new to write."""
     if not records:
         say(f"nothing new to score: {path} holds every length and mode asked for", flush=True)
-        return
+        return False
 
     def merge():
         document_records, kept = merged(earlier_records(path, evaluation, run), records)
@@ -139,9 +143,7 @@ def _write_results(neox_args, path, evaluation, run, records, say) -> None:
     kept = write_merged(path, merge, "the results (printed above)")
     say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
                            "checkpoint, scored the same way)" if kept else ""), flush=True)
-    logged = log_evaluation(neox_args, records)
-    if logged:
-        say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
+    return True
 
 
 def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:
@@ -174,14 +176,14 @@ def check_position_range(model, lengths, dtype) -> None:
                                       f"to {fits}, or train with a larger scale base (xpos-scale-base).")
 
 
-def held_records(neox_args, path, evaluation, run, earlier) -> set:
+def held_records(settings: EvaluationSettings, path, evaluation, run, earlier) -> set:
     """The (length, mode) pairs the result file already holds for this checkpoint and these settings
     (none with eval-force). Every rank reads the file, so all skip the same lengths."""
-    if neox_args.eval_force:
+    if settings.force:
         return set()
-    if neox_args.rank != 0:
+    if settings.rank != 0:
         earlier = earlier_records(path, evaluation, run)  # rank 0 found it mergeable (raise_together)
-    return already_scored(earlier, neox_args.eval_chunks)
+    return already_scored(earlier, settings.chunks)
 
 
 def modes_to_score(modes, length, held, path, say) -> list:

@@ -23,6 +23,7 @@ from .merge import CHECKPOINT_FIELDS, differences, write_merged
 from .results import ResultFileError
 from .ruler import RulerRun, ruler_table, ruler_tasks
 from .run import EvaluationError, checked_plan, open_run
+from .settings import EvaluationSettings
 
 SCHEMA = "neox-lm-eval/1"
 # `evaluation` fields that decide what a task's numbers mean; results scored under different values do not mix.
@@ -149,7 +150,7 @@ def check_ruler_lengths_fit(neox_args, lengths: list[int], vocab_rows: int) -> N
 
 def evaluate_tasks(neox_args) -> pathlib.Path:
     # Everything that can be checked without lm-eval or the model: before either is loaded.
-    checked_plan(neox_args)  # `load` is set and exists (eval-task-limit and the like: checked with the config)
+    checked_plan(EvaluationSettings.of(neox_args))  # `load` is set and exists (eval-task-limit and the like: the config's)
     results_dir = pathlib.Path(neox_args.eval_results_dir) / "lm_eval"
     problem = folder_problem(results_dir, "eval-results-dir", neox_args.config_sources.get("eval_results_dir",
                                                                                           "the config"))
@@ -171,7 +172,7 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     evaluation = {"max_length": length, "stride": neox_args.eval_stride or length, "limit": neox_args.eval_task_limit,
                   "num_fewshot": neox_args.eval_task_num_fewshot, "seed": neox_args.eval_seed,
                   "lm_eval": lm_eval.__version__}
-    earlier = earlier_task_results(path, evaluation, run)
+    earlier_task_results(path, evaluation, run)  # a file it cannot merge with is refused before the model loads
     from lm_eval.utils import make_table
 
     tasks = list(neox_args.eval_tasks or [])

@@ -15,40 +15,41 @@ from .chunks import chunk_starts
 from .identity import RunIdentity, config_hash, dataset_name, evaluation_variant
 from .labels import evaluated_parts, readable_label, trained_parts
 from .modes import get_mode
+from .settings import EvaluationSettings
 
 
 class EvaluationError(NeoXArgsError):
     """Evaluation cannot run as configured (missing checkpoint, bad eval keys, data too short)."""
 
 
-def checked_plan(neox_args):
-    """What NeoXArgs does not check already (it checks eval-lengths, eval-modes, eval-stride and
-    eval-chunks): that there is a checkpoint to evaluate."""
-    lengths = list(neox_args.eval_lengths or [neox_args.seq_length])
-    modes = [get_mode(name) for name in neox_args.eval_modes]
-    if not neox_args.load:
+def checked_plan(settings: EvaluationSettings):
+    """What the config does not check already (it checks eval-lengths, eval-modes, eval-stride and
+    eval-chunks): that there is a checkpoint to evaluate. (lengths, modes)."""
+    lengths = list(settings.lengths)
+    modes = [get_mode(name) for name in settings.modes]
+    if not settings.load:
         raise EvaluationError("`load` is not set: evaluation needs the checkpoint folder of a trained run "
                               "(the `save` folder of its training config)")
-    if not pathlib.Path(neox_args.load).is_dir():
-        problem = missing_why(neox_args.load)  # a file, a link loop, a link to nothing, or nothing
-        raise EvaluationError(f"checkpoint folder {neox_args.load} (key `load`) {problem}; point `load` "
+    if not pathlib.Path(settings.load).is_dir():
+        problem = missing_why(settings.load)  # a file, a link loop, a link to nothing, or nothing
+        raise EvaluationError(f"checkpoint folder {settings.load} (key `load`) {problem}; point `load` "
                               "at the `save` folder of a finished training run")
     return lengths, modes
 
 
-def planned_starts(stream, length, neox_args, eod: int | None = None):
+def planned_starts(stream, length, settings: EvaluationSettings, eod: int | None = None):
     """The chunks scored at `length`; with eval-documents: within, only those inside one document (`eod`:
     the tokenizer's end-of-document id)."""
-    within = (stream == eod) if neox_args.eval_documents == "within" else None
+    within = (stream == eod) if settings.documents == "within" else None
     try:
-        return chunk_starts(len(stream), length, neox_args.eval_chunks, neox_args.eval_seed, within)
+        return chunk_starts(len(stream), length, settings.chunks, settings.seed, within)
     except ValueError as e:
         raise EvaluationError(f"eval-lengths: at length {length}, {e} (eval-split "
-                              f"{neox_args.eval_split!r})") from None
+                              f"{settings.split!r})") from None
 
 
-def skipped_records(neox_args, length, modes, limit, say):
-    message = (f"pos-emb {neox_args.pos_emb} embeds at most {limit} positions (max-position-embeddings), "
+def skipped_records(pos_emb: str, length, modes, limit, say):
+    message = (f"pos-emb {pos_emb} embeds at most {limit} positions (max-position-embeddings), "
                f"so it cannot score length {length}; only relative methods evaluate beyond it")
     say(f"L={length}: skipped: {message}", flush=True)
     return [{"length": length, "mode": mode.name, "skipped": message} for mode in modes]

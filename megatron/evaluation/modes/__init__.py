@@ -3,8 +3,8 @@
 A mode is a function `score(context) -> dict` decorated with `@register(name, help)`; it asks the
 context (megatron/evaluation/context.py) for a loss matrix [chunks, L] and returns the fields of its
 record in the result file (usually `context.summary(losses)` plus anything of its own). A mode that
-cannot score some lengths also gives `check=`, a function `check(neox_args, tokenizer, stream,
-lengths)` that raises a NeoXArgsError naming them; evaluate.py calls it for every mode before
+cannot score some lengths also gives `check=`, a function `check(settings, tokenizer, stream,
+lengths)` (settings: megatron/evaluation/settings.py) that raises a NeoXArgsError naming them; evaluate.py calls it for every mode before
 anything is scored, so a bad length is found before the good ones' time is spent. A mode with config
 keys of its own gives `options=`, a dataclass whose fields are declared with `option(default, help,
 check=...)` as a positional method's are (megatron/model/positional_embeddings/base.py); modes may
@@ -38,7 +38,7 @@ class EvalMode:
     name: str
     help: str
     score: Callable  # (context) -> the record's fields
-    check: Callable | None = None  # (neox_args, tokenizer, stream, lengths): raises for a length it cannot score
+    check: Callable | None = None  # (settings, tokenizer, stream, lengths): raises for a length it cannot score
     options: type | None = None    # the dataclass of its config keys
     # Scores only through loss passes (ModeContext.losses), so a sequence split over a sequence-parallel group
     # scores it; False: it runs the whole model on prompts of its own (context.network: the probes).

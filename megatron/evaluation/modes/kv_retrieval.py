@@ -7,15 +7,17 @@ from ..retrieval.record import probe_record
 from . import register
 
 
-def check(args, tokenizer, stream, lengths) -> None:
-    check_lengths(stream, tokenizer, lengths, args.probe_depths, args.probe_samples, args.eval_seed,
-                  pairs=args.probe_kv_pairs)
+def check(settings, tokenizer, stream, lengths) -> None:
+    options = settings.options(Options)
+    check_lengths(stream, tokenizer, lengths, options.probe_depths, options.probe_samples, settings.seed,
+                  pairs=options.probe_kv_pairs)
 
 
 @register("kv-retrieval", "key-value retrieval at probe-depths among probe-kv-pairs pairs (answer log-prob, "
                           "rank, greedy exact match); short enough for 64-token models", check=check,
           options=Options, splits_sequences=False)
 def score(context) -> dict:
-    args = context.neox_args
-    return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,
-                                           args.probe_samples, args.eval_seed, pairs=args.probe_kv_pairs))
+    options = context.settings.options(Options)
+    return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, options.probe_depths,
+                                           options.probe_samples, context.settings.seed,
+                                           pairs=options.probe_kv_pairs))

@@ -6,13 +6,14 @@ from ..retrieval.record import probe_record
 from . import register
 
 
-def check(args, tokenizer, stream, lengths) -> None:
-    check_lengths(stream, tokenizer, lengths, args.probe_depths, args.probe_samples, args.eval_seed)
+def check(settings, tokenizer, stream, lengths) -> None:
+    options = settings.options(Options)
+    check_lengths(stream, tokenizer, lengths, options.probe_depths, options.probe_samples, settings.seed)
 
 
 @register("passkey", "passkey retrieval at probe-depths (answer log-prob, rank, greedy exact match)", check=check,
           options=Options, splits_sequences=False)
 def score(context) -> dict:
-    args = context.neox_args
-    return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, args.probe_depths,
-                                           args.probe_samples, args.eval_seed))
+    options = context.settings.options(Options)
+    return probe_record(context, make_grid(context.stream, context.tokenizer, context.length, options.probe_depths,
+                                           options.probe_samples, context.settings.seed))

@@ -8,6 +8,6 @@ from . import register
 
 @register("sliding", "the same targets, each scored once with L-stride+1 ... L tokens of context")
 def score(context) -> dict:
-    stride = min(context.neox_args.eval_stride or max(context.length // 2, 1), context.length)
+    stride = min(context.settings.stride or max(context.length // 2, 1), context.length)
     losses = context.losses("sliding", functools.partial(sliding_losses, stride=stride))
     return {**context.summary(losses), "stride": stride}

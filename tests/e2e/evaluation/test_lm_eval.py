@@ -19,6 +19,7 @@ import transformers  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 from megatron.evaluation.context import ModeContext  # noqa: E402
+from megatron.evaluation.settings import EvaluationSettings  # noqa: E402
 from megatron.evaluation.lm_eval_adapter import NeoXLM  # noqa: E402
 from megatron.evaluation.lm_eval_run import task_manager_for  # noqa: E402
 from megatron.evaluation.modes import get_mode  # noqa: E402
@@ -61,7 +62,7 @@ def test_rolling_loglikelihood_equals_the_sliding_mode_on_the_same_tokens(run):
     stream = np.asarray([run["tokenizer"].eod] + tokens + tokens[: length], dtype=np.int64)
     starts = np.arange(4, dtype=np.int64) * length
     neox_args = tiny_args("unused-data", run["root"], eval_stride=stride, **MODEL)
-    context = ModeContext(lambda x, **loss: run["model"](x, **loss), stream, starts, length, neox_args,
+    context = ModeContext(lambda x, **loss: run["model"](x, **loss), stream, starts, length, EvaluationSettings.of(neox_args),
                           run["tokenizer"].vocab_size)
     context.mode = "sliding"
     with torch.inference_mode():  # as evaluate.py runs its modes
