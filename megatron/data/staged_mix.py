@@ -14,6 +14,8 @@ Every item carries "dataset_id": the index of its path in train-data-paths (the 
 samples of each path per step)."""
 import bisect
 import collections
+import contextlib
+import logging
 
 import numpy as np
 import torch
@@ -100,10 +102,27 @@ def staged_mix(datasets: list, spans: list[tuple[int, tuple[float, ...]]], confi
         if len(parts) == 1:  # one source: no blend (megatron-core warns about blending a single dataset)
             dataset = parts[0]
         else:
-            dataset = BlendedDataset(parts, [float(weights[p]) for p in chosen], samples, config)
+            with _uncached_quietly():
+                dataset = BlendedDataset(parts, [float(weights[p]) for p in chosen], samples, config)
         span = Span(first, samples, chosen, dataset)
         for p, count in zip(chosen, span.drawn()):
             read[p] += int(count)
         built.append(span)
         first += samples
     return StagedMix(datasets, built)
+
+
+class _NotSavedNote(logging.Filter):
+    def filter(self, record):
+        return "because path_to_cache is None" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _uncached_quietly():
+    """Without megatron-core's warning that the blend's index is not saved: it is left uncached on purpose."""
+    logger, note = logging.getLogger(BlendedDataset.__module__), _NotSavedNote()
+    logger.addFilter(note)
+    try:
+        yield
+    finally:
+        logger.removeFilter(note)
