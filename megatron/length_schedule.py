@@ -327,6 +327,9 @@ def _data_weights(value, where: str, data_paths: int, ramp: str | None) -> tuple
     if any(v < 0 for v in value):
         raise LengthScheduleError(where, f"is {quote(value)}; a weight cannot be negative (0 leaves a path out of "
                                   "this stage).")
+    if not math.isfinite(sum(value)):
+        raise LengthScheduleError(where, f"is {quote(value)}, whose sum is not a finite number; only the ratios "
+                                  "count, so give the weights on a smaller scale (e.g. [1, 3]).")
     if not any(v > 0 for v in value):
         raise LengthScheduleError(where, f"is {quote(value)}: every weight is 0, so the stage has nothing to "
                                   "train on. Give at least one path a weight above 0.")

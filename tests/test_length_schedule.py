@@ -224,6 +224,7 @@ def test_a_steps_scalars_give_each_paths_weight_and_measured_share():
     ([0, 0], 2, "every weight is 0"),
     ([1, float("nan")], 2, "give one number per entry of train-data-paths"),
     ([1, True], 2, "give one number per entry of train-data-paths"),
+    ([1e308, 1e308], 2, "whose sum is not a finite number"),
     ("1,3", 2, "give one number per entry of train-data-paths"),
     ([2], 1, "the run has one train-data-path"),
 ])
