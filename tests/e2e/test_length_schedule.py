@@ -1,7 +1,7 @@
 """`length-schedule`: the stages and ramps against the rule written out here, the split of a real training batch
 (tokens, labels, loss mask and positions), the window a stage puts on the model against a model configured with
-that window, resume mid-schedule with PoSE on, the refused schedules, and launches through deepy.py whose per-step scalars
-say the length, window, positions and tokens at chosen steps, and the data mix across a resume."""
+that window, resume mid-schedule with PoSE on, the refused schedules, and launches through deepy.py whose
+per-step scalars say the length, window, positions and tokens at chosen steps, and the data mix across a resume."""
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.data.test_data import counting_documents
