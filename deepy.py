@@ -199,7 +199,9 @@ def main(argv=None):
         print("\n".join(f"# {line}" for line in plans))
         if (schedule := length_schedule_of(neox_args)) is not None:
             print(f"\n# Length schedule (length-schedule): steps as the log numbers them; a sample of seq-length "
-                  f"{neox_args.seq_length} is split into sequences of the stage's length, so the tokens stay the same")
+                  f"{neox_args.seq_length} is split into sequences of the stage's length, so the tokens stay the same"
+                  + ("; train-data-weights: the blend of train-data-paths the stage draws from" if schedule.mixes
+                     else ""))
             print("\n".join(f"# {line}" for line in schedule.table(
                 neox_args.train_iters, neox_args.train_micro_batch_size_per_gpu or 1)))
         print("\n# DeepSpeed config")

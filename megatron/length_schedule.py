@@ -15,15 +15,22 @@ below its line, so a ramp over powers of two moves in powers of two.
 
 A window stage caps every layer's window at W (the SkyLadder recipe: the visible context grows while the
 sequences stay whole); the mask is the model's own window mask. Validation and evaluation keep the
-configured windows. The schedule depends only on the step, so a resumed run is in the stage the step says."""
+configured windows.
+
+A stage's `train-data-weights` is the blend of train-data-paths from its start step on (ProLong's long/short
+mix, an annealing mix); a stage without them draws with the run's train-data-weights, not the previous
+stage's. A mix does not ramp: megatron-core blends with fixed weights, so under a ramp the stage's weights hold
+for the whole stage (several stages of fixed mixes step a mix). megatron/data/staged_mix.py builds the stream.
+The schedule depends only on the step, so a resumed run is in the stage the step says."""
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 from megatron.quoting import quote
 
-STAGE_KEYS = ("start_step", "seq_length", "window", "ramp", "steps")
+STAGE_KEYS = ("start_step", "seq_length", "window", "train_data_weights", "ramp", "steps")
 EXTENSION_KEYS = ("rotary_emb_base", "rotary_scaling")  # a fine-tune's, not a stage's (docs/length-schedules.md)
 RAMPS = ("linear",)
 
@@ -43,6 +50,7 @@ class Stage:
     window: int | tuple[int, int] | None      # None: the configured windows; a pair under a ramp
     ramp: str | None = None
     steps: int | None = None
+    train_data_weights: tuple[float, ...] | None = None  # None: the run's train-data-weights (held under a ramp)
 
 
 @dataclass(frozen=True)
@@ -52,14 +60,19 @@ class LengthAt:
     seq_length: int        # the length of each training sequence
     window: int | None     # the cap on every layer's window (None: the configured windows)
     samples_split: int     # sequences each sample becomes (seq-length / this seq_length)
+    # The weights of train-data-paths the step's samples are drawn with, where a stage of the schedule sets a
+    # mix (a stage without one: the run's train-data-weights); None where no stage does (the run's one blend).
+    data_weights: tuple[float, ...] | None = None
 
     def describe(self) -> str:
         window = "configured" if self.window is None else str(self.window)
-        return f"stage {self.stage}: seq-length {self.seq_length}, window {window}"
+        mix = "" if self.data_weights is None else f", train-data-weights {weights_text(self.data_weights)}"
+        return f"stage {self.stage}: seq-length {self.seq_length}, window {window}{mix}"
 
     def record(self) -> dict:
         """What a checkpoint keeps: plain data."""
-        return {"stage": self.stage, "seq_length": self.seq_length, "window": self.window}
+        mix = {} if self.data_weights is None else {"train_data_weights": list(self.data_weights)}
+        return {"stage": self.stage, "seq_length": self.seq_length, "window": self.window, **mix}
 
     @contextlib.contextmanager
     def windows_applied(self, model):
@@ -74,18 +87,34 @@ class LengthAt:
             model.windows = configured
 
 
+def weights_text(weights) -> str:
+    return "[" + ", ".join(f"{w:g}" for w in weights) + "]"
+
+
 def step_scalars(shape: dict) -> dict[str, float]:
     """The tensorboard/W&B scalars of what one step trained on (training.train_step's `shape`): the stage, the
     sequence length and count of the last micro-batch, the widest window, the tokens of all its micro-batches on
-    this rank and the largest position used."""
-    return {"length/stage": shape["length"].stage, "length/seq_length": shape["seq_length"],
-            "length/sequences_per_micro_batch": shape["sequences"], "length/window": shape["window"],
-            "length/tokens_per_step_per_rank": shape["tokens"], "length/last_position": shape["last_position"]}
+    this rank and the largest position used; with a mix, each train-data-path's weight (normalised) and the
+    share of this rank's samples of the step that came from it."""
+    length = shape["length"]
+    scalars = {"length/stage": length.stage, "length/seq_length": shape["seq_length"],
+               "length/sequences_per_micro_batch": shape["sequences"], "length/window": shape["window"],
+               "length/tokens_per_step_per_rank": shape["tokens"], "length/last_position": shape["last_position"]}
+    if length.data_weights is not None:
+        total, drawn = sum(length.data_weights), sum(shape["sources"])
+        for path, (weight, count) in enumerate(zip(length.data_weights, shape["sources"])):
+            scalars[f"length/data_weight_{path}"] = weight / total
+            scalars[f"length/data_share_{path}"] = count / drawn
+    return scalars
 
 
 class LengthSchedule:
-    def __init__(self, stages: list[Stage], full_length: int):
+    def __init__(self, stages: list[Stage], full_length: int, run_weights: tuple[float, ...] | None = None):
+        """`run_weights`: the run's train-data-weights (equal ones when it sets none), what a stage without its
+        own mix draws with; needed only where a stage sets one."""
         self.stages, self.full_length = stages, full_length
+        self.mixes = any(stage.train_data_weights is not None for stage in stages)
+        self.run_weights = run_weights
 
     def stage_index(self, done: int) -> int:
         return max(i for i, s in enumerate(self.stages) if s.start_step <= done)
@@ -96,7 +125,28 @@ class LengthSchedule:
         stage = self.stages[index]
         seq_length = self._value(stage, stage.seq_length, done, divisor=True) or self.full_length
         window = self._value(stage, stage.window, done, divisor=False)
-        return LengthAt(index, seq_length, window, self.full_length // seq_length)
+        return LengthAt(index, seq_length, window, self.full_length // seq_length, self.mix_of(index))
+
+    def mix_of(self, index: int) -> tuple[float, ...] | None:
+        """Stage `index`'s weights of train-data-paths: its own, else the run's (None where no stage sets a mix)."""
+        if not self.mixes:
+            return None
+        return self.stages[index].train_data_weights or self.run_weights
+
+    def mix_spans(self, train_iters: int) -> list[tuple[int, int, tuple[float, ...]]]:
+        """(first step done, step done after the last, weights) of each span of steps with one mix, in order, up to
+        train_iters: stages in a row with the same weights are one span (the mix does not change between them)."""
+        spans = []
+        for index, stage in enumerate(self.stages):
+            end = self.stages[index + 1].start_step if index + 1 < len(self.stages) else train_iters
+            begin, end, weights = stage.start_step, min(end, train_iters), self.mix_of(index)
+            if begin >= end:
+                continue
+            if spans and spans[-1][2] == weights and spans[-1][1] == begin:
+                spans[-1] = (spans[-1][0], end, weights)
+            else:
+                spans.append((begin, end, weights))
+        return spans
 
     def unreached(self, train_iters: int) -> str | None:
         """The line that says which stages a run of `train_iters` steps does not reach, or None."""
@@ -119,8 +169,9 @@ class LengthSchedule:
     def table(self, train_iters: int, micro_batch: int, max_rows_per_stage: int = 8) -> list[str]:
         """`--dry-run`'s table: the steps (numbered as the log numbers them, from 1) over which the length and
         window hold, with the sequences per micro-batch and the tokens per micro-batch."""
+        mix = "  train-data-weights" if self.mixes else ""
         rows = [f"{'steps':>13}  {'stage':>5}  {'seq-length':>10}  {'window':>10}  {'sequences/micro-batch':>21}  "
-                "tokens/micro-batch"]
+                f"tokens/micro-batch{mix}"]
         for index, stage in enumerate(self.stages):
             end = self.stages[index + 1].start_step if index + 1 < len(self.stages) else train_iters
             end = min(end, train_iters)
@@ -143,8 +194,9 @@ class LengthSchedule:
                     continue
                 first, last, at = span
                 window = "configured" if at.window is None else str(at.window)
+                weights = "" if at.data_weights is None else f"  {weights_text(at.data_weights):>18}"
                 rows.append(f"{f'{first}-{last}':>13}  {at.stage:>5}  {at.seq_length:>10}  {window:>10}  "
-                            f"{micro_batch * at.samples_split:>21}  {micro_batch * self.full_length}")
+                            f"{micro_batch * at.samples_split:>21}  {micro_batch * self.full_length:>18}{weights}")
         return rows
 
 
@@ -152,13 +204,18 @@ def length_schedule_of(neox_args) -> LengthSchedule | None:
     """The run's schedule (checked with the config), or None without one."""
     if neox_args.length_schedule is None:
         return None
-    return parse_schedule(neox_args.length_schedule, neox_args.seq_length)
+    paths = neox_args.train_data_paths or []
+    weights = neox_args.train_data_weights or [1.0] * len(paths)  # NeoX: equal weights when none are given
+    return parse_schedule(neox_args.length_schedule, neox_args.seq_length, len(paths),
+                          tuple(float(w) for w in weights) if paths else None)
 
 
-def parse_schedule(value, full_length: int) -> LengthSchedule:
-    """`length-schedule` read and checked; LengthScheduleError names the entry and the key. A stage may start
-    after train-iters (a short trial run of a long schedule): --dry-run's table and the run's first lines say
-    which stages it does not reach."""
+def parse_schedule(value, full_length: int, data_paths: int = 0,
+                   run_weights: tuple[float, ...] | None = None) -> LengthSchedule:
+    """`length-schedule` read and checked; LengthScheduleError names the entry and the key. `data_paths`: how
+    many train-data-paths the run has (0 with data-path), which a stage's train-data-weights must weigh one each;
+    `run_weights`: their train-data-weights. A stage may start after train-iters (a short trial run of a long
+    schedule): --dry-run's table and the run's first lines say which stages it does not reach."""
     top = "length_schedule"
     if not isinstance(value, list) or not value:
         raise LengthScheduleError(top, f"is {quote(value)}; give a list of stages such as [{{start-step: 0, "
@@ -180,11 +237,11 @@ def parse_schedule(value, full_length: int) -> LengthSchedule:
             if key not in STAGE_KEYS:
                 raise LengthScheduleError(f"{where}.{key}", "is not a stage key; a stage takes " + ", ".join(
                     k.replace("_", "-") for k in STAGE_KEYS) + ". Remove it.")
-        stages.append(_stage(entry, where, full_length, stages))
-    return LengthSchedule(stages, full_length)
+        stages.append(_stage(entry, where, full_length, stages, data_paths))
+    return LengthSchedule(stages, full_length, run_weights)
 
 
-def _stage(entry: dict, where: str, full_length: int, before: list[Stage]) -> Stage:
+def _stage(entry: dict, where: str, full_length: int, before: list[Stage], data_paths: int) -> Stage:
     def integer(key, value, low):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise LengthScheduleError(f"{where}.{key.replace('_', '-')}", f"is {quote(value)}; it must be an "
@@ -211,8 +268,9 @@ def _stage(entry: dict, where: str, full_length: int, before: list[Stage]) -> St
     if ramp is None and "steps" in entry:
         raise LengthScheduleError(f"{where}.steps", "is set without a ramp; add `ramp: linear` or remove steps.")
     steps = integer("steps", entry.get("steps"), 1) if ramp else None
-    if "seq_length" not in entry and "window" not in entry:
-        raise LengthScheduleError(where, "sets neither seq-length nor window; give one of them (or both).")
+    if not {"seq_length", "window", "train_data_weights"} & set(entry):
+        raise LengthScheduleError(where, "sets neither seq-length, window nor train-data-weights; give at least "
+                                  "one of them.")
 
     def value_of(key, check):
         value = entry.get(key)
@@ -243,4 +301,39 @@ def _stage(entry: dict, where: str, full_length: int, before: list[Stage]) -> St
     windows = value_of("window", lambda v: integer("window", v, 1))
     if ramp and not isinstance(lengths, tuple) and not isinstance(windows, tuple):
         raise LengthScheduleError(where, "has a ramp but neither seq-length nor window as a pair [first, last].")
-    return Stage(start, lengths, windows, ramp, steps)
+    mix = None if entry.get("train_data_weights") is None else \
+        _data_weights(entry["train_data_weights"], f"{where}.train-data-weights", data_paths, ramp)
+    return Stage(start, lengths, windows, ramp, steps, mix)
+
+
+def _data_weights(value, where: str, data_paths: int, ramp: str | None) -> tuple[float, ...]:
+    """A stage's train-data-weights checked: one finite weight >= 0 per train-data-path, not all 0."""
+    if not data_paths:
+        raise LengthScheduleError(where, "is set, but the run has no train-data-paths: a stage's mix weighs the "
+                                  "train-data-paths (data-path is one dataset, cut by split). List the sources as "
+                                  "train-data-paths, or remove it.")
+    if ramp and isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        raise LengthScheduleError(where, f"is {quote(value)}, a first and a last mix under a ramp; a mix does not "
+                                  "ramp (megatron-core blends with fixed weights), so a ramp stage's weights hold for "
+                                  "the whole stage. Give one list of weights, or step the mix with stages of their "
+                                  "own.")
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    if not isinstance(value, list) or not all(number(v) for v in value):
+        raise LengthScheduleError(where, f"is {quote(value)}; give one number per entry of train-data-paths, in "
+                                  f"their order (the run has {data_paths}), e.g. {[1] * data_paths}.")
+    if len(value) != data_paths:
+        raise LengthScheduleError(where, f"has {len(value)} weight(s) for {data_paths} train-data-paths; give one "
+                                  "per path, in their order (0 leaves a path out of this stage).")
+    if any(v < 0 for v in value):
+        raise LengthScheduleError(where, f"is {quote(value)}; a weight cannot be negative (0 leaves a path out of "
+                                  "this stage).")
+    if not math.isfinite(sum(value)):
+        raise LengthScheduleError(where, f"is {quote(value)}, whose sum is not a finite number; only the ratios "
+                                  "count, so give the weights on a smaller scale (e.g. [1, 3]).")
+    if not any(v > 0 for v in value):
+        raise LengthScheduleError(where, f"is {quote(value)}: every weight is 0, so the stage has nothing to "
+                                  "train on. Give at least one path a weight above 0.")
+    if data_paths == 1 and value != [1]:
+        raise LengthScheduleError(where, f"is {quote(value)}, but the run has one train-data-path: every sample "
+                                  "comes from it whatever its weight (a weight does not subsample). Remove it.")
+    return tuple(float(v) for v in value)

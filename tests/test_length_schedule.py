@@ -175,3 +175,78 @@ def test_sequence_parallelism_refuses_what_a_shard_cannot_do(overrides, words):
         NeoXArgs.from_ymls([TINY], {"sequence_parallel_size": 2, **overrides}, 2)
     assert "sequence-parallel-size:" in str(err.value) and words in str(err.value), str(err.value)
     NeoXArgs.from_ymls([TINY], {"sequence_parallel_size": 2, "length_schedule": [{"start-step": 0, "window": 8}]}, 2)
+
+
+MIXED = [{"start-step": 0, "seq-length": 16},
+         {"start-step": 2, "train-data-weights": [1, 3, 0]},
+         {"start-step": 4, "ramp": "linear", "steps": 4, "window": [8, 16], "train-data-weights": [0, 0, 2]},
+         {"start-step": 8, "window": 32},
+         {"start-step": 10, "window": 48}]
+
+
+def test_a_stage_mix_holds_from_its_start_and_a_stage_without_one_draws_the_runs():
+    """A stage's weights hold from its start step to the next stage (through a ramp, unchanged); a stage that
+    sets none draws with the run's train-data-weights, not the previous stage's."""
+    schedule = parse_schedule(MIXED, 64, data_paths=3, run_weights=(1.0, 1.0, 1.0))
+    own, ramp, run = (1.0, 3.0, 0.0), (0.0, 0.0, 2.0), (1.0, 1.0, 1.0)
+    want = [run, run, own, own, ramp, ramp, ramp, ramp, run, run, run, run]
+    assert [schedule.at(done).data_weights for done in range(12)] == want
+    assert [schedule.at(done).window for done in range(4, 9)] == [8, 10, 12, 14, 32]  # the ramp still ramps
+    # the spans of one mix: stages 3 and 4 (both the run's) are one
+    assert schedule.mix_spans(12) == [(0, 2, run), (2, 4, own), (4, 8, ramp), (8, 12, run)]
+    assert schedule.mix_spans(3) == [(0, 2, run), (2, 3, own)]  # cut at train-iters
+    at = schedule.at(5)
+    assert at.describe() == "stage 2: seq-length 64, window 10, train-data-weights [0, 0, 2]"
+    assert at.record() == {"stage": 2, "seq_length": 64, "window": 10, "train_data_weights": [0.0, 0.0, 2.0]}
+    table = schedule.table(12, 4)
+    assert table[0].split()[-1] == "train-data-weights"
+    assert table[1].split() == ["1-2", "0", "16", "configured", "16", "256", "[1,", "1,", "1]"]
+    assert table[3].split()[-3:] == ["[0,", "0,", "2]"]
+    # without a mix in any stage, nothing about data is shown or recorded
+    plain = parse_schedule(RAMP, 64, data_paths=3, run_weights=(1.0, 1.0, 1.0))
+    assert plain.at(5).data_weights is None and "train_data_weights" not in plain.at(5).record()
+    assert "train-data-weights" not in plain.at(5).describe() + plain.table(12, 4)[0]
+
+
+def test_a_steps_scalars_give_each_paths_weight_and_measured_share():
+    from megatron.length_schedule import step_scalars
+    at = parse_schedule(MIXED, 64, data_paths=3, run_weights=(1.0, 1.0, 1.0)).at(2)
+    scalars = step_scalars({"length": at, "seq_length": 64, "sequences": 4, "window": 64, "tokens": 256,
+                            "last_position": 63, "sources": [1, 3, 0]})
+    assert [scalars[f"length/data_weight_{p}"] for p in range(3)] == [0.25, 0.75, 0.0]
+    assert [scalars[f"length/data_share_{p}"] for p in range(3)] == [0.25, 0.75, 0.0]
+
+
+@pytest.mark.parametrize("weights, paths, words", [
+    ([1, 1], 0, "the run has no train-data-paths"),
+    ([1, 2, 3], 2, "has 3 weight(s) for 2 train-data-paths"),
+    ([1, -1], 2, "a weight cannot be negative"),
+    ([0, 0], 2, "every weight is 0"),
+    ([1, float("nan")], 2, "give one number per entry of train-data-paths"),
+    ([1, True], 2, "give one number per entry of train-data-paths"),
+    ([1e308, 1e308], 2, "whose sum is not a finite number"),
+    ("1,3", 2, "give one number per entry of train-data-paths"),
+    ([2], 1, "the run has one train-data-path"),
+])
+def test_refused_stage_mixes_say_why(weights, paths, words):
+    from megatron.length_schedule import LengthScheduleError
+    with pytest.raises(LengthScheduleError) as err:
+        parse_schedule([{"start-step": 0, "window": 8}, {"start-step": 3, "train-data-weights": weights}], 64,
+                       data_paths=paths)
+    assert err.value.path == "length_schedule[1].train-data-weights" and words in err.value.message, err.value.message
+    parse_schedule([{"start-step": 0, "train-data-weights": [1] * max(paths, 1)}], 64, data_paths=max(paths, 1))
+
+
+def test_a_ramp_stage_refuses_a_ramped_mix_and_a_config_checks_the_mix(stdlib_data, tmp_path):
+    from megatron.length_schedule import LengthScheduleError
+    with pytest.raises(LengthScheduleError) as err:
+        parse_schedule([{"start-step": 0, "ramp": "linear", "steps": 4, "window": [4, 8],
+                         "train-data-weights": [[1, 0], [0, 1]]}], 64, data_paths=2)
+    assert "a mix does not ramp" in err.value.message
+    with pytest.raises(NeoXArgsError) as err:  # data-path: no train-data-paths to weigh
+        tiny_args(stdlib_data, tmp_path, length_schedule=[{"start-step": 0, "train-data-weights": [1, 1]}])
+    assert "length-schedule[0].train-data-weights: is set, but the run has no train-data-paths" in str(err.value)
+    with pytest.raises(NeoXArgsError) as err:
+        tiny_args(stdlib_data, tmp_path, data_path=None, train_data_paths=[stdlib_data, stdlib_data],
+                  length_schedule=[{"start-step": 0, "train-data-weights": [1]}])
+    assert "length-schedule[0].train-data-weights: has 1 weight(s) for 2 train-data-paths" in str(err.value)

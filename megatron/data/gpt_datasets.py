@@ -17,6 +17,7 @@ from megatron.core.datasets.blended_megatron_dataset_config import (
     convert_split_vector_to_split_matrix, parse_and_normalize_split)
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
+from megatron.length_schedule import length_schedule_of
 from megatron.quoting import quote
 from megatron.tokenizer import build_tokenizer
 
@@ -24,6 +25,7 @@ from .errors import DataError
 from .indexed import open_indexed_dataset
 from .packed_documents import WithDocuments
 from .probe_mix import ProbeMix, check_fits, probe_options
+from .staged_mix import StagedMix, draws_per_path, staged_mix
 
 SPLITS = ("train", "valid", "test")
 
@@ -31,7 +33,8 @@ SPLITS = ("train", "valid", "test")
 def build_train_valid_test_datasets(neox_args, tokenizer=None):
     """(train, valid, test) GPTDatasets (or BlendedDatasets of them); a split without data is None.
     Items are dicts of "tokens", "labels" (LongTensor[s]), "loss_mask" (FloatTensor[s]) and
-    "position_ids"; train has seq_length tokens, valid/test seq_length_val. With probe-train-task set,
+    "position_ids"; train has seq_length tokens, valid/test seq_length_val. With a length-schedule whose
+    stages set train-data-weights, train is the StagedMix of staged_mix.py. With probe-train-task set,
     train mixes in that probe's samples (probe_mix.py); with reset-attention-mask, items also carry
     "document_ids" and, with reset-position-ids, positions restarting in each document (packed_documents.py)."""
     if neox_args.data_path and any(getattr(neox_args, f"{s}_data_paths") for s in SPLITS):
@@ -42,8 +45,11 @@ def build_train_valid_test_datasets(neox_args, tokenizer=None):
     if task:
         check_fits(task, options, neox_args.seq_length, tokenizer)  # before any sample index is built
     sizes = samples_per_split(neox_args)
+    schedule = length_schedule_of(neox_args)
+    mixes = schedule is not None and schedule.mixes  # stages with their own train-data-weights (staged_mix.py)
     lengths = (neox_args.seq_length,) + (neox_args.seq_length_val or neox_args.seq_length,) * 2
-    train, valid, test = (_build_split(index, neox_args, tokenizer, lengths[index], sizes) for index in range(3))
+    train, valid, test = (_build_split(index, neox_args, tokenizer, lengths[index], sizes) if index or not
+                          mixes else _build_staged_mix(neox_args, tokenizer, schedule) for index in range(3))
     if task and train is not None:  # training only: validation and test perplexity stay on plain text
         train = ProbeMix(train, task, options, neox_args.probe_train_fraction, neox_args.seed,
                          neox_args.seq_length, tokenizer)
@@ -108,6 +114,29 @@ def _build_split(index, neox_args, tokenizer, seq_length, sizes):
         # megatron-core 0.16's BlendedDataset calls torch.distributed.get_rank() when its cache
         # misses; in a single process the (cheap) blend index is therefore rebuilt, not cached.
         config.path_to_cache = None
+    return _built(neox_args, config, sizes, prefixes, index)
+
+
+def _build_staged_mix(neox_args, tokenizer, schedule) -> StagedMix:
+    """The training stream of a schedule whose stages set train-data-weights: each path's GPTDataset, built
+    with the samples its spans draw, blended span by span (staged_mix.py)."""
+    prefixes, _ = _blend_of_split(neox_args, 0)
+    batch = neox_args.train_batch_size
+    spans = [((end - begin) * batch, weights) for begin, end, weights in schedule.mix_spans(neox_args.train_iters)]
+    draws = draws_per_path(spans, len(prefixes))
+    datasets = []
+    for prefix, samples in zip(prefixes, draws):
+        _check_one_sample(0, [(prefix, dataset := _open(prefix, tokenizer), 0, len(dataset))], neox_args.seq_length)
+        config = _config(neox_args, tokenizer, neox_args.seq_length, blend_per_split=[([prefix], None), None, None])
+        # At least one sample: a path the mixes never draw is still opened and checked like the others.
+        datasets.append(_built(neox_args, config, [max(samples, 1), 0, 0], [prefix], 0))
+    blends = _config(neox_args, tokenizer, neox_args.seq_length, blend_per_split=[(prefixes, None), None, None])
+    blends.path_to_cache = None  # a span's blend index is one pass over its samples: rebuilt, never cached
+    return staged_mix(datasets, spans, blends)
+
+
+def _built(neox_args, config, sizes, prefixes, index):
+    """Split `index` of megatron-core's builder, under the cache folders' locks."""
     builder = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config)
     try:
         with cache_locks(cache_folders(neox_args, prefixes)):

@@ -97,7 +97,7 @@ def check_length_schedule(args, fail):
     if args.length_schedule is None:
         return
     try:
-        parse_schedule(args.length_schedule, args.seq_length)
+        parse_schedule(args.length_schedule, args.seq_length, len(args.train_data_paths or []))
     except LengthScheduleError as err:
         fail(err.path, err.message)
 

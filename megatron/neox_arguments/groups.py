@@ -227,14 +227,16 @@ class TrainingArgs:
         "Null: off.")
     pose_chunks: int = arg(2, "PoSE: chunks per sequence (the paper uses 2; at least 2, at most seq-length).")
     length_schedule: Optional[list] = arg(
-        None, "Sequence length and attention window over training time: a list of stages, each {start-step, "
-        "seq-length, window} (a stage from start-step, counted in steps done, until the next one), or a ramp "
-        "{start-step, ramp: linear, steps, seq-length: [L0, L1] and/or window: [W0, W1]}. A stage's seq-length "
+        None, "Sequence length, attention window and training data mix over training time: a list of stages, "
+        "each {start-step, seq-length, window, train-data-weights} (a stage from start-step, counted in steps "
+        "done, until the next one), or a ramp {start-step, ramp: linear, steps, seq-length: [L0, L1] and/or window: [W0, W1]}. A stage's seq-length "
         "divides the run's seq-length: each sample is split into seq-length/L sequences of L tokens (positions "
         "restart in each), so the tokens per batch stay the same; a ramp's length is the largest divisor of "
         "seq-length at or below the line from L0 to L1. A window caps every layer's attention window (a "
-        "smaller configured one stays); validation and evaluation use the configured windows. docs/length-"
-        "schedules.md. Null: one length for the whole run.")
+        "smaller configured one stays); validation and evaluation use the configured windows. A stage's "
+        "train-data-weights (one weight >= 0 per train-data-paths entry) is the blend from its start-step on; a "
+        "stage without them uses the run's train-data-weights, and a ramp stage's hold for the whole stage. "
+        "docs/length-schedules.md. Null: one length for the whole run.")
 
 
 @dataclass

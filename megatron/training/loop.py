@@ -289,9 +289,16 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
     kept = torch.zeros((), dtype=torch.float64, device=device)  # tokens the loss counts
     shape = None if length is None else {"length": length, "tokens": 0, "last_position": 0}
     last_position = torch.zeros((), dtype=torch.float64, device=device)  # read with the step's one host read
+    if length is not None and length.data_weights is not None:
+        shape["sources"] = [0] * len(length.data_weights)  # this rank's samples of the step from each path
     with windows_for(engine.module, length):
         for micro in range(accumulation):
-            batch = {k: v.to(device) for k, v in next(train_batches).items()}
+            batch = dict(next(train_batches))
+            sources = batch.pop("dataset_id", None)  # a blend's per-sample path index (on the host): not an input
+            if shape is not None and "sources" in shape and sources is not None:
+                for path in sources.tolist():
+                    shape["sources"][path] += 1
+            batch = {k: v.to(device) for k, v in batch.items()}
             if length is not None:
                 batch = split_into_fragments(batch, length.seq_length)
             positions = training_positions(neox_args, batch["tokens"].shape[1], device)

@@ -95,6 +95,7 @@ RULES = [
     (r"^python tools/datasets/preprocess_data\.py --input data/owt2/",
      Refused(("vocab-file data/gpt2-vocab.json does not exist",))),
     (r"^python tools/datasets/(build_default_corpus\.py|download_pile\.py --help)$", Run()),
+    (r"^python tools/datasets/build_default_corpus\.py --include-tests --output-dir data/stdlib-tests$", Run()),
     (r"--set pos-emb=learned_slopes", NotRun("needs the guide's example method saved first; "
                                              "tests/e2e/model/positional/test_adding_a_method.py saves it in a copy and trains it")),
     (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is

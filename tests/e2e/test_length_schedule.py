@@ -1,10 +1,20 @@
 """`length-schedule`: the stages and ramps against the rule written out here, the split of a real training batch
 (tokens, labels, loss mask and positions), the window a stage puts on the model against a model configured with
-that window, resume mid-schedule with PoSE on, the refused schedules, and one launch through deepy.py whose
-per-step scalars say the length, window, positions and tokens at chosen steps."""
+that window, resume mid-schedule with PoSE on, the refused schedules, and launches through deepy.py whose
+per-step scalars say the length, window, positions and tokens at chosen steps, and the data mix across a resume."""
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tests.data.test_data import counting_documents
+from tests.support.data import write_with_megatron_core
 from tests.support.training import TINY, run_script, set_flags, tiny_overrides
+
+from megatron.checkpoint.checkpointing import read_client_state
+
+
+def scalars_of(folder):
+    tensorboard = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    tensorboard.Reload()
+    return lambda tag: {e.step: e.value for e in tensorboard.Scalars(tag)}
 
 
 def test_deepy_trains_a_schedule_with_pose(stdlib_data, tmp_path):
@@ -33,3 +43,34 @@ def test_deepy_trains_a_schedule_with_pose(stdlib_data, tmp_path):
     assert any(last[step] > 63 for step in want)  # PoSE skipped past the longest sequence
 
 
+
+
+def test_deepy_trains_through_a_mix_change_and_resumes_across_it(stdlib_data, tmp_path):
+    """Two train-data-paths: only the first for steps 1-2, the run's [1, 1] for 3-4, only the second for 5-6,
+    launched to stop after step 3 and launched again to resume. Each step's measured share of samples per path
+    (a blend of [1, 1] alternates the paths, 2 of 4 samples each) and the checkpoints' stage records say the mix
+    of the step's stage."""
+    other = write_with_megatron_core(tmp_path / "counting", counting_documents(200, 0, 200, 6))
+    schedule = "[{start-step: 0, seq-length: 32, train-data-weights: [1, 0]}, {start-step: 2, window: 16}, " \
+               "{start-step: 4, train-data-weights: [0, 1]}]"
+    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=6, log_interval=1, data_path=None,
+                               train_data_paths=[stdlib_data, other], train_data_weights=[1, 1],
+                               tensorboard_dir=str(tmp_path / "tb"), train_micro_batch_size_per_gpu=4)
+    command = ["deepy.py", "train.py", str(TINY), *set_flags(overrides), "--set", f"length-schedule={schedule}"]
+    first = run_script(command + ["--set", "exit-interval=3"])
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "length schedule: step 1 is in stage 0: seq-length 32, window configured, train-data-weights [1, 0]" \
+        in first.stdout
+    second = run_script(command)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "length schedule: step 4 is in stage 1: seq-length 64, window 16, train-data-weights [1, 1]" in second.stdout
+    scalar = scalars_of(tmp_path / "tb")
+    shares = {1: [1, 0], 2: [1, 0], 3: [0.5, 0.5], 4: [0.5, 0.5], 5: [0, 1], 6: [0, 1]}
+    for step, want in shares.items():
+        assert [scalar(f"length/data_share_{path}")[step] for path in (0, 1)] == want, step
+        assert [scalar(f"length/data_weight_{path}")[step] for path in (0, 1)] == want, step
+        assert scalar("length/tokens_per_step_per_rank")[step] == 4 * 64
+    assert read_client_state(str(tmp_path / "ckpt"), "global_step3")["length_stage"] == \
+        {"stage": 1, "seq_length": 64, "window": 16, "train_data_weights": [1.0, 1.0]}
+    assert read_client_state(str(tmp_path / "ckpt"), "global_step6")["length_stage"] == \
+        {"stage": 2, "seq_length": 64, "window": None, "train_data_weights": [0.0, 1.0]}
