@@ -1,64 +1,13 @@
 """`python -m tools.reproduce SWEEP --report-only` re-renders the report from the inputs beside it alone
 (no work folder, no data, no checkpoints), from hand-made result files and training scalars."""
-import json
 import pathlib
 import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import yaml
 
-from megatron.evaluation.modes.position import position_fields
-from megatron.evaluation.results import SCHEMA, summarize, write_atomic
-
-pytestmark = pytest.mark.launches  # every test here starts processes
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-T, LENGTHS = 64, (64, 128)
-
-
-def sweep_file(tmp_path) -> pathlib.Path:
-    spec = {"name": "handmade", "scale": "hand-made inputs", "profile": ["configs/tiny.yml"],
-            "methods": ["kerple_log", "alibi"], "seeds": [1, 2], "datasets": ["code"],
-            "data": {"code": {"prefix": str(tmp_path / "absent" / "code_text_document"), "paper": "GitHub"}},
-            "evaluation": {"eval-lengths": list(LENGTHS), "eval-modes": ["nonoverlap", "position"]},
-            "windowed_baseline": "kerple_log", "position_length": 128, "position_methods": ["kerple_log"],
-            "work_dir": str(tmp_path / "work"), "report_dir": str(tmp_path / "report")}
-    path = tmp_path / "sweep.yml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def write_inputs(inputs: pathlib.Path) -> None:
-    rng = np.random.default_rng(0)
-    for pos_emb, window, level in (("kerple_log", None, 2.0), ("kerple_log", T, 2.05), ("alibi", None, 2.2)):
-        for seed in (1, 2):
-            records = []
-            for length in LENGTHS:
-                losses = level + rng.normal(0, 0.02, (4, length))
-                for mode in ("nonoverlap", "position"):
-                    record = {"length": length, "mode": mode, **summarize(losses, length, mode, np.arange(4) * length)}
-                    records.append({**record, **position_fields(losses)} if mode == "position" else record)
-            method = pos_emb + (f"+window{window}" if window else "")
-            name = f"code_{method}_seed{seed}_step10_0123abcd"
-            write_atomic(inputs / "results" / f"{name}.json", {"schema": SCHEMA, "results": records, "run": {
-                "name": name, "method": method, "pos_emb": pos_emb, "attention_window": window, "seed": seed,
-                "dataset": "code", "train_length": T, "checkpoint_step": 10}})
-    scalars = {f"code/{m}/seed{s}": {"valid/loss": [[5, 3.0], [10, 2.0]]} for m in ("kerple_log", "alibi") for s in (1, 2)}
-    for seed in (1, 2):
-        scalars[f"code/kerple_log/seed{seed}"]["train/seconds_per_step"] = [[1, 9.0], [2, 0.5], [3, 0.5]]
-        # tiny.yml: 16 sequences x 64 tokens = 1024 tokens a step, so 1024 tokens/s is 1 s a step
-        scalars[f"code/alibi/seed{seed}"]["train/tokens_per_sec"] = [[1, 100.0], [2, 1024.0], [3, 1024.0]]
-    write_atomic(inputs / "scalars.json", scalars)
-    write_atomic(inputs / "facts.json", {"dataset_tokens": {"code": 123456}, "trained_commits": ["abcdef1234"]})
-
-
-def reproduce(*argv):
-    """With --publish: the report_dir of these sweeps is tmp_path/report (the published folder)."""
-    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv), "--publish"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+from tests.support.reproduce import REPO_ROOT as REPO, handmade_sweep_file as sweep_file, reproduce, write_inputs
 
 
 def test_report_only_renders_from_the_inputs_beside_the_report(tmp_path):
