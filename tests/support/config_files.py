@@ -1,6 +1,5 @@
-"""Config files of the config-value tests (tests/hostile/test_hostile_config_values.py reads them in-process,
-tests/e2e/hostile/test_hostile_config_values.py through deepy.py): a small valid base to add a line to, and
-hostile YAML."""
+"""Config files the config tests write (read in-process, or handed to deepy.py by their tests/e2e/ halves): a
+small valid base to add a line to, and hostile YAML."""
 import textwrap
 
 BASE = "train_micro_batch_size_per_gpu: 4\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n"
