@@ -108,9 +108,9 @@ def stdlib_data(tmp_path_factory) -> str:
 # the other had finished. The docs' pages are one group each (tests/docs/test_docs_commands.py): the README's,
 # whose demo the other pages start from, goes first, the RULER sweep (which needs no demo) beside it while
 # the demo is built, then the other pages ("docs:" stands for every page not named before it).
-LONGEST = ("docs:README.md", "tests/reproduce/test_reproduce_ruler.py", "docs:",
-           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/reproduce/test_reproduce.py", "tests/tools/test_gpu_check.py",
-           "tests/reproduce/test_study_example.py")
+LONGEST = ("docs:README.md", "tests/e2e/reproduce/test_reproduce_ruler.py", "docs:",
+           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/reproduce/test_reproduce.py", "tests/tools/test_gpu_check.py",
+           "tests/e2e/reproduce/test_study_example.py")
 
 
 def work_unit(item) -> str:

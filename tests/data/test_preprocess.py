@@ -1,11 +1,8 @@
-"""Preprocessing: real corpora into files megatron-core reads; worker-count invariance; bad input."""
+"""Preprocessing: real corpora into files megatron-core reads; worker-count invariance; bad input (the tool on
+GPT-2's tokenizer: tests/e2e/data/test_preprocess.py)."""
 import importlib.util
-import io
-import itertools
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,19 +14,7 @@ from megatron.data.preprocess import preprocess
 from megatron.data.stdlib_corpus import read_source, stdlib_python_files, stdlib_root
 from megatron.neox_arguments import run_cli
 from megatron.tokenizer import ByteLevelTokenizer, make_tokenizer
-
-PYTHON = sys.executable
-
-
-def first_lines_of(path, count):
-    with open(path, "rb") as fh:
-        reader = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True))
-        return list(itertools.islice(reader, count))
-
-
-def write_zst(path, data: bytes):
-    path.write_bytes(zstandard.ZstdCompressor().compress(data))
-    return path
+from tests.support.data import first_lines_of, write_zst
 
 
 def jsonl(texts) -> bytes:
@@ -38,28 +23,6 @@ def jsonl(texts) -> bytes:
 
 def outputs_in(directory):
     return sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".idx", ".partial"))
-
-
-@pytest.mark.launches
-def test_prose_with_gpt2_reads_back_through_megatron_core(tmp_path, shared_dir, repo_root):
-    from transformers import GPT2TokenizerFast
-    subset = write_zst(tmp_path / "prose.jsonl.zst",
-                       b"".join(first_lines_of(shared_dir / "data/corpora/prose.jsonl.zst", 24)))
-    vocab, merges = shared_dir / "data/gpt2/gpt2-vocab.json", shared_dir / "data/gpt2/gpt2-merges.txt"
-    result = subprocess.run(
-        [PYTHON, str(repo_root / "tools/datasets/preprocess_data.py"), "--input", str(subset),
-         "--output-prefix", str(tmp_path / "prose"), "--tokenizer-type", "GPT2BPETokenizer",
-         "--vocab-file", str(vocab), "--merge-file", str(merges), "--append-eod", "--workers", "2",
-         "--no-progress"], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "documents 24" in result.stdout and "tokens/s" in result.stdout
-
-    dataset = IndexedDataset(str(tmp_path / "prose_text_document"))
-    assert len(dataset) == 24 and dataset.index.dtype == np.uint16
-    reference = GPT2TokenizerFast(str(vocab), str(merges))
-    texts = [json.loads(line)["text"] for line in first_lines_of(subset, 24)]
-    for i in (0, 23):
-        assert dataset[i].tolist() == reference.encode(texts[i]) + [50256]
 
 
 def small_python_corpus(tmp_path, count=150):

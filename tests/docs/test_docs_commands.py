@@ -133,13 +133,13 @@ RULES = [
     (r"--eval_tasks python_mc", NotRun("needs the guide's two task files saved in my_tasks/; "
                                        "tests/run/test_first_contact_help.py saves them and runs this command")),
     (r"^make reproduce", NotRun("21 trainings and their evaluations: about an hour on 2 cores; "
-                                "tests/reproduce/ runs the sweep at toy sizes")),
+                                "tests/e2e/reproduce/ runs the sweep at toy sizes")),
     (r"^python -m tools\.reproduce configs/reproduce/paper\.yml$", NotRun("the paper's 162M grid: GPUs and its data")),
     (r"^python -m tools\.reproduce configs/reproduce/\S+ --dry-run$", Run()),
     (r"^python -m tools\.reproduce configs/studies/example\.yml --dry-run$", Run(output="Trainings: 4: 0 done, 4 to do")),
     (r"^python -m tools\.reproduce configs/studies/example\.yml$",
      NotRun("4 trainings of 300 steps and their evaluations: minutes of CPU; "
-            "tests/reproduce/test_study_example.py runs this study through the runner at 4 steps")),
+            "tests/e2e/reproduce/test_study_example.py runs this study through the runner at 4 steps")),
     (r"^python deepy\.py train\.py -d ", NotRun("needs a GPT-NeoX or KERPLE-fork config folder; "
                                                "tests/neox_arguments/test_neox_compat_configs.py runs the fork's configs")),
     (r"tools[./]ckpts[./]import_neox|imported/RUN",

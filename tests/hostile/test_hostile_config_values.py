@@ -1,12 +1,9 @@
 """Hostile inputs, round 2 (issue 24), config side: YAML that repeats keys at any depth, merge keys,
 "billion laughs" aliases, non-finite and out-of-range numbers, optimizer parameters torch refuses,
 and path names too long for the filesystem. Each is one NeoXArgsError naming the file, line and key
-path, raised while loading the config (the launching test at the end shows the entry point's one
-paragraph)."""
+path, raised while loading the config (the entry point's one paragraph:
+tests/e2e/hostile/test_hostile_config_values.py)."""
 import os
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -14,14 +11,7 @@ import pytest
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.quoting import QUOTE_LIMIT, quote
 from megatron.neox_arguments.yaml_loader import load_config_files
-
-BASE = "train_micro_batch_size_per_gpu: 4\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n"
-
-
-def write(tmp_path, text, name="c.yml"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
+from tests.support.config_files import BASE, OPTIMIZER, billion_laughs, write
 
 
 def refused(tmp_path, text, *fragments, overrides=None):
@@ -98,13 +88,6 @@ def test_merge_key_mistakes_are_one_paragraph(tmp_path):
 
 
 # ------------------------------------------------------------ row 6: billion laughs, bounded messages
-def billion_laughs(key):
-    """Nine levels of nine aliases each, the anchors inside the real key's own list: 9**10 values
-    (3.5 billion) written in eleven lines."""
-    levels = [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9) if i else ', '.join(['1'] * 9)}]\n" for i in range(9)]
-    return f"train_micro_batch_size_per_gpu: 4\n{key}:\n" + "".join(levels) + f"  - [{', '.join(['*a8'] * 9)}]\n"
-
-
 @pytest.fixture
 def deadline():
     """Fail (instead of hanging) when the block takes more than `seconds`."""
@@ -230,7 +213,6 @@ def test_negative_gradient_clipping_is_refused_and_zero_means_off(tmp_path):
 
 
 # ---------------------------------------------------- row 24: what torch's Adam refuses, refused first
-OPTIMIZER = "optimizer:\n  type: Adam\n  params:\n    lr: 1.0e-3\n"  # lines 5-8 after BASE
 
 
 @pytest.mark.parametrize("extra, fragments", [
@@ -316,27 +298,6 @@ def test_a_path_with_a_nul_byte_or_an_empty_path_is_refused(tmp_path):
 def test_usual_paths_pass(tmp_path):
     args = NeoXArgs.from_ymls([write(tmp_path, BASE + f"save: {tmp_path}/ckpt\nload: relative/dir\n")])
     assert args.save == f"{tmp_path}/ckpt"
-
-
-# ------------------------------------------------------------ through the entry point: one paragraph
-@pytest.mark.launches
-@pytest.mark.parametrize("case", ["billion-laughs", "nested-repeat", "long-name"])
-def test_deepy_dry_run_prints_one_paragraph_and_no_traceback(case, tmp_path):
-    from tests.support.training import REPO_ROOT, child_environment
-    text, fragments = {
-        "billion-laughs": (billion_laughs("eval-lengths"), ["its aliases (*name) expand to 4,412,961,510 values"]),
-        "nested-repeat": (BASE + OPTIMIZER + "    lr: 5.0\n", ["line 9: key 'optimizer.params.lr' is given twice"]),
-        "long-name": (BASE + f"save: {tmp_path / ('s' * 300)}\n", [":5: save: the name 'sss", "(NAME_MAX)"]),
-    }[case]
-    config = write(tmp_path, text)
-    done = subprocess.run([sys.executable, "deepy.py", "train.py", str(config), "--dry-run"], cwd=REPO_ROOT,
-                          env=child_environment(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip() and "[WARNING]" not in line]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 # ---------------------------------------------- found on the way: values that ended in a traceback

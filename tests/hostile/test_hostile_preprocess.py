@@ -1,9 +1,6 @@
 """Hostile inputs, round 2 (issue 24), row 9: a tokenizer that would silently drop characters is refused
-by preprocessing before any token is written."""
-import json
-import subprocess
-import sys
-
+by preprocessing before any token is written (tools/datasets/preprocess_data.py's refusal:
+tests/e2e/hostile/test_hostile_preprocess.py)."""
 import pytest
 from tokenizers import Tokenizer as HFBackend, decoders, models, pre_tokenizers
 
@@ -11,26 +8,7 @@ from megatron.data import DataError
 from megatron.data.preprocess import preprocess
 from megatron.tokenizer import make_tokenizer
 from megatron.tokenizer.tokenizer import BYTE_SYMBOLS, describe_bytes
-from tests.support.training import REPO_ROOT, child_environment
-
-TEXT = "def decode(data):\n    return data.decode('utf-8')  # héllo ✓\n" * 20
-
-
-@pytest.fixture
-def gpt2_without_bytes(tmp_path):
-    """A GPT-2 vocab.json with `<|endoftext|>` but the symbols of two bytes only ('d', 'e')."""
-    vocab, merges = tmp_path / "vocab.json", tmp_path / "merges.txt"
-    vocab.write_text(json.dumps({"d": 0, "e": 1, "<|endoftext|>": 2}))
-    merges.write_text("#version: 0.2\n")
-    return str(vocab), str(merges)
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(json.dumps({"text": TEXT}) + "\n" for _ in range(5)))
-    return str(path)
-
+from tests.support.hostile import corpus, gpt2_without_bytes  # noqa: F401 (fixtures)
 
 def test_byte_symbols_are_the_byte_level_alphabet():
     assert len(set(BYTE_SYMBOLS)) == 256 and set(BYTE_SYMBOLS) == set(pre_tokenizers.ByteLevel.alphabet())
@@ -75,16 +53,3 @@ def test_complete_tokenizers_lose_nothing(shared_dir):
 def test_describe_bytes():
     assert describe_bytes([0x41]) == "0x41 'A'"
     assert describe_bytes([0, 1, 2, 0x20, 0x7f, 0x80]) == "0x00-0x02, 0x20, 0x7f-0x80"
-
-
-@pytest.mark.launches
-def test_preprocess_data_refuses_in_one_paragraph(gpt2_without_bytes, corpus, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "tools/datasets/preprocess_data.py", "--input", corpus, "--output-prefix",
-         str(tmp_path / "out"), "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", gpt2_without_bytes[0],
-         "--merge-file", gpt2_without_bytes[1], "--append-eod", "--no-progress"],
-        cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "cannot encode 254 of the 256 byte values" in errors[0], done.stderr
-    assert not list(tmp_path.glob("out*"))

@@ -1,11 +1,9 @@
 """Hostile inputs, round 2 (issue 24): runs that cannot pass as finished (row 8), a disk that fills up
-during a save (row 15), evaluation lengths too short for a probe (row 4). In-process trainings (tiny_args) for each rule, one launch through the entry point
-where the exit status is the point."""
+during a save (row 15), evaluation lengths too short for a probe (row 4). In-process trainings (tiny_args) for each
+rule (through the entry points, where the exit status is the point: tests/e2e/hostile/test_hostile_training.py)."""
 import errno
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,16 +15,8 @@ from megatron.evaluation.driver import evaluate_run
 from megatron.run.preflight import SaveFolderLock
 from megatron.tokenizer.tokenizer import ByteLevelTokenizer
 from megatron.training.loop import TrainingError, pretrain
-from tests.support.hostile import full_disk  # noqa: F401 (a fixture: a 3 MB tmpfs, root only)
-from tests.support.training import REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, \
-    tiny_overrides
-
-BLOWN_UP_LR = {"optimizer.params.lr": 1e30, "warmup": 0.0, "lr_decay_style": "constant"}
-
-
-def saved(folder) -> list[str]:
-    ckpt = folder / "ckpt"
-    return sorted(p.name for p in ckpt.iterdir()) if ckpt.is_dir() else []
+from tests.support.hostile import BLOWN_UP_LR, saved
+from tests.support.training import tiny_args
 
 
 # ----------------------------------------------------- row 8: a run that learned nothing is not finished
@@ -83,19 +73,6 @@ def test_a_healthy_run_still_finishes(stdlib_data, tmp_path):
     assert (tmp_path / "ckpt" / "latest").read_text() == "global_step3"
 
 
-@pytest.mark.launches
-def test_deepy_exits_non_zero_for_a_diverged_run(stdlib_data, tmp_path):
-    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=3, checkpoint_factor=1, num_gpus=1,
-                               master_port=free_port(), **BLOWN_UP_LR)
-    done = subprocess.run([sys.executable, "deepy.py", "train.py", str(TINY), *set_flags(overrides)], cwd=REPO_ROOT,
-                          env=child_environment(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]  # a sweep counts it as failed
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "training diverged: the weights after step 1" in errors[0], done.stderr[-3000:]
-    assert saved(tmp_path) == []
-
-
 # --------------------------------------------------------------- row 15: the disk fills up during a save
 def test_disk_full_mid_save_says_so_and_removes_what_it_wrote(stdlib_data, tmp_path, monkeypatch):
     real_save = torch.save
@@ -143,34 +120,6 @@ def test_a_full_disk_at_start_up_is_one_paragraph(tmp_path, monkeypatch):
         f"save folder {tmp_path}: no space left on device (writing {tmp_path}/.lock). Free space on that file "
         "system (or give `save` a folder on another one), then start the run again.")
     assert lock.fd is None and not (tmp_path / ".lock").exists()  # released
-
-
-@pytest.mark.launches
-def test_a_real_full_disk_mid_save_and_the_resume(full_disk, stdlib_data, tmp_path):
-    def train(**overrides):
-        values = tiny_overrides(stdlib_data, full_disk, **{"train_iters": 4, "checkpoint_factor": 2, **overrides})
-        return subprocess.run([sys.executable, "train.py", str(TINY), *set_flags(values)], cwd=REPO_ROOT,
-                              env=child_environment(), capture_output=True, text=True, timeout=300)
-
-    done = train()
-    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and "unexpected pos" not in done.stderr, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    ckpt = full_disk / "ckpt"
-    assert len(errors) == 1 and errors[0].startswith(
-        f"error: checkpoint step 4 could not be saved in {ckpt}: no space left on device (writing "), errors
-    assert saved(full_disk) == ["global_step2", "latest"]
-
-    # A save killed mid-write (kill -9) leaves its hidden folder, here holding what space was left.
-    partial = ckpt / ".global_step4.partial"
-    partial.mkdir()
-    with open(partial / "mp_rank_00_model_states.pt", "wb") as f, pytest.raises(OSError):
-        while True:
-            f.write(b"\0" * 65536)
-            f.flush()
-    done = train(train_iters=2)  # resumes (at its last step): the start-up checks find the disk writable
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "no checkpoint" not in done.stdout and saved(full_disk) == ["global_step2", "latest"]
 
 
 # ------------------------------------------------- row 4: every length's probe fit, before any is scored

@@ -1,7 +1,5 @@
 """The config system: merging, normalisation, errors (by message), derived values."""
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -220,16 +218,6 @@ def test_every_method_has_a_paper_config(repo_root, name):
                     "trains on configs/tiny.yml and needs no paper config")
     args = NeoXArgs.from_ymls([repo_root / "configs" / f"{name}.yml"])
     assert args.pos_emb == name and args.num_layers == 12
-
-
-@pytest.mark.launches
-def test_entry_point_prints_one_paragraph_not_a_traceback(tmp_path, repo_root):
-    bad = write(tmp_path, "bad.yml", "train_micro_batch_size_per_gpu: 2\nnum-layer: 3\n")
-    result = subprocess.run([sys.executable, "deepy.py", "train.py", str(bad), "--dry-run"],
-                            cwd=repo_root, capture_output=True, text=True)
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("error: ") and "Did you mean 'num-layers'?" in result.stderr
 
 
 def test_dotted_override_sets_a_nested_deepspeed_key(repo_root):

@@ -1,48 +1,17 @@
 """The ablation of issue 28: a sweep's `training_variants` are runs of their own (folder, config hash, label),
 the report's copy of their result files carries the label, and ablation.py's pre-registered rules come out
-each way; `chunk_subsets` re-read the same chunks of every run. In-process; only the report test starts a process (git)."""
+each way; `chunk_subsets` re-read the same chunks of every run. In-process (the report, which asks git for the
+commit: tests/e2e/reproduce/test_reproduce_ablation.py)."""
 import json
 import pathlib
 
 import numpy as np
 import pytest
-import yaml
 
-from megatron.evaluation.results import SCHEMA, load_result, summarize, write_atomic
+from megatron.evaluation.results import load_result, write_atomic
+from tests.support.ablation import FLAT, RISING, SLIGHTLY_WORSE, SWEEP, T, documents
 from tools.reproduce import ablation
 from tools.reproduce.ablation import DEGRADE_RATIO
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-T, LENGTHS, SEEDS = 64, (64, 128, 256, 512, 1024), (1, 2, 3)
-
-
-def documents(levels: dict, chunks: int = 40, seed_noise: float = 0.02, run_noise: float = 0.005,
-              chunk_noise: float = 0.01) -> list[dict]:
-    """Result files of hand-made runs: `levels[method](L)` is the mean loss at length L; every run scores the
-    same chunks (a per-chunk difficulty shared by all runs), with an offset per seed that every method shares
-    (paired over seeds, it cancels) and a little noise of each run's own."""
-    rng, out = np.random.default_rng(0), []
-    for method, level in levels.items():
-        pos_emb, _, variant = method.partition("+")
-        for seed in SEEDS:
-            offset = np.random.default_rng([seed]).normal(0, seed_noise) + rng.normal(0, run_noise)  # mostly shared
-            records = []
-            for L in LENGTHS:
-                difficulty = np.random.default_rng([L]).normal(0, 0.2, (chunks, 1))
-                losses = level(L) + offset + difficulty + rng.normal(0, chunk_noise, (chunks, 1)) + np.zeros((chunks, 2))
-                records.append({"length": L, "mode": "nonoverlap",
-                                **summarize(losses, L, "nonoverlap", np.arange(chunks) * L)})
-            name = f"code_{method}_seed{seed}_step10_0123abcd"
-            out.append({"schema": SCHEMA, "path": name, "results": records, "evaluation": {"eval_seed": 0},
-                        "run": {"name": name, "method": method, "pos_emb": pos_emb, "variant": variant or None,
-                                "attention_window": None, "seed": seed, "dataset": "code", "train_length": T,
-                                "checkpoint_step": 10}})
-    return out
-
-
-FLAT = lambda L: 2.0  # noqa: E731
-RISING = lambda L: 2.0 + 0.12 * np.log2(L / T)  # noqa: E731  ppl x1.62 at 16x: past DEGRADE_RATIO
-SLIGHTLY_WORSE = lambda L: 2.0 + (0.05 if L >= 8 * T else 0.0)  # noqa: E731  worse, ratio ~1.05
 
 
 def rows(levels, switches=("per-layer",)) -> dict:
@@ -105,23 +74,6 @@ def test_a_verdict_that_needs_many_chunks_flips_at_few():
 
 
 # ---------------------------------------------------------------------------------------- the sweep
-SWEEP = """name: abl
-scale: test
-profile: [configs/reproduce/mini.yml]
-methods: [kerple_log, alibi]
-training_variants:
-  kerple_log:
-    per-layer: {pos-emb-per-layer: true}
-    per-layer+bf16: {pos-emb-per-layer: true, precision: bf16}
-ablation: {method: kerple_log, anchor: alibi}
-seeds: [1, 2]
-datasets: [stdlib]
-data: {stdlib: {builder: stdlib, prefix: data/stdlib/stdlib_text_document}}
-evaluation: {eval-lengths: [64, 512], eval-chunks: 40}
-chunk_subsets: [5]
-"""
-
-
 def load(tmp_path, text=SWEEP, **paths):
     from tools.reproduce.spec import load_sweep
     path = tmp_path / "sweep.yml"
@@ -183,35 +135,6 @@ def test_the_reports_copy_of_a_variants_result_carries_its_label(tmp_path):
     copy = tmp_path / "report" / "inputs" / "results" / "stdlib_kerple_log+per-layer_seed1_step10_0123abcd.json"
     assert load_result(copy)["run"]["method"] == "kerple_log+per-layer"
     assert json.loads(path.read_text())["run"]["method"] == "kerple_log"  # evaluate.py's own file is untouched
-
-
-@pytest.mark.launches  # git (the header's commit) and ldconfig (execute.py's libc lookup)
-def test_report_only_renders_the_ablation_section(tmp_path, monkeypatch, capsys):
-    from tools.reproduce.__main__ import main
-    spec = yaml.safe_load(SWEEP)
-    spec.update(datasets=["code"], data={"code": {"prefix": str(tmp_path / "absent" / "code_text_document"),
-                                                   "paper": "ArXiv"}},
-                evaluation={"eval-lengths": list(LENGTHS), "eval-chunks": 40}, seeds=list(SEEDS),
-                work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"))
-    (tmp_path / "sweep.yml").write_text(yaml.safe_dump(spec))
-    inputs = tmp_path / "report" / "inputs"
-    for document in documents({"kerple_log": FLAT, "kerple_log+per-layer": RISING,
-                               "kerple_log+per-layer+bf16": FLAT, "alibi": lambda L: 2.05}):
-        write_atomic(inputs / "results" / f"{document['run']['name']}.json", {k: v for k, v in document.items() if k != "path"})
-    write_atomic(inputs / "scalars.json", {})
-    write_atomic(inputs / "facts.json", {"dataset_tokens": {"code": 1000}, "trained_commits": ["abc"]})
-    monkeypatch.chdir(REPO)
-    assert main([str(tmp_path / "sweep.yml"), "--report-only", "--publish"]) == 0
-    report = (tmp_path / "report" / "report.md").read_text()
-    assert "**Answer (40 chunks per length): Reproduces the DAPE-V2 degradation: `per-layer` on code.**" in report
-    assert "| 2. switch `per-layer+bf16` | **no significant effect** |" in report
-    assert "DAPE-V2 KERPLE-log ppl (theirs)" in report and "| 16× | 9.08 (L = 8192) | 1.987 |" in report
-    assert "trained variants: kerple_log+per-layer, kerple_log+per-layer+bf16" in report
-    assert "| L | CI at 5 | seed spread at 5 | CI at 40 | seed spread at 40 |" in report
-    assert "**Does the chunk count decide a verdict?**" in report
-    assert "12 of 12 planned runs have results." in report
-    assert (tmp_path / "report" / "ablation_ppl.png").is_file() and not (tmp_path / "report" / "ppl_vs_length.png").exists()
-    assert "(ablation_chunks.png)" in report and (tmp_path / "report" / "ablation_chunks.png").is_file()
 
 
 def test_one_seed_gives_no_test_rather_than_an_error():

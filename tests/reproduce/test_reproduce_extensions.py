@@ -1,11 +1,10 @@
 """A sweep's `extensions`: each entry fine-tunes its method's plain run at a longer context, as a run of its
 own that trains after that run (finetune: true, load = its checkpoints), is evaluated like every run, and is
-reported beside its base model's zero-shot result. In-process except the one end-to-end launch test."""
+reported beside its base model's zero-shot result. In-process (the end-to-end run:
+tests/e2e/reproduce/test_reproduce_extensions.py)."""
 import json
 import pathlib
 import shlex
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,11 +12,11 @@ import yaml
 from scipy import stats
 
 from megatron.evaluation.results import SCHEMA, summarize
+from tests.support.reproduce import YARN
 from tools.reproduce.__main__ import main  # imported here: execute.py asks ldconfig for libc on import
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-YARN = {"type": "yarn", "factor": 4, "original-max-position": 64}
 EXTENSIONS = {"rotary": {"yarn-256": {"seq-length": 256, "seq-length-val": 256, "train-iters": 5,
                                       "rotary-scaling": YARN},
                          "base-256": {"seq-length": 256, "train-iters": 5, "rotary-emb-base": 500000,
@@ -182,44 +181,3 @@ def test_the_reports_copy_of_an_extensions_result_carries_its_label_and_base(tmp
     assert document["run"]["extension"] == {"label": "yarn-256", "keys": sweep.extensions["rotary"]["yarn-256"],
                                             "base": "rotary"}
     assert document["run"]["name"] == "stdlib_rotary+yarn-256_seed1_step10_0123abcd"
-
-
-@pytest.mark.launches
-def test_a_base_run_and_its_extension_end_to_end_then_skipped(tmp_path):
-    """A 4-step base at 64 tokens and a 2-step YaRN extension to 256 (configs/tiny.yml, 2 layers): the
-    extension's checkpoint records the longer length and the scaling; a second invocation launches nothing."""
-    from megatron.evaluation.run import open_checkpoint  # the reader evaluate.py opens a checkpoint with
-    from tests.reproduce.test_reproduce import write_corpus
-    write_corpus(tmp_path / "code.jsonl")
-    sweep = {"name": "ext", "scale": "test", "profile": ["configs/tiny.yml"], "methods": ["rotary"], "seeds": [7],
-             "datasets": ["code"], "data": {"code": {"source": str(tmp_path / "code.jsonl"),
-                                                     "prefix": str(tmp_path / "data" / "code_text_document")}},
-             "evaluation": {"eval-lengths": [64, 256], "eval-chunks": 2, "eval-split": "valid"},
-             "set": {"train-iters": 4, "eval-interval": 4, "eval-iters": 1, "log-interval": 2, "checkpoint-factor": 4,
-                     "split": "90,5,5", "train_micro_batch_size_per_gpu": 4},
-             "extensions": {"rotary": {"yarn-256": {"seq-length": 256, "seq-length-val": 256, "train-iters": 2,
-                                                    "train_micro_batch_size_per_gpu": 1, "rotary-scaling": YARN}}},
-             "work_dir": str(tmp_path / "work"), "report_dir": str(tmp_path / "report")}
-    (tmp_path / "sweep.yml").write_text(yaml.safe_dump(sweep))
-
-    def reproduce():
-        return subprocess.run([sys.executable, "-m", "tools.reproduce", str(tmp_path / "sweep.yml"), "--publish"],
-                              cwd=REPO, capture_output=True, text=True, timeout=400)
-    first = reproduce()
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "[2/2] code/rotary+yarn-256/seed7:" in first.stdout
-    work = tmp_path / "work/code"
-    trained = open_checkpoint(work / "rotary+yarn-256/seed7/checkpoints").trained
-    assert trained.step == 2 and trained.config["seq_length"] == 256 and trained.config["finetune"] is True
-    assert trained.config["rotary_scaling"] == {"type": "yarn", "factor": 4, "original_max_position": 64}
-    assert trained.config["load"] == str(work / "rotary/seed7/checkpoints")
-    assert open_checkpoint(work / "rotary/seed7/checkpoints").trained.config["seq_length"] == 64
-    report = (tmp_path / "report/report.md").read_text()
-    assert "## Extensions beside their base model's zero-shot result" in report
-    assert "| rotary+yarn-256 | rotary | 256 |" in report and "2 of 2 planned runs have results" in report
-
-    second = reproduce()
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "code/rotary/seed7: already finished" in second.stdout
-    assert "code/rotary+yarn-256/seed7: already finished" in second.stdout
-    assert (work / "rotary+yarn-256/seed7/train.log").read_text().count("\n$ ") == 1

@@ -1,28 +1,16 @@
 """`python -m tools.reproduce SWEEP --dry-run` prints the plan before the commands (corpora present, prepared
 by which command, or missing and how they are obtained; trainings and evaluations done and to do; where the
-report goes; a time estimate and what it was computed from), and a sweep writes its report into its own
-folder, the published one only with --publish. In-process: nothing is launched."""
+report goes; a time estimate and what it was computed from). In-process: nothing is launched (where the report
+goes: tests/e2e/reproduce/test_reproduce_plan.py)."""
 import pathlib
 
 import pytest
-import yaml
 
+from tests.support.reproduce import planned_sweep_file as sweep_file, write_inputs
 from tools.reproduce.__main__ import main
 from tools.reproduce.plan import LAUNCH_SECONDS
-from tests.reproduce.test_reproduce_report import write_inputs
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def sweep_file(tmp_path, **data) -> pathlib.Path:
-    spec = {"name": "planned", "scale": "plan test", "profile": ["configs/tiny.yml"],
-            "methods": ["kerple_log", "alibi"], "seeds": [1, 2], "datasets": list(data),
-            "data": data, "evaluation": {"eval-lengths": [64, 128], "eval-modes": ["nonoverlap", "position"]},
-            "set": {"train-iters": 10}, "windowed_baseline": "kerple_log",
-            "work_dir": str(tmp_path / "work"), "report_dir": str(tmp_path / "published")}
-    path = tmp_path / "sweep.yml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def dry_run(capsys, monkeypatch, *argv) -> tuple[str, list[str]]:
@@ -80,7 +68,7 @@ def test_the_estimate_says_what_it_was_computed_from(tmp_path, capsys, monkeypat
     assert "none measured for alibi, kerple_log, kerple_log+window64: counted as 0 s" in plan
 
     # An earlier run's inputs beside the published report: hand-made, 0.5 s a step for kerple_log and 1 s for
-    # alibi (tests/reproduce/test_reproduce_report.py), and result files that record no evaluation time
+    # alibi (tests/support/reproduce.py), and result files that record no evaluation time
     write_inputs(tmp_path / "published" / "inputs")
     plan, _ = dry_run(capsys, monkeypatch, sweep, "--jobs", "1")
     assert f"{tmp_path}/published/inputs: alibi 1.000, kerple_log 0.500 s/step" in plan
@@ -89,22 +77,3 @@ def test_the_estimate_says_what_it_was_computed_from(tmp_path, capsys, monkeypat
     (tmp_path / "work/code/kerple_log/seed1/checkpoints/global_step10").mkdir(parents=True)
     plan, _ = dry_run(capsys, monkeypatch, sweep)
     assert "Trainings: 4: 1 done, 3 to do" in plan and "Evaluations: 6: 0 done, 6 to do" in plan
-
-
-@pytest.mark.launches  # the report's header asks git for the commit
-def test_report_only_renders_into_the_sweeps_own_folder_unless_published(tmp_path, capsys, monkeypatch):
-    sweep = sweep_file(tmp_path, code={"prefix": str(tmp_path / "absent" / "code_text_document"), "paper": "GitHub"})
-    write_inputs(tmp_path / "published" / "inputs")
-    monkeypatch.chdir(REPO)
-    from megatron.neox_arguments import NeoXArgsError
-    with pytest.raises(NeoXArgsError, match=r"work/report/inputs holds no report inputs .* or add --publish to "
-                                            r"re-render the published report in .*published from the inputs"):
-        main([str(sweep), "--report-only"])
-    assert main([str(sweep), "--report-only", "--publish"]) == 0
-    assert (tmp_path / "published" / "report.md").is_file() and not (tmp_path / "work").exists()
-    (tmp_path / "published" / "inputs").rename(tmp_path / "earlier")
-    write_inputs(tmp_path / "work" / "report" / "inputs")
-    published = (tmp_path / "published" / "report.md").read_text()
-    assert main([str(sweep), "--report-only"]) == 0
-    assert (tmp_path / "work" / "report" / "report.md").is_file()
-    assert (tmp_path / "published" / "report.md").read_text() == published

@@ -1,58 +1,15 @@
 """The sweep's `ablation:` key (a sweep's training variants are judged as an ablation's switches only when
 it says so) and the retrieval ablation's pre-registered rules (ablation.RETRIEVAL_ABLATION_RULES) on
 hand-made probe records whose McNemar p-values are worked out by hand: 2 x 0.5^n when n discordant pairs
-all go one way. Only the report tests start a process (git)."""
+all go one way. In-process (the report, whose header asks git for the commit:
+tests/e2e/reproduce/test_reproduce_retrieval_ablation.py)."""
 import math
 
-import numpy as np
 import pytest
-import yaml
 
-from megatron.evaluation.results import SCHEMA, summarize, write_atomic
+from tests.support.retrieval_ablation import SAMPLES, SWEEP, at, documents, first
 from tools.analysis.significance import mcnemar
 from tools.reproduce import ablation
-
-T, LENGTHS, SEEDS, SAMPLES = 64, (64, 128, 512, 1024), (1, 2, 3), 40   # long lengths: 512 and 1024 (8x T)
-
-
-def first(n):
-    """Hits of 40 samples: the first n right."""
-    return [1] * n + [0] * (SAMPLES - n)
-
-
-def probe_record(L, hits):
-    n = len(hits)
-    nll = [0.1 if h else 3.0 for h in hits]
-    return {"length": L, "mode": "kv-retrieval", "loss": float(np.mean(nll)), "ppl": float(np.exp(np.mean(nll))),
-            "chunks": n, "tokens": n * 4, "stderr": float(np.std(nll, ddof=1) / np.sqrt(n)), "chunk_starts": list(range(n)), "chunk_losses": nll, "probe_depths": [0.0, 0.5, 1.0, 0.25, 0.75],
-            "probe_samples": n // 5, "probe_keys": [L * 1000 + i for i in range(n)],  # the same for every run at L
-            "probe_logprob": [-x for x in nll], "probe_top1": [bool(h) for h in hits],
-            "probe_greedy_exact": [bool(h) for h in hits], "probe_distance": [L // 2] * n}
-
-
-def documents(hits: dict, with_ppl: bool = False) -> list[dict]:
-    """`hits[method](L, seed)` -> 40 outcomes; every run scores the same probe prompts at a length."""
-    out = []
-    for method, outcome in hits.items():
-        pos_emb, _, variant = method.partition("+")
-        for seed in SEEDS:
-            records = [probe_record(L, outcome(L, seed)) for L in LENGTHS]
-            if with_ppl:  # flat plain-text loss, a little noise per run
-                rng = np.random.default_rng([seed, len(method)])
-                records += [{"length": L, "mode": "nonoverlap",
-                             **summarize(2.0 + rng.normal(0, 0.01) + np.zeros((8, 2)), L, "nonoverlap", np.arange(8) * L)}
-                            for L in LENGTHS]
-            name = f"code_{method}_seed{seed}_step10_0123abcd"
-            out.append({"schema": SCHEMA, "path": name, "results": records, "evaluation": {"eval_seed": 0},
-                        "run": {"name": name, "method": method, "pos_emb": pos_emb, "variant": variant or None,
-                                "attention_window": None, "seed": seed, "dataset": "code", "train_length": T,
-                                "checkpoint_step": 10}})
-    return out
-
-
-def at(T_hits, long_hits):
-    """Outcomes: T_hits at the training length and 128, long_hits(L) at 512 and 1024."""
-    return lambda L, seed: T_hits if L < 512 else long_hits(L)
 
 
 def verdicts(hits, switches=("per-layer", "bf16", "per-layer+bf16")) -> dict:
@@ -137,20 +94,6 @@ def test_probes_that_differ_between_runs_are_refused():
 
 
 # ------------------------------------------------------------------------------------ the `ablation:` key
-SWEEP = """name: abl
-scale: test
-profile: [configs/reproduce/mini.yml]
-methods: [kerple_log, alibi]
-training_variants:
-  kerple_log:
-    per-layer: {pos-emb-per-layer: true}
-seeds: [1, 2]
-datasets: [stdlib]
-data: {stdlib: {builder: stdlib, prefix: data/stdlib/stdlib_text_document}}
-evaluation: {eval-lengths: [64, 512], eval-modes: [nonoverlap, kv-retrieval], eval-chunks: 40}
-"""
-
-
 def load(tmp_path, text):
     from tools.reproduce.spec import load_sweep
     path = tmp_path / "sweep.yml"
@@ -185,50 +128,3 @@ def test_a_bad_ablation_key_is_one_clear_error(tmp_path, text, message):
     from tools.reproduce.spec import SweepError
     with pytest.raises(SweepError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         load(tmp_path, text)
-
-
-# ------------------------------------------------------------------------------------------- the report
-def render(tmp_path, monkeypatch, ablation_key) -> str:
-    from tools.reproduce.__main__ import REPO_ROOT, main
-    spec = yaml.safe_load(SWEEP)
-    spec["training_variants"]["kerple_log"]["bf16"] = {"precision": "bf16"}
-    spec.update(datasets=["code"], data={"code": {"prefix": str(tmp_path / "absent" / "code_text_document")}},
-                evaluation={"eval-lengths": list(LENGTHS), "eval-modes": ["nonoverlap", "kv-retrieval"], "eval-chunks": 8},
-                seeds=list(SEEDS), work_dir=str(tmp_path / "work"), report_dir=str(tmp_path / "report"))
-    if ablation_key:
-        spec["ablation"] = ablation_key
-    (tmp_path / "sweep.yml").write_text(yaml.safe_dump(spec))
-    inputs = tmp_path / "report" / "inputs"
-    hits = {"kerple_log": at(first(40), lambda L: first(30)), "kerple_log+per-layer": at(first(40), lambda L: first(10)),
-            "kerple_log+bf16": at(first(40), lambda L: first(30)), "alibi": at(first(40), lambda L: first(20))}
-    for document in documents(hits, with_ppl=True):
-        write_atomic(inputs / "results" / f"{document['run']['name']}.json", {k: v for k, v in document.items() if k != "path"})
-    write_atomic(inputs / "scalars.json", {})
-    write_atomic(inputs / "facts.json", {"dataset_tokens": {"code": 1000}, "trained_commits": ["abc"]})
-    monkeypatch.chdir(REPO_ROOT)
-    assert main([str(tmp_path / "sweep.yml"), "--report-only", "--publish"]) == 0
-    return (tmp_path / "report" / "report.md").read_text()
-
-
-@pytest.mark.launches  # git (the header's commit)
-def test_the_retrieval_ablation_report(tmp_path, monkeypatch):
-    report = render(tmp_path, monkeypatch, {"method": "kerple_log", "anchor": "alibi", "measure": "kv-retrieval"})
-    assert "**Answer: Makes KERPLE-log's retrieval worse at every long length: `per-layer` on code.**" in report
-    assert "| R2. switch `bf16` | **no significant effect** |" in report
-    assert "| kerple_log+per-layer | 1.00 / 1.00 / 1.00 | 1.00 / 1.00 / 1.00 | 0.25 / 0.25 / 0.25 | 0.25 / 0.25 / 0.25 |" in report
-    assert "DAPE-V2 KERPLE-log ppl (theirs)" in report and "Training variants beside their parent" not in report
-    assert (tmp_path / "report" / "ablation_retrieval.png").is_file() and (tmp_path / "report" / "ablation_ppl.png").is_file()
-
-
-@pytest.mark.launches  # git (the header's commit)
-def test_training_variants_without_the_key_are_described_not_judged(tmp_path, monkeypatch):
-    report = render(tmp_path, monkeypatch, None)
-    assert "## Training variants beside their parent method" in report
-    assert "## The ablation" not in report and "switch" not in report and "DAPE" not in report
-    # kv-retrieval at 512: 10 of 40 right against 30, 20 pairs one way per seed: p = 2 x 0.5^60.
-    rows = {tuple(line.split(" | ")[:3]): line for line in report.splitlines() if line.startswith("| kerple_log+")}
-    assert rows["| kerple_log+per-layer", "kerple_log", "512"].endswith(f"| 0.75 | 0.25 | p = {2 * 0.5 ** 60:.2g} | **lower** |")
-    assert rows["| kerple_log+bf16", "kerple_log", "512"].endswith("| 0.75 | 0.75 | no test | – |")
-    assert rows["| kerple_log+bf16", "kerple_log", "64"].endswith("| 1.00 | 1.00 | no test | – |")
-    assert "(ppl_vs_length.png)" in report and (tmp_path / "report" / "ppl_vs_length.png").is_file()
-    assert not (tmp_path / "report" / "ablation_ppl.png").exists()

@@ -1,83 +1,9 @@
-"""The reproduction sweep with RULER among its measures (`ruler:` in the sweep YAML): eval.py runs the tasks on
-every run, the report shows the RULER table and the effective lengths, a re-run skips the finished work, and
-bad `ruler` entries are one clear error."""
-import json
-import subprocess
-import sys
-
+"""Bad `ruler` entries of a sweep YAML are one clear error (the sweep that runs RULER:
+tests/e2e/reproduce/test_reproduce_ruler.py)."""
 import pytest
 import yaml
-from tests.reproduce.test_reproduce import REPO_ROOT, sweep_file
 
 from tools.reproduce.spec import SweepError, load_sweep
-
-
-def ruler_sweep(tmp_path, ruler) -> object:
-    path = sweep_file(tmp_path)
-    spec = yaml.safe_load(path.read_text())
-    spec["evaluation"]["eval-lengths"] = [64, 512]  # niah_single_1 fits no sample at 64 byte-level tokens, 512 does
-    spec["position_length"] = 512
-    spec["ruler"] = ruler
-    del spec["windowed_baseline"]  # one run: training, evaluate.py and eval.py
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def reproduce(*argv) -> subprocess.CompletedProcess:
-    """As test_reproduce.py's, with room for eval.py's generations on a busy machine."""
-    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv), "--publish"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=1200)
-
-
-@pytest.mark.launches
-def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
-    sweep = ruler_sweep(tmp_path, {"tasks": ["niah_single_1"], "limit": 2})
-    first = reproduce(sweep)
-    assert first.returncode == 0, first.stdout + first.stderr
-    written = {}
-    for path in (tmp_path / "work/code").glob("*/seed7/eval/lm_eval/*.json"):
-        document = json.loads(path.read_text())
-        written[document["run"]["method"]] = document
-    assert sorted(written) == ["kerple_log"]
-    for document in written.values():
-        assert document["evaluation"]["limit"] == 2 and document["evaluation"]["ruler"]["lengths"] == [64, 512]
-        assert document["ruler"]["niah_single_1"]["64"]["score"] is None
-        assert document["ruler"]["niah_single_1"]["512"]["n"] == 2
-    report = (tmp_path / "report/report.md").read_text()
-    assert "## RULER and the effective length of every method" in report
-    assert "RULER niah_single_1: score" in report and "| 64 (1×) | no sample fits |" in report
-    assert "Effective length by method" in report and "| ppl (nonoverlap) |" in report
-    assert "| niah_single_1 |" in report
-    for stem in ("ruler_code", "effective_length_code"):  # each table beside its figure
-        assert f"({stem}.png)" in report and (tmp_path / f"report/{stem}.png").stat().st_size > 0
-    saved = sorted(p.name.split("_seed")[0] for p in (tmp_path / "report/inputs/lm_eval").glob("*.json"))
-    assert saved == ["code_kerple_log"]
-
-    second = reproduce(sweep)  # finished: neither evaluate.py nor eval.py runs again
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "code/kerple_log/seed7: already finished" in second.stdout
-    assert (tmp_path / "work/code/kerple_log/seed7/ruler.log").read_text().count("\n$ ") == 1
-    rerendered = reproduce(sweep, "--report-only")  # from the inputs beside the report
-    assert rerendered.returncode == 0, rerendered.stdout + rerendered.stderr
-    assert "| niah_single_1 |" in (tmp_path / "report/report.md").read_text()
-
-    # RULER added to (or missing from) a finished run: only eval.py runs, not training or evaluate.py
-    for path in (tmp_path / "work/code/kerple_log/seed7/eval/lm_eval").glob("*.json"):
-        path.unlink()
-    third = reproduce(sweep)
-    assert third.returncode == 0, third.stdout + third.stderr
-    logs = {name: (tmp_path / "work/code/kerple_log/seed7" / name).read_text().count("\n$ ")
-            for name in ("train.log", "evaluate.log", "ruler.log")}
-    assert logs == {"train.log": 1, "evaluate.log": 1, "ruler.log": 2}
-
-
-@pytest.mark.launches
-def test_dry_run_says_the_ruler_tasks(tmp_path):
-    planned = subprocess.run([sys.executable, "-m", "tools.reproduce", str(ruler_sweep(tmp_path, {"tasks": [
-        "niah_single_1", "ruler_fwe"]})), "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    assert planned.returncode == 0, planned.stdout + planned.stderr
-    assert ("RULER: niah_single_1, ruler_fwe by eval.py after each evaluation, 20 samples per length at [64, 512]"
-            in planned.stdout)
 
 
 @pytest.mark.parametrize("ruler,message", [

@@ -1,10 +1,14 @@
 """Data helpers shared by the data and probe tests: NeoX .bin/.idx files written by megatron-core's own
-builder, the NeoXArgs of a tiny data pipeline, and tools/datasets/prepare_data.py loaded as a module."""
+builder, the NeoXArgs of a tiny data pipeline, tools/datasets/prepare_data.py loaded as a module, and zstandard
+JSON-lines corpora written and read back."""
 import importlib.util
+import io
+import itertools
 
 import numpy as np
 import pytest
 import torch
+import zstandard
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron.neox_arguments import NeoXArgs
@@ -33,3 +37,14 @@ def make_args(tmp_path, **values):
             "tokenizer_type": "ByteLevelTokenizer", "num_workers": 0, "data_cache_path": str(tmp_path / "cache")}
     world_size = values.pop("world_size", 1)
     return NeoXArgs.from_dict({**base, **values}, world_size=world_size)
+
+
+def first_lines_of(path, count):
+    with open(path, "rb") as fh:
+        reader = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True))
+        return list(itertools.islice(reader, count))
+
+
+def write_zst(path, data: bytes):
+    path.write_bytes(zstandard.ZstdCompressor().compress(data))
+    return path

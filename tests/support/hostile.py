@@ -1,5 +1,6 @@
 """The bad-input tests' shared checks: an entry point's one-paragraph error (exit 2, one `error:` line, no
-traceback), train.py and evaluate.py as processes, and folders no one can write to or with no room left."""
+traceback), train.py and evaluate.py as processes, folders no one can write to or with no room left, and a vocabulary that cannot encode a corpus."""
+import json
 import os
 import subprocess
 import sys
@@ -71,3 +72,32 @@ def full_disk(tmp_path):
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+# A corpus, and a GPT-2 vocabulary that cannot encode it: preprocessing's refusal, in-process and through the tool.
+TEXT = "def decode(data):\n    return data.decode('utf-8')  # héllo ✓\n" * 20
+
+
+@pytest.fixture
+def gpt2_without_bytes(tmp_path):
+    """A GPT-2 vocab.json with `<|endoftext|>` but the symbols of two bytes only ('d', 'e')."""
+    vocab, merges = tmp_path / "vocab.json", tmp_path / "merges.txt"
+    vocab.write_text(json.dumps({"d": 0, "e": 1, "<|endoftext|>": 2}))
+    merges.write_text("#version: 0.2\n")
+    return str(vocab), str(merges)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"text": TEXT}) + "\n" for _ in range(5)))
+    return str(path)
+
+
+# A learning rate that blows the tiny model's weights up in one step; the checkpoints a run left in <folder>/ckpt.
+BLOWN_UP_LR = {"optimizer.params.lr": 1e30, "warmup": 0.0, "lr_decay_style": "constant"}
+
+
+def saved(folder) -> list[str]:
+    ckpt = folder / "ckpt"
+    return sorted(p.name for p in ckpt.iterdir()) if ckpt.is_dir() else []

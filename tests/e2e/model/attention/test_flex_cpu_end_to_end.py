@@ -11,7 +11,12 @@ from megatron.evaluation.results import load_results
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
 
-LENGTHS = [128, 256, 384]  # the lengths of the report: 2, 4 and 6 times the training length
+# Two of the report's lengths (2 and 4 times the training length; one and two 128-token tiles): the kernel reused
+# across code paths is wrong at each of 128, 256 and 384 (docs/known-issues.md), and two lengths still make every
+# run compile and check a second shape in one process. Each length is a compile of its own in each of the five
+# flex evaluations (dynamic=False): with 384 as well the test took 366 s, with these two 306 s (one after the
+# other on the shared 2-core machine at load 6-7, 2026-11-29).
+LENGTHS = [128, 256]
 
 
 def evaluate(checkpoint, data, results, impl, env):

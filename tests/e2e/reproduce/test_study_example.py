@@ -2,18 +2,16 @@
 methods x seeds x lengths as written, at a few steps, on the test corpus; the report's table and figure."""
 import csv
 import json
-import pathlib
 import subprocess
 import sys
 
-import pytest
 import yaml
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.support.reproduce import REPO_ROOT
+
 EXAMPLE = REPO_ROOT / "configs/studies/example.yml"
 
 
-@pytest.mark.launches
 def test_the_example_study_runs_through_the_runner(stdlib_data, tmp_path):
     spec = yaml.safe_load(EXAMPLE.read_text())
     methods, seeds, lengths = spec["methods"], spec["seeds"], spec["evaluation"]["eval-lengths"]

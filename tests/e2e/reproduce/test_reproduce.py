@@ -3,55 +3,12 @@ evaluation, the report with its tables and figures, a re-run that skips the fini
 a failed run reported while the rest go on."""
 import csv
 import json
-import pathlib
 import shutil
-import subprocess
-import sys
-import sysconfig
 
 import pytest
 import yaml
 
-pytestmark = pytest.mark.launches  # every test here starts processes
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def write_corpus(path: pathlib.Path, documents: int = 200, size: int = 2000) -> None:
-    """A small real corpus: pieces of CPython library files as lm_dataformat-style JSON lines."""
-    library = sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
-    text = "".join(f.read_text(errors="ignore") for f in library)
-    with open(path, "w") as out:
-        for i in range(documents):
-            out.write(json.dumps({"text": text[i * size:(i + 1) * size], "meta": {"piece": i}}) + "\n")
-
-
-def sweep_file(tmp_path: pathlib.Path, methods=("kerple_log",)) -> pathlib.Path:
-    """Two runs: kerple_log trained for 6 steps, and its windowed baseline; evaluated at 64 and 128."""
-    write_corpus(tmp_path / "code.jsonl")
-    spec = {
-        "name": "test", "scale": "test grid: 0.1M parameters, 6 steps",
-        "profile": ["configs/tiny.yml"], "methods": list(methods), "seeds": [7], "datasets": ["code"],
-        "data": {"code": {"source": str(tmp_path / "code.jsonl"),
-                          "prefix": str(tmp_path / "data" / "code_text_document"), "paper": "GitHub"}},
-        "evaluation": {"eval-lengths": [64, 128], "eval-modes": ["nonoverlap", "position"],
-                       "eval-chunks": 4, "eval-split": "valid"},
-        "set": {"train-iters": 6, "eval-interval": 3, "eval-iters": 1, "log-interval": 2,
-                "checkpoint-factor": 6, "split": "90,5,5"},
-        "windowed_baseline": "kerple_log", "kernel_figures": ["kerple_log"],
-        "position_length": 128, "position_methods": ["kerple_log"],
-        "work_dir": str(tmp_path / "work"), "report_dir": str(tmp_path / "report"),
-    }
-    path = tmp_path / "sweep.yml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def reproduce(*argv) -> subprocess.CompletedProcess:
-    """With --publish: these sweeps' report_dir is tmp_path/report (tests/reproduce/test_reproduce_plan.py checks
-    that without it the report goes to <work_dir>/report)."""
-    return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv), "--publish"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+from tests.support.reproduce import reproduce, sweep_file
 
 
 def test_sweep_end_to_end_then_resume(tmp_path):
