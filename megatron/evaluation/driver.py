@@ -47,7 +47,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
             mode.check(neox_args, tokenizer, stream, lengths)
 
     opened, run = open_run(neox_args)
-    loaded = load(opened, neox_args)
+    loaded = load(opened, neox_args.inference_run())
     model, iteration = loaded.model, loaded.step
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     def scorer(x, labels=None, vocab_size=None):  # logits, or with labels their losses (the head by slices)
