@@ -7,7 +7,8 @@ too), so that a change breaking one fails here naming the file and line:
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
 - nothing below the door (megatron/ outside the config package) imports the config package: code there
-  takes a `ModelConfig` and the run keys it needs;
+  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/ takes them as typed records and has
+  no name `neox_args` at all;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
@@ -255,6 +256,38 @@ def test_nothing_below_the_door_imports_the_config_package():
     assert not found, ("below the entry points, code takes a ModelConfig (NeoXArgs.model, or a model's own .config) and "
                        "the run keys it needs, not the config package (megatron.errors has the error type, "
                        "megatron.checkpoint.folder a checkpoint's file names):\n" + "\n".join(found))
+
+
+# Rooms that take a ModelConfig and typed records of the run keys they read (megatron/checkpoint/run_keys.py),
+# never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
+# The string "neox_args" is data: the client-state key checkpoints have always kept the run's config under.
+TYPED_ROOMS = (MEGATRON / "checkpoint",)
+
+
+def run_config_names(source: str) -> list[int]:
+    """Lines of `source` that name `neox_args` as a parameter, a variable or an attribute."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(source))
+                   if (isinstance(node, ast.Name) and node.id == "neox_args")
+                   or (isinstance(node, ast.arg) and node.arg == "neox_args")
+                   or (isinstance(node, ast.Attribute) and node.attr == "neox_args")})
+
+
+def test_the_checkpoint_room_takes_typed_run_keys_not_the_run_config():
+    found = [f"{where(path, line)}" for room in TYPED_ROOMS for path in python_files(room)
+             for line in run_config_names(path.read_text())]
+    assert not found, ("megatron/checkpoint/ takes a ModelConfig and the records of run_keys.py (built by "
+                       "megatron/neox_arguments/to_checkpoint.py), not the run config; add the key a function "
+                       "needs to its record instead:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("source, hits", [
+    ("def save(neox_args, engine):\n    pass\n", [1]),
+    ("def save(run):\n    return run.save\n\n\nx = neox_args\n", [5]),
+    ("def f(loaded):\n    return loaded.neox_args\n", [2]),
+    ("state = {'neox_args': 1}\nvalue = state.get('neox_args')\n", []),  # the on-disk key is data
+])
+def test_a_run_config_name_is_found(source, hits):
+    assert run_config_names(source) == hits
 
 
 def test_the_probe_generators_are_a_leaf_package():

@@ -24,11 +24,11 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
-from megatron.length_schedule import length_schedule_of
 from megatron.checkpoint.folder import (RESOLVED_NAME, TAG, CheckpointError, checkpoint_steps,  # noqa: F401
                                        removed_while_read, resolve_tag)  # (re-exported)
 from megatron.model.model_config import ModelConfig, differences, extension_keys
 from megatron.checkpoint.plain_load import NotPlainData, as_plain_data, load_plain, verify_folder, weights_only_engine
+from megatron.checkpoint.run_keys import CheckpointRun, InferenceRun
 from megatron.quoting import quote
 
 PARTIAL = ".global_step*.partial"  # a save being written (or left by a crashed one): `.{tag}.partial`
@@ -75,11 +75,12 @@ def stored_model_config(state: dict, where) -> ModelConfig:
                               "Load another checkpoint (`iteration`), or one train.py wrote.") from None
 
 
-def check_compatible(state: dict, neox_args, run: ModelConfig, where, fine_tune: bool = False) -> None:
+def check_compatible(state: dict, run: ModelConfig, where, fine_tune: bool = False, config_read_from=()) -> None:
     """The checkpoint records the model `run` is. `fine_tune`: train.py starting a fine-tune from its weights,
-    which may also change the keys that shape no parameter (extension_keys: rotary-emb-base)."""
+    which may also change the keys that shape no parameter (extension_keys: rotary-emb-base).
+    `config_read_from`: the files the run's config was read from (run_keys.py), () where there is none."""
     mismatches = differences(stored_model_config(state, where), run, fine_tune)
-    if mismatches and _config_came_from(neox_args, pathlib.Path(where) / RESOLVED_NAME):
+    if mismatches and _config_came_from(config_read_from, pathlib.Path(where) / RESOLVED_NAME):
         # The advice below would send the user back to the file this run already used.
         raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
                               f"differs from its own {RESOLVED_NAME}, which this run's config came from: "
@@ -87,7 +88,7 @@ def check_compatible(state: dict, neox_args, run: ModelConfig, where, fine_tune:
                               "(`iteration`) or a checkpoint train.py wrote.")
     if mismatches and fine_tune:
         free = ["the attention window", "rotary-scaling",
-                *(k.replace("_", "-") for k in extension_keys(neox_args.pos_emb, neox_args.layer_pattern))]
+                *(k.replace("_", "-") for k in extension_keys(run.pos_emb, run.layer_pattern))]
         raise CheckpointError(f"this fine-tune (finetune: true) starts from the weights of {where}, but they belong "
                               "to a different model: " + "; ".join(mismatches) + ". A fine-tune keeps the architecture "
                               "(layers, sizes, method and its parameters' options) and may change only the lengths "
@@ -118,12 +119,12 @@ TRAINED_BY = {"bfloat16": "precision: bf16 with bf16-weights: bf16", "float16": 
               "float32": "precision: fp32, or bf16 with bf16-weights: fp32"}
 
 
-def _check_weights_dtype(state: dict, neox_args, engine, where) -> None:
+def _check_weights_dtype(state: dict, run: CheckpointRun, engine, where) -> None:
     """Weights load in any dtype (cast). The optimizer state of DeepSpeed's bf16 engine without ZeRO resumes on
     fp32 weights (megatron/training/optimizer.py takes its fp32 master weights); other changes of the weights' dtype
     cannot take the optimizer state along."""
     stored, here = stored_weights_dtype(state), weights_dtype(engine.module)
-    if stored == here or neox_args.finetune or neox_args.no_load_optim:
+    if stored == here or run.finetune or run.no_load_optim:
         return
     if stored == "bfloat16" and here == "float32" and not engine.zero_optimization():
         return
@@ -134,13 +135,12 @@ def _check_weights_dtype(state: dict, neox_args, engine, where) -> None:
         "or load its weights alone with a fresh optimizer (--set no-load-optim=true).")
 
 
-def _config_came_from(neox_args, resolved: pathlib.Path) -> bool:
+def _config_came_from(config_read_from, resolved: pathlib.Path) -> bool:
     """Some key of the run's config was read from `resolved` (given as a config file, or taken from the
-    checkpoint by from_checkpoint.py): sources read 'FILE:LINE' or 'checkpoint FILE:LINE'."""
-    if neox_args is None or not resolved.is_file():  # None: the model is the checkpoint's own record
+    checkpoint by from_checkpoint.py): `config_read_from` names the files its keys came from."""
+    if not resolved.is_file():  # () read from: the model is the checkpoint's own record
         return False
-    for source in neox_args.config_sources.values():
-        path = str(source).removeprefix("checkpoint ").rsplit(":", 1)[0]
+    for path in config_read_from:
         with contextlib.suppress(OSError):
             if pathlib.Path(path).is_file() and os.path.samefile(path, resolved):
                 return True
@@ -148,25 +148,26 @@ def _config_came_from(neox_args, resolved: pathlib.Path) -> bool:
 
 
 # -------------------------------------------------------------------------------------- evaluation
-def load_model_weights(neox_args, model: torch.nn.Module) -> int:
-    """Load the weights of checkpoint `neox_args.load` (step `iteration`, else `latest`) into a bare
+def load_model_weights(run: InferenceRun, model: torch.nn.Module) -> int:
+    """Load the weights of checkpoint `run.load` (step `iteration`, else `latest`) into a bare
     model, for evaluation; returns the step. The model may be built for any sequence length unless
     its method is `learned`. Anything that would leave the model not exactly the trained one is a
     CheckpointError naming what differs."""
-    if not neox_args.load:
+    if not run.load:
         raise CheckpointError("no checkpoint to evaluate: set `load` to the `save` directory of a "
                               "training run (and `iteration` to pick a step other than the latest).")
-    tag = resolve_tag(neox_args.load, neox_args.iteration)
-    where = pathlib.Path(neox_args.load) / tag
-    return load_weights_of(read_client_state(neox_args.load, tag), where, neox_args, model)
+    tag = resolve_tag(run.load, run.iteration)
+    where = pathlib.Path(run.load) / tag
+    return load_weights_of(read_client_state(run.load, tag), where, model, config_read_from=run.config_read_from)
 
 
-def load_weights_of(state: dict, where, neox_args, model: torch.nn.Module, run: ModelConfig | None = None) -> int:
+def load_weights_of(state: dict, where, model: torch.nn.Module, run: ModelConfig | None = None,
+                    config_read_from=()) -> int:
     """load_model_weights for checkpoint folder `where` whose model-states file was read already (`state`:
     read_client_state's): checked against the run's model `run` (default: the model's own config), loaded
-    exactly; returns the step."""
+    exactly; returns the step. `config_read_from`: as check_compatible's."""
     where = pathlib.Path(where)
-    check_compatible(state, neox_args, run or model.config, where)
+    check_compatible(state, run or model.config, where, config_read_from=config_read_from)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         verify_folder(where)  # zero_to_fp32 unpickles every file it reads
@@ -212,9 +213,9 @@ def _load_exactly(model: torch.nn.Module, weights: dict, where) -> None:
 
 
 # -------------------------------------------------------------------------------------- training
-def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) -> pathlib.Path:
+def save_checkpoint(run: CheckpointRun, engine, iteration: int, consumed_samples: int) -> pathlib.Path:
     """Save step `iteration` (collective: every rank calls it). Returns the checkpoint folder."""
-    save_dir = pathlib.Path(neox_args.save)
+    save_dir = pathlib.Path(run.save)
     tag = f"global_step{iteration}"
     partial = f".{tag}.partial"
     rank = torch.distributed.get_rank()
@@ -226,12 +227,12 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
         "iteration": iteration,
         "consumed_train_samples": consumed_samples,
         "model_config": engine.module.config.record(),
-        "neox_args": as_plain_data({k: v for k, v in neox_args.to_dict().items() if k != "config_files"}),
+        "neox_args": as_plain_data(run.stored_config),  # the key checkpoints have always kept the config under
         "rng_state": rng_state(),
         "weights_dtype": weights_dtype(engine.module),  # bf16 runs keep fp32 or bf16 weights (bf16-weights)
     }
-    if (schedule := length_schedule_of(neox_args)) is not None:  # the stage of the step that made these weights
-        client_state["length_stage"] = schedule.at(max(iteration - 1, 0)).record()
+    if run.length_schedule is not None:  # the stage of the step that made these weights
+        client_state["length_stage"] = run.length_schedule.at(max(iteration - 1, 0)).record()
     # Every write happens before anything is renamed; a failure on any rank is shared, so every rank
     # finishes DeepSpeed's collective steps and then all stop together, with the partial files removed.
     with _failures_kept(engine) as failures:
@@ -241,8 +242,8 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
             failures.append(err)
     if rank == 0 and not failures:
         try:
-            _write_config_files(save_dir / partial / "configs", neox_args.config_files)
-            (save_dir / partial / RESOLVED_NAME).write_text(neox_args.resolved_yaml())
+            _write_config_files(save_dir / partial / "configs", run.config_files)
+            (save_dir / partial / RESOLVED_NAME).write_text(run.resolved_yaml)
             _write_synced(save_dir / LATEST_NEXT, tag)
         except OSError as err:
             failures.append(err)
@@ -261,7 +262,7 @@ def save_checkpoint(neox_args, engine, iteration: int, consumed_samples: int) ->
                          f"was removed and {kept}. {fix}, then resume from the last checkpoint.")
     if rank == 0:
         _commit(save_dir, partial, tag)
-        _prune(save_dir, neox_args.keep_last_n_checkpoints)
+        _prune(save_dir, run.keep_last_n_checkpoints)
     torch.distributed.barrier()
     return save_dir / tag
 
@@ -365,52 +366,53 @@ def _prune(save_dir: pathlib.Path, keep: int | None) -> None:
         shutil.rmtree(save_dir / f"global_step{step}")
 
 
-def load_checkpoint(neox_args, engine) -> tuple[int, int]:
+def load_checkpoint(run: CheckpointRun, engine) -> tuple[int, int]:
     """Resume from `load`: model, optimizer, LR schedule, RNG and data position. Returns (iteration,
     consumed training samples); (0, 0) when `load` holds no checkpoint yet (the first launch of a
     run whose `load` is its own `save`). `finetune` loads the weights only and starts at step 0, unless it
     saved in `save` already: then it resumes from there (fine_tune_so_far)."""
-    if not neox_args.load:
+    if not run.load:
         return 0, 0
-    nothing_yet = not checkpoint_steps(neox_args.load) and not (pathlib.Path(neox_args.load) / "latest").exists()
-    if nothing_yet and neox_args.iteration is None and not neox_args.finetune:
+    nothing_yet = not checkpoint_steps(run.load) and not (pathlib.Path(run.load) / "latest").exists()
+    if nothing_yet and run.iteration is None and not run.finetune:
         if torch.distributed.get_rank() == 0:
-            print(f"no checkpoint in {neox_args.load} yet: starting from step 0", flush=True)
+            print(f"no checkpoint in {run.load} yet: starting from step 0", flush=True)
         return 0, 0
-    load, iteration, weights_only = neox_args.load, neox_args.iteration, neox_args.finetune
-    if weights_only and (own := fine_tune_so_far(neox_args)):  # a relaunched fine-tune resumes itself
+    load, iteration, weights_only = run.load, run.iteration, run.finetune
+    if weights_only and (own := fine_tune_so_far(run)):  # a relaunched fine-tune resumes itself
         load, iteration, weights_only = own, None, False
     tag = resolve_tag(load, iteration)
     where = pathlib.Path(load) / tag
     client_state = read_client_state(load, tag)
-    check_compatible(client_state, neox_args, engine.module.config, where, fine_tune=weights_only)
-    _check_weights_dtype(client_state, neox_args, engine, where)
+    check_compatible(client_state, engine.module.config, where, fine_tune=weights_only,
+                     config_read_from=run.config_read_from)
+    _check_weights_dtype(client_state, run, engine, where)
     verify_folder(where)  # DeepSpeed unpickles its files (model states, optimizer partitions) itself
     with weights_only_engine(engine):
         path, state = engine.load_checkpoint(
             load, tag=tag, load_module_only=weights_only,
-            load_optimizer_states=not (weights_only or neox_args.no_load_optim),
-            load_lr_scheduler_states=not (weights_only or neox_args.no_load_optim))
+            load_optimizer_states=not (weights_only or run.no_load_optim),
+            load_lr_scheduler_states=not (weights_only or run.no_load_optim))
     if path is None:
         raise CheckpointError(f"DeepSpeed could not load {where}; see its messages above.")
     if weights_only:
         return 0, 0
     stored_step(state, where)
-    if not neox_args.no_load_rng:
+    if not run.no_load_rng:
         set_rng_state(state["rng_state"])
     if torch.distributed.get_rank() == 0:  # a fine-tune (above) starts at step 0 and resumes nothing
         again = (f": this fine-tune saved there already, so it continues (its starting weights came from "
-                 f"{neox_args.load})") if neox_args.finetune else ""
+                 f"{run.load})") if run.finetune else ""
         print(f"resumed from step {state['iteration']} ({where}){again}", flush=True)
     return state["iteration"], state["consumed_train_samples"]
 
 
-def fine_tune_so_far(neox_args) -> str | None:
+def fine_tune_so_far(run: CheckpointRun) -> str | None:
     """The `save` folder of a fine-tune that has saved there already (relaunched after a stop or a crash), or
     None. It resumes from its own latest checkpoint: starting again from `load`'s weights at step 0 would
     train again what it has and overwrite it. A stage of a context extension is such a fine-tune."""
-    save, load = neox_args.save, neox_args.load
-    if not (neox_args.finetune and save and load) or os.path.abspath(save) == os.path.abspath(load):
+    save, load = run.save, run.load
+    if not (run.finetune and save and load) or os.path.abspath(save) == os.path.abspath(load):
         return None
     return save if checkpoint_steps(save) or (pathlib.Path(save) / "latest").exists() else None
 

@@ -1,7 +1,8 @@
 """The one way a trained model is loaded for inference (evaluation, generation, lm-eval, export, plots):
 `load(checkpoint)` reads the checkpoint once (`open_checkpoint`: its model-states file, weights memory-mapped)
 and returns the model its ModelConfig describes with its weights loaded exactly, the tokenizer, the config
-and the training record, the model on one device in one dtype by one rule."""
+and the training record, the model on one device in one dtype by one rule. A run's side of loading (its model and
+the keys that load it) is an `InferenceRun` (run_keys.py), which the config package builds."""
 import os
 import pathlib
 from dataclasses import dataclass, fields, replace
@@ -10,16 +11,17 @@ import torch
 
 from megatron.checkpoint.folder import RESOLVED_NAME, CheckpointError, read_pruning_aware, split_checkpoint_path
 from megatron.checkpoint.checkpointing import check_compatible, load_weights_of, read_client_state, stored_model_config
+from megatron.checkpoint.run_keys import InferenceRun
 from megatron.model import GPTModel
 from megatron.errors import NeoXArgsError
 from megatron.model.model_config import ModelConfig, per_run_option_keys, run_choices
-from megatron.tokenizer import Tokenizer, build_tokenizer, make_tokenizer, padded_vocab_size
+from megatron.tokenizer import Tokenizer, make_tokenizer, padded_vocab_size
 
 
-def inference_device_and_dtype(neox_args, device=None) -> tuple[torch.device, torch.dtype]:
+def inference_device_and_dtype(run: InferenceRun, device=None) -> tuple[torch.device, torch.dtype]:
     """This rank's device (or `device`), and the config's precision there: bf16/fp16 only where the
     hardware runs them fast; CPU runs in fp32."""
-    return _device_and_dtype(neox_args.precision, neox_args.local_rank, device)
+    return _device_and_dtype(run.precision, run.local_rank, device)
 
 
 def _device_and_dtype(precision: str | None, local_rank: int, device=None) -> tuple[torch.device, torch.dtype]:
@@ -65,48 +67,58 @@ def _open_step(where: pathlib.Path) -> OpenCheckpoint:
 class LoadedModel:
     model: GPTModel          # in eval mode, on `device` in `dtype`
     tokenizer: Tokenizer
-    neox_args: object        # the run config given to `load` (None: the checkpoint alone described the model)
+    run: InferenceRun | None  # the run given to `load` (None: the checkpoint alone described the model)
     config: ModelConfig      # what the checkpoint says the model is
     step: int
     trained: TrainingRecord  # what the checkpoint says of its run
 
 
-def load(checkpoint, neox_args=None, device=None, dtype: torch.dtype | None = None) -> LoadedModel:
-    """The model of `checkpoint`: a `save` folder (its `latest`, or `neox_args.iteration`), one `global_stepN`
+def load(checkpoint, run: InferenceRun | None = None, device=None, dtype: torch.dtype | None = None) -> LoadedModel:
+    """The model of `checkpoint`: a `save` folder (its `latest`, or `run.iteration`), one `global_stepN`
     folder, or an OpenCheckpoint already read. The model is the one the checkpoint records, with a run's own
-    choices (attention-window, rotary-scaling, attention-impl, ...) applied to it: those of the config
-    `neox_args` where one is given, which must agree with the checkpoint on the model (a CheckpointError
+    choices (attention-window, rotary-scaling, attention-impl, ...) applied to it: those of `run` (a config's
+    model and keys) where one is given, whose model must agree with the checkpoint's (a CheckpointError
     names every difference), else those of the run that trained it. `device` and `dtype` default to
-    `inference_device_and_dtype`'s rule (the training run's precision where no config is given)."""
+    `inference_device_and_dtype`'s rule (the training run's precision where no run is given)."""
     if isinstance(checkpoint, OpenCheckpoint):
-        return _build(checkpoint, neox_args, device, dtype)
-    load_dir, iteration = split_checkpoint_path(checkpoint, neox_args.iteration if neox_args else None)
+        return _build(checkpoint, run, device, dtype)
+    load_dir, iteration = split_checkpoint_path(checkpoint, run.iteration if run else None)
     # The step's own config is read after its model-states file: a step pruned between them is read again
-    return read_pruning_aware(load_dir, iteration, lambda where: _build(_open_step(where), neox_args, device, dtype))
+    return read_pruning_aware(load_dir, iteration, lambda where: _build(_open_step(where), run, device, dtype))
 
 
-def _build(opened: OpenCheckpoint, neox_args, device, dtype) -> LoadedModel:
+def _build(opened: OpenCheckpoint, run: InferenceRun | None, device, dtype) -> LoadedModel:
     saved = opened.config
     # The recorded model with a run's choices: the config's (its lengths and tokenizer files too: a run may
     # score lengths the training never saw), else those the training run stored with the checkpoint.
-    run = None  # the run's model, checked against the record: the config's, else the record itself
-    if neox_args is not None:
-        tokenizer = build_tokenizer(neox_args)
-        run = replace(neox_args.model, padded_vocab_size=tokenizer.padded_vocab_size)
-        choices = {f.name: getattr(run, f.name) for f in fields(ModelConfig) if not f.compare}
-        choices.update(lengths=run.lengths, tokenizer_files=run.tokenizer_files)
-        precision, local_rank = neox_args.precision, neox_args.local_rank
-        check_compatible(opened.state, neox_args, run, opened.where)  # before a model of the wrong kind is built
+    wanted = None  # the run's model, checked against the record: the config's, else the record itself
+    if run is not None:
+        tokenizer = _run_tokenizer(run)
+        wanted = replace(run.model, padded_vocab_size=tokenizer.padded_vocab_size)
+        choices = {f.name: getattr(wanted, f.name) for f in fields(ModelConfig) if not f.compare}
+        choices.update(lengths=wanted.lengths, tokenizer_files=wanted.tokenizer_files)
+        precision, local_rank = run.precision, run.local_rank
+        # before a model of the wrong kind is built
+        check_compatible(opened.state, wanted, opened.where, config_read_from=run.config_read_from)
     else:
         tokenizer = _recorded_tokenizer(opened)
         trained = opened.trained.config if isinstance(opened.trained.config, dict) else {}
         choices = _trained_choices(saved, trained, opened.where)
         precision, local_rank = trained.get("precision"), int(os.environ.get("LOCAL_RANK", 0))
     model = GPTModel(replace(saved, padded_vocab_size=tokenizer.padded_vocab_size, **choices))
-    step = load_weights_of(opened.state, opened.where, neox_args, model, run)
+    step = load_weights_of(opened.state, opened.where, model, wanted,
+                           config_read_from=run.config_read_from if run else ())
     device, default_dtype = _device_and_dtype(precision, local_rank, device)
     model = model.to(device=device, dtype=dtype or default_dtype).eval()
-    return LoadedModel(model, tokenizer, neox_args, saved, step, opened.trained)
+    return LoadedModel(model, tokenizer, run, saved, step, opened.trained)
+
+
+def _run_tokenizer(run: InferenceRun) -> Tokenizer:
+    """The tokenizer of the run's model, its embedding rows padded to make-vocab-size-divisible-by."""
+    files = run.model.tokenizer_files
+    tokenizer = make_tokenizer(run.model.tokenizer_type, files.get("vocab_file"), files.get("merge_file"))
+    tokenizer.padded_vocab_size = padded_vocab_size(tokenizer, run.vocab_divisible_by)
+    return tokenizer
 
 
 def _recorded_tokenizer(opened: OpenCheckpoint) -> Tokenizer:

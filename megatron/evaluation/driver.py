@@ -49,7 +49,7 @@ def evaluate_run(neox_args) -> pathlib.Path:
             mode.check(settings, tokenizer, stream, lengths)
 
     opened, run = open_run(neox_args)
-    loaded = load(opened, neox_args)
+    loaded = load(opened, neox_args.inference_run())
     model, scorer = loaded.model, _scorer(loaded.model, modes, settings.sequence_parallel_size)
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     check_position_range(model, lengths, dtype)

@@ -156,7 +156,8 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
                                                                                           "the config"))
     if problem:
         raise EvaluationError(problem)
-    device, _ = inference_device_and_dtype(neox_args)
+    inference = neox_args.inference_run()  # the model and the keys that load it
+    device, _ = inference_device_and_dtype(inference)
     asked_ruler = ruler_tasks(neox_args.eval_tasks or [])
     ruler = RulerRun(neox_args, asked_ruler) if asked_ruler else None  # refuses unavailable data before loading
     length = neox_args.eval_task_length or (ruler.longest if ruler else neox_args.seq_length)
@@ -181,7 +182,7 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
     with lm_eval_output_to(path.with_suffix(".log"), f"eval.py {' '.join(tasks)} on {run['name']}"):
         others = [t for t in tasks if not (ruler and (t in ruler.tasks or t == "ruler"))]
         manager = task_manager_for(neox_args)[0] if others or not ruler else None
-        loaded = load(opened, neox_args, device)
+        loaded = load(opened, inference, device)
         model, tokenizer = loaded.model, loaded.tokenizer
         limit = model.position_limit()
         if limit is not None and length > limit:

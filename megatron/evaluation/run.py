@@ -87,7 +87,7 @@ def _peak_memory_mb(device) -> float:
 
 def open_run(neox_args) -> tuple[OpenCheckpoint, dict]:
     """The checkpoint `load` names (at `iteration`), read once, and the result file's `run` for it: how both
-    evaluation drivers open a run. `load(opened, neox_args)` then builds its model without reading it again."""
+    evaluation drivers open a run. `load(opened, neox_args.inference_run())` then builds its model without reading it again."""
     opened = open_checkpoint(neox_args.load, neox_args.iteration)
     return opened, run_record(neox_args, opened.trained)
 

@@ -19,6 +19,7 @@ from .groups import GROUPS, EvaluationArgs, LauncherArgs, LoggingArgs
 from .log_files import start_log_files
 from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
+from .to_checkpoint import checkpoint_run, inference_run
 from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
@@ -163,6 +164,15 @@ class NeoXArgs(*reversed(GROUPS)):
     def resolved_yaml(self) -> str:
         """The merged config as one loadable YAML file (resolved.py): what a checkpoint keeps beside its weights."""
         return resolved_yaml(self)
+
+    def checkpoint_run(self):
+        """The keys training's saves and resume read (megatron/checkpoint/run_keys.py's CheckpointRun), as the
+        run is now: what a save writes of the config."""
+        return checkpoint_run(self)
+
+    def inference_run(self):
+        """The model and the keys that loading a trained model reads (run_keys.py's InferenceRun)."""
+        return inference_run(self)
 
     def model_only_from(self) -> str | None:
         """The checkpoint folder whose model-states file alone gave this run its model (the checkpoint keeps no

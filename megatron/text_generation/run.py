@@ -34,7 +34,7 @@ def generate_run(neox_args, stdin=None) -> list[dict]:
         initialize_megatron(neox_args)
     tokenizer = build_tokenizer(neox_args)
     check_generation_memory(neox_args, tokenizer, contexts)
-    loaded = load(neox_args.load, neox_args)
+    loaded = load(neox_args.load, neox_args.inference_run())
     model, iteration = loaded.model, loaded.step
     say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
     say(f"generating with {neox_args.pos_emb} ({neox_args.load}, step {iteration}): {neox_args.text_gen_type}, "
@@ -105,7 +105,7 @@ def check_generation_memory(neox_args, tokenizer, contexts: list[str]) -> None:
         mine = contexts[neox_args.rank::neox_args.world_size] or [""]
         batches = [len(mine[i:i + size]) for i in range(0, len(mine), size)]
         longest = max(len(tokenizer.tokenize(text)) if text else 1 for text in mine)
-    _, dtype = inference_device_and_dtype(neox_args)
+    _, dtype = inference_device_and_dtype(neox_args.inference_run())
     vocab = tokenizer.padded_vocab_size
     problem = generation_memory_problem(
         num_layers=neox_args.num_layers, hidden=neox_args.hidden_size, vocab=vocab, dtype=dtype,

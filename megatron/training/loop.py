@@ -17,6 +17,7 @@ import torch
 from deepspeed.accelerator import get_accelerator
 
 from megatron.checkpoint.checkpointing import SaveFailed, fine_tune_so_far, load_checkpoint, save_checkpoint
+from megatron.checkpoint.run_keys import CheckpointRun
 from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.data.packed_documents import samples_across_documents
 from megatron.run.initialize import initialize_megatron
@@ -98,9 +99,10 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
     if neox_args.rank == 0 and train_set is not None and (masking := masking_line(
             neox_args, *samples_across_documents(train_set))):
         print(masking, flush=True)
-    iteration, consumed = load_checkpoint(neox_args, engine)
+    checkpoint = neox_args.checkpoint_run()  # what saves and the resume read of the config, as the run trains with it
+    iteration, consumed = load_checkpoint(checkpoint, engine)
     if iteration >= neox_args.train_iters and neox_args.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
-        held = fine_tune_so_far(neox_args) or neox_args.load  # a relaunched fine-tune resumed its own save
+        held = fine_tune_so_far(checkpoint) or neox_args.load  # a relaunched fine-tune resumed its own save
         print(f"the checkpoint in {held} is at step {iteration}, already train-iters "
               f"({neox_args.train_iters}): nothing to train; the final validation runs on it. Raise train-iters "
               f"(--set train-iters=N) to train further, or name another save/load folder to start anew.", flush=True)
@@ -111,7 +113,7 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
     try:
         with Preemption() as preemption:
             result = train(neox_args, engine, optimizer, train_batches, valid_set, tokenizer.vocab_size,
-                           monitor, preemption, iteration, consumed)
+                           monitor, preemption, iteration, consumed, checkpoint)
         if result.preempted:
             return result
         for split, dataset in (("valid", valid_set), ("test", test_set)):
@@ -155,7 +157,7 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
 
 
 def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, monitor, preemption,
-          iteration: int, consumed: int) -> TrainingResult:
+          iteration: int, consumed: int, checkpoint: CheckpointRun) -> TrainingResult:
     result = TrainingResult(iteration)
     bad_in_a_row = 0
     last_saved = iteration or None  # the checkpoint this run resumed from, if any
@@ -168,7 +170,7 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
     train_batches = itertools.chain([probe], train_batches)
     weights = WeightCheck(neox_args, engine, probe, vocab_size)
     if neox_args.save and iteration == 0 and 0 in extra_saves:  # upstream's "save the initial weights"
-        checked_save(neox_args, engine, weights, 0, consumed, monitor, last_saved)
+        checked_save(checkpoint, engine, weights, 0, consumed, monitor, last_saved)
         last_saved = 0
     schedule = length_schedule_of(neox_args)
     length = None
@@ -201,7 +203,7 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
         if neox_args.save and iteration in extra_saves:
             save_due = True
         if save_due and not step.skipped:
-            checked_save(neox_args, engine, weights, iteration, consumed, monitor, last_saved)
+            checked_save(checkpoint, engine, weights, iteration, consumed, monitor, last_saved)
             last_saved, save_due = iteration, False
         if iteration % neox_args.eval_interval == 0 and iteration < neox_args.train_iters:
             loss = evaluate(neox_args, engine, valid_set, vocab_size)
@@ -225,7 +227,7 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
         monitor.print(f"no final checkpoint: the last {bad_in_a_row} step(s) were skipped (fp16 overflow); "
                       f"{_saved_so_far(neox_args, last_saved)}")
     elif iteration > (last_saved or 0):
-        checked_save(neox_args, engine, weights, iteration, consumed, monitor, last_saved)
+        checked_save(checkpoint, engine, weights, iteration, consumed, monitor, last_saved)
     return result
 
 
@@ -457,12 +459,13 @@ class WeightCheck:
                 f"{TRY_INSTEAD}")
 
 
-def checked_save(neox_args, engine, weights: WeightCheck, iteration, consumed, monitor, last_saved) -> None:
+def checked_save(checkpoint: CheckpointRun, engine, weights: WeightCheck, iteration, consumed, monitor,
+                 last_saved) -> None:
     """Save, unless the weights diverged: `latest` never names weights worse than the last checkpoint's."""
     weights.check(iteration, last_saved)
     start = time.time()
     try:
-        folder = save_checkpoint(neox_args, engine, iteration, consumed)
+        folder = save_checkpoint(checkpoint, engine, iteration, consumed)
     except SaveFailed as err:  # the machine's fault, said in one paragraph; the run cannot go on without saving
         raise TrainingError(str(err)) from None
     monitor.print(f"saved checkpoint {folder} in {time.time() - start:.1f}s")

@@ -42,9 +42,9 @@ def test_differences_name_every_key_in_the_old_words(tmp_path):
 def test_one_device_and_dtype_rule(tmp_path):
     from megatron.checkpoint.inference_model import inference_device_and_dtype
     bf16 = tiny_args("unused-data", tmp_path, precision="bf16")
-    assert inference_device_and_dtype(bf16, "cuda:0") == (torch.device("cuda:0"), torch.bfloat16)
-    assert inference_device_and_dtype(bf16, "cpu") == (torch.device("cpu"), torch.float32)  # CPU runs fp32
+    assert inference_device_and_dtype(bf16.inference_run(), "cuda:0") == (torch.device("cuda:0"), torch.bfloat16)
+    assert inference_device_and_dtype(bf16.inference_run(), "cpu") == (torch.device("cpu"), torch.float32)  # CPU runs fp32
     fp32 = tiny_args("unused-data", tmp_path)
-    assert inference_device_and_dtype(fp32, "cuda:1") == (torch.device("cuda:1"), torch.float32)
+    assert inference_device_and_dtype(fp32.inference_run(), "cuda:1") == (torch.device("cuda:1"), torch.float32)
     if not torch.cuda.is_available():
-        assert inference_device_and_dtype(bf16) == (torch.device("cpu"), torch.float32)
+        assert inference_device_and_dtype(bf16.inference_run()) == (torch.device("cpu"), torch.float32)

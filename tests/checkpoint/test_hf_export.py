@@ -159,7 +159,7 @@ def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
     args = tiny_args("unused-data", tmp_path, hidden_size=32, num_attention_heads=2)
     initialize_megatron(args)
     engine = setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0]
-    save_checkpoint(args, engine, 3, 48)
+    save_checkpoint(args.checkpoint_run(), engine, 3, 48)
     config = tmp_path / "run.yml"
     config.write_text(f"{{num-layers: 2, hidden-size: 32, num-attention-heads: 2, seq-length: 64, pos-emb: kerple_log, "
                       f"no-weight-tying: true, tokenizer-type: ByteLevelTokenizer, train_micro_batch_size_per_gpu: 1}}")
@@ -174,7 +174,7 @@ def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
         out = model.generate(**ids, max_new_tokens=8, do_sample=False)
     assert out.shape[1] > ids["input_ids"].shape[1]
     ours = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
-    load_model_weights(args, ours)
+    load_model_weights(args.inference_run(), ours)
     tokens = torch.randint(0, 256, (1, 256))  # 4x the training length
     with torch.no_grad():
         torch.testing.assert_close(model(tokens).logits, ours(tokens), atol=1e-5, rtol=0)

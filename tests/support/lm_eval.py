@@ -49,7 +49,7 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm_eval")
     args = tiny_args("unused-data", root, eval_results_dir=str(root / "results"), **MODEL)
     initialize_megatron(args)
-    save_checkpoint(args, setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0], 2, 32)
+    save_checkpoint(args.checkpoint_run(), setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0], 2, 32)
     config = root / "run.yml"
     config.write_text(json.dumps({"num-layers": 2, "hidden-size": 32, "num-attention-heads": 2, "seq-length": 64,
                                   "pos-emb": "kerple_log", "no-weight-tying": True, "make-vocab-size-divisible-by": 2,
@@ -65,5 +65,5 @@ def run(tmp_path_factory):
         (tasks / f"{name}.yaml").write_text(f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
                                             f"    test: {tasks / data}\ntest_split: test\n{body}")
     model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
-    load_model_weights(args, model)
+    load_model_weights(args.inference_run(), model)
     return {"root": root, "config": config, "tasks": tasks, "model": model, "tokenizer": build_tokenizer(args)}

@@ -155,20 +155,20 @@ def test_a_bf16_engine_checkpoint_resumes_on_fp32_weights(stdlib_data, tmp_path)
     for _ in range(2):
         train_step(old, engine, optimizer, batches, vocab)
     assert next(engine.module.parameters()).dtype == torch.bfloat16
-    save_checkpoint(old, engine, 2, 8)
+    save_checkpoint(old.checkpoint_run(), engine, 2, 8)
     masters = [m.detach().clone() for g in engine.optimizer.fp32_groups for m in g]
     moments = [s["exp_avg"].clone() for s in optimizer.state.values()]
 
     new = tiny_args(stdlib_data, tmp_path, pos_emb="none", precision="bf16", train_micro_batch_size_per_gpu=4)
     engine, optimizer, vocab = _engine(new)
-    assert load_checkpoint(new, engine) == (2, 8)
+    assert load_checkpoint(new.checkpoint_run(), engine) == (2, 8)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     assert all(p.dtype == torch.float32 and torch.equal(p, m) for p, m in zip(params, masters))
     assert all(torch.equal(optimizer.state[p]["exp_avg"], m) for p, m in zip(params, moments))
     assert engine.lr_scheduler.num_steps == 2
     outcome = train_step(new, engine, optimizer, batches, vocab)
     assert not outcome.skipped and math.isfinite(outcome.loss)
-    folder = save_checkpoint(new, engine, 3, 12)
+    folder = save_checkpoint(new.checkpoint_run(), engine, 3, 12)
     from megatron.checkpoint.checkpointing import read_client_state
     assert read_client_state(new.save, folder.name)["weights_dtype"] == "float32"
 
@@ -178,7 +178,7 @@ def test_a_bf16_engine_checkpoint_resumes_on_fp32_weights(stdlib_data, tmp_path)
     with pytest.raises(CheckpointError, match=r"was trained with float32 weights and this run keeps bfloat16 "
                                               r"weights: its optimizer state cannot be resumed .* \(precision: fp32, "
                                               r"or bf16 with bf16-weights: fp32\), or load its weights alone"):
-        load_checkpoint(back, engine)
+        load_checkpoint(back.checkpoint_run(), engine)
 
 
 @pytest.mark.slow  # inductor compiles C++ for the layer's forward and backward: ~1-2 min on a cold cache

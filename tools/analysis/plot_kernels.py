@@ -67,7 +67,7 @@ def load_positional_embeddings(neox_args):
     """The trained model's distinct positional modules (one when shared) and the checkpoint step."""
     from megatron.checkpoint.inference_model import load
 
-    loaded = load(neox_args.load, neox_args, device="cpu")
+    loaded = load(neox_args.load, neox_args.inference_run(), device="cpu")
     return loaded.model.positional_embeddings(), loaded.step
 
 

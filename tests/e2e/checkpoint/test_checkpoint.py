@@ -73,7 +73,7 @@ def test_signal_saves_a_checkpoint_and_exits_with_128_plus_the_signal(signum, st
     assert (tmp_path / "ckpt" / "latest").read_text() == f"global_step{stopped}"
     assert (tmp_path / "ckpt" / f"global_step{stopped}" / "configs" / "tiny.yml").read_text() == TINY.read_text()
     args = tiny_args(stdlib_data, tmp_path)
-    assert load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == stopped
+    assert load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == stopped
 
 
 # ------------------------------------------------------------------------------------ atomicity
@@ -85,7 +85,7 @@ def _engine(args):
 def test_a_failed_save_leaves_the_previous_checkpoint_in_charge(stdlib_data, tmp_path, monkeypatch):
     args = tiny_args(stdlib_data, tmp_path, keep_last_n_checkpoints=2)
     engine = _engine(args)
-    save_checkpoint(args, engine, 2, 32)
+    save_checkpoint(args.checkpoint_run(), engine, 2, 32)
     real_save = engine.checkpoint_engine.save
 
     def disk_full(state_dict, path):  # the write starts, then the disk fills up
@@ -94,16 +94,16 @@ def test_a_failed_save_leaves_the_previous_checkpoint_in_charge(stdlib_data, tmp
 
     monkeypatch.setattr(engine.checkpoint_engine, "save", disk_full)
     with pytest.raises(OSError, match="no space left on device"):
-        save_checkpoint(args, engine, 4, 64)
+        save_checkpoint(args.checkpoint_run(), engine, 4, 64)
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "latest").read_text() == "global_step2"
     assert not (ckpt / "global_step4").exists() and not (ckpt / ".global_step4.partial").exists()
     fresh = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
-    assert load_model_weights(args, fresh) == 2
+    assert load_model_weights(args.inference_run(), fresh) == 2
 
     monkeypatch.setattr(engine.checkpoint_engine, "save", real_save)
     for step in (4, 6, 8):
-        save_checkpoint(args, engine, step, 16 * step)
+        save_checkpoint(args.checkpoint_run(), engine, step, 16 * step)
     assert sorted(p.name for p in ckpt.iterdir()) == ["global_step6", "global_step8", "latest"]  # partial gone
     assert (ckpt / "latest").read_text() == "global_step8"
     assert (ckpt / "global_step8" / "configs" / "tiny.yml").read_text() == TINY.read_text()
@@ -123,7 +123,7 @@ def test_killed_mid_run_never_leaves_latest_unloadable(stdlib_data, tmp_path):
         process.kill()
         process.wait()
         if (tmp_path / "ckpt" / "latest").exists():
-            steps.append(load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))))
+            steps.append(load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))))
     assert steps and steps == sorted(steps)
 
 
@@ -135,11 +135,11 @@ RELATIVE = [m for m in available() if not lookup(m).uses_max_positions]  # no ta
 def test_relative_methods_load_at_any_length(method, stdlib_data, tmp_path):
     trained = tiny_args(stdlib_data, tmp_path, pos_emb=method, hidden_size=32, num_attention_heads=2)
     engine = _engine(trained)
-    save_checkpoint(trained, engine, 1, 16)
+    save_checkpoint(trained.checkpoint_run(), engine, 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb=method, hidden_size=32, num_attention_heads=2,
                        seq_length=256, seq_length_val=256)
     model = GPTModel(model_config(longer, build_tokenizer(longer).padded_vocab_size))
-    assert load_model_weights(longer, model) == 1
+    assert load_model_weights(longer.inference_run(), model) == 1
     tokens = torch.randint(0, 256, (1, 200))
     trained_module = engine.module.cpu()  # on a GPU DeepSpeed put it on CUDA; bit-equal needs one device
     trained_module.eval(), model.eval()
@@ -149,25 +149,25 @@ def test_relative_methods_load_at_any_length(method, stdlib_data, tmp_path):
 
 def test_learned_needs_the_trained_table_size(stdlib_data, tmp_path):
     trained = tiny_args(stdlib_data, tmp_path, pos_emb="learned")
-    save_checkpoint(trained, _engine(trained), 1, 16)
+    save_checkpoint(trained.checkpoint_run(), _engine(trained), 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb="learned", seq_length=256)
     with pytest.raises(CheckpointError, match=r"max-position-embeddings: checkpoint 64, this run 256"):
-        load_model_weights(longer, GPTModel(model_config(longer, build_tokenizer(longer).padded_vocab_size)))
+        load_model_weights(longer.inference_run(), GPTModel(model_config(longer, build_tokenizer(longer).padded_vocab_size)))
     same_table = tiny_args(stdlib_data, tmp_path, pos_emb="learned", max_position_embeddings=64)
-    assert load_model_weights(same_table, GPTModel(model_config(same_table, build_tokenizer(same_table).padded_vocab_size))) == 1
+    assert load_model_weights(same_table.inference_run(), GPTModel(model_config(same_table, build_tokenizer(same_table).padded_vocab_size))) == 1
 
 
 @pytest.fixture
 def saved(stdlib_data, tmp_path):
     """A checkpoint of the tiny profile (kerple_log) at step 3."""
     args = tiny_args(stdlib_data, tmp_path)
-    save_checkpoint(args, _engine(args), 3, 48)
+    save_checkpoint(args.checkpoint_run(), _engine(args), 3, 48)
     return tmp_path / "ckpt"
 
 
 def _load(stdlib_data, tmp_path, **overrides):
     args = tiny_args(stdlib_data, tmp_path, **overrides)
-    return load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)))
+    return load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)))
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -105,7 +105,7 @@ def test_a_config_without_model_keys_takes_them_from_the_checkpoint(alibi_run):
     # A model config given as well wins where it speaks, and the loader names the disagreement.
     kerple = NeoXArgs.from_ymls([TINY, EVAL_TINY], {"load": str(alibi_run)})
     with pytest.raises(CheckpointError, match=r"pos-emb: checkpoint 'alibi', this run 'kerple_log'"):
-        load(kerple.load, kerple)
+        load(kerple.load, kerple.inference_run())
     with pytest.raises(NeoXArgsError, match=r"load names the checkpoint folder .*global_step2 \(step 2\) but "
                                             r"iteration is 1"):
         NeoXArgs.from_ymls([EVAL_TINY], {"load": str(alibi_run / "global_step2"), "iteration": 1})
@@ -117,16 +117,16 @@ def test_checkpoints_written_before_model_config_still_load(alibi_run, stdlib_da
     old = old_layout(ckpt)
     assert "schema" not in old and ModelConfig.from_record(old).pos_emb == "alibi"
     args = tiny_args(stdlib_data, tmp_path, pos_emb="alibi")
-    assert load_model_weights(args, GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == 2
+    assert load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == 2
     assert_same_model(load(ckpt).model, reference)
     with pytest.raises(CheckpointError, match=r"made by a different model: pos-emb: checkpoint 'alibi', this run "
                                               r"'kerple_log'\. Load it with the config it was trained with"):
-        load(ckpt, tiny_args(stdlib_data, tmp_path))
+        load(ckpt, tiny_args(stdlib_data, tmp_path).inference_run())
     old_layout(ckpt, keep_resolved=False)  # older still: the model record alone rebuilds it
     assert_same_model(load(ckpt).model, reference)
     args = NeoXArgs.from_ymls([EVAL_TINY], {"load": str(ckpt)})  # no model in the config: the record gives it
     assert args.config_sources["pos_emb"] == f"checkpoint {ckpt / 'global_step2'} (model_config)"
-    assert_same_model(load(args.load, args).model, reference)
+    assert_same_model(load(args.load, args.inference_run()).model, reference)
     state = torch.load(ckpt / "global_step2" / MODEL_STATES, weights_only=False)
     torch.save({k: v for k, v in state.items() if k != "model_config"}, ckpt / "global_step2" / MODEL_STATES)
     with pytest.raises(CheckpointError, match=r"global_step2 keeps no resolved_config.yml, and the config gives no "

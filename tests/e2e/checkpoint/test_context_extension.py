@@ -40,16 +40,17 @@ def extension_args(stdlib_data, folder, short_ckpt, train_iters=1, **changes):
 
 
 def evaluated_alone(ckpt):
-    """What evaluate.py builds from `--set load=CKPT` and nothing else: the model the checkpoint records."""
+    """What evaluate.py builds from `--set load=CKPT` and nothing else: its config, and the model the checkpoint
+    records."""
     args = NeoXArgs.from_dict({"load": ckpt}, world_size=1)
-    return load(args.load, args, device="cpu", dtype=torch.float32)
+    return args, load(args.load, args.inference_run(), device="cpu", dtype=torch.float32)
 
 
 def in_memory_model(args):
     """The model the extension trained (its own config), with its saved weights."""
     model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
     where = pathlib.Path(args.save) / resolve_tag(args.save, None)
-    load_weights_of(read_client_state(args.save, where.name), where, args, model)
+    load_weights_of(read_client_state(args.save, where.name), where, model)
     return model.eval()
 
 
@@ -91,10 +92,10 @@ def test_the_extended_checkpoint_rebuilds_the_extended_model(name, rotary_short,
     args = extension_args(stdlib_data, tmp_path, rotary_short, pos_emb="rotary", **changes)
     result = pretrain(args)
     assert sorted(result.losses) == [1] and math.isfinite(result.losses[1])
-    loaded = evaluated_alone(str(tmp_path / "ckpt"))
-    assert loaded.neox_args.seq_length == LONG
+    config, loaded = evaluated_alone(str(tmp_path / "ckpt"))
+    assert config.seq_length == LONG
     for key, value in changes.items():  # the checkpoint gave the new settings, not the first stage's
-        assert getattr(loaded.neox_args, key) == value
+        assert getattr(config, key) == value
     inv_freq, attention_factor = loaded.model.pos_embs[0].frequencies()
     expected, expected_factor = reference()
     torch.testing.assert_close(inv_freq.double(), expected.double(), rtol=1e-6, atol=0)
@@ -115,7 +116,7 @@ def test_the_recorded_model_config_alone_rebuilds_the_extended_model(rotary_shor
     assert "rotary_scaling" not in read_client_state(rotary_short, "global_step2")["model_config"]  # plain: none
     (where / "resolved_config.yml").unlink()
     loaded = load(str(where), device="cpu", dtype=torch.float32)
-    assert loaded.neox_args is None and loaded.model.config.run_options["rotary_scaling"] == YARN  # the record alone
+    assert loaded.run is None and loaded.model.config.run_options["rotary_scaling"] == YARN  # the record alone
     expected = ROPE_INIT_FUNCTIONS["yarn"](LlamaConfig(
         hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS, max_position_embeddings=LONG,
         rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
@@ -144,7 +145,7 @@ def test_a_layer_pattern_extends_its_global_layers_only(stdlib_data, tmp_path):
     extended = [{"attention-window": 16}, {"rotary-scaling": YARN}]
     args = extension_args(stdlib_data, tmp_path / "long", short, pos_emb="rotary", layer_pattern=extended)
     pretrain(args)
-    loaded = evaluated_alone(str(tmp_path / "long" / "ckpt"))
+    _, loaded = evaluated_alone(str(tmp_path / "long" / "ckpt"))
     windowed, full = loaded.model.pos_embs
     torch.testing.assert_close(windowed.frequencies()[0].double(), float64_inverse_frequencies(10000),
                                rtol=1e-6, atol=0)
@@ -160,8 +161,8 @@ def test_bias_methods_extend_with_no_change(method, stdlib_data, tmp_path):
     args = extension_args(stdlib_data, tmp_path / "long", short, pos_emb=method)
     result = pretrain(args)
     assert math.isfinite(result.losses[1])
-    loaded = evaluated_alone(str(tmp_path / "long" / "ckpt"))
-    assert (loaded.neox_args.pos_emb, loaded.neox_args.seq_length) == (method, LONG)
+    config, loaded = evaluated_alone(str(tmp_path / "long" / "ckpt"))
+    assert (config.pos_emb, config.seq_length) == (method, LONG)
     assert_same_logits(loaded, args)
 
 

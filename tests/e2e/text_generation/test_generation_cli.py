@@ -59,7 +59,7 @@ def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
     assert all(set(r) == {"context", "text", "length", "finished", "message"} for r in records)
     # The same continuations straight from generate_tokens on the same checkpoint, each prompt alone.
     tokenizer = build_tokenizer(args)
-    model = load(args.load, args).model
+    model = load(args.load, args.inference_run()).model
     for record, prompt in zip(records, PROMPTS):
         tokens = generate_tokens(model, [tokenizer.tokenize(prompt)], max_new_tokens=40, eos=tokenizer.eod)[0]
         finished = tokens[-1:] == [tokenizer.eod]

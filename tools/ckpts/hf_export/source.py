@@ -36,9 +36,9 @@ def load_source(input_dir, config_files=None) -> Source:
             raise ExportError(f"--config_file {path} does not exist; give the YAML config the run was trained with.")
     load_dir, iteration = split_checkpoint_path(folder)
     try:
-        neox_args = None if not config_files else NeoXArgs.from_ymls(
-            [str(p) for p in config_files], {"load": str(load_dir), "iteration": iteration})
-        loaded = load(folder, neox_args, device="cpu", dtype=torch.float32)
+        run = None if not config_files else NeoXArgs.from_ymls(
+            [str(p) for p in config_files], {"load": str(load_dir), "iteration": iteration}).inference_run()
+        loaded = load(folder, run, device="cpu", dtype=torch.float32)
     except CheckpointError as err:
         raise ExportError(f"--input_dir: {err}") from None
     return Source(loaded.config, loaded.model, loaded.tokenizer, loaded.step)
