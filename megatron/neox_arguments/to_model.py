@@ -4,7 +4,8 @@ config itself."""
 import dataclasses
 
 from megatron.model.attention.config import AttentionConfig
-from megatron.model.model_config import (ARCHITECTURE_KEYS, ATTENTION_KEYS, LENGTH_KEYS, TOKENIZER_FILES, ModelConfig,
+from megatron.model.layer_pattern import parse_pattern
+from megatron.model.model_config import (ATTENTION_KEYS, FIELD_KEYS, LENGTH_KEYS, TOKENIZER_FILES, ModelConfig,
                                          model_options, per_run_option_keys, run_choices)
 from megatron.model.positional_embeddings import PositionalEmbedding, build_positional_embedding, declared_options, option_names
 
@@ -17,22 +18,24 @@ def attention_config(neox_args) -> AttentionConfig:
 def model_config(neox_args, vocab_rows: int | None) -> ModelConfig:
     """The model `neox_args` builds with `vocab_rows` embedding rows (`tokenizer.padded_vocab_size`; None
     where only the layers are asked about, before the tokenizer is built). NeoXArgs builds it once, as
-    `neox_args.model`, after its checks."""
-    recorded = _recorded(neox_args, vocab_rows, model_options(neox_args.pos_emb, neox_args.layer_pattern))
+    `neox_args.model`, after its checks; its `layer-pattern` is read here into typed layers."""
+    layers = parse_pattern(neox_args.layer_pattern, layers_config(neox_args))
+    recorded = _recorded(neox_args, vocab_rows, layers, model_options(neox_args.pos_emb, layers))
     return dataclasses.replace(recorded, **run_choices(vars(neox_args), per_run_option_keys(recorded)))
 
 
 def layers_config(neox_args) -> ModelConfig:
-    """The model of a config still being checked (its layer-pattern may name unknown methods): every option
-    any method declares, so that layer_pattern.layer_kinds names a bad entry in its own words."""
-    return dataclasses.replace(_recorded(neox_args, None, ()),
+    """The model a `layer-pattern` is read against (layer_pattern.parse_pattern), its layers left out: every
+    option any method declares, so that an entry of any method is checked with the run's values, and a bad
+    entry named in its own words while the config is still being checked (group_checks.py)."""
+    return dataclasses.replace(_recorded(neox_args, None, None, ()),
                                **run_choices(vars(neox_args), [o.name for o in declared_options()]))
 
 
-def _recorded(neox_args, vocab_rows, recorded) -> ModelConfig:
+def _recorded(neox_args, vocab_rows, layers, recorded) -> ModelConfig:
     """The part of the model a checkpoint records: architecture, the methods' options, tokenizer, lengths."""
-    values = {key: vocab_rows if key == "padded_vocab_size" else getattr(neox_args, key) for key in ARCHITECTURE_KEYS}
-    return ModelConfig(**values, options={k: getattr(neox_args, k) for k in recorded},
+    values = {key: vocab_rows if key == "padded_vocab_size" else getattr(neox_args, key) for key in FIELD_KEYS}
+    return ModelConfig(**values, layers=layers, options={k: getattr(neox_args, k) for k in recorded},
                        tokenizer_files={k: getattr(neox_args, k) for k in TOKENIZER_FILES},
                        lengths={k: getattr(neox_args, k) for k in LENGTH_KEYS})
 
