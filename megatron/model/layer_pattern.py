@@ -68,8 +68,8 @@ class Layer:
         if self.written is None:
             set_keys = {"pos_emb": self.pos_emb, WINDOW_KEY: self.window, TEMPERATURE_KEY: self.temperature,
                         DAPE_KEY: self.dape}
-            written = {k: v for k, v in set_keys.items() if v is not INHERIT and not (k == "pos_emb" and v is None)}
-            object.__setattr__(self, "written", {k.replace("_", "-"): v for k, v in {**written, **self.options}.items()})
+            given = {k: v for k, v in set_keys.items() if v is not INHERIT and not (k == "pos_emb" and v is None)}
+            object.__setattr__(self, "written", {k.replace("_", "-"): v for k, v in {**given, **self.options}.items()})
 
     def without(self, keys) -> "Layer":
         """This entry with the config keys `keys` left to the model (options, attention_window)."""

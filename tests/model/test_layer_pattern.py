@@ -232,7 +232,8 @@ def test_an_older_records_raw_pattern_reads_as_typed_layers_and_records_the_same
 
     from megatron.model.layer_pattern import layer_kinds
     config = ModelConfig.from_record(copy.deepcopy(SCHEMA_2_RECORD))
-    assert config.layers == (Layer(pos_emb="alibi", window=6), Layer(pos_emb="rotary", options={"rotary_emb_base": 500}))
+    assert config.layers == (Layer(pos_emb="alibi", window=6),
+                             Layer(pos_emb="rotary", options={"rotary_emb_base": 500}))
     assert [(k.pos_emb, k.window, k.options.get("rotary_emb_base")) for k in layer_kinds(config)] == \
         [("alibi", 6, None), ("rotary", None, 500)] * 2
     assert pickle.dumps(config.record()) == pickle.dumps(SCHEMA_2_RECORD)
