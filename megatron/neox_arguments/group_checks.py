@@ -9,7 +9,7 @@ from megatron.evaluation.modes import mode_names, mode_options
 from megatron.probes import TrainOptions as ProbeTrainOptions
 from megatron.model.attention.config import AttentionConfigError
 from megatron.model.head_split import model_sequence_parallel_problem
-from megatron.model.layer_pattern import LayerPatternError, parse_pattern, pattern_problem
+from megatron.model.layer_pattern import LayerPatternError, pattern_problem
 from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
@@ -163,11 +163,9 @@ def check_positional(args, fail):
         if (problem := pattern_problem(args.layer_pattern)) is not None:
             fail("layer_pattern", problem)
         try:
-            config = layers_config(args)
+            layers_config(args)  # reads the pattern into the model's typed layers
         except AttentionConfigError:
             return  # check_attention names it
-        try:
-            parse_pattern(args.layer_pattern, config)  # to_model.py reads it again into the model's typed layers
         except LayerPatternError as err:
             fail(err.key, str(err))
 

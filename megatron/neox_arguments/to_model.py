@@ -18,18 +18,20 @@ def attention_config(neox_args) -> AttentionConfig:
 def model_config(neox_args, vocab_rows: int | None) -> ModelConfig:
     """The model `neox_args` builds with `vocab_rows` embedding rows (`tokenizer.padded_vocab_size`; None
     where only the layers are asked about, before the tokenizer is built). NeoXArgs builds it once, as
-    `neox_args.model`, after its checks; its `layer-pattern` is read here into typed layers."""
-    layers = parse_pattern(neox_args.layer_pattern, layers_config(neox_args))
+    `neox_args.model`, after its checks."""
+    layers = layers_config(neox_args).layers
     recorded = _recorded(neox_args, vocab_rows, layers, model_options(neox_args.pos_emb, layers))
     return dataclasses.replace(recorded, **run_choices(vars(neox_args), per_run_option_keys(recorded)))
 
 
 def layers_config(neox_args) -> ModelConfig:
-    """The model a `layer-pattern` is read against (layer_pattern.parse_pattern), its layers left out: every
-    option any method declares, so that an entry of any method is checked with the run's values, and a bad
-    entry named in its own words while the config is still being checked (group_checks.py)."""
-    return dataclasses.replace(_recorded(neox_args, None, None, ()),
-                               **run_choices(vars(neox_args), [o.name for o in declared_options()]))
+    """The model's layers for a config still being checked (group_checks.py) and for model_config: its
+    `layer-pattern` read into typed layers (layer_pattern.parse_pattern, whose LayerPatternError names a bad
+    entry), against the run's values of every option any method declares, so that an entry of any method is
+    checked in its own words."""
+    unlayered = dataclasses.replace(_recorded(neox_args, None, None, ()),
+                                    **run_choices(vars(neox_args), [o.name for o in declared_options()]))
+    return dataclasses.replace(unlayered, layers=parse_pattern(neox_args.layer_pattern, unlayered))
 
 
 def _recorded(neox_args, vocab_rows, layers, recorded) -> ModelConfig:

@@ -242,3 +242,14 @@ def test_an_older_records_raw_pattern_reads_as_typed_layers_and_records_the_same
     damaged = SCHEMA_2_RECORD | {"layer_pattern": [{"pos-emb": "alibi", "attention-window": -1}]}
     with pytest.raises(NeoXArgsError, match="entry 1 of 1: attention-window is -1; it must be a positive number"):
         ModelConfig.from_record(damaged)
+
+
+def test_a_pattern_entry_that_mixes_heads_refuses_sequence_parallelism_at_the_config():
+    """The config's sequence-parallel check reads the pattern's layers, not the run's method alone."""
+    pattern = [{}, {"pos-emb": "kerple_log", "dape": {"version": 1}}]
+    split = tiny_config("alibi") | {"sequence_parallel_size": 2}
+    with pytest.raises(NeoXArgsError, match=r"sequence-parallel-size: sequence-parallel-size > 1 splits the attention "
+                                            r"heads over ranks .* but dape's learned function") as refused:
+        NeoXArgs.from_dict(split | {"layer_pattern": pattern}, world_size=2)
+    assert "\n" not in str(refused.value)
+    NeoXArgs.from_dict(split | {"layer_pattern": pattern[:1]}, world_size=2)
