@@ -11,12 +11,13 @@ they are not the default (an extended model's rotary-scaling), never compared.
 
 The record in a checkpoint is flat, one entry per config key (`num_layers`, `pos_emb`, each of the method's
 options, ...), as checkpoints written before this class had it (schema 1, no `schema` entry); schema 2 adds
-`schema` and the tokenizer's files. Both read back with `ModelConfig.from_record`.
+`schema` and the tokenizer's files. Both read back with `ModelConfig.from_record`. `layer-pattern` is recorded
+as the config file wrote it (the property `layer_pattern`) and read back into the typed field `layers`.
 """
 from dataclasses import dataclass, field, fields
 
 from megatron.model.attention.config import AttentionConfig
-from megatron.model.layer_pattern import pattern_methods
+from megatron.model.layer_pattern import Layer, parse_pattern, pattern_methods
 from megatron.model.positional_embeddings import checkpoint_options, extension_options, option_names, per_run_options
 from megatron.model.positional_embeddings.registry import OPTIONS
 
@@ -30,6 +31,8 @@ ARCHITECTURE_KEYS = (
     "pos_emb", "pos_emb_per_layer", "layer_pattern", "attention_temperature", "dape", "attention_output_gate",
     "attention_sink",
 )
+# Those that are fields as they are; layer-pattern is the field `layers`, typed (parse_pattern reads the list).
+FIELD_KEYS = tuple(key for key in ARCHITECTURE_KEYS if key != "layer_pattern")
 # Recorded to rebuild the tokenizer, never compared: the same vocabulary may live at another path.
 TOKENIZER_FILES = ("vocab_file", "merge_file")
 # Recorded for the run's record; only a method with `uses_max_positions` (learned) has parameters sized
@@ -61,7 +64,8 @@ class ModelConfig:
     gpt_j_residual: bool = False
     pos_emb: str = "learned"
     pos_emb_per_layer: bool = False
-    layer_pattern: list | None = None  # hybrid layers (layer_pattern.py), None: every layer is pos_emb
+    # Hybrid layers: one typed entry per `layer-pattern` entry (layer_pattern.py), None: every layer is pos_emb.
+    layers: tuple[Layer, ...] | None = None
     attention_temperature: dict | None = None  # positional_embeddings/temperature.py, None: none
     dape: dict | None = None  # positional_embeddings/dape.py, None: none
     attention_output_gate: str | None = None  # "head" | "channel" (transformer.py's OutputGate), None: none
@@ -88,6 +92,11 @@ class ModelConfig:
     loss_head: str = field(default="auto", compare=False)  # sliced_loss.py: "auto" | "sliced" | "full"
 
     @property
+    def layer_pattern(self) -> list | None:
+        """`layer-pattern` as the config file wrote it (what the record and the Hugging Face config.json keep)."""
+        return None if self.layers is None else [layer.written for layer in self.layers]
+
+    @property
     def max_position_embeddings(self) -> int | None:
         """Rows of a position table (`learned`), recorded among the lengths."""
         return self.lengths.get("max_position_embeddings")
@@ -102,6 +111,12 @@ class ModelConfig:
     def __post_init__(self):
         if self.attention_sink is False:
             object.__setattr__(self, "attention_sink", None)
+        if self.layers is not None:
+            if not self.layers or not all(isinstance(layer, Layer) for layer in self.layers):
+                raise ValueError(f"layers is {self.layers!r}; give a non-empty sequence of layer_pattern.Layer "
+                                 "entries, or None for every layer the same (a config file's layer-pattern list is "
+                                 "read by layer_pattern.parse_pattern).")
+            object.__setattr__(self, "layers", tuple(self.layers))
 
     @classmethod
     def from_record(cls, record: dict) -> "ModelConfig":
@@ -109,18 +124,23 @@ class ModelConfig:
         so comparing it with a run names it instead of passing unchecked."""
         if not isinstance(record, dict):
             raise ValueError(f"it is a {type(record).__name__}, not a mapping of config keys")
-        options = {k: record.get(k) for k in model_options(record["pos_emb"], record.get("layer_pattern"))} \
+        # The pattern is read against the model the record describes: its method, temperature, dape and every
+        # option it records (a record is flat, one entry per config key).
+        context = cls(**{key: record.get(key) for key in FIELD_KEYS},
+                      run_options={k: v for k, v in record.items() if k in OPTIONS})
+        layers = parse_pattern(record.get("layer_pattern"), context)
+        options = {k: record.get(k) for k in model_options(record["pos_emb"], layers)} \
             if record.get("pos_emb") is not None else {}
-        trained = {k: record[k] for k in trained_choices(record["pos_emb"], record.get("layer_pattern"))
+        trained = {k: record[k] for k in trained_choices(record["pos_emb"], layers)
                    if k in record} if record.get("pos_emb") is not None else {}
-        return cls(**{key: record.get(key) for key in ARCHITECTURE_KEYS}, options=options,
+        return cls(**{key: record.get(key) for key in FIELD_KEYS}, layers=layers, options=options,
                    tokenizer_files={k: record[k] for k in TOKENIZER_FILES if k in record},
                    lengths={k: record[k] for k in LENGTH_KEYS if k in record}, run_options=trained)
 
     def trained_with(self) -> dict:
         """The per-run choices the weights were trained with that are not their default (an extended model's
         rotary-scaling): recorded, so that the checkpoint alone rebuilds the model that was trained."""
-        keys = trained_choices(self.pos_emb, self.layer_pattern)
+        keys = trained_choices(self.pos_emb, self.layers)
         return {k: self.run_options[k] for k in keys
                 if self.run_options.get(k, OPTIONS[k].default) != OPTIONS[k].default}
 
@@ -149,7 +169,7 @@ def run_choices(values: dict, option_keys) -> dict:
 
 def per_run_option_keys(config: ModelConfig) -> list[str]:
     """The options of the model's methods that a checkpoint does not record: the run chooses them."""
-    used = {o for method in pattern_methods(config.pos_emb, config.layer_pattern) for o in option_names(method)}
+    used = {o for method in pattern_methods(config.pos_emb, config.layers) for o in option_names(method)}
     return sorted(used - set(config.options))
 
 
@@ -158,49 +178,49 @@ def differences(saved: ModelConfig, current: ModelConfig, fine_tune: bool = Fals
     differ (length extrapolation is the point), except for `learned`, whose table has
     max-position-embeddings rows (one of its options). A fine-tune may also change the options that shape
     no parameter (`extension_keys`: rotary-emb-base), as extending a model to a longer context does."""
-    free = extension_keys(current.pos_emb, current.layer_pattern) if fine_tune else ()
-    patterns = (saved.layer_pattern, current.layer_pattern)
+    free = extension_keys(current.pos_emb, current.layers) if fine_tune else ()
+    layers = (saved.layers, current.layers)
     if fine_tune:  # a layer's entry may extend it too (OLMo 3: YaRN on the full-attention layers only)
-        free_in_entries = {*free, *trained_choices(current.pos_emb, current.layer_pattern), "attention_window"}
-        patterns = tuple(_without(pattern, free_in_entries) for pattern in patterns)
-    pairs = [(key, getattr(saved, key), getattr(current, key)) for key in ARCHITECTURE_KEYS if key != "layer_pattern"]
-    pairs.insert(ARCHITECTURE_KEYS.index("layer_pattern"), ("layer_pattern", *patterns))
-    if (saved.pos_emb, patterns[0]) == (current.pos_emb, patterns[1]):
+        free_in_entries = {*free, *trained_choices(current.pos_emb, current.layers), "attention_window"}
+        layers = tuple(None if entries is None else tuple(layer.without(free_in_entries) for layer in entries)
+                       for entries in layers)
+    pairs = [(key, getattr(saved, key), getattr(current, key)) for key in FIELD_KEYS]
+    pairs.insert(ARCHITECTURE_KEYS.index("layer_pattern"), ("layer_pattern", *layers))
+    if (saved.pos_emb, layers[0]) == (current.pos_emb, layers[1]):
         pairs += [(key, saved.options.get(key), current.options.get(key)) for key in sorted(current.options)
                   if key not in free]
-    return [f"{key.replace('_', '-')}: checkpoint {theirs!r}, this run {ours!r}"
+    return [f"{key.replace('_', '-')}: checkpoint {_as_written(theirs)!r}, this run {_as_written(ours)!r}"
             for key, theirs, ours in pairs if theirs != ours]
 
 
-def _without(pattern, keys) -> list | None:
-    """`pattern`'s entries without `keys` (config keys, either spelling); anything but a list as it is."""
-    if not isinstance(pattern, list):
-        return pattern
-    return [{k: v for k, v in entry.items() if str(k).replace("-", "_") not in keys} if isinstance(entry, dict)
-            else entry for entry in pattern]
+def _as_written(value):
+    """A value as a config file gives it: typed layers as the pattern's entries were written."""
+    if isinstance(value, tuple) and value and all(isinstance(layer, Layer) for layer in value):
+        return [layer.written for layer in value]
+    return value
 
 
-def extension_keys(pos_emb: str, layer_pattern=None) -> tuple[str, ...]:
+def extension_keys(pos_emb: str, layers=None) -> tuple[str, ...]:
     """The config keys of a model's methods that a fine-tune may change besides the lengths and the per-run
     choices (rotary-scaling): those that shape no parameter (rotary-emb-base)."""
-    return tuple(sorted({k for method in pattern_methods(pos_emb, layer_pattern) for k in extension_options(method)}))
+    return tuple(sorted({k for method in pattern_methods(pos_emb, layers) for k in extension_options(method)}))
 
 
-def trained_choices(pos_emb: str, layer_pattern=None) -> tuple[str, ...]:
+def trained_choices(pos_emb: str, layers=None) -> tuple[str, ...]:
     """The per-run options of a model's methods (rotary-scaling): a run that sets one trains its weights with
     it, so its checkpoint is evaluated with it unless the evaluating config chooses another."""
-    return tuple(sorted({k for method in pattern_methods(pos_emb, layer_pattern) for k in per_run_options(method)}))
+    return tuple(sorted({k for method in pattern_methods(pos_emb, layers) for k in per_run_options(method)}))
 
 
-def model_options(pos_emb: str, layer_pattern=None) -> list[str]:
+def model_options(pos_emb: str, layers=None) -> list[str]:
     """The config keys a checkpoint must agree on for its methods: each method's checkpoint options."""
-    return sorted({k for method in pattern_methods(pos_emb, layer_pattern) for k in checkpoint_options(method)})
+    return sorted({k for method in pattern_methods(pos_emb, layers) for k in checkpoint_options(method)})
 
 
-def checkpoint_keys(pos_emb: str, layer_pattern=None) -> tuple[str, ...]:
+def checkpoint_keys(pos_emb: str, layers=None) -> tuple[str, ...]:
     """The config keys a run may take from a checkpoint of method `pos_emb` (its model and tokenizer):
     every option of its methods except the per-run choices, which a run makes for itself."""
-    methods = pattern_methods(pos_emb, layer_pattern)
+    methods = pattern_methods(pos_emb, layers)
     options = tuple(dict.fromkeys(o for m in methods for o in option_names(m) if o not in per_run_options(m)))
     return (tuple(k for k in ARCHITECTURE_KEYS if k != "padded_vocab_size") + TOKENIZER_FILES + options
-            + tuple(k for k in model_options(pos_emb, layer_pattern) if k not in options))
+            + tuple(k for k in model_options(pos_emb, layers) if k not in options))

@@ -9,7 +9,7 @@ from megatron.evaluation.modes import mode_names, mode_options
 from megatron.probes import TrainOptions as ProbeTrainOptions
 from megatron.model.attention.config import AttentionConfigError
 from megatron.model.head_split import model_sequence_parallel_problem
-from megatron.model.layer_pattern import LayerPatternError, layer_kinds
+from megatron.model.layer_pattern import LayerPatternError, pattern_problem
 from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
@@ -160,15 +160,12 @@ def check_positional(args, fail):
             fail(key, f"cannot wrap pos-emb '{lookup(args.pos_emb).name}', which rewrites the score matrix itself "
                       "(its own reading of the scores would change). Remove it, or choose a bias method.")
     if args.layer_pattern is not None:
-        if not isinstance(args.layer_pattern, list) or not args.layer_pattern:
-            fail("layer_pattern", f"is {quote(args.layer_pattern)}; give a non-empty list of entries such as "
-                 "[{pos-emb: rotary}, {pos-emb: none}], or null for every layer the same.")
+        if (problem := pattern_problem(args.layer_pattern)) is not None:
+            fail("layer_pattern", problem)
         try:
-            config = layers_config(args)
+            layers_config(args)  # reads the pattern into the model's typed layers
         except AttentionConfigError:
             return  # check_attention names it
-        try:
-            layer_kinds(config)
         except LayerPatternError as err:
             fail(err.key, str(err))
 

@@ -16,6 +16,7 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.flex_kernel import reference_math
 from megatron.model.kv_cache import KVCache
+from megatron.model.layer_pattern import Layer
 from megatron.model.model_config import ModelConfig, differences
 from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import generate_tokens
@@ -161,3 +162,94 @@ def test_the_dry_run_lists_each_layer_and_each_modules_training_path():
     plans = training_plans(model, args.seq_length, args.train_micro_batch_size_per_gpu, args.reset_attention_mask)
     names = set(STRATEGIES)
     assert len(plans) == 2 and all(line.split(": ", 1)[1].split(",")[0] in names for line in plans), plans
+
+
+# Typed layers written out as literals, as a config file's pattern reads (the same entries as PATTERNS').
+TYPED = {
+    "gemma_5_to_1": dict(pos_emb="rotary", num_layers=6, options={"rotary_pct": 1.0},
+                         layers=(Layer(window=W, options={"rotary_emb_base": 10000}),) * 5
+                         + (Layer(options={"rotary_emb_base": 1000000}),)),
+    "kerple_global_alibi_window": dict(pos_emb="kerple_log", num_layers=4,
+                                       layers=(Layer(pos_emb="alibi", window=W), Layer(pos_emb="kerple_log"))),
+}
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_a_literal_with_typed_layers_builds_the_model_the_config_file_does(name):
+    """Same parameters (names, shapes, values from one seed) and the same float64 logits as the YAML path."""
+    args = args_of(name)
+    from_file = model_config(args, build_tokenizer(args).padded_vocab_size)
+    literal = ModelConfig(hidden_size=32, num_attention_heads=4, padded_vocab_size=from_file.padded_vocab_size,
+                          tokenizer_type="ByteLevelTokenizer", **TYPED[name])
+    assert literal.layers == from_file.layers
+    models = []
+    for config in (from_file, literal):
+        torch.manual_seed(0)
+        models.append(GPTModel(config).double().eval())
+    states = [model.state_dict() for model in models]
+    assert [(k, v.shape) for k, v in states[0].items()] == [(k, v.shape) for k, v in states[1].items()]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        logits = [model(tokens) for model in models]
+    assert logits[0].dtype == torch.float64 and torch.equal(logits[0], logits[1])
+    # the record of a literal reads back as the same typed layers
+    assert ModelConfig.from_record(literal.record()).layers == literal.layers
+
+
+def test_typed_layers_refuse_what_the_pattern_refuses_and_leave_out_what_the_model_gives():
+    config = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, padded_vocab_size=64, pos_emb="rotary",
+                         layers=(Layer(), Layer(pos_emb="alibi", options={"rotary_emb_base": 5})))
+    with pytest.raises(NeoXArgsError, match="entry 2 of 2 sets rotary-emb-base, which pos-emb 'alibi' does not take"):
+        GPTModel(config)
+    with pytest.raises(ValueError, match=r"layers is \[\{'pos-emb': 'none'\}\]; give a non-empty sequence of "
+                                         r"layer_pattern.Layer entries"):
+        ModelConfig(layers=[{"pos-emb": "none"}])
+    # a window left to the model follows the run's own window (dataclasses.replace), one set by the entry does not
+    windowed = ModelConfig(num_layers=2, pos_emb="rotary", layers=(Layer(), Layer(window=None)))
+    windowed = dataclasses.replace(windowed, attention=dataclasses.replace(windowed.attention, window=8))
+    from megatron.model.layer_pattern import layer_kinds
+    assert [kind.window for kind in layer_kinds(windowed)] == [8, None]
+
+
+# A model-states record as this project wrote it before the typed layers (schema 2): the pattern as the config
+# file spelled it, both spellings of a key, and an option of the run's method in one entry only.
+SCHEMA_2_RECORD = {
+    "schema": 2, "num_layers": 4, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": None,
+    "padded_vocab_size": 384, "tokenizer_type": "ByteLevelTokenizer", "norm": "layernorm", "layernorm_epsilon": 1e-05,
+    "activation": "gelu", "no_weight_tying": False, "gpt_j_residual": False, "pos_emb": "kerple_log",
+    "pos_emb_per_layer": False,
+    "layer_pattern": [{"pos-emb": "alibi", "attention-window": 6}, {"pos_emb": "rotary", "rotary-emb-base": 500}],
+    "attention_temperature": None, "dape": None, "attention_output_gate": None, "attention_sink": None,
+    "seq_length": 16, "max_position_embeddings": 16, "seq_length_val": 16, "attention_window": None,
+    "kerple_eps": 0.01, "rotary_emb_base": 10000, "rotary_pct": 0.5, "rotary_unrotated_fraction": 0.0,
+    "vocab_file": None, "merge_file": None,
+}
+
+
+def test_an_older_records_raw_pattern_reads_as_typed_layers_and_records_the_same_bytes():
+    import pickle
+
+    from megatron.model.layer_pattern import layer_kinds
+    config = ModelConfig.from_record(copy.deepcopy(SCHEMA_2_RECORD))
+    assert config.layers == (Layer(pos_emb="alibi", window=6),
+                             Layer(pos_emb="rotary", options={"rotary_emb_base": 500}))
+    assert [(k.pos_emb, k.window, k.options.get("rotary_emb_base")) for k in layer_kinds(config)] == \
+        [("alibi", 6, None), ("rotary", None, 500)] * 2
+    assert pickle.dumps(config.record()) == pickle.dumps(SCHEMA_2_RECORD)
+    model = GPTModel(config)
+    assert [k for k in model.state_dict() if k.startswith("pos_embs.")] == [] and model.layer_module == [0, 1, 0, 1]
+    damaged = SCHEMA_2_RECORD | {"layer_pattern": [{"pos-emb": "alibi", "attention-window": -1}]}
+    with pytest.raises(NeoXArgsError, match="entry 1 of 1: attention-window is -1; it must be a positive number"):
+        ModelConfig.from_record(damaged)
+
+
+def test_a_pattern_entry_that_mixes_heads_refuses_sequence_parallelism_at_the_config():
+    """The config's sequence-parallel check reads the pattern's layers, not the run's method alone."""
+    pattern = [{}, {"pos-emb": "kerple_log", "dape": {"version": 1}}]
+    split = tiny_config("alibi") | {"sequence_parallel_size": 2}
+    with pytest.raises(NeoXArgsError, match=r"sequence-parallel-size: sequence-parallel-size > 1 splits the attention "
+                                            r"heads over ranks .* but dape's learned function") as refused:
+        NeoXArgs.from_dict(split | {"layer_pattern": pattern}, world_size=2)
+    assert "\n" not in str(refused.value)
+    NeoXArgs.from_dict(split | {"layer_pattern": pattern[:1]}, world_size=2)

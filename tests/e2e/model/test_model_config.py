@@ -13,7 +13,7 @@ def test_building_a_model_from_its_config_imports_no_run_config():
         config = ModelConfig(num_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=None,
                              padded_vocab_size=32, tokenizer_type="ByteLevelTokenizer", norm="rmsnorm",
                              layernorm_epsilon=1e-6, activation="swiglu", no_weight_tying=False, gpt_j_residual=True,
-                             pos_emb="kerple_log", pos_emb_per_layer=False, layer_pattern=None,
+                             pos_emb="kerple_log", pos_emb_per_layer=False, layers=None,
                              attention_temperature=None)
         logits = GPTModel(config)(torch.tensor([[1, 2, 3]]))
         assert logits.shape == (1, 3, 32) and torch.isfinite(logits).all()

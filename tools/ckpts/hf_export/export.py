@@ -27,7 +27,7 @@ def resolve_target(config, target: str) -> str:
         raise ExportError("--target gpt_neox cannot hold this model: " + "; ".join(problems) + ". Export it with "
                           "--target custom (or auto), which writes a folder that loads with trust_remote_code=True.")
     if target == "custom":  # the methods' files can be carried (ExportError otherwise)
-        package_files(pattern_methods(config.pos_emb, config.layer_pattern))
+        package_files(pattern_methods(config.pos_emb, config.layers))
     if target == "auto":
         return "gpt_neox" if not problems else resolve_target(config, "custom")
     return target

@@ -23,7 +23,7 @@ def native_problems(config) -> list[str]:
     if config.pos_emb not in NATIVE_METHODS:
         problems.append(f"pos-emb is {config.pos_emb!r}, and GPT-NeoX in transformers has only rotary "
                         "positions (rotary, or none as rotary of no dimensions)")
-    if config.layer_pattern is not None:
+    if config.layers is not None:
         problems.append("layer-pattern is set (GPT-NeoX's layers are all alike)")
     if config.attention_temperature is not None:
         problems.append("attention-temperature is set (GPT-NeoX has no learned attention temperature)")
