@@ -22,7 +22,7 @@ def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_
 
     # The kernel parameters of the trained model, from its checkpoint (written at step 4).
     model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
-    load_model_weights(args, model)
+    load_model_weights(args.inference_run(), model)
     kernel = {name: values.float() for name, values in model.positional_embeddings()[0].kernel_parameters().items()}
     assert set(kernel) == {"r1", "r2"}  # KERPLE-log
 
