@@ -29,31 +29,24 @@ class LayerKV:
 
     def __init__(self, capacity: int, window: int | None = None):
         self.capacity, self.window, self.keys, self.values = capacity, window, None, None
-        self.token_terms = None  # F [b, H, slots] fp32 (or wider): cumulative per-token terms (fox) of the cached slots
-        self.channel_decays = None  # P [b, H, D, slots] fp32 (or wider): cumulative channel decays (wall), the same way
+        # {channel: running sum over the cached slots, [b, H, ..., slots] fp32 (or wider)}: fox's F of its
+        # per-token terms, wall's P of its channel decays (store_running_sum)
+        self.running_sums = {}
 
-    def store_token_terms(self, g, start: int):
-        """Per-token terms g [b, H, s] of slots start.. -> (F of those slots [b, H, s], F of the slots a
-        query of them can see, as `store` keeps them): F runs on from the last cached slot, so a decoding
-        step appends one value and F_i - F_j equals a full forward's. Kept like the keys (O(W) windowed)."""
-        return self._store_running_sum("token_terms", g, start)
-
-    def store_channel_decays(self, g, start: int):
-        """Channel decays (wall) g [b, H, D, s] of slots start.. -> their P = cumsum(g) and the visible
-        slots' P, [b, H, D, ...], kept as `store_token_terms` keeps F."""
-        return self._store_running_sum("channel_decays", g, start)
-
-    def _store_running_sum(self, name: str, g, start: int):
+    def store_running_sum(self, channel: str, g, start: int):
+        """A layer value of `channel` per token, g [b, H, ..., s], of slots start.. -> (its running sum F over those
+        slots [b, H, ..., s], F of the slots a query of them can see, as `store` keeps them): F runs on from the
+        last cached slot, so a decoding step appends one value and F_i - F_j equals a full forward's. Kept like
+        the keys (O(W) windowed)."""
         g = g.to(torch.promote_types(g.dtype, torch.float32))
-        kept = getattr(self, name)
+        kept = self.running_sums.get(channel)
         if self.window is not None:
             new = g.cumsum(dim=-1) + (0 if kept is None or kept.shape[-1] == 0 else kept[..., -1:])
             visible = new if kept is None else torch.cat([kept, new], dim=-1)
-            setattr(self, name, visible[..., visible.shape[-1] - min(self.window - 1, visible.shape[-1]):])
+            self.running_sums[channel] = visible[..., visible.shape[-1] - min(self.window - 1, visible.shape[-1]):]
             return new, visible
         if kept is None:
-            kept = g.new_zeros(*g.shape[:-1], self.capacity)
-            setattr(self, name, kept)
+            kept = self.running_sums[channel] = g.new_zeros(*g.shape[:-1], self.capacity)
         end = start + g.shape[-1]
         new = g.cumsum(dim=-1) + (kept[..., start - 1:start] if start > 0 else 0)
         kept[..., start:end] = new

@@ -2,7 +2,7 @@
 per row against every cached key, terms from the positional protocol's explicit positions
 (`pe.pairwise(q_positions, k_positions)`, `rotate_qk`) and the softmax written out. The cache and its
 layers are read through what they expose (positions, real, length, capacity; a layer's `store` and
-`store_token_terms`), so this file imports nothing outside the attention folder."""
+`store_running_sum`), so this file imports nothing outside the attention folder."""
 import copy
 
 import torch
@@ -50,9 +50,9 @@ class CachedPlan:
 
     def with_layer(self, values: dict) -> "CachedPlan":
         """This plan for one layer, holding its own values as given (a shallow copy; None entries absent; itself
-        when none): `attend` adds F_i - F_j with the F of the cached keys (LayerKV.store_token_terms), applies each
+        when none): `attend` adds F_i - F_j with the F of the cached keys (LayerKV.store_running_sum), applies each
         new token's key transform to the cached keys (LayerKV.transform_keys), reads P of the new and the cached
-        keys (LayerKV.store_channel_decays) and applies the sink."""
+        keys (LayerKV.store_running_sum) and applies the sink."""
         given = {channel: value for channel, value in values.items() if value is not None}
         if not given:
             return self
@@ -98,14 +98,15 @@ class CachedPlan:
             q = (q.to(work) * self.query_scale[..., None].to(work)).to(q.dtype)
         differences = None
         if self.token_terms is not None:
-            new, visible = kv.store_token_terms(self.token_terms, self.start)  # [b, H, s], [b, H, visible keys]
+            # [b, H, s], [b, H, visible keys]
+            new, visible = kv.store_running_sum("token_terms", self.token_terms, self.start)
             differences = new[..., :, None] - visible[..., None, :]
         if self.key_transforms is not None:
             return self.attend_transformed(q, k, v, kv, differences)
         dot_products = None
         if self.channel_decays is not None:  # P of the new queries and of the keys they see, [b, H, ., D]
-            P_new, P_seen = (P.transpose(-1, -2) for P in kv.store_channel_decays(self.channel_decays.transpose(-1, -2),
-                                                                                  self.start))
+            sums = kv.store_running_sum("channel_decays", self.channel_decays.transpose(-1, -2), self.start)
+            P_new, P_seen = (P.transpose(-1, -2) for P in sums)
             slots = torch.arange(self.start + q.shape[2] - P_seen.shape[2], self.start + q.shape[2], device=q.device)
 
             def dot_products(q_, k_):
