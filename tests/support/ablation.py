@@ -15,7 +15,6 @@ def documents(levels: dict, chunks: int = 40, seed_noise: float = 0.02, run_nois
     (paired over seeds, it cancels) and a little noise of each run's own."""
     rng, out = np.random.default_rng(0), []
     for method, level in levels.items():
-        pos_emb, _, variant = method.partition("+")
         for seed in SEEDS:
             offset = np.random.default_rng([seed]).normal(0, seed_noise) + rng.normal(0, run_noise)  # mostly shared
             records = []
@@ -24,12 +23,18 @@ def documents(levels: dict, chunks: int = 40, seed_noise: float = 0.02, run_nois
                 losses = level(L) + offset + difficulty + rng.normal(0, chunk_noise, (chunks, 1)) + np.zeros((chunks, 2))
                 records.append({"length": L, "mode": "nonoverlap",
                                 **summarize(losses, L, "nonoverlap", np.arange(chunks) * L)})
-            name = f"code_{method}_seed{seed}_step10_0123abcd"
-            out.append({"schema": SCHEMA, "path": name, "results": records, "evaluation": {"eval_seed": 0},
-                        "run": {"name": name, "method": method, "pos_emb": pos_emb, "variant": variant or None,
-                                "attention_window": None, "seed": seed, "dataset": "code", "train_length": T,
-                                "checkpoint_step": 10}})
+            out.append(result_document(method, seed, records))
     return out
+
+
+def result_document(method: str, seed: int, records: list[dict]) -> dict:
+    """A hand-made run's result file: `method` (`pos_emb+variant`) at `seed`, trained at T for 10 steps."""
+    pos_emb, _, variant = method.partition("+")
+    name = f"code_{method}_seed{seed}_step10_0123abcd"
+    return {"schema": SCHEMA, "path": name, "results": records, "evaluation": {"eval_seed": 0},
+            "run": {"name": name, "method": method, "pos_emb": pos_emb, "variant": variant or None,
+                    "attention_window": None, "seed": seed, "dataset": "code", "train_length": T,
+                    "checkpoint_step": 10}}
 
 
 FLAT = lambda L: 2.0  # noqa: E731

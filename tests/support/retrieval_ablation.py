@@ -3,9 +3,10 @@ them in-process, tests/e2e/reproduce/test_reproduce_retrieval_ablation.py render
 that names its training variants."""
 import numpy as np
 
-from megatron.evaluation.results import SCHEMA, summarize
+from megatron.evaluation.results import summarize
+from tests.support.ablation import result_document
 
-T, LENGTHS, SEEDS, SAMPLES = 64, (64, 128, 512, 1024), (1, 2, 3), 40   # long lengths: 512 and 1024 (8x T)
+LENGTHS, SEEDS, SAMPLES = (64, 128, 512, 1024), (1, 2, 3), 40   # long lengths: 512 and 1024 (8x T)
 
 
 def first(n):
@@ -27,7 +28,6 @@ def documents(hits: dict, with_ppl: bool = False) -> list[dict]:
     """`hits[method](L, seed)` -> 40 outcomes; every run scores the same probe prompts at a length."""
     out = []
     for method, outcome in hits.items():
-        pos_emb, _, variant = method.partition("+")
         for seed in SEEDS:
             records = [probe_record(L, outcome(L, seed)) for L in LENGTHS]
             if with_ppl:  # flat plain-text loss, a little noise per run
@@ -35,11 +35,7 @@ def documents(hits: dict, with_ppl: bool = False) -> list[dict]:
                 records += [{"length": L, "mode": "nonoverlap",
                              **summarize(2.0 + rng.normal(0, 0.01) + np.zeros((8, 2)), L, "nonoverlap", np.arange(8) * L)}
                             for L in LENGTHS]
-            name = f"code_{method}_seed{seed}_step10_0123abcd"
-            out.append({"schema": SCHEMA, "path": name, "results": records, "evaluation": {"eval_seed": 0},
-                        "run": {"name": name, "method": method, "pos_emb": pos_emb, "variant": variant or None,
-                                "attention_window": None, "seed": seed, "dataset": "code", "train_length": T,
-                                "checkpoint_step": 10}})
+            out.append(result_document(method, seed, records))
     return out
 
 
