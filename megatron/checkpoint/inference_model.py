@@ -15,7 +15,7 @@ from megatron.checkpoint.run_keys import InferenceRun
 from megatron.model import GPTModel
 from megatron.errors import NeoXArgsError
 from megatron.model.model_config import ModelConfig, per_run_option_keys, run_choices
-from megatron.tokenizer import Tokenizer, make_tokenizer, padded_vocab_size
+from megatron.tokenizer import Tokenizer, make_tokenizer, padded_tokenizer, padded_vocab_size
 
 
 def inference_device_and_dtype(run: InferenceRun, device=None) -> tuple[torch.device, torch.dtype]:
@@ -116,9 +116,8 @@ def _build(opened: OpenCheckpoint, run: InferenceRun | None, device, dtype) -> L
 def _run_tokenizer(run: InferenceRun) -> Tokenizer:
     """The tokenizer of the run's model, its embedding rows padded to make-vocab-size-divisible-by."""
     files = run.model.tokenizer_files
-    tokenizer = make_tokenizer(run.model.tokenizer_type, files.get("vocab_file"), files.get("merge_file"))
-    tokenizer.padded_vocab_size = padded_vocab_size(tokenizer, run.vocab_divisible_by)
-    return tokenizer
+    return padded_tokenizer(run.model.tokenizer_type, files.get("vocab_file"), files.get("merge_file"),
+                            run.vocab_divisible_by)
 
 
 def _recorded_tokenizer(opened: OpenCheckpoint) -> Tokenizer:

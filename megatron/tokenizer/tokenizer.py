@@ -225,6 +225,13 @@ def rows_for(ids: int, divisible_by: int) -> int:
 
 def build_tokenizer(neox_args) -> Tokenizer:
     """The config's tokenizer, with the model's `padded_vocab_size` (to make-vocab-size-divisible-by)."""
-    tokenizer = make_tokenizer(neox_args.tokenizer_type, neox_args.vocab_file, neox_args.merge_file)
-    tokenizer.padded_vocab_size = padded_vocab_size(tokenizer, neox_args.make_vocab_size_divisible_by)
+    return padded_tokenizer(neox_args.tokenizer_type, neox_args.vocab_file, neox_args.merge_file,
+                            neox_args.make_vocab_size_divisible_by)
+
+
+def padded_tokenizer(tokenizer_type: str, vocab_file, merge_file, divisible_by: int) -> Tokenizer:
+    """The tokenizer of these files, with `padded_vocab_size`: its vocabulary padded to a multiple of `divisible_by`
+    (the model's embedding rows)."""
+    tokenizer = make_tokenizer(tokenizer_type, vocab_file, merge_file)
+    tokenizer.padded_vocab_size = padded_vocab_size(tokenizer, divisible_by)
     return tokenizer

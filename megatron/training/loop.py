@@ -290,7 +290,8 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
     total = torch.zeros((), dtype=torch.float64, device=device)
     kept = torch.zeros((), dtype=torch.float64, device=device)  # tokens the loss counts
     shape = None if length is None else {"length": length, "tokens": 0, "last_position": 0}
-    last_position = torch.zeros((), dtype=torch.float64, device=device)  # read with the step's one host read
+    # the largest drawn or per-document position, read with the step's one host read (only with a schedule)
+    drawn_last = None
     if length is not None and length.data_weights is not None:
         shape["sources"] = [0] * len(length.data_weights)  # this rank's samples of the step from each path
     with windows_for(engine.module, length):
@@ -314,14 +315,14 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
                 shape["tokens"] += batch["tokens"].numel()
                 shape["last_position"] = max(shape["last_position"], batch["tokens"].shape[1] - 1)
                 if arguments["position_ids"] is not None:  # drawn or per-document positions: their largest
-                    last_position = torch.maximum(last_position, arguments["position_ids"].max().double())
+                    last = arguments["position_ids"].max().double()
+                    drawn_last = last if drawn_last is None else torch.maximum(drawn_last, last)
                 shape["window"] = max((w or batch["tokens"].shape[1] for w in engine.module.windows), default=0)
             if micro < accumulation - 1:
                 engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
     with torch.profiler.record_function(AFTER_BACKWARD):
-        outcome = _after_backward(neox_args, engine, optimizer, total, kept, accumulation,
-                                  last_position if shape is not None else None)
-    if shape is not None and outcome.local is not None and arguments["position_ids"] is not None:
+        outcome = _after_backward(neox_args, engine, optimizer, total, kept, accumulation, drawn_last)
+    if outcome.local is not None:
         shape["last_position"] = int(outcome.local)
     outcome.shape = shape
     return outcome

@@ -3,10 +3,9 @@ per row against every cached key, terms from the positional protocol's explicit 
 (`pe.pairwise(q_positions, k_positions)`, `rotate_qk`) and the softmax written out. The cache and its
 layers are read through what they expose (positions, real, length, capacity; a layer's `store` and
 `store_running_sum`), so this file imports nothing outside the attention folder."""
-import copy
-
 import torch
 
+from megatron.model.attention.strategy import AttentionPlan
 from megatron.model.attention.written_out import attend_written_out, decayed_dot_products
 
 
@@ -48,18 +47,13 @@ class CachedPlan:
         self.channel_decays = None        # g [b, H, s, D] of one layer (with_layer), or None
         self.sink = None                  # the sink logits s [H] of one layer (with_layer), or None
 
-    def with_layer(self, values: dict) -> "CachedPlan":
-        """This plan for one layer, holding its own values as given (a shallow copy; None entries absent; itself
-        when none): `attend` adds F_i - F_j with the F of the cached keys (LayerKV.store_running_sum), applies each
-        new token's key transform to the cached keys (LayerKV.transform_keys), reads P of the new and the cached
-        keys (LayerKV.store_running_sum) and applies the sink."""
-        given = {channel: value for channel, value in values.items() if value is not None}
-        if not given:
-            return self
-        plan = copy.copy(self)
-        for channel, value in given.items():
-            setattr(plan, channel, value)
-        return plan
+    # This plan for one layer, holding its own values (AttentionPlan's, kept as given: `attend` adds F_i - F_j with
+    # the F of the cached keys, applies each new token's key transform to the cached keys (LayerKV.transform_keys),
+    # reads P of the new and the cached keys (both running sums: LayerKV.store_running_sum) and applies the sink).
+    with_layer = AttentionPlan.with_layer
+
+    def kept(self, channel: str, value):
+        return value
 
     @staticmethod
     def can_run(cache: "KVCache", s: int) -> str | None:
