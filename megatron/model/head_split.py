@@ -36,6 +36,7 @@ def how_it_runs(pe) -> str:
     if (problem := sequence_parallel_problem(pe)) is not None:
         return f"refused: {pe.mixes_heads}"
     from megatron.model.positional_embeddings import PositionalEmbedding
+    from megatron.model.positional_embeddings.base import CHANNELS
     wrapped = getattr(pe, "base", None)  # a wrapper (attention-temperature) passes its method's channels on
     inner = wrapped if isinstance(wrapped, PositionalEmbedding) else pe
     parts = []
@@ -47,16 +48,11 @@ def how_it_runs(pe) -> str:
         parts.append("per-distance tables of the rank's heads (sliced by global head)")
     elif overrides(inner, "pairwise") and any(t is not None for t in inner.pairwise(*[torch.arange(2)] * 2)):
         parts.append("pairwise terms at global positions, of the rank's heads")
-    if "token_terms" in pe.channels:
-        parts.append("per-token gate computed on the shard, exchanged with q, k and v")
-    if "key_transforms" in pe.channels:
-        parts.append("Householder transforms computed on the shard, exchanged with q, k and v")
-    if "channel_decays" in pe.channels:
-        parts.append("per-channel decays computed on the shard, exchanged with q, k and v")
-    if "score_rewrite" in pe.channels:
-        parts.append("scores rewritten over the whole sequence, per head")
-    if "normaliser" in pe.channels:
-        parts.append("its normaliser over the whole sequence, per head")
-    if "query_scale" in pe.channels:
-        parts.append("query scale from the keys seen in the whole sequence, of the rank's heads")
+    # Every other channel in its own words (base.py's CHANNELS), and where its values come from; query terms are
+    # the pairwise terms above.
+    for name, channel in CHANNELS.items():
+        if name in pe.channels and name != "query_terms":
+            where = ("computed on the shard, exchanged with q, k and v" if channel.layer
+                     else "over the whole sequence, of the rank's heads")
+            parts.append(f"{channel.description} ({where})")
     return "; ".join(parts) or "plain causal attention over the whole sequence"

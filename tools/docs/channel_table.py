@@ -43,9 +43,9 @@ def table() -> str:
                  if getattr(type(pe), method) is not getattr(PositionalEmbedding, method)]
         rows.append(f"| — (always asked) | `{method}` | {what} | {', '.join(users)} |")
     every = {**methods, **variants()}
-    for channel, (method, what) in CHANNELS.items():
-        users = [name for name, pe in every.items() if channel in pe.channels]
-        rows.append(f"| `{channel}` | `{method}` | {what} | {', '.join(users)} |")
+    for name, channel in CHANNELS.items():
+        users = [label for label, pe in every.items() if name in pe.channels]
+        rows.append(f"| `{name}` | `{channel.method}` | {channel.description} | {', '.join(users)} |")
     return "\n".join(rows) + "\n"
 
 

@@ -11,7 +11,7 @@ needs before any tensor exists. CHANNELS below lists them with the protocol meth
 docs/architecture.md's table is generated from it (tools/docs/channel_table.py). The contracts are the
 protocol methods' docstrings.
 
-A channel's terms that come from the hidden states (token_terms, key_transforms, channel_decays) are a layer's own: such a
+A channel's terms that come from the hidden states (a `layer` channel of CHANNELS) are a layer's own: such a
 method also sets `per_layer`, so the model builds one positional module per layer (megatron/model/gpt_model.py).
 A method whose edit reads the scores (score_rewrite, normaliser) may read only row i's visible entries,
 unless it declares whole_matrix too.
@@ -95,27 +95,41 @@ class ModelShape:
     init_std: float = 0.02            # init-method-std, for tables a method initialises itself
 
 
-# The channels a method may name in `channels`: name -> (the protocol method attention then calls, what it is
-# for). The names are the attention strategies' vocabulary (megatron/model/attention/needs.py).
+@dataclass(frozen=True)
+class Channel:
+    """One channel a method may name in `channels`: what attention then calls and what it reads of the values."""
+    method: str       # the protocol method attention calls for it
+    description: str  # what it is for (the protocol table of docs/architecture.md, the sequence-parallel table)
+    # Its values are a layer's own: the protocol method computes them from the layer's input x, every layer asks
+    # for them (`layer_values`), and attention keeps them in that layer's copy of the plan
+    # (megatron/model/attention/strategy.py's `with_layer`), a KV cache beside the layer's keys.
+    layer: bool = False
+    # Its values are per-token g [b, H, s, ...] whose running sums over the tokens the scores read (F_i - F_j):
+    # attention keeps the sums, in fp32 or wider, and a KV cache runs them on from the cached tokens.
+    running_sum: bool = False
+
+
+# The channels, by the name a method lists in `channels`. The names are the attention strategies' vocabulary
+# (megatron/model/attention/needs.py).
 CHANNELS = {
-    "query_terms": ("pairwise", "per-head score terms (bias, weight) that depend on the query position itself, "
-                                "not on d = i - j alone; `distance_tables_at` may still give tables where they do not"),
-    "token_terms": ("token_terms", "per-token values from the layer's input whose running sums F add F_i - F_j "
-                                   "to score(i, j)"),
-    "key_transforms": ("key_transforms", "Householder transforms of the keys by the tokens between key and query"),
-    "channel_decays": ("channel_decays", "per-channel log-gates from the layer's input: channel n of q_i . k_j "
-                                         "decays by exp(P_in - P_jn), P their running sums"),
-    "score_rewrite": ("modify_scores", "a rewrite of the written-out pre-softmax score matrix, row by row"),
-    "whole_matrix": ("modify_scores", "with score_rewrite: the rewrite of a row reads keys past its own, so only "
-                                      "the forward's whole matrix at once gives its numbers"),
-    "normaliser": ("normalise", "the method's own attention weights in place of the softmax"),
-    "query_scale": ("query_scale", "a factor on query i's whole logits row from the number of keys it sees, which "
-                                   "attention counts"),
+    "query_terms": Channel("pairwise", "per-head score terms (bias, weight) that depend on the query position "
+                                       "itself, not on d = i - j alone; `distance_tables_at` may still give tables "
+                                       "where they do not"),
+    "token_terms": Channel("token_terms", "per-token values from the layer's input whose running sums F add "
+                                          "F_i - F_j to score(i, j)", layer=True, running_sum=True),
+    "key_transforms": Channel("key_transforms", "Householder transforms of the keys by the tokens between key and "
+                                                "query", layer=True),
+    "channel_decays": Channel("channel_decays", "per-channel log-gates from the layer's input: channel n of "
+                                                "q_i . k_j decays by exp(P_in - P_jn), P their running sums",
+                              layer=True, running_sum=True),
+    "score_rewrite": Channel("modify_scores", "a rewrite of the written-out pre-softmax score matrix, row by row"),
+    "whole_matrix": Channel("modify_scores", "with score_rewrite: the rewrite of a row reads keys past its own, so "
+                                             "only the forward's whole matrix at once gives its numbers"),
+    "normaliser": Channel("normalise", "the method's own attention weights in place of the softmax"),
+    "query_scale": Channel("query_scale", "a factor on query i's whole logits row from the number of keys it sees, "
+                                          "which attention counts"),
 }
-# The channels whose values are a layer's own: the protocol method of the same name computes them from the layer's
-# input x, every layer asks for them (`layer_values`), and attention keeps them in that layer's copy of the plan
-# (megatron/model/attention/strategy.py's `with_layer`).
-LAYER_CHANNELS = ("token_terms", "key_transforms", "channel_decays")
+LAYER_CHANNELS = tuple(name for name, channel in CHANNELS.items() if channel.layer)
 # The class flags that named channels before `channels` did: a method written against them ports by listing
 # the channel instead (`uses_token_terms = True` -> `channels = frozenset({"token_terms"})`).
 FORMER_FLAGS = {"distance_only": "query_terms (for distance_only = False)", "uses_token_terms": "token_terms",
@@ -187,7 +201,13 @@ class PositionalEmbedding(nn.Module):
     def layer_values(self, x: torch.Tensor) -> dict:
         """{channel: value} of LAYER_CHANNELS from the attention input x [b, s, hidden] of one layer (a value
         is None where the method has no such channel): what the layer hands its attention plan."""
-        return {channel: getattr(self, channel)(x) for channel in LAYER_CHANNELS}
+        return {channel: getattr(self, CHANNELS[channel].method)(x) for channel in LAYER_CHANNELS}
+
+    @staticmethod
+    def reads_running_sum(channel: str) -> bool:
+        """Whether the scores read a layer value of `channel` as its running sum over the tokens (CHANNELS): asked
+        by attention, which imports no positional file (the method comes in as an object)."""
+        return channel in CHANNELS and CHANNELS[channel].running_sum
 
     def distance_tables(self, length: int):
         """(bias[H, length] | None, weight[H, length] | None) over d = 0..length-1, float32, differentiable."""
@@ -273,11 +293,13 @@ class PositionalEmbedding(nn.Module):
 
 def softmax_wrapper_problem(base: "PositionalEmbedding", key: str) -> str | None:
     """Why the wrapper config key `key` (attention-temperature, dape), which scales or rewrites the logits
-    of a softmax over q.k scores, cannot wrap `base`; None when it can."""
-    if not {"normaliser", "key_transforms", "channel_decays"} & base.channels:
+    of a softmax over q.k scores, cannot wrap `base`; None when it can. A wrapper is a module of its own, so it
+    passes on no layer channel (its `layer_values` are all None) and no normaliser."""
+    if "normaliser" in base.channels:
+        what = "replaces the softmax"
+    elif layered := [channel for channel in LAYER_CHANNELS if channel in base.channels]:
+        what = "has " + "; and ".join(CHANNELS[channel].description for channel in layered)
+    else:
         return None
-    what = ("replaces the softmax" if "normaliser" in base.channels
-            else "decays the dot products per channel" if "channel_decays" in base.channels
-            else "transforms the keys by the tokens in between")
     return (f"{key} is set, but pos-emb {base.name!r} {what}, which the {key} wrapper does not pass on (it would "
             f"silently attend with a plain softmax). Remove {key} for this method.")

@@ -40,3 +40,21 @@ def test_the_protocol_table_in_the_docs_is_current():
 def test_the_protocol_docstring_lists_no_channels_by_their_history():
     ordinals = ("third", "fourth", "fifth", "sixth", "seventh", "eighth", "three channels", "four channels")
     assert not [word for word in ordinals if word in base.__doc__.lower()]
+
+
+def test_a_wrapper_over_a_method_with_layer_values_is_refused_with_the_channels_words():
+    """A wrapper (dape, attention-temperature) is a module of its own: a layer channel of the method under it
+    (fox's gate, path's transforms, wall's decays) would silently be lost, so it is refused, in the words of
+    CHANNELS."""
+    from megatron.model.positional_embeddings.dape import daped
+    from megatron.model.positional_embeddings.temperature import tempered
+    layered = {name: pe for name in available() if (pe := lookup(name)(SHAPE)).channels & set(base.LAYER_CHANNELS)}
+    assert {"fox", "path", "wall"} <= set(layered)
+    for name, pe in layered.items():
+        channel = sorted(pe.channels & set(base.LAYER_CHANNELS))[0]
+        with pytest.raises(base.PositionalEmbeddingError, match=rf"dape is set, but pos-emb '{name}' has .*"
+                                                                 rf"{CHANNELS[channel].description[:30]}"):
+            daped(pe, {"version": 1})
+        with pytest.raises(base.PositionalEmbeddingError, match=f"attention-temperature is set, but pos-emb '{name}'"):
+            tempered(pe, {"type": "ssmax"})
+    assert base.LAYER_CHANNELS == tuple(name for name, channel in CHANNELS.items() if channel.layer)
