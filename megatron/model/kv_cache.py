@@ -29,28 +29,31 @@ class LayerKV:
 
     def __init__(self, capacity: int, window: int | None = None):
         self.capacity, self.window, self.keys, self.values = capacity, window, None, None
-        # {channel: running sum over the cached slots, [b, H, ..., slots] fp32 (or wider)}: fox's F of its
-        # per-token terms, wall's P of its channel decays (store_running_sum)
-        self.running_sums = {}
+        # {channel: a layer value per cached slot, [b, H, slots, ...]}: as given, or its running sum in fp32 (or
+        # wider): fox's F of its per-token terms, wall's P of its channel decays (store_values)
+        self.per_token = {}
 
-    def store_running_sum(self, channel: str, g, start: int):
-        """A layer value of `channel` per token, g [b, H, ..., s], of slots start.. -> (its running sum F over those
-        slots [b, H, ..., s], F of the slots a query of them can see, as `store` keeps them): F runs on from the
-        last cached slot, so a decoding step appends one value and F_i - F_j equals a full forward's. Kept like
-        the keys (O(W) windowed)."""
-        g = g.to(torch.promote_types(g.dtype, torch.float32))
-        kept = self.running_sums.get(channel)
+    def store_values(self, channel: str, g, start: int, running_sum: bool):
+        """A layer value of `channel` per token, g [b, H, s, ...], of slots start.. -> (what the layer keeps of
+        those slots [b, H, s, ...], and of the slots a query of them can see, as `store` keeps the keys): g itself,
+        or with `running_sum` its running sum F over the tokens in fp32 or wider, run on from the last cached
+        slot, so a decoding step appends one value and F_i - F_j equals a full forward's. Kept like the keys
+        (O(W) windowed)."""
+        if running_sum:
+            g = g.to(torch.promote_types(g.dtype, torch.float32))
+        kept = self.per_token.get(channel)
         if self.window is not None:
-            new = g.cumsum(dim=-1) + (0 if kept is None or kept.shape[-1] == 0 else kept[..., -1:])
-            visible = new if kept is None else torch.cat([kept, new], dim=-1)
-            self.running_sums[channel] = visible[..., visible.shape[-1] - min(self.window - 1, visible.shape[-1]):]
+            before = 0 if kept is None or kept.shape[2] == 0 else kept[:, :, -1:]
+            new = g.cumsum(dim=2) + before if running_sum else g
+            visible = new if kept is None else torch.cat([kept, new], dim=2)
+            self.per_token[channel] = visible[:, :, visible.shape[2] - min(self.window - 1, visible.shape[2]):]
             return new, visible
         if kept is None:
-            kept = self.running_sums[channel] = g.new_zeros(*g.shape[:-1], self.capacity)
-        end = start + g.shape[-1]
-        new = g.cumsum(dim=-1) + (kept[..., start - 1:start] if start > 0 else 0)
-        kept[..., start:end] = new
-        return new, kept[..., :end]
+            kept = self.per_token[channel] = g.new_zeros(*g.shape[:2], self.capacity, *g.shape[3:])
+        end = start + g.shape[2]
+        new = g.cumsum(dim=2) + (kept[:, :, start - 1:start] if start > 0 else 0) if running_sum else g
+        kept[:, :, start:end] = new
+        return new, kept[:, :, :end]
 
     def transform_keys(self, w, beta, start: int):
         """PaTH (pe.key_transforms): H = I - beta w w^T (w [b, H, D], beta [b, H]) applied in place to every

@@ -2,11 +2,11 @@
 per row against every cached key, terms from the positional protocol's explicit positions
 (`pe.pairwise(q_positions, k_positions)`, `rotate_qk`) and the softmax written out. The cache and its
 layers are read through what they expose (positions, real, length, capacity; a layer's `store` and
-`store_running_sum`), so this file imports nothing outside the attention folder."""
+`store_values`), so this file imports nothing outside the attention folder."""
 import torch
 
 from megatron.model.attention.strategy import AttentionPlan
-from megatron.model.attention.written_out import attend_written_out, decayed_dot_products
+from megatron.model.attention.written_out import DOT_PRODUCTS, attend_written_out, dot_product_channel
 
 
 def first_visible_slot(start: int, window: int | None) -> int:
@@ -44,12 +44,12 @@ class CachedPlan:
         if self.query_scale is not None and bias is not None:
             self.bias = bias * self.query_scale[..., None]
         self.key_transforms = None        # (w [b, H, s, D], beta [b, H, s]) of one layer (with_layer), or None
-        self.channel_decays = None        # g [b, H, s, D] of one layer (with_layer), or None
         self.sink = None                  # the sink logits s [H] of one layer (with_layer), or None
 
-    # This plan for one layer, holding its own values (AttentionPlan's, kept as given: `attend` adds F_i - F_j with
-    # the F of the cached keys, applies each new token's key transform to the cached keys (LayerKV.transform_keys),
-    # reads P of the new and the cached keys (both running sums: LayerKV.store_running_sum) and applies the sink).
+    # This plan for one layer, holding its own values (AttentionPlan's, an attribute per channel, kept as given:
+    # `attend` adds F_i - F_j with the F of the cached keys, applies each new token's key transform to the cached
+    # keys (LayerKV.transform_keys), reads a channel's values of the new and the cached keys for its dot products
+    # (written_out.DOT_PRODUCTS; running sums where the scores read them: LayerKV.store_values) and applies the sink).
     with_layer = AttentionPlan.with_layer
 
     def kept(self, channel: str, value):
@@ -93,18 +93,17 @@ class CachedPlan:
         differences = None
         if self.token_terms is not None:
             # [b, H, s], [b, H, visible keys]
-            new, visible = kv.store_running_sum("token_terms", self.token_terms, self.start)
+            new, visible = kv.store_values("token_terms", self.token_terms, self.start, running_sum=True)
             differences = new[..., :, None] - visible[..., None, :]
         if self.key_transforms is not None:
             return self.attend_transformed(q, k, v, kv, differences)
         dot_products = None
-        if self.channel_decays is not None:  # P of the new queries and of the keys they see, [b, H, ., D]
-            sums = kv.store_running_sum("channel_decays", self.channel_decays.transpose(-1, -2), self.start)
-            P_new, P_seen = (P.transpose(-1, -2) for P in sums)
-            slots = torch.arange(self.start + q.shape[2] - P_seen.shape[2], self.start + q.shape[2], device=q.device)
+        if (channel := dot_product_channel(self)) is not None:  # its values at the new queries and the keys they see
+            new, seen = kv.store_values(channel, getattr(self, channel), self.start, self.pe.reads_running_sum(channel))
+            scores, first = DOT_PRODUCTS[channel].scores, self.start + q.shape[2] - seen.shape[2]
 
             def dot_products(q_, k_):
-                return decayed_dot_products(q_, k_, P_new, P_seen, slots[-q.shape[2]:], slots)
+                return scores(q_, k_, new, seen, self.start, first)
         keys, values = kv.store(k, v, self.start)
         return attend_written_out(self.pe, q, keys, values, allowed=self.allowed, q_positions=self.q_positions,
                                   k_positions=self.k_positions, bias=self.bias, weight=self.weight,

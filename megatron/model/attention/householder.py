@@ -47,11 +47,3 @@ def transformed_dot_products(q, k, w, beta, q_start: int, chunk: int = CHUNK):
             state = state - through @ w_c
     return torch.cat(columns[::-1], dim=-1)
 
-
-def dot_products_for(transforms, q_start: int, keys: int):
-    """transformed_dot_products with a layer's transforms (w, beta over the sequence) bound, for
-    written_out.attend_written_out; None without transforms."""
-    if transforms is None:
-        return None
-    w, beta = transforms
-    return lambda q, k: transformed_dot_products(q, k, w[:, :, :keys], beta[:, :, :keys], q_start)

@@ -5,9 +5,8 @@ from typing import Any
 import torch
 
 from megatron.errors import NeoXArgsError
-from megatron.model.attention.householder import CHUNK
 from megatron.model.attention.masks import consecutive
-from megatron.model.attention.written_out import DECAY_CHUNK
+from megatron.model.attention.written_out import DOT_PRODUCTS
 
 
 @dataclass(frozen=True)
@@ -83,20 +82,13 @@ class AttentionInputs:
         return self.run.batch if self.run.documents else 1
 
     def score_edit_bytes(self, queries: int, keys: int) -> int:
-        """What pe.modify_scores, pe.normalise or the key transforms allocate for `queries` x `keys` pairs of
-        every head and sequence (0 without): the method's score_bytes, and for key transforms what
-        householder.py's chunks keep per (query, key) pair for the backward (the carried query once per chunk,
-        D / CHUNK numbers, and about 8 more; without gradients 3), in fp32 or wider. Measured: 42 and 13 bytes
-        a pair (peak RSS rise of one call, 512 queries x 4,096 keys, 4 heads of 64 dims, fp32), against 40
-        and 12 from this count."""
+        """What pe.modify_scores, pe.normalise or a layer channel's dot products allocate for `queries` x `keys`
+        pairs of every head and sequence (0 without): the method's score_bytes, and what the dot products of a
+        channel that replaces q . k keep per (query, key) pair (written_out.DOT_PRODUCTS' count), in fp32 or wider."""
         run = self.run
         per_pair = self.score_bytes if self.channels & {"score_rewrite", "normaliser"} else 0
-        if self.has("key_transforms"):
-            kept = run.head_dim // CHUNK + 8 if run.needs_grad else 3
-            per_pair += kept * max(run.element_size, 4)
-        if self.has("channel_decays"):  # a count, not measured: per chunk of queries autograd keeps the keys
-            kept = 2 * run.head_dim // DECAY_CHUNK + 2 if run.needs_grad else 1  # times exp(P_r - P_j) and that factor
-            per_pair += kept * max(run.element_size, 4)
+        for channel in self.channels & DOT_PRODUCTS.keys():
+            per_pair += DOT_PRODUCTS[channel].numbers_per_pair(run.head_dim, run.needs_grad) * max(run.element_size, 4)
         return run.batch * run.heads * queries * keys * per_pair
 
     @property

@@ -13,17 +13,11 @@ import copy
 
 import torch
 
-from megatron.model.attention.householder import dot_products_for
 from megatron.model.attention.inputs import AttentionInputs, terms_by_distance
 from megatron.model.attention.masks import allowed_keys, keys_seen, same_document
 from megatron.model.attention.needs import NEEDS, needs_of
 from megatron.model.attention.rotation import rotate
-from megatron.model.attention.written_out import decayed_dot_products
-
-
-# Layer values kept as their running sums over the tokens (AttentionPlan.kept): fox's per-token terms g [b, H, s]
-# and wall's per-channel decays g [b, H, s, D].
-RUNNING_SUMS = frozenset({"token_terms", "channel_decays"})
+from megatron.model.attention.written_out import DOT_PRODUCTS, at_tokens, dot_product_channel
 
 
 class AttentionPlan:
@@ -34,10 +28,10 @@ class AttentionPlan:
     table_grad = False        # a learnable bias table's gradient on the side (table_gradient.py)
     handles: frozenset = frozenset()  # the needs (needs.py) it computes, listed: any other, a new one too, refuses it
     requires: frozenset = frozenset()  # the needs it exists for; a forward without one refuses it
-    # One layer's own values (with_layer), None where the layer has none:
+    # One layer's own values (with_layer: an attribute per channel, absent where the layer has none); those the
+    # strategies read by name:
     token_terms = None        # F = cumsum(g) [b, H, s] fp32 (pe.token_terms: fox)
     key_transforms = None     # (w [b, H, s, D], beta [b, H, s]) (pe.key_transforms: path)
-    channel_decays = None     # P = cumsum(g) [b, H, s, D] fp32 or wider (pe.channel_decays: wall)
     sink = None               # the sink logits s [H] (attention-sink)
 
     def __init__(self, pe, positions: torch.Tensor, *, window: int | None, block_size: int, span: int,
@@ -149,21 +143,23 @@ class AttentionPlan:
         return plan
 
     def kept(self, channel: str, value):
-        """How this plan keeps a layer's value of `channel`: the per-token ones (RUNNING_SUMS: g [b, H, s, ...])
-        as their running sums over the tokens in fp32 or wider, so score(i, j) reads F_i - F_j; others as given."""
-        if channel in RUNNING_SUMS:
+        """How this plan keeps a layer's value of `channel`: one whose running sums the scores read
+        (pe.reads_running_sum: g [b, H, s, ...]) as those sums over the tokens in fp32 or wider, so score(i, j)
+        reads F_i - F_j; others as given."""
+        if self.pe.reads_running_sum(channel):
             return value.to(torch.promote_types(value.dtype, torch.float32)).cumsum(dim=2)
         return value
 
     def dot_products(self, q_start: int, keys: int):
-        """written_out.attend_written_out's `dot_products` for queries q_start.. against keys 0..keys-1: the
-        key transforms' (householder.py) or the channel decays' (decayed_dot_products), or None for q . k."""
-        if self.channel_decays is None:
-            return dot_products_for(self.key_transforms, q_start, keys)
-        P = self.channel_decays
-        return lambda q, k: decayed_dot_products(
-            q, k, P[:, :, q_start:q_start + q.shape[2]], P[:, :, :keys],
-            torch.arange(q_start, q_start + q.shape[2], device=q.device), torch.arange(keys, device=q.device))
+        """written_out.attend_written_out's `dot_products` for queries q_start.. against keys 0..keys-1: those of
+        the layer channel this plan holds that replaces q . k (written_out.DOT_PRODUCTS), or None for q . k."""
+        held = dot_product_channel(self)
+        if held is None:
+            return None
+        scores, value = DOT_PRODUCTS[held].scores, getattr(self, held)
+        return lambda q, k: scores(q, k, at_tokens(value, q_start, q_start + q.shape[2]), at_tokens(value, 0, keys),
+                                   q_start, 0)
 
     def __repr__(self):
         return f"{type(self).__name__}(path={self.path!r}, length={self.positions.shape[0]})"
+

@@ -16,18 +16,40 @@ For queries i and keys j of one block (positions bound by the strategy), per hea
 
 Without a weight, a rewrite, a normaliser, transforms or a sink, the bias is SDPA's additive mask and its fused
 kernels compute the rest. A new written-out channel is one more step here, at its place in the order, and its
-name in WRITTEN_OUT: the strategies that call this block handle what it lists.
+name in WRITTEN_OUT: the strategies that call this block handle what it lists. A layer channel that replaces
+step 1's q_i . k_j is one entry of DOT_PRODUCTS: the plans (strategy.py's `dot_products`), the cached step and
+the planner's memory estimate read it from there.
 """
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from megatron.model.attention.householder import CHUNK, transformed_dot_products
 from megatron.model.attention.masks import fused_mask
 
-# The channels only this block computes; every strategy that calls it handles them (sdpa_written_out, blocked).
-WRITTEN_OUT = frozenset({"score_rewrite", "normaliser", "key_transforms", "channel_decays", "sink", "sink_off_cpu"})
 DECAY_CHUNK = 32  # queries per step of decayed_dot_products: its exact part keeps [b, H, C, C, D]
+
+
+@dataclass(frozen=True)
+class DotProducts:
+    """How a layer channel's values make step 1's dot products in place of q_i . k_j."""
+    # (q [b, H, n, D], k [b, H, m, D], the values at the queries, the values at the keys, q_first, k_first)
+    # -> [b, H, n, m]: the values [b, H, n | m, ...] (or tuples of them) as the plan keeps them (a running-sum
+    # channel's sums), at queries q_first.. and keys k_first.. (token indices, each a run of consecutive ones)
+    scores: Callable
+    # (head_dim, needs_grad) -> numbers in fp32 or wider that computing them keeps per (query, key) pair of every
+    # head and sequence: the planner's memory estimate (inputs.py's score_edit_bytes)
+    numbers_per_pair: Callable[[int, bool], int]
+
+
+def at_tokens(value, first: int, end: int):
+    """A layer value [b, H, s, ...] (or a tuple of them) at tokens first..end-1."""
+    if isinstance(value, tuple):
+        return tuple(part[:, :, first:end] for part in value)
+    return value[:, :, first:end]
 
 
 def decayed_dot_products(q, k, q_decays, k_decays, q_index, k_index, chunk: int = DECAY_CHUNK):
@@ -64,6 +86,40 @@ def decayed_dot_products(q, k, q_decays, k_decays, q_index, k_index, chunk: int 
     return torch.cat(rows, dim=2)
 
 
+def decay_scores(q, k, q_decays, k_decays, q_first: int, k_first: int):
+    """decayed_dot_products for queries q_first.. and keys k_first.."""
+    return decayed_dot_products(q, k, q_decays, k_decays, torch.arange(q_first, q_first + q.shape[2], device=q.device),
+                                torch.arange(k_first, k_first + k.shape[2], device=q.device))
+
+
+def transformed_scores(q, k, _, transforms, q_first: int, k_first: int):
+    """householder.transformed_dot_products with the keys' transforms (w, beta), the keys 0.. (a full forward)."""
+    return transformed_dot_products(q, k, *transforms, q_first - k_first)
+
+
+DOT_PRODUCTS = {
+    # householder.py's chunks keep per pair for the backward the carried query once per chunk (D / CHUNK numbers)
+    # and about 8 more; without gradients 3. Measured: 42 and 13 bytes a pair (peak RSS rise of one call, 512
+    # queries x 4,096 keys, 4 heads of 64 dims, fp32), against 40 and 12 from this count.
+    "key_transforms": DotProducts(transformed_scores, lambda head_dim, grad: head_dim // CHUNK + 8 if grad else 3),
+    # A count, not measured: per chunk of queries autograd keeps the keys times exp(P_r - P_j) and that factor.
+    "channel_decays": DotProducts(decay_scores, lambda head_dim, grad: 2 * head_dim // DECAY_CHUNK + 2 if grad else 1),
+}
+
+
+def dot_product_channel(plan) -> str | None:
+    """The DOT_PRODUCTS channel whose layer value `plan` holds (with_layer), or None."""
+    held = [channel for channel in DOT_PRODUCTS if getattr(plan, channel, None) is not None]
+    if len(held) > 1:
+        raise ValueError(f"a layer holds {' and '.join(held)}, each of which replaces q . k: the written-out "
+                         "block computes one of them (DOT_PRODUCTS)")
+    return held[0] if held else None
+
+
+# The channels only this block computes; every strategy that calls it handles them (sdpa_written_out, blocked).
+WRITTEN_OUT = frozenset({"score_rewrite", "normaliser", "sink", "sink_off_cpu", *DOT_PRODUCTS})
+
+
 def attend_written_out(pe, q, k, v, *, allowed, q_positions, k_positions, bias=None, weight=None,
                        token_differences=None, dot_products=None, sink=None, dropout_p: float = 0.0):
     """q [b, H, q, D], k, v [b, H, k, D] (rotated) -> [b, H, q, D] in v's dtype.
@@ -71,8 +127,8 @@ def attend_written_out(pe, q, k, v, *, allowed, q_positions, k_positions, bias=N
     allowed: bool, broadcastable to [b, H, q, k] (None: plain causal attention with no terms, SDPA's fused
     causal kernels); positions [q], [k] (or [b, q], [b, k] per row): what pe.modify_scores and pe.normalise
     read; bias, weight: broadcastable to [b, H, q, k], or None; token_differences: F_i - F_j [b, H, q, k] or
-    None; dot_products(q, k) -> [b, H, q, k]: q_i . k_j as the key transforms make them
-    (householder.dot_products_for), or None; sink: the layer's sink logits s [H], or None."""
+    None; dot_products(q, k) -> [b, H, q, k]: q_i . k_j as a layer channel makes them
+    (DOT_PRODUCTS, bound by the plan), or None; sink: the layer's sink logits s [H], or None."""
     if token_differences is not None:
         bias = token_differences if bias is None else bias + token_differences
     if allowed is None:
