@@ -71,20 +71,25 @@ def decayed_dot_products(q, k, P):
     return torch.stack(rows, dim=2)
 
 
-def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=None, token_differences=None,
-           finite_mask: bool = False, key_transforms=None, channel_decays=None, sink=None):
+def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=None, finite_mask: bool = False,
+           sink=None, token_terms=None, key_transforms=None, channel_decays=None):
     """q [b, H, q, D], k, v [b, H, k, D] (q and k already rotated) -> [b, H, q, D] in v's dtype.
 
     pe: the positional method (None: no method, only `bias`); bias, weight: the method's terms for these positions (pe.pairwise), broadcastable to [b, H, q, k], or
-    None; token_differences: F_i - F_j [b, H, q, k] or None; positions [q], [k] (or [b, q], [b, k]: what
+    None; positions [q], [k] (or [b, q], [b, k]: what
     pe.modify_scores reads); visible: bool broadcastable to [b, H, q, k]. An invisible key's logit is -inf,
     or with `finite_mask` the dtype's minimum (a padding query that sees no key then gets a uniform row,
-    not NaN); key_transforms: (w [b, H, k, D], beta [b, H, k]) of the keys' tokens (pe.key_transforms), the
-    queries being the last q of them, or None; sink: s [H], one more logit per head and query whose column
-    takes its share of the softmax and is dropped (a learnable attention sink), or None; channel_decays: P =
-    cumsum(g) [b, H, k, D] of the keys' tokens (pe.channel_decays), the queries being the last q of them, or None."""
+    not NaN); sink: s [H], one more logit per head and query whose column takes its share of the softmax and
+    is dropped (a learnable attention sink), or None.
+
+    The layer channels' values (base.py's CHANNELS, keyword by channel; each None when the method has none), of
+    the keys' tokens, the queries being the last q of them, as running sums where the scores read those
+    (pe.reads_running_sum): token_terms: F = cumsum(g) [b, H, k] (pe.token_terms); key_transforms: (w [b, H, k, D],
+    beta [b, H, k]) (pe.key_transforms); channel_decays: P = cumsum(g) [b, H, k, D] (pe.channel_decays)."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k = q.to(dtype), k.to(dtype)
+    token_differences = None if token_terms is None else token_term_differences(token_terms[..., -q.shape[2]:],
+                                                                                 token_terms)
     if channel_decays is not None:
         scores = decayed_dot_products(q, k, channel_decays) / math.sqrt(q.shape[-1])
     elif key_transforms is None:
@@ -117,16 +122,18 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     return (weights @ v.to(dtype)).to(v.dtype)
 
 
-def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positions=None, token_terms=None,
-              key_transforms=None, sink=None):
+def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positions=None, sink=None,
+              **layer_values):
     """One forward over whole sequences: q, k, v [b, H, s, D] (not yet rotated) -> [b, H, s, D].
 
     positions [s]: the tokens' positions (the sequence index for packed rows); row_positions [b, s]: each
     row's own (restarting in each document), read by the method in place of `positions`; documents [b, s]:
-    each token's packed document (keys of other documents invisible); token_terms: the layer's g [b, H, s]
-    (pe.token_terms), or None; key_transforms: the layer's (w [b, H, s, D], beta [b, H, s]) (pe.key_transforms),
-    or None; sink: the layer's sink logits s [H] (a learnable attention sink), or None. Each row is computed alone."""
+    each token's packed document (keys of other documents invisible); sink: the layer's sink logits s [H] (a
+    learnable attention sink), or None; layer_values: the layer's values by channel (pe.layer_values: g
+    [b, H, s, ...] or a tuple of such, None where the method has none), summed over the tokens where the scores
+    read running sums. Each row is computed alone."""
     index = torch.arange(q.shape[2], device=q.device)
+    work = torch.promote_types(q.dtype, torch.float32)
     rows = []
     for r in range(q.shape[0]):
         p = positions if row_positions is None else row_positions[r]
@@ -134,12 +141,9 @@ def attention(q, k, v, pe, positions, *, window=None, documents=None, row_positi
         own = None if documents is None else documents[r:r + 1]
         visible = visible_keys(p, p, index, index, window, own, own)
         bias, weight = pe.pairwise(p, p)
-        differences = None
-        if token_terms is not None:
-            differences = token_term_differences(token_terms[r:r + 1].to(torch.promote_types(q.dtype, torch.float32))
-                                                 .cumsum(dim=-1))
-        transforms = None if key_transforms is None else tuple(t[r:r + 1] for t in key_transforms)
+        values = {channel: (value[r:r + 1].to(work).cumsum(dim=2) if pe.reads_running_sum(channel)
+                            else tuple(t[r:r + 1] for t in value) if isinstance(value, tuple) else value[r:r + 1])
+                  for channel, value in layer_values.items() if value is not None}
         rows.append(attend(q_r, k_r, v[r:r + 1], pe, p, p, visible.reshape(1, 1, *visible.shape[-2:]),
-                           bias=bias, weight=weight, token_differences=differences, key_transforms=transforms,
-                           sink=sink))
+                           bias=bias, weight=weight, sink=sink, **values))
     return torch.cat(rows)

@@ -68,17 +68,17 @@ def run(pe, strategy, layout_name, needs_grad, sink=None, dtype=torch.float64):
     q, k, v, x = (t.to(dtype).detach().requires_grad_(t.requires_grad) for t in inputs(pe, needs_grad))
     positions = torch.arange(LENGTH)
     with torch.set_grad_enabled(needs_grad), flex_kernel.reference_math():
-        g, transforms = pe.token_terms(x), pe.key_transforms(x)
+        values = pe.layer_values(x)  # every layer channel's (fox's gate, path's transforms, wall's decays)
         if strategy is None:
             out = reference.attention(q, k, v, pe, positions, window=window, documents=documents,
-                                      row_positions=row_positions, token_terms=g, key_transforms=transforms, sink=sink)
+                                      row_positions=row_positions, sink=sink, **values)
         else:
             plan = plan_attention(pe, positions, AttentionRun(impl="auto", window=window, block_size=BLOCK,
                                                               needs_grad=needs_grad, dropout_p=0.0, dtype=dtype,
                                                               batch=2, documents=documents,
                                                               row_positions=row_positions, sink=sink is not None),
                                   strategy=strategy)
-            plan = plan.with_layer({"token_terms": g, "key_transforms": transforms, "sink": sink})
+            plan = plan.with_layer({**values, "sink": sink})
             assert plan.name == strategy
             out = plan.attend(*plan.rotate(q, k), v, 0.0)
     if not needs_grad:
@@ -204,21 +204,19 @@ def test_the_cached_step_matches_the_reference(method, window):
     """The cached-generation strategy (cached.py): a prompt, one decoding step and the rest, each against
     the keys cached so far, give the reference's attention of the whole sequence."""
     from megatron.model.attention.cached import attend_cached, plan_cached
+    from megatron.model.attention.written_out import at_tokens
     from megatron.model.kv_cache import KVCache
     pe = make_pe(method, window)
     q, k, v, x = inputs(pe, False)
     with torch.no_grad():
-        g, transforms = pe.token_terms(x), pe.key_transforms(x)
+        values = pe.layer_values(x)
         cache = KVCache(num_layers=1, batch_size=2, capacity=LENGTH, windows=[window])
         outputs = []
         for start, end in ((0, 10), (10, 11), (11, LENGTH)):
             cache.append(None, end - start)
-            plan = plan_cached(pe, cache, end - start, window).with_layer({
-                "token_terms": None if g is None else g[..., start:end],
-                "key_transforms": None if transforms is None else (transforms[0][:, :, start:end],
-                                                                    transforms[1][:, :, start:end])})
+            plan = plan_cached(pe, cache, end - start, window).with_layer(
+                {channel: at_tokens(value, start, end) for channel, value in values.items() if value is not None})
             outputs.append(attend_cached(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], plan,
                                          cache.layers[0]))
-        expected = reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window, token_terms=g,
-                                       key_transforms=transforms)
+        expected = reference.attention(q, k, v, pe, torch.arange(LENGTH), window=window, **values)
     torch.testing.assert_close(torch.cat(outputs, dim=2), expected, atol=1e-7, rtol=1e-6)

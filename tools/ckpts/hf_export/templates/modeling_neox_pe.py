@@ -4,7 +4,7 @@ the files of its package it imports. Needs torch and transformers only: load it 
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 
 The decoder calls the method only through its protocol (base.py): `add_to_embeddings`, `rotate_qk`,
-`pairwise`, `token_terms`, `modify_scores`, `normalise`, `key_transforms` and `channel_decays`, and attends
+`pairwise`, `modify_scores`, `normalise` and `layer_values` (its layer channels' values), and attends
 with the training project's reference attention (reference.py, copied unchanged), which gives, per head h, query i and visible key j (j <= i,
 i - j < the layer's window when set):
     softmax_j( (q_i . k_j / sqrt(D)) * weight[h, i, j] + bias[h, i, j] + F[h, i] - F[h, j] ) . v_j
@@ -54,56 +54,27 @@ def score_terms(pe, positions, key_positions, same):
     return tuple(None if part[0] is None else torch.stack(part) for part in zip(*parts))
 
 
-def token_term_differences(gates, cache, layer_idx):
-    """F_i - F_j [b, H, q, k] for the new queries i and every key j, F = cumsum(g) in fp32: the protocol's
-    per-token terms (base.py, `token_terms`). With a cache, F runs on from the cached keys' F, which the
-    cache keeps per layer beside their keys (an attribute of this model's own on the cache object)."""
-    new = gates.float().cumsum(dim=-1)
+def layer_history(channel, value, running_sum, cache, layer_idx):
+    """A layer value of the protocol (base.py's `layer_values`: fox's gate, path's transforms, wall's decays)
+    [b, H, s, ...] (or a tuple of such) for every key's token: the new tokens' after the cached ones', as their
+    running sum over the tokens (in fp32 or wider) where the scores read one (`reads_running_sum`), run on from
+    the cached keys'. The cache keeps them per layer beside their keys (an attribute of this model's own on the
+    cache object)."""
+    if running_sum:
+        value = value.to(torch.promote_types(value.dtype, torch.float32)).cumsum(dim=2)
     if cache is None:
-        return new[..., :, None] - new[..., None, :]
-    kept = getattr(cache, "neox_pe_token_terms", None)
+        return value
+    kept = getattr(cache, "neox_pe_layer_values", None)
     if kept is None:
-        kept = cache.neox_pe_token_terms = {}
-    previous = kept.get(layer_idx)
+        kept = cache.neox_pe_layer_values = {}
+    previous = kept.get((layer_idx, channel))
     if previous is not None:
-        new = new + previous[..., -1:]
-    every = new if previous is None else torch.cat([previous, new], dim=-1)
-    kept[layer_idx] = every
-    return new[..., :, None] - every[..., None, :]
-
-
-def key_transform_history(transforms, cache, layer_idx):
-    """(w, beta) of every key's token [b, H, keys, D], [b, H, keys]: the protocol's key transforms (base.py,
-    `key_transforms`: path) of the new tokens after those of the cached ones, which the cache keeps per layer
-    beside their keys (an attribute of this model's own on the cache object, as the per-token terms)."""
-    if transforms is None or cache is None:
-        return transforms
-    kept = getattr(cache, "neox_pe_key_transforms", None)
-    if kept is None:
-        kept = cache.neox_pe_key_transforms = {}
-    previous = kept.get(layer_idx)
-    if previous is not None:
-        transforms = tuple(torch.cat([old, new], dim=2) for old, new in zip(previous, transforms))
-    kept[layer_idx] = transforms
-    return transforms
-
-
-def channel_decay_sums(gates, cache, layer_idx):
-    """P = cumsum(g) [b, H, keys, D] of every key's token in fp32 (or wider): the protocol's channel decays
-    (base.py, `channel_decays`: wall), running on from the cached keys' P, which the cache keeps per layer (an
-    attribute of this model's own on the cache object, as the per-token terms)."""
-    if gates is None:
-        return None
-    new = gates.to(torch.promote_types(gates.dtype, torch.float32)).cumsum(dim=2)
-    if cache is None:
-        return new
-    kept = getattr(cache, "neox_pe_channel_decays", None)
-    if kept is None:
-        kept = cache.neox_pe_channel_decays = {}
-    previous = kept.get(layer_idx)
-    every = new if previous is None else torch.cat([previous, new + previous[:, :, -1:]], dim=2)
-    kept[layer_idx] = every
-    return every
+        if running_sum:
+            value = value + previous[:, :, -1:]
+        value = (tuple(torch.cat(parts, dim=2) for parts in zip(previous, value)) if isinstance(value, tuple)
+                 else torch.cat([previous, value], dim=2))
+    kept[(layer_idx, channel)] = value
+    return value
 
 
 def build_norm(config):
@@ -137,15 +108,12 @@ class SelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         bias, weight = terms
-        gates = pe.token_terms(x)  # per-token terms g [b, H, s] from this layer's input (fox), or None
-        differences = None if gates is None else token_term_differences(gates, cache, self.layer_idx)
-        transforms = key_transform_history(pe.key_transforms(x), cache, self.layer_idx)  # (w, beta) or None
-        decays = channel_decay_sums(pe.channel_decays(x), cache, self.layer_idx)  # P [b, H, keys, D] or None
+        values = {channel: layer_history(channel, value, pe.reads_running_sum(channel), cache, self.layer_idx)
+                  for channel, value in pe.layer_values(x).items() if value is not None}  # of every key's token
         # The project's reference attention (reference.py, copied beside this file); a finite mask, not
         # -inf: a padding query that sees no key gets a uniform row instead of NaN.
         y = attend(q, k, v, pe, positions, key_positions, allowed[:, None], bias=bias, weight=weight,
-                   token_differences=differences, finite_mask=True, key_transforms=transforms,
-                   channel_decays=decays, sink=self.sink)
+                   finite_mask=True, sink=self.sink, **values)
         y = y.transpose(1, 2)  # [b, s, H, D]
         if self.gate_kind is not None:
             y = y * torch.sigmoid(self.output_gate.gate(x)).view(
