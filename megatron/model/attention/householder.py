@@ -46,4 +46,3 @@ def transformed_dot_products(q, k, w, beta, q_start: int, chunk: int = CHUNK):
         if a > 0:
             state = state - through @ w_c
     return torch.cat(columns[::-1], dim=-1)
-

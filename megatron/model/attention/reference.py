@@ -75,10 +75,10 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
            sink=None, token_terms=None, key_transforms=None, channel_decays=None):
     """q [b, H, q, D], k, v [b, H, k, D] (q and k already rotated) -> [b, H, q, D] in v's dtype.
 
-    pe: the positional method (None: no method, only `bias`); bias, weight: the method's terms for these positions (pe.pairwise), broadcastable to [b, H, q, k], or
-    None; positions [q], [k] (or [b, q], [b, k]: what
-    pe.modify_scores reads); visible: bool broadcastable to [b, H, q, k]. An invisible key's logit is -inf,
-    or with `finite_mask` the dtype's minimum (a padding query that sees no key then gets a uniform row,
+    pe: the positional method (None: no method, only `bias`); bias, weight: the method's terms for these
+    positions (pe.pairwise), broadcastable to [b, H, q, k], or None; positions [q], [k] (or [b, q], [b, k]:
+    what pe.modify_scores reads); visible: bool broadcastable to [b, H, q, k]. An invisible key's logit is
+    -inf, or with `finite_mask` the dtype's minimum (a padding query that sees no key then gets a uniform row,
     not NaN); sink: s [H], one more logit per head and query whose column takes its share of the softmax and
     is dropped (a learnable attention sink), or None.
 
@@ -88,8 +88,9 @@ def attend(q, k, v, pe, q_positions, k_positions, visible, *, bias=None, weight=
     beta [b, H, k]) (pe.key_transforms); channel_decays: P = cumsum(g) [b, H, k, D] (pe.channel_decays)."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k = q.to(dtype), k.to(dtype)
-    token_differences = None if token_terms is None else token_term_differences(token_terms[..., -q.shape[2]:],
-                                                                                 token_terms)
+    token_differences = None
+    if token_terms is not None:  # F_i - F_j of the queries (the last q keys) and the keys
+        token_differences = token_term_differences(token_terms[..., -q.shape[2]:], token_terms)
     if channel_decays is not None:
         scores = decayed_dot_products(q, k, channel_decays) / math.sqrt(q.shape[-1])
     elif key_transforms is None:

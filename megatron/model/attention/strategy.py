@@ -162,4 +162,3 @@ class AttentionPlan:
 
     def __repr__(self):
         return f"{type(self).__name__}(path={self.path!r}, length={self.positions.shape[0]})"
-

@@ -14,6 +14,8 @@ from megatron.model.attention import flex_kernel
 from megatron.model.attention import (AttentionRun, attend, flex_block_mask, pad_to_whole_tiles, plan_attention,
                                       reference)
 from megatron.model.attention.flex import MIN_CUDA_HEAD_DIM
+from megatron.model.attention.needs import EVERY_STRATEGY
+from megatron.model.attention.registry import STRATEGIES
 from megatron.model.attention.sdpa import sdpa_bytes
 from megatron.model.attention.choice import memory_budget_bytes
 from megatron.model.positional_embeddings import available, build_positional_embedding
@@ -42,6 +44,11 @@ def qkv(requires_grad=False, dtype=torch.float32, head_dim=HEAD_DIM):
     return [(2 * torch.randn(2, HEADS, LENGTH, head_dim)).to(dtype).requires_grad_(requires_grad) for _ in range(3)]
 
 
+def flex_handles(pe) -> bool:
+    """Whether the flex strategy handles every channel of `pe` (a softmax of q . k with the terms it lists)."""
+    return pe.channels - EVERY_STRATEGY <= STRATEGIES["flex"].handles
+
+
 def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
     positions = torch.arange(LENGTH) if positions is None else positions
     plan = plan_attention(pe, positions, AttentionRun(impl=impl, window=window, block_size=BLOCK, needs_grad=needs_grad,
@@ -65,7 +72,7 @@ def test_every_path_matches_the_float64_reference(name, window):
     pe, (q, k, v) = make_pe(name), qkv()
     expected = reference_attention(pe, q, k, v, window)
     with torch.no_grad(), flex_kernel.reference_math():
-        flex_runs = not ({"query_terms", "normaliser", "key_transforms", "channel_decays"} & pe.channels)  # flex: a softmax of q.k
+        flex_runs = flex_handles(pe)
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             out = run_path(pe, impl, q, k, v, window)
             torch.testing.assert_close(out.double(), expected, atol=FLOAT32_ATOL.get(name, 2e-6), rtol=1e-5,
@@ -247,10 +254,9 @@ def test_low_precision_paths_agree_with_fp32(dtype):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention backward needs CUDA (no CPU backward in torch)")
 # Not fire (no flex backward through its terms), nor the methods FlexAttention's per-entry score_mod cannot
-# express: a score rewrite (cope), a replaced softmax (stickbreaking), transformed keys (path); their refusals
-# are test_flex_refuses_what_it_cannot_do's.
-@pytest.mark.parametrize("name", [n for n in METHODS if n != "fire" and not (
-    ("score_rewrite" in make_pe(n).channels) or ("normaliser" in make_pe(n).channels) or ("key_transforms" in make_pe(n).channels))])
+# express: a score rewrite (cope), a replaced softmax (stickbreaking), transformed keys (path), decayed dot
+# products (wall); their refusals are test_flex_refuses_what_it_cannot_do's.
+@pytest.mark.parametrize("name", [n for n in METHODS if flex_handles(make_pe(n))])
 def test_flex_gradients_match_sdpa_on_cuda(name):
     pe = make_pe(name, head_dim=MIN_CUDA_HEAD_DIM).cuda()  # CUDA FlexAttention compiles no smaller head
     grads = {}
@@ -354,7 +360,7 @@ def test_paths_agree_at_a_realistic_size(window):
         pe = build_positional_embedding(name, num_heads=heads, head_dim=head_dim)
         q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))
         outputs, grads = {}, {}
-        flex_runs = not ({"query_terms", "normaliser", "key_transforms", "channel_decays"} & pe.channels)  # flex: a softmax of q.k
+        flex_runs = flex_handles(pe)
         for impl in ("sdpa", "blocked", "flex") if flex_runs else ("sdpa", "blocked"):
             needs_grad = impl != "flex"
             pe.zero_grad()

@@ -208,7 +208,8 @@ def test_every_layer_has_its_own_transforms_and_they_learn():
 
 
 def test_a_temperature_on_top_is_refused():
-    with pytest.raises(PositionalEmbeddingError, match="pos-emb 'path' has Householder transforms of the keys by the tokens between key and query"):
+    with pytest.raises(PositionalEmbeddingError,
+                       match="pos-emb 'path' has Householder transforms of the keys by the tokens between"):
         tempered(pe_for(), {"type": "ssmax"})
 
 
