@@ -22,6 +22,7 @@ import torch
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import AttentionRun, attend, plan_attention
+from megatron.model.attention.written_out import WRITTEN_OUT
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from tests.support.training import REPO_ROOT, tiny_args
@@ -268,9 +269,10 @@ def make_pe(name):
 
 
 def not_a_biased_softmax(pe) -> bool:
-    """Methods whose attention is not softmax(q.k / sqrt(D) * weight + bias): a score rewrite (cope, dape),
-    a replaced softmax (stickbreaking), transformed keys (path)."""
-    return ("score_rewrite" in pe.channels) or ("normaliser" in pe.channels) or ("key_transforms" in pe.channels)
+    """Methods whose attention is not softmax(q.k / sqrt(D) * weight + bias): those with a channel only the
+    written-out block computes (a score rewrite: cope, dape; a replaced softmax: stickbreaking; transformed keys:
+    path; decayed dot products: wall)."""
+    return bool(pe.channels & WRITTEN_OUT)
 
 
 def float64_reference(pe, q, k, v, window):
