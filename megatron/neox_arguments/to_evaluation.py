@@ -4,6 +4,7 @@ dashboards, the lm-eval keys, and, bound to the config, the start-up steps that 
 start, the tokenizer, the start-up checks, the data). megatron/evaluation/ never reads the run config itself."""
 import copy
 import dataclasses
+import functools
 import pathlib
 
 from megatron.evaluation.modes import mode_options
@@ -88,7 +89,7 @@ def run_start(neox_args) -> RunStart:
         sized.eval_lengths, sized.eval_micro_batch_size = list(lengths), 1
         return memory_problem(sized, False, vocab_rows)
 
-    return RunStart(begin=begin, tokenizer=tokenizer, check=check, stream=lambda tokens: evaluation_stream(neox_args, tokens),
+    return RunStart(begin=begin, tokenizer=tokenizer, check=check, stream=functools.partial(evaluation_stream, neox_args),
                     memory_problem=memory_problem)
 
 
