@@ -23,7 +23,7 @@ def main():
     from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads(neox_args.rank)  # no thread cliff on a busy CPU
     from megatron.evaluation.lm_eval_run import evaluate_tasks
-    evaluate_tasks(neox_args)
+    evaluate_tasks(neox_args.evaluation_run(), neox_args.lm_eval_tasks())
 
 
 if __name__ == "__main__":

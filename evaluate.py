@@ -22,7 +22,7 @@ def main():
     from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads(args.rank)  # no thread cliff on a busy CPU
     from megatron.evaluation.driver import evaluate_run
-    path = evaluate_run(args)
+    path = evaluate_run(args.evaluation_run())  # the records evaluation reads, built from the config here
     probes = [mode for mode in args.eval_modes if mode in PROBE_TASKS]
     if probes and args.rank == 0:  # each probe's accuracy grid as a figure beside the file
         from megatron.evaluation.retrieval.heatmap import heatmap_of_file

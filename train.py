@@ -28,7 +28,7 @@ def main():
         from megatron.evaluation.driver import evaluate_run
         if "eval_lengths" not in neox_args.config_sources:
             neox_args.eval_lengths = [neox_args.seq_length_val]
-        evaluate_run(neox_args)
+        evaluate_run(neox_args.evaluation_run())
         return 0
     try:
         result = pretrain(neox_args)

@@ -7,8 +7,8 @@ too), so that a change breaking one fails here naming the file and line:
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
 - nothing below the door (megatron/ outside the config package) imports the config package: code there
-  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/ takes them as typed records and has
-  no name `neox_args` at all;
+  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/ and megatron/evaluation/ take them as
+  typed records and have no name `neox_args` at all;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
@@ -230,18 +230,20 @@ def test_importing_an_attention_kernel_does_not_build_the_model():
 
 CONFIG = MEGATRON / "neox_arguments"
 PROBES = MEGATRON / "probes"
-# The config package's one remaining import of evaluation: the modes registry, whose modes declare their own
-# config keys (groups.py builds the evaluation keys from them). Nothing else of evaluation.
-CONFIG_READS_OF_EVALUATION = ("megatron.evaluation.modes",)
+# The config package's imports of evaluation: the modes registry, whose modes declare their own config keys
+# (groups.py builds the evaluation keys from them), and the typed records it builds for evaluation
+# (to_evaluation.py). Nothing else of evaluation.
+CONFIG_READS_OF_EVALUATION = ("megatron.evaluation.modes", "megatron.evaluation.run_keys", "megatron.evaluation.settings")
 PROBE_LEAVES = ("megatron.errors", "megatron.quoting", "megatron.model.positional_embeddings.base")
 
 
-def test_the_config_package_imports_nothing_of_evaluation_but_its_modes_registry():
+def test_the_config_package_imports_nothing_of_evaluation_but_its_modes_registry_and_records():
     found = sorted({f"{where(path, line)} imports {module}" for path in python_files(CONFIG)
                     for module, line, _ in imports(path) if under(module, "megatron.evaluation")
                     and not any(under(module, allowed) for allowed in CONFIG_READS_OF_EVALUATION)})
-    assert not found, ("megatron/neox_arguments imports nothing of megatron/evaluation but the modes' registry "
-                       "(probe generators: megatron/probes; a config hash's keys: NeoXArgs.trained_keys):\n"
+    assert not found, ("megatron/neox_arguments imports nothing of megatron/evaluation but the modes' registry and the "
+                       "records it builds (run_keys.py, settings.py) (probe generators: megatron/probes; a config "
+                       "hash's keys: NeoXArgs.trained_keys):\n"
                        + "\n".join(found))
 
 
@@ -258,10 +260,10 @@ def test_nothing_below_the_door_imports_the_config_package():
                        "megatron.checkpoint.folder a checkpoint's file names):\n" + "\n".join(found))
 
 
-# Rooms that take a ModelConfig and typed records of the run keys they read (megatron/checkpoint/run_keys.py),
-# never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
+# Rooms that take a ModelConfig and typed records of the run keys they read (megatron/checkpoint/run_keys.py,
+# megatron/evaluation/run_keys.py), never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
 # The string "neox_args" is data: the client-state key checkpoints have always kept the run's config under.
-TYPED_ROOMS = (MEGATRON / "checkpoint",)
+TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "evaluation")
 
 
 def run_config_names(source: str) -> list[int]:
@@ -272,12 +274,12 @@ def run_config_names(source: str) -> list[int]:
                    or (isinstance(node, ast.Attribute) and node.attr == "neox_args")})
 
 
-def test_the_checkpoint_room_takes_typed_run_keys_not_the_run_config():
+def test_the_typed_rooms_take_typed_run_keys_not_the_run_config():
     found = [f"{where(path, line)}" for room in TYPED_ROOMS for path in python_files(room)
              for line in run_config_names(path.read_text())]
-    assert not found, ("megatron/checkpoint/ takes a ModelConfig and the records of run_keys.py (built by "
-                       "megatron/neox_arguments/to_checkpoint.py), not the run config; add the key a function "
-                       "needs to its record instead:\n" + "\n".join(found))
+    assert not found, ("megatron/checkpoint/ and megatron/evaluation/ take a ModelConfig and the records of their "
+                       "run_keys.py (built by megatron/neox_arguments/to_checkpoint.py and to_evaluation.py), not the "
+                       "run config; add the key a function needs to its record instead:\n" + "\n".join(found))
 
 
 @pytest.mark.parametrize("source, hits", [

@@ -1,8 +1,9 @@
 """Evaluate one trained run at several lengths and write its result file (what evaluate.py calls, and
 train.py with `train-iters: 0`).
 
-It reads the evaluation stream from megatron/data; the data package imports only the probes' generators
-(megatron/probes, a leaf), never this package, so the driver lives with the rest of evaluation."""
+It takes the typed records the config package builds (run_keys.py); the start-up steps that still read the run's
+config (the ranks, the tokenizer, the start-up checks, the evaluation stream from megatron/data) come bound to
+it in their `RunStart`."""
 import datetime
 import hashlib
 import pathlib
@@ -10,52 +11,48 @@ import pathlib
 import numpy as np
 import torch
 
-from megatron.data import DataError, build_evaluation_stream
 from megatron.evaluation.context import ModeContext
 from megatron.evaluation.merge import already_scored, earlier_records, merged, write_merged
 from megatron.evaluation.results import SCHEMA, ResultFileError
 from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, open_run, planned_starts,
                                      scored_record, skipped_records)
 from megatron.evaluation.dashboards import log_evaluation
+from megatron.evaluation.run_keys import EvaluationRun
 from megatron.evaluation.settings import EvaluationSettings
 from megatron.checkpoint.inference_model import load
-from megatron.run.initialize import initialize_megatron
-from megatron.run.launcher_watch import watch_launcher
 from megatron.model.sequence_parallel import SequenceParallel
 from megatron.parallel import SequenceParallelGroups
 from megatron.parallel.sequence_scoring import SequenceParallelScorer
-from megatron.run.preflight import check_evaluation, raise_together
-from megatron.tokenizer import build_tokenizer
+from megatron.run.preflight import raise_together
 
 
-def evaluate_run(neox_args) -> pathlib.Path:
+def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
     """Load the checkpoint named by `load`, score every (length, mode), write the JSON; return its path.
 
     Launched on several ranks (deepy.py), each rank scores every world_size-th chunk and rank 0
     gathers the losses and writes the file. Everything that can be refused is refused before the first
-    length is scored: the plan, the data, the modes, the model's positions and the result file."""
-    settings = EvaluationSettings.of(neox_args)  # what the evaluation keys ask; below, only start-up reads the config
+    length is scored: the plan, the data, the modes, the model's positions and the result file.
+    `evaluation`: what the run's config asks (`NeoXArgs.evaluation_run()`, megatron/neox_arguments/to_evaluation.py)."""
+    settings, start = evaluation.settings, evaluation.start
     lengths, modes = checked_plan(settings)
-    if settings.world_size > 1:
-        initialize_megatron(neox_args)
     say = print if settings.rank == 0 else (lambda *args, **kwargs: None)
-    watch_launcher(say)
-    tokenizer = build_tokenizer(neox_args)
-    check_evaluation(neox_args, tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
-    stream = _evaluation_stream(neox_args, tokenizer)
+    start.begin(say)  # the ranks' process group and the launcher's watch
+    tokenizer = start.tokenizer()
+    start.check(tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
+    stream = start.stream(tokenizer)
     plan = {length: planned_starts(stream, length, settings, tokenizer.eod) for length in lengths}
     for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
         if mode.check:
             mode.check(settings, tokenizer, stream, lengths)
 
-    opened, run = open_run(neox_args)
-    loaded = load(opened, neox_args.inference_run())
+    opened, run = open_run(settings, evaluation.evaluated)
+    loaded = load(opened, evaluation.inference)
     model, scorer = loaded.model, _scorer(loaded.model, modes, settings.sequence_parallel_size)
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     check_position_range(model, lengths, dtype)
     path = pathlib.Path(settings.results_dir) / f"{run['name']}.json"
-    evaluation = _evaluation_record(settings, stream, tokenizer, device, dtype)
-    held = _held_or_refused(settings, path, evaluation, run)
+    scoring = _evaluation_record(settings, stream, tokenizer, device, dtype)
+    held = _held_or_refused(settings, path, scoring, run)
     say(f"evaluating {run['name']} ({settings.load}, step {loaded.step}) on the {settings.split} "
         f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
 
@@ -71,8 +68,8 @@ def evaluate_run(neox_args) -> pathlib.Path:
                 records += [scored_record(mode, context, device, say) for mode in todo]
     for record in records:  # another chunk count is another record of the same file (merge.py)
         record["eval_chunks"] = settings.chunks
-    if settings.rank == 0 and _write_results(path, evaluation, run, records, say):
-        logged = log_evaluation(neox_args, records)  # after the file: a logging failure loses no result
+    if settings.rank == 0 and _write_results(path, scoring, run, records, say):
+        logged = log_evaluation(evaluation.dashboards, records)  # after the file: a logging failure loses no result
         if logged:
             say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
     if settings.world_size > 1:
@@ -144,21 +141,6 @@ def _write_results(path, evaluation, run, records, say) -> bool:
     say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
                            "checkpoint, scored the same way)" if kept else ""), flush=True)
     return True
-
-
-def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:
-    """The eval split's tokens; where no data is set and the model came from a checkpoint that keeps only
-    its model (no resolved_config.yml), the error says why the checkpoint could not give the data."""
-    try:
-        return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
-    except DataError as err:
-        folder = neox_args.model_only_from()
-        if folder is None or neox_args.data_path:
-            raise
-        raise DataError(f"{err} The model came from {folder}, which keeps no resolved_config.yml (written before "
-                        "checkpoints kept their config): its model-states file records the model, not the run's "
-                        "data. Give the data the run was trained on, e.g. --set data-path=PREFIX (and its split), "
-                        "or the run's own config files.") from None
 
 
 def check_position_range(model, lengths, dtype) -> None:

@@ -6,7 +6,6 @@ and tools/reproduce plans its runs and recognises their finished results with th
 import dataclasses
 import hashlib
 import json
-import pathlib
 
 from .labels import value_of
 
@@ -56,17 +55,23 @@ class Method(str):
                    run.get("label") if run.get("run_name") else None, run.get("readable_label"))
 
 
-def evaluation_variant(neox_args, trained=None) -> str | None:
-    """The switches that change the model a method's name stands for (`switch_labels`) and the method's
-    per-run options that are set (e.g. rotary-scaling, `yarn8`), as a short label, so a run scored with them
-    never shares a result file or a table row with the plain run. `trained`: the config the checkpoint
-    stores (its model-states file's `neox_args`), which says what the run was trained with whatever the evaluating config
-    restates; without it, `neox_args` is taken as the training config."""
+def evaluation_variant(config, trained=None) -> str | None:
+    """The variant label (`variant`) of a run's config (NeoXArgs or the config dict a checkpoint stores), with its
+    method's per-run options as that config sets them. `trained`: the config the checkpoint stores (kept in its
+    model-states file), which says what the run was trained with whatever `config` restates;
+    without it, `config` is taken as the training config."""
     from megatron.model.positional_embeddings import per_run_options
 
+    options = {name: value_of(config, name) for name in per_run_options(value_of(config, "pos_emb"))}
+    return variant(config if trained is None else trained, options)
+
+
+def variant(trained, per_run_options: dict) -> str | None:
+    """The switches that change the model a method's name stands for (`switch_labels` of `trained`, the training
+    config) and the method's per-run options that are set ({key: value}, e.g. rotary-scaling: `yarn8`), as a short
+    label, so a run scored with them never shares a result file or a table row with the plain run."""
     parts = []
-    for name in per_run_options(neox_args.pos_emb):
-        value = getattr(neox_args, name)
+    for name, value in per_run_options.items():
         if value is None:
             continue
         if isinstance(value, dict) and "type" in value:
@@ -78,7 +83,7 @@ def evaluation_variant(neox_args, trained=None) -> str | None:
         else:
             text = f"{name.replace('_', '-')}={value}"
         parts.append(text)
-    return "+".join(switch_labels(neox_args if trained is None else trained) + parts) or None
+    return "+".join(switch_labels(trained) + parts) or None
 
 
 def _short_hash(value) -> str:
@@ -152,9 +157,3 @@ def config_hash(config: dict, trained_keys: dict) -> str:
         kept["finetune_from"] = [str(config.get("load")), config.get("iteration")]
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
-
-def dataset_name(neox_args) -> str:
-    """Short name of the evaluated data: the dataset file stem(s) without `_text_document`."""
-    paths = getattr(neox_args, f"{neox_args.eval_split}_data_paths") or [neox_args.data_path]
-    names = [pathlib.Path(str(p)).name.removesuffix("_text_document") for p in paths if p]
-    return "+".join(names) or "unknown"

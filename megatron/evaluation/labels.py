@@ -59,11 +59,10 @@ def trained_parts(trained) -> list[str]:
     return parts
 
 
-def evaluated_parts(neox_args, per_run_options, window) -> list[str]:
-    """What the evaluation chose per run: the method's per-run options (`yarn ×8`) and attention-window."""
+def evaluated_parts(per_run_options: dict, window) -> list[str]:
+    """What the evaluation chose per run: the method's per-run options ({key: value}: `yarn ×8`) and attention-window."""
     parts = []
-    for name in per_run_options:
-        value = value_of(neox_args, name)
+    for name, value in per_run_options.items():
         if value is None:
             continue
         if isinstance(value, dict) and "type" in value:

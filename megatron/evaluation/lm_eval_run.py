@@ -7,7 +7,6 @@ A result file that already exists is never overwritten (as evaluate.py's, megatr
 when it holds the same checkpoint scored the same way (same length, stride, limit, few-shot count, seed
 and lm-eval version), the new tasks merge into it — the earlier tasks not run again are kept, the ones
 run again replaced; otherwise eval.py stops before loading anything and says what differs."""
-import copy
 import datetime
 import difflib
 import json
@@ -15,7 +14,7 @@ import pathlib
 
 from megatron.checkpoint.inference_model import inference_device_and_dtype, load
 from megatron.evaluation.driver import check_position_range
-from megatron.run.preflight import folder_problem, memory_problem
+from megatron.run.preflight import folder_problem
 from megatron.quoting import quote
 from .lm_eval_adapter import NeoXLM
 from .lm_eval_log import lm_eval_output_to
@@ -23,7 +22,7 @@ from .merge import CHECKPOINT_FIELDS, differences, write_merged
 from .results import ResultFileError
 from .ruler import RulerRun, ruler_table, ruler_tasks
 from .run import EvaluationError, checked_plan, open_run
-from .settings import EvaluationSettings
+from .run_keys import EvaluationRun, LmEvalTasks, RunStart
 
 SCHEMA = "neox-lm-eval/1"
 # `evaluation` fields that decide what a task's numbers mean; results scored under different values do not mix.
@@ -31,19 +30,19 @@ SAME_SETTINGS = ("max_length", "stride", "limit", "num_fewshot", "seed", "lm_eva
 MERGED_BY_TASK = ("results", "n-shot", "versions", "ruler")  # the document's per-task dictionaries
 
 
-def task_manager_for(neox_args):
+def task_manager_for(keys: LmEvalTasks):
     """lm-eval's TaskManager and the task names; unknown names are an error. When every task is in
     eval-task-paths, lm-eval's ~14,000 built-in tasks are not indexed (that takes 10-20 s)."""
     from lm_eval.tasks import TaskManager
-    tasks = list(neox_args.eval_tasks or [])
+    tasks = list(keys.tasks)
     if not tasks:
         raise EvaluationError("no tasks to run: give --eval_tasks TASK... (or `eval-tasks` in a config), e.g. "
                               "--eval_tasks lambada_openai hellaswag.")
-    paths = [str(p) for p in neox_args.eval_task_paths or []]
+    paths = list(keys.task_paths)
     for folder in paths:
         if not pathlib.Path(folder).is_dir():
             raise EvaluationError(f"eval-task-paths: {folder} is not a folder; give folders of lm-eval task YAML files.")
-    metadata = neox_args.eval_task_metadata  # eval-task-metadata, for every task (RULER's: ruler.py)
+    metadata = keys.task_metadata  # eval-task-metadata, for every task (RULER's: ruler.py)
     manager = TaskManager(include_path=paths, include_defaults=False, metadata=metadata) if paths else None
     if manager is None or not set(tasks) <= set(manager.all_tasks):
         manager = TaskManager(include_path=paths or None, metadata=metadata)
@@ -124,79 +123,75 @@ def merged_tasks(earlier: dict | None, document: dict) -> tuple[dict, list[str]]
     return out, kept
 
 
-def check_ruler_lengths_fit(neox_args, lengths: list[int], vocab_rows: int) -> None:
+def check_ruler_lengths_fit(keys: LmEvalTasks, start: RunStart, lengths: list[int], vocab_rows: int) -> None:
     """RULER's lengths against memory with evaluate.py's start-up check (preflight.memory_problem at the longest
     length, one sequence a forward), before lm-eval builds any sample: a length nothing could score (10^8
     tokens) otherwise had lm-eval build its haystack until the process was killed."""
-    sized = copy.copy(neox_args)
-    sized.eval_lengths, sized.eval_micro_batch_size = list(lengths), 1
-    problem = memory_problem(sized, False, vocab_rows)
+    problem = start.memory_problem(lengths, vocab_rows)
     if problem is None:
         return
     low, high = 0, max(lengths)  # the longest length that fits: memory_problem is monotone in the length
     while high - low > 1:
-        sized.eval_lengths = [(low + high) // 2]
-        low, high = (sized.eval_lengths[0], high) if memory_problem(sized, False, vocab_rows) is None else \
-            (low, sized.eval_lengths[0])
-    key = ("eval_task_metadata" if (neox_args.eval_task_metadata or {}).get("max_seq_lengths") else
-           "eval_lengths" if neox_args.eval_lengths else None)  # ruler_lengths' order; None: its ladder
+        middle = (low + high) // 2
+        low, high = (middle, high) if start.memory_problem([middle], vocab_rows) is None else (low, middle)
+    key = ("eval_task_metadata" if (keys.task_metadata or {}).get("max_seq_lengths") else
+           "eval_lengths" if keys.eval_lengths else None)  # ruler_lengths' order; None: its ladder
     source = {"eval_task_metadata": "eval-task-metadata max_seq_lengths", "eval_lengths": "eval-lengths (RULER's "
               "lengths, as eval-task-metadata names none)"}.get(key, "RULER's default lengths (multiples of seq-length)")
-    where = neox_args.config_sources.get(key, "the config") if key else "the config"
+    where = keys.sources.get(key, "the config") if key else "the config"
     raise EvaluationError(f"{where}: {source} {quote(lengths)} cannot be scored here, at the longest: {problem} "
                           f"The longest RULER length that fits is {low:,} tokens; give lengths up to it "
                           "(eval-task-metadata: {max_seq_lengths: [...]}). Nothing was built or scored.")
 
 
-def evaluate_tasks(neox_args) -> pathlib.Path:
+def evaluate_tasks(evaluation: EvaluationRun, keys: LmEvalTasks) -> pathlib.Path:
+    """Score `keys.tasks` on the checkpoint `evaluation` names and write (or merge into) its lm-eval result file;
+    return its path. Both records come from the run's config (`NeoXArgs.evaluation_run()`, `NeoXArgs.lm_eval_tasks()`)."""
     # Everything that can be checked without lm-eval or the model: before either is loaded.
-    checked_plan(EvaluationSettings.of(neox_args))  # `load` is set and exists (eval-task-limit and the like: the config's)
-    results_dir = pathlib.Path(neox_args.eval_results_dir) / "lm_eval"
-    problem = folder_problem(results_dir, "eval-results-dir", neox_args.config_sources.get("eval_results_dir",
-                                                                                          "the config"))
+    settings = evaluation.settings
+    checked_plan(settings)  # `load` is set and exists (eval-task-limit and the like: the config's)
+    results_dir = pathlib.Path(settings.results_dir) / "lm_eval"
+    problem = folder_problem(results_dir, "eval-results-dir", keys.sources.get("eval_results_dir", "the config"))
     if problem:
         raise EvaluationError(problem)
-    inference = neox_args.inference_run()  # the model and the keys that load it
-    device, _ = inference_device_and_dtype(inference)
-    asked_ruler = ruler_tasks(neox_args.eval_tasks or [])
-    ruler = RulerRun(neox_args, asked_ruler) if asked_ruler else None  # refuses unavailable data before loading
-    length = neox_args.eval_task_length or (ruler.longest if ruler else neox_args.seq_length)
+    device, _ = inference_device_and_dtype(evaluation.inference)
+    asked_ruler = ruler_tasks(keys.tasks)
+    ruler = RulerRun(keys, settings.seed, asked_ruler) if asked_ruler else None  # refuses unavailable data before loading
+    length = keys.task_length or (ruler.longest if ruler else keys.seq_length)
     if ruler and length < ruler.longest:
         raise EvaluationError(f"eval-task-length {length} is shorter than the longest RULER length {ruler.longest}: "
                               "its prompts would lose their beginning (and the needle). Leave eval-task-length unset "
                               f"(eval.py then uses {ruler.longest}) or set it to at least {ruler.longest}.")
-    opened, run = open_run(neox_args)
+    opened, run = open_run(settings, evaluation.evaluated)
     if ruler:  # before lm-eval builds a haystack of each length, and before the model loads
-        check_ruler_lengths_fit(neox_args, ruler.lengths, opened.config.padded_vocab_size)
+        check_ruler_lengths_fit(keys, evaluation.start, ruler.lengths, opened.config.padded_vocab_size)
     path = results_dir / f"{run['name']}.json"
     import lm_eval
-    evaluation = {"max_length": length, "stride": neox_args.eval_stride or length, "limit": neox_args.eval_task_limit,
-                  "num_fewshot": neox_args.eval_task_num_fewshot, "seed": neox_args.eval_seed,
-                  "lm_eval": lm_eval.__version__}
-    earlier_task_results(path, evaluation, run)  # a file it cannot merge with is refused before the model loads
+    scoring = {"max_length": length, "stride": settings.stride or length, "limit": keys.task_limit,
+               "num_fewshot": keys.num_fewshot, "seed": settings.seed, "lm_eval": lm_eval.__version__}
+    earlier_task_results(path, scoring, run)  # a file it cannot merge with is refused before the model loads
     from lm_eval.utils import make_table
 
-    tasks = list(neox_args.eval_tasks or [])
+    tasks = list(keys.tasks)
     # lm-eval's own output (stderr: its log, progress bars, warnings) goes to a file beside the results; this
     # project's lines (tables, what could not be scored) are printed to stdout and stay on the terminal.
     with lm_eval_output_to(path.with_suffix(".log"), f"eval.py {' '.join(tasks)} on {run['name']}"):
         others = [t for t in tasks if not (ruler and (t in ruler.tasks or t == "ruler"))]
-        manager = task_manager_for(neox_args)[0] if others or not ruler else None
-        loaded = load(opened, inference, device)
+        manager = task_manager_for(keys)[0] if others or not ruler else None
+        loaded = load(opened, evaluation.inference, device)
         model, tokenizer = loaded.model, loaded.tokenizer
         limit = model.position_limit()
         if limit is not None and length > limit:
             raise EvaluationError(f"eval-task-length {length} exceeds the {limit} positions pos-emb "
-                                  f"{neox_args.pos_emb} can embed; set eval-task-length <= {limit}.")
+                                  f"{evaluation.evaluated.pos_emb} can embed; set eval-task-length <= {limit}.")
         if ruler:  # what each positional module computes in this dtype (xpos), as evaluate.py checks its lengths
             check_position_range(model, ruler.lengths, next(model.parameters()).dtype)
-        lm = NeoXLM(model, tokenizer, max_length=length, stride=neox_args.eval_stride, device=device)
+        lm = NeoXLM(model, tokenizer, max_length=length, stride=settings.stride, device=device)
         output = {"results": {}}
         if others:
-            seed = neox_args.eval_seed
-            output = lm_eval.simple_evaluate(model=lm, tasks=others, task_manager=manager,
-                                             limit=neox_args.eval_task_limit,
-                                             num_fewshot=neox_args.eval_task_num_fewshot, log_samples=False,
+            seed = settings.seed
+            output = lm_eval.simple_evaluate(model=lm, tasks=others, task_manager=manager, limit=keys.task_limit,
+                                             num_fewshot=keys.num_fewshot, log_samples=False,
                                              random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                              fewshot_random_seed=seed)
             print(make_table(output), flush=True)
@@ -205,14 +200,14 @@ def evaluate_tasks(neox_args) -> pathlib.Path:
             output = dict(output, results={**output["results"], **measured["results"]}, ruler=measured["ruler"])
             print(ruler_table(measured["ruler"]), flush=True)
     document = {"schema": SCHEMA, "run": run,
-                "evaluation": {"tasks": tasks, **evaluation, "device": str(device),
+                "evaluation": {"tasks": tasks, **scoring, "device": str(device),
                                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
                 "results": output["results"], "n-shot": output.get("n-shot"), "versions": output.get("versions")}
     if ruler:
         document["evaluation"]["ruler"] = {"lengths": ruler.lengths, "task_metadata": ruler.user_metadata}
         document["ruler"] = output["ruler"]
     document = json.loads(json.dumps(document, default=str))
-    kept = write_merged(path, lambda: merged_tasks(earlier_task_results(path, evaluation, run), document),
+    kept = write_merged(path, lambda: merged_tasks(earlier_task_results(path, scoring, run), document),
                         "the task results (printed above)")
     print(f"wrote {path}" + (f" (kept the earlier results there for tasks {kept}: same checkpoint, scored the "
                              "same way)" if kept else ""), flush=True)

@@ -28,6 +28,7 @@ import numpy as np
 from megatron.quoting import quote
 from .ruler_fit import why_no_sample
 from .run import EvaluationError
+from .run_keys import LmEvalTasks
 
 SYNTHETIC = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "ruler_vt", "ruler_cwe", "ruler_fwe")
 ESSAY = ("niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multiquery", "niah_multivalue")
@@ -46,9 +47,9 @@ def ruler_tasks(tasks) -> list[str]:
     return [t for t in RULER_TASKS if t in asked or GROUP in asked]
 
 
-def ruler_lengths(neox_args) -> list[int]:
-    metadata = neox_args.eval_task_metadata or {}
-    lengths = metadata.get("max_seq_lengths") or neox_args.eval_lengths or [f * neox_args.seq_length for f in LADDER]
+def ruler_lengths(keys: LmEvalTasks) -> list[int]:
+    metadata = keys.task_metadata or {}
+    lengths = metadata.get("max_seq_lengths") or keys.eval_lengths or [f * keys.seq_length for f in LADDER]
     return sorted({int(n) for n in lengths})
 
 
@@ -140,10 +141,10 @@ def per_length_scores(samples: list[dict], length: int) -> tuple[list[int], list
 class RulerRun:
     """The RULER part of one eval.py run: its tasks, lengths and lm-eval metadata."""
 
-    def __init__(self, neox_args, tasks: list[str]):
-        self.tasks, self.lengths = tasks, ruler_lengths(neox_args)
-        self.user_metadata = {k: v for k, v in (neox_args.eval_task_metadata or {}).items() if k != "max_seq_lengths"}
-        self.limit, self.seed = neox_args.eval_task_limit, neox_args.eval_seed
+    def __init__(self, keys: LmEvalTasks, seed: int, tasks: list[str]):
+        self.tasks, self.lengths = tasks, ruler_lengths(keys)
+        self.user_metadata = {k: v for k, v in (keys.task_metadata or {}).items() if k != "max_seq_lengths"}
+        self.limit, self.seed = keys.task_limit, seed
         go_offline()
         refuse_unavailable(tasks)
 

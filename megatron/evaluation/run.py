@@ -12,9 +12,10 @@ from megatron.errors import NeoXArgsError
 from megatron.checkpoint.inference_model import OpenCheckpoint, TrainingRecord, open_checkpoint
 from megatron.quoting import quote
 from .chunks import chunk_starts
-from .identity import RunIdentity, config_hash, dataset_name, evaluation_variant
+from .identity import RunIdentity, config_hash, variant
 from .labels import evaluated_parts, readable_label, trained_parts
 from .modes import get_mode
+from .run_keys import EvaluatedRun
 from .settings import EvaluationSettings
 
 
@@ -85,28 +86,28 @@ def _peak_memory_mb(device) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: kilobytes
 
 
-def open_run(neox_args) -> tuple[OpenCheckpoint, dict]:
+def open_run(settings: EvaluationSettings, evaluated: EvaluatedRun) -> tuple[OpenCheckpoint, dict]:
     """The checkpoint `load` names (at `iteration`), read once, and the result file's `run` for it: how both
-    evaluation drivers open a run. `load(opened, neox_args.inference_run())` then builds its model without reading it again."""
-    opened = open_checkpoint(neox_args.load, neox_args.iteration)
-    return opened, run_record(neox_args, opened.trained)
+    evaluation drivers open a run. `load(opened, evaluation.inference)` then builds its model without reading it again."""
+    opened = open_checkpoint(settings.load, settings.iteration)
+    return opened, run_record(evaluated, settings.load, opened.trained)
 
 
-def run_record(neox_args, record: TrainingRecord) -> dict:
+def run_record(evaluated: EvaluatedRun, checkpoint: str, record: TrainingRecord) -> dict:
     """The result file's `run`: the identity (identity.py) and what else describes the checkpoint. The
     seed, train length and config hash come from the config the checkpoint was trained with (stored in it
     by train.py), not from the evaluating config, which may be launched differently."""
     trained, iteration = record.config, record.step
-    identity = RunIdentity(dataset_name(neox_args), neox_args.pos_emb, neox_args.attention_window,
-                           trained["seed"], config_hash(trained, neox_args.trained_keys()), evaluation_variant(neox_args, trained))
-    return {**run_labels(neox_args, trained), **training_budget(record),
+    identity = RunIdentity(evaluated.dataset, evaluated.pos_emb, evaluated.attention_window, trained["seed"],
+                           config_hash(trained, evaluated.trained_keys), variant(trained, evaluated.per_run_options))
+    return {**run_labels(evaluated, checkpoint, trained), **training_budget(record),
         "name": identity.file_stem(iteration),
         "method": identity.method, "pos_emb": identity.pos_emb, "attention_window": identity.window,
         "variant": identity.variant,
         "seed": identity.seed, "dataset": identity.dataset, "train_length": trained["seq_length"],
-        "checkpoint": str(neox_args.load), "checkpoint_step": int(iteration), "config_hash": identity.config_hash,
-        "num_layers": neox_args.num_layers, "hidden_size": neox_args.hidden_size,
-        "num_attention_heads": neox_args.num_attention_heads,
+        "checkpoint": str(checkpoint), "checkpoint_step": int(iteration), "config_hash": identity.config_hash,
+        "num_layers": evaluated.num_layers, "hidden_size": evaluated.hidden_size,
+        "num_attention_heads": evaluated.num_attention_heads,
     }
 
 
@@ -114,23 +115,21 @@ class RunNameError(EvaluationError):
     """The evaluating config names the run differently from its checkpoint."""
 
 
-def run_labels(neox_args, trained: dict) -> dict:
+def run_labels(evaluated: EvaluatedRun, checkpoint: str, trained: dict) -> dict:
     """The result file's `run_name` (the checkpoint's own run-name; the evaluating config's only for a run
     trained without one), `label` (the name, or the method and what it was trained with, then the
     evaluation's per-run choices: labels.py) and `readable_label` (the label without the name)."""
-    from megatron.model.positional_embeddings import per_run_options
-
-    name = trained.get("run_name") or neox_args.run_name
-    if trained.get("run_name") and neox_args.run_name not in (None, trained["run_name"]):
+    name = trained.get("run_name") or evaluated.run_name
+    if trained.get("run_name") and evaluated.run_name not in (None, trained["run_name"]):
         raise RunNameError(
-            f"run-name {quote(neox_args.run_name)} ({neox_args.config_sources.get('run_name', 'the config')}) "
-            f"differs from the name {quote(trained['run_name'])} the checkpoint {neox_args.load} was trained "
+            f"run-name {quote(evaluated.run_name)} ({evaluated.run_name_from}) "
+            f"differs from the name {quote(trained['run_name'])} the checkpoint {checkpoint} was trained "
             "under; a run keeps the name it was trained with (it is how its results are told apart). Leave "
             "run-name out of the evaluation, or rename it in tables and figures with --rename OLD=NEW.")
     trained_switches = trained_parts(trained)
-    evaluated = evaluated_parts(neox_args, per_run_options(neox_args.pos_emb), neox_args.attention_window)
-    readable = readable_label(neox_args.pos_emb, trained_switches, evaluated)
-    return {"run_name": name, "label": readable_label(neox_args.pos_emb, trained_switches, evaluated, name),
+    evaluated_choices = evaluated_parts(evaluated.per_run_options, evaluated.attention_window)
+    readable = readable_label(evaluated.pos_emb, trained_switches, evaluated_choices)
+    return {"run_name": name, "label": readable_label(evaluated.pos_emb, trained_switches, evaluated_choices, name),
             "readable_label": readable}
 
 

@@ -1,6 +1,6 @@
 """`EvaluationSettings`: what a run's evaluation keys ask (`eval-*`, the modes' own keys such as probe-depths, the
-checkpoint to load and the ranks), read once from the run's config where evaluation starts; the driver, its
-modes and their records read these, not the config."""
+checkpoint to load and the ranks), read once from the run's config by the config package
+(megatron/neox_arguments/to_evaluation.py); the driver, its modes and their records read these, not the config."""
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -23,19 +23,6 @@ class EvaluationSettings:
     world_size: int = 1
     sequence_parallel_size: int = 1
     mode_keys: dict = field(default_factory=dict)  # {config key: value} of every mode's own keys (probe-depths, ...)
-
-    @classmethod
-    def of(cls, config) -> "EvaluationSettings":
-        """From a run's config (NeoXArgs), with the keys of every registered mode's options."""
-        from .modes import mode_options
-        mode_keys = {f.name for _, options in mode_options() if options is not None for f in dataclasses.fields(options)}
-        return cls(load=config.load, iteration=config.iteration,
-                   lengths=tuple(config.eval_lengths or [config.seq_length]), modes=tuple(config.eval_modes),
-                   split=config.eval_split, seed=config.eval_seed, chunks=config.eval_chunks,
-                   stride=config.eval_stride, documents=config.eval_documents, force=bool(config.eval_force),
-                   results_dir=config.eval_results_dir, micro_batch_size=config.eval_micro_batch_size,
-                   rank=config.rank, world_size=config.world_size, sequence_parallel_size=config.sequence_parallel_size,
-                   mode_keys={key: getattr(config, key) for key in sorted(mode_keys)})
 
     def options(self, options_class):
         """A mode's options dataclass (its `Options`, or a base of it) filled with these settings' values."""

@@ -20,6 +20,7 @@ from .log_files import start_log_files
 from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
 from .to_checkpoint import checkpoint_run, inference_run
+from .to_evaluation import evaluation_run, lm_eval_tasks, wandb_run
 from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
@@ -173,6 +174,18 @@ class NeoXArgs(*reversed(GROUPS)):
     def inference_run(self):
         """The model and the keys that loading a trained model reads (run_keys.py's InferenceRun)."""
         return inference_run(self)
+
+    def evaluation_run(self):
+        """What one evaluation of the `load` checkpoint reads (megatron/evaluation/run_keys.py's EvaluationRun)."""
+        return evaluation_run(self)
+
+    def lm_eval_tasks(self):
+        """eval.py's lm-eval keys (run_keys.py's LmEvalTasks)."""
+        return lm_eval_tasks(self)
+
+    def wandb_run(self):
+        """Where the run's W&B numbers go (megatron/run/wandb_run.py's WandbRun)."""
+        return wandb_run(self)
 
     def model_only_from(self) -> str | None:
         """The checkpoint folder whose model-states file alone gave this run its model (the checkpoint keeps no

@@ -7,15 +7,14 @@ TensorBoard events and Weights & Biases, all with the same scalar names:
 """
 import datetime
 import math
-import os
 import sys
 import time
 
 import deepspeed
 import torch
 
-from megatron.errors import NeoXArgsError
 from megatron.progress import Progress
+from megatron.run.wandb_run import start_wandb
 
 
 def kernel_scalars(model: torch.nn.Module) -> dict[str, float]:
@@ -54,7 +53,7 @@ class Monitor:
             from torch.utils.tensorboard import SummaryWriter
             self.tensorboard = SummaryWriter(log_dir=neox_args.tensorboard_dir)
         if self.active and neox_args.use_wandb:
-            self.wandb = _start_wandb(neox_args)
+            self.wandb = start_wandb(neox_args.wandb_run())
         # A bar on a terminal only: elsewhere the report lines every log-interval steps are the progress.
         self.progress = Progress("train", total=neox_args.train_iters, initial=start_iteration, unit="step",
                             show=self.active, stream=sys.stdout, lines=False)
@@ -131,17 +130,3 @@ class Monitor:
             self.tensorboard.close()
         if self.wandb is not None:
             self.wandb.finish()
-
-
-def _start_wandb(neox_args):
-    import wandb
-    if neox_args.log_dir:
-        os.makedirs(neox_args.log_dir, exist_ok=True)
-    config = {k: v for k, v in neox_args.to_dict().items() if k not in ("config_files", "config_sources")}
-    try:
-        return wandb.init(project=neox_args.wandb_project, group=neox_args.wandb_group,
-                          name=neox_args.wandb_run_name, entity=neox_args.wandb_team, config=config,
-                          dir=neox_args.log_dir, reinit="finish_previous")
-    except Exception as err:  # typically: not logged in, no network
-        raise NeoXArgsError(f"use_wandb is set but Weights & Biases could not start: {err}. Log in "
-                            "(`wandb login`), set WANDB_MODE=offline to log locally, or set use_wandb: false.") from err

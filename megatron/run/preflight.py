@@ -411,7 +411,7 @@ def check_training(neox_args, vocab_size: int) -> SaveFolderLock:
 
 def check_evaluation(neox_args, vocab_size: int) -> None:
     """Raise a PreflightError (on every rank) before a checkpoint is scored for nothing."""
-    # `load` itself: evaluate_run checks it before this, and megatron.checkpoint.inference_model.load names every way a checkpoint is missing.
+    # `load` itself: evaluate_run checks it before this (the caller of this check: RunStart.check), and megatron.checkpoint.inference_model.load names every way a checkpoint is missing.
     problems = [missing_inputs_problem(inputs(neox_args, reads("evaluate.py", neox_args))),
                 memory_problem(neox_args, False, vocab_size)]
     if neox_args.rank == 0:  # only rank 0 writes the result file

@@ -156,7 +156,7 @@ def test_evaluation_keys_are_checked_before_any_work(tmp_path):
     with pytest.raises(NeoXArgsError, match="eval-modes: is empty"):
         args(eval_modes=[])
     with pytest.raises(EvaluationError, match="`load` is not set"):
-        evaluate_run(args(load=None))
+        evaluate_run(args(load=None).evaluation_run())
 
 
 def test_a_models_sliced_losses_are_its_full_logits_cross_entropy(monkeypatch):

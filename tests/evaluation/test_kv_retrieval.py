@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from megatron.evaluation.context import ModeContext
-from megatron.evaluation.settings import EvaluationSettings
 from megatron.evaluation.modes import get_mode
 from megatron.probes.kv_retrieval import ProbeError, fixed_tokens, make_grid, make_sample
 from megatron.evaluation.retrieval.scoring import teacher_forced
@@ -115,7 +114,7 @@ def test_both_probe_modes_write_the_same_record_fields_and_print_their_grid(caps
     records = {}
     with torch.inference_mode():
         for mode, length in (("kv-retrieval", 64), ("passkey", 120)):
-            context = ModeContext(model, STREAM, None, length, EvaluationSettings.of(args), VOCAB, network=model, tokenizer=TOKENIZER)
+            context = ModeContext(model, STREAM, None, length, args.evaluation_run().settings, VOCAB, network=model, tokenizer=TOKENIZER)
             context.mode = mode
             records[mode] = get_mode(mode).score(context)
         grid = make_grid(STREAM, TOKENIZER, 64, [0.0, 1.0], 2, args.eval_seed, pairs=args.probe_kv_pairs)

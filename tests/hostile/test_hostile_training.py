@@ -132,7 +132,7 @@ def test_a_length_too_short_for_the_probe_stops_before_any_length_is_scored(mode
     capsys.readouterr()
     with pytest.raises(ProbeError, match=rf"^eval-lengths: length {shortest - 1} cannot hold the {mode} probe: .* "
                                          rf"Use eval-lengths of at least {shortest} with the {mode} mode\.$"):
-        evaluate_run(args)
+        evaluate_run(args.evaluation_run())
     assert "L=" not in capsys.readouterr().out  # nothing scored, not even the length that fits
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
 

@@ -45,6 +45,10 @@ def lm_eval_args(run, results, *tasks, **overrides):  # noqa: F811
                                                 "eval_results_dir": str(results), **overrides})
 
 
+def tasks_of(args):
+    return evaluate_tasks(args.evaluation_run(), args.lm_eval_tasks())
+
+
 def eval_py(run, results, *argv):  # noqa: F811
     return subprocess.run([sys.executable, "eval.py", str(run["config"]), *argv, "--set",
                            f"eval-task-paths=[{run['tasks']}]", "--set", f"eval-results-dir={results}"],
@@ -55,9 +59,9 @@ def eval_py(run, results, *argv):  # noqa: F811
 # ----------------------------------------------------------------------- row 1: eval.py's result file
 @pytest.mark.launches  # lm-eval's simple_evaluate runs `git describe`
 def test_a_second_task_merges_into_the_result_file_and_other_settings_are_refused(run, tmp_path):  # noqa: F811
-    first = evaluate_tasks(lm_eval_args(run, tmp_path, "local_mc"))
+    first = tasks_of(lm_eval_args(run, tmp_path, "local_mc"))
     mc = json.loads(first.read_text())["results"]["local_mc"]
-    second = evaluate_tasks(lm_eval_args(run, tmp_path, "local_rolling"))
+    second = tasks_of(lm_eval_args(run, tmp_path, "local_rolling"))
     assert second == first
     document = json.loads(first.read_text())
     assert document["evaluation"]["tasks"] == ["local_mc", "local_rolling"]
@@ -67,10 +71,10 @@ def test_a_second_task_merges_into_the_result_file_and_other_settings_are_refuse
     before = first.read_bytes()
     with pytest.raises(ResultFileError, match=r"already holds lm-eval results of this checkpoint, scored differently "
                        r"\(limit: earlier None, now 1.0\).*never overwritten: write into another eval-results-dir"):
-        evaluate_tasks(lm_eval_args(run, tmp_path, "local_mc", eval_task_limit=1))
+        tasks_of(lm_eval_args(run, tmp_path, "local_mc", eval_task_limit=1))
     first.write_text("{not json")
     with pytest.raises(ResultFileError, match=r"already exists and cannot be read as an lm-eval result file"):
-        evaluate_tasks(lm_eval_args(run, tmp_path, "local_mc"))
+        tasks_of(lm_eval_args(run, tmp_path, "local_mc"))
     first.write_bytes(before)
     assert not [p for p in first.parent.iterdir() if p.name.startswith(".")]  # no temporary file left
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from megatron.evaluation.context import ModeContext
-from megatron.evaluation.settings import EvaluationSettings
 from megatron.evaluation.modes import get_mode
 from megatron.evaluation.run import scored_record
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, run_cli
@@ -77,7 +76,7 @@ def test_a_probe_length_reports_the_time_it_took(capsys):
     args = NeoXArgs.from_ymls([TINY], {"probe_depths": [0.0, 1.0], "probe_samples": 2, "probe_greedy": False})
     tokenizer = ByteLevelTokenizer()
     stream = np.array(tokenizer.tokenize("def f(x):\n    return x + 1\n" * 200))
-    context = ModeContext(slow, stream, None, 64, EvaluationSettings.of(args), VOCAB, network=model, tokenizer=tokenizer)
+    context = ModeContext(slow, stream, None, 64, args.evaluation_run().settings, VOCAB, network=model, tokenizer=tokenizer)
     with torch.inference_mode():
         record = scored_record(get_mode("kv-retrieval"), context, torch.device("cpu"), print)
     assert record["seconds"] >= 4 * 0.05  # four prompts, one forward each (batch size 1)

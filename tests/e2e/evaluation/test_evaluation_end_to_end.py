@@ -69,7 +69,7 @@ def neox_args(config, **overrides):
 def results(workspace):
     root, configs = workspace
     settings = {"eval_lengths": LENGTHS, "eval_modes": MODES, "eval_chunks": CHUNKS, "eval_seed": 3}
-    return {m: load_result(evaluate_run(neox_args(configs[m], **settings))) for m in METHODS}
+    return {m: load_result(evaluate_run(neox_args(configs[m], **settings).evaluation_run())) for m in METHODS}
 
 
 def test_result_files_hold_every_length_and_mode_with_consistent_numbers(results):
@@ -137,7 +137,7 @@ def test_position_figure_and_kernel_figure_from_the_trained_runs(results, worksp
 def test_learned_beyond_its_positions_is_recorded_as_skipped(workspace, tmp_path):
     args = neox_args(workspace[1]["learned"], eval_lengths=[64, 128], eval_modes=["nonoverlap"],
                      eval_chunks=2, eval_results_dir=str(tmp_path))
-    document = load_result(evaluate_run(args))
+    document = load_result(evaluate_run(args.evaluation_run()))
     assert "loss" in find_record(document, 64, "nonoverlap")
     skipped = find_record(document, 128, "nonoverlap")["skipped"]
     assert skipped.startswith("pos-emb learned embeds at most 64 positions (max-position-embeddings)")
@@ -146,10 +146,10 @@ def test_learned_beyond_its_positions_is_recorded_as_skipped(workspace, tmp_path
 def test_a_missing_checkpoint_is_a_hard_error_and_writes_nothing(workspace, tmp_path):
     config = workspace[1]["kerple_log"]
     with pytest.raises(EvaluationError, match="checkpoint folder .*nowhere \\(key `load`\\) does not exist"):
-        evaluate_run(neox_args(config, load=str(tmp_path / "nowhere"), eval_results_dir=str(tmp_path)))
+        evaluate_run(neox_args(config, load=str(tmp_path / "nowhere"), eval_results_dir=str(tmp_path)).evaluation_run())
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError):
-        evaluate_run(neox_args(config, load=str(tmp_path / "empty"), eval_results_dir=str(tmp_path)))
+        evaluate_run(neox_args(config, load=str(tmp_path / "empty"), eval_results_dir=str(tmp_path)).evaluation_run())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
 
     cli = run(["evaluate.py", "configs/tiny.yml", str(config), "--set", f"load={tmp_path / 'nowhere'}",
@@ -162,7 +162,7 @@ def test_a_missing_checkpoint_is_a_hard_error_and_writes_nothing(workspace, tmp_
 def test_run_identity_comes_from_the_checkpoint_not_the_evaluating_config(workspace, results, tmp_path):
     args = neox_args(workspace[1]["kerple_log"], seed=999, eval_lengths=[64], eval_modes=["nonoverlap"],
                      eval_chunks=1, eval_results_dir=str(tmp_path), num_workers=3)
-    run_info = load_result(evaluate_run(args))["run"]
+    run_info = load_result(evaluate_run(args.evaluation_run()))["run"]
     assert run_info["seed"] == 1234 and run_info["config_hash"] == results["kerple_log"]["run"]["config_hash"]
 
 

@@ -19,7 +19,6 @@ import transformers  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 from megatron.evaluation.context import ModeContext  # noqa: E402
-from megatron.evaluation.settings import EvaluationSettings  # noqa: E402
 from megatron.evaluation.lm_eval_adapter import NeoXLM  # noqa: E402
 from megatron.evaluation.lm_eval_run import task_manager_for  # noqa: E402
 from megatron.evaluation.modes import get_mode  # noqa: E402
@@ -62,7 +61,7 @@ def test_rolling_loglikelihood_equals_the_sliding_mode_on_the_same_tokens(run):
     stream = np.asarray([run["tokenizer"].eod] + tokens + tokens[: length], dtype=np.int64)
     starts = np.arange(4, dtype=np.int64) * length
     neox_args = tiny_args("unused-data", run["root"], eval_stride=stride, **MODEL)
-    context = ModeContext(lambda x, **loss: run["model"](x, **loss), stream, starts, length, EvaluationSettings.of(neox_args),
+    context = ModeContext(lambda x, **loss: run["model"](x, **loss), stream, starts, length, neox_args.evaluation_run().settings,
                           run["tokenizer"].vocab_size)
     context.mode = "sliding"
     with torch.inference_mode():  # as evaluate.py runs its modes
@@ -92,7 +91,7 @@ def test_eval_py_prints_the_table_and_writes_json_beside_evaluate_results(run):
 def test_unknown_task_and_missing_checkpoint_are_clear_errors(run, tmp_path):
     neox_args = tiny_args("unused-data", tmp_path, eval_tasks=["local_mcq"], eval_task_paths=[str(run["tasks"])])
     with pytest.raises(EvaluationError, match=r"unknown lm-eval task\(s\) 'local_mcq' \(did you mean local_mc"):
-        task_manager_for(neox_args)
+        task_manager_for(neox_args.lm_eval_tasks())
     done = subprocess.run([sys.executable, "eval.py", str(run["config"]), "--eval_tasks", "local_mc",
                            "--set", f"eval-task-paths=[{run['tasks']}]", "--set", f"load={tmp_path / 'none'}"],
                           cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=300)

@@ -78,7 +78,7 @@ class Retriever(LM):
 def test_scores_and_intervals_are_lm_evals_scoring_of_the_generations(run, tmp_path):  # noqa: F811
     from lm_eval.tasks.ruler.common_utils import postprocess_pred
     args = tiny_args("unused-data", tmp_path, eval_task_metadata={"max_seq_lengths": LENGTHS}, eval_task_limit=6)
-    measured = RulerRun(args, ["niah_single_1"]).evaluate(Retriever(), run["tokenizer"])
+    measured = RulerRun(args.lm_eval_tasks(), args.eval_seed, ["niah_single_1"]).evaluate(Retriever(), run["tokenizer"])
     for length in LENGTHS:
         record = measured["ruler"]["niah_single_1"][str(length)]
         samples = measured["samples"]["niah_single_1"][str(length)]

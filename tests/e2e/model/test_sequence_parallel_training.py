@@ -59,7 +59,7 @@ def test_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_wa
                "eval_modes": "[nonoverlap, sliding]"}
     alone = evaluate_run(NeoXArgs.from_ymls([TINY], {**tiny_overrides(stdlib_data, tmp_path / "one"), **scoring,
                                                        "eval_lengths": [64, 256], "eval_modes": ["nonoverlap", "sliding"],
-                                                       "eval_results_dir": str(tmp_path / "alone")}))
+                                                       "eval_results_dir": str(tmp_path / "alone")}).evaluation_run())
     split = run_script(["deepy.py", "evaluate.py", str(TINY), *set_flags({
         **tiny_overrides(stdlib_data, tmp_path / "one"), **scoring, "num_gpus": 2, "sequence_parallel_size": 2, "master_port": free_port(),
         "eval_results_dir": str(tmp_path / "split")})])

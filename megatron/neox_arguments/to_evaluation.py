@@ -1,0 +1,122 @@
+"""The one place a run's config becomes what evaluation reads (megatron/evaluation/run_keys.py): its settings, what
+the evaluating config says of the run for the result file, the keys that load the model (to_checkpoint.py), the
+dashboards, the lm-eval keys, and, bound to the config, the start-up steps that still read it themselves (the ranks'
+start, the tokenizer, the start-up checks, the data). megatron/evaluation/ never reads the run config itself."""
+import copy
+import dataclasses
+import functools
+import pathlib
+
+from megatron.evaluation.modes import mode_options
+from megatron.evaluation.run_keys import Dashboards, EvaluatedRun, EvaluationRun, LmEvalTasks, RunStart
+from megatron.evaluation.settings import EvaluationSettings
+from megatron.model.positional_embeddings import per_run_options
+from megatron.run.wandb_run import WandbRun
+
+from .to_checkpoint import inference_run
+
+
+def evaluation_run(neox_args) -> EvaluationRun:
+    """What one evaluation of the run `load` names takes from `neox_args` (evaluate.py, train.py's `train-iters: 0`, eval.py)."""
+    return EvaluationRun(settings=evaluation_settings(neox_args), evaluated=evaluated_run(neox_args),
+                         inference=inference_run(neox_args), dashboards=dashboards(neox_args),
+                         start=run_start(neox_args))
+
+
+def evaluation_settings(neox_args) -> EvaluationSettings:
+    """The evaluation keys, with those of every registered mode's options."""
+    mode_keys = {f.name for _, options in mode_options() if options is not None for f in dataclasses.fields(options)}
+    return EvaluationSettings(
+        load=neox_args.load, iteration=neox_args.iteration,
+        lengths=tuple(neox_args.eval_lengths or [neox_args.seq_length]), modes=tuple(neox_args.eval_modes),
+        split=neox_args.eval_split, seed=neox_args.eval_seed, chunks=neox_args.eval_chunks,
+        stride=neox_args.eval_stride, documents=neox_args.eval_documents, force=bool(neox_args.eval_force),
+        results_dir=neox_args.eval_results_dir, micro_batch_size=neox_args.eval_micro_batch_size,
+        rank=neox_args.rank, world_size=neox_args.world_size, sequence_parallel_size=neox_args.sequence_parallel_size,
+        mode_keys={key: getattr(neox_args, key) for key in sorted(mode_keys)})
+
+
+def evaluated_run(neox_args) -> EvaluatedRun:
+    options = {name: getattr(neox_args, name) for name in per_run_options(neox_args.pos_emb)}
+    return EvaluatedRun(
+        dataset=dataset_name(neox_args), pos_emb=neox_args.pos_emb, attention_window=neox_args.attention_window,
+        per_run_options={name: value for name, value in options.items() if value is not None},
+        run_name=neox_args.run_name, run_name_from=neox_args.config_sources.get("run_name", "the config"),
+        trained_keys=neox_args.trained_keys(), num_layers=neox_args.num_layers, hidden_size=neox_args.hidden_size,
+        num_attention_heads=neox_args.num_attention_heads)
+
+
+def dataset_name(neox_args) -> str:
+    """Short name of the evaluated data: the dataset file stem(s) without `_text_document`."""
+    paths = getattr(neox_args, f"{neox_args.eval_split}_data_paths") or [neox_args.data_path]
+    names = [pathlib.Path(str(p)).name.removesuffix("_text_document") for p in paths if p]
+    return "+".join(names) or "unknown"
+
+
+def wandb_run(neox_args) -> WandbRun:
+    """Where the run's W&B numbers go, and the config the W&B run shows."""
+    return WandbRun(project=neox_args.wandb_project, group=neox_args.wandb_group, name=neox_args.wandb_run_name,
+                    team=neox_args.wandb_team, log_dir=neox_args.log_dir,
+                    config={k: v for k, v in neox_args.to_dict().items() if k not in ("config_files", "config_sources")})
+
+
+def dashboards(neox_args) -> Dashboards:
+    return Dashboards(tensorboard_dir=neox_args.tensorboard_dir,
+                      wandb=wandb_run(neox_args) if neox_args.use_wandb else None)
+
+
+def run_start(neox_args) -> RunStart:
+    """The start-up steps that read the config themselves, bound to `neox_args` (each imports its stack when called:
+    the config is read before torch is imported)."""
+    def begin(say):
+        from megatron.run.initialize import initialize_megatron
+        from megatron.run.launcher_watch import watch_launcher
+        if neox_args.world_size > 1:
+            initialize_megatron(neox_args)
+        watch_launcher(say)
+
+    def tokenizer():
+        from megatron.tokenizer import build_tokenizer
+        return build_tokenizer(neox_args)
+
+    def check(vocab_rows):
+        from megatron.run.preflight import check_evaluation
+        check_evaluation(neox_args, vocab_rows)  # results folder writable, model fits: before anything is scored
+
+    def memory_problem(lengths, vocab_rows):
+        from megatron.run.preflight import memory_problem
+        sized = copy.copy(neox_args)
+        sized.eval_lengths, sized.eval_micro_batch_size = list(lengths), 1
+        return memory_problem(sized, False, vocab_rows)
+
+    return RunStart(begin=begin, tokenizer=tokenizer, check=check, stream=functools.partial(evaluation_stream, neox_args),
+                    memory_problem=memory_problem)
+
+
+def evaluation_stream(neox_args, tokenizer):
+    """The eval split's tokens; where no data is set and the model came from a checkpoint that keeps only
+    its model (no resolved_config.yml), the error says why the checkpoint could not give the data."""
+    import numpy as np
+    from megatron.data import DataError, build_evaluation_stream
+    try:
+        return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
+    except DataError as err:
+        folder = neox_args.model_only_from()
+        if folder is None or neox_args.data_path:
+            raise
+        raise DataError(f"{err} The model came from {folder}, which keeps no resolved_config.yml (written before "
+                        "checkpoints kept their config): its model-states file records the model, not the run's "
+                        "data. Give the data the run was trained on, e.g. --set data-path=PREFIX (and its split), "
+                        "or the run's own config files.") from None
+
+
+def lm_eval_tasks(neox_args) -> LmEvalTasks:
+    """eval.py's lm-eval keys."""
+    return LmEvalTasks(
+        tasks=tuple(neox_args.eval_tasks or ()), task_paths=tuple(str(p) for p in neox_args.eval_task_paths or ()),
+        task_metadata=neox_args.eval_task_metadata, task_length=neox_args.eval_task_length,
+        task_limit=neox_args.eval_task_limit, num_fewshot=neox_args.eval_task_num_fewshot,
+        seq_length=neox_args.seq_length,
+        eval_lengths=tuple(neox_args.eval_lengths) if neox_args.eval_lengths else None,
+        sources={k: neox_args.config_sources[k] for k in ("eval_results_dir", "eval_lengths", "eval_task_metadata")
+                 if k in neox_args.config_sources})
