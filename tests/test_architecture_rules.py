@@ -7,8 +7,8 @@ too), so that a change breaking one fails here naming the file and line:
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
 - nothing below the door (megatron/ outside the config package) imports the config package: code there
-  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/ takes them as typed records and has
-  no name `neox_args` at all;
+  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/ and megatron/data/ take them as typed
+  records (their run_keys.py) and have no name `neox_args` at all;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
@@ -258,10 +258,10 @@ def test_nothing_below_the_door_imports_the_config_package():
                        "megatron.checkpoint.folder a checkpoint's file names):\n" + "\n".join(found))
 
 
-# Rooms that take a ModelConfig and typed records of the run keys they read (megatron/checkpoint/run_keys.py),
+# Rooms that take a ModelConfig and typed records of the run keys they read (each room's run_keys.py),
 # never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
 # The string "neox_args" is data: the client-state key checkpoints have always kept the run's config under.
-TYPED_ROOMS = (MEGATRON / "checkpoint",)
+TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "data")
 
 
 def run_config_names(source: str) -> list[int]:
@@ -272,12 +272,12 @@ def run_config_names(source: str) -> list[int]:
                    or (isinstance(node, ast.Attribute) and node.attr == "neox_args")})
 
 
-def test_the_checkpoint_room_takes_typed_run_keys_not_the_run_config():
+def test_the_typed_rooms_take_typed_run_keys_not_the_run_config():
     found = [f"{where(path, line)}" for room in TYPED_ROOMS for path in python_files(room)
              for line in run_config_names(path.read_text())]
-    assert not found, ("megatron/checkpoint/ takes a ModelConfig and the records of run_keys.py (built by "
-                       "megatron/neox_arguments/to_checkpoint.py), not the run config; add the key a function "
-                       "needs to its record instead:\n" + "\n".join(found))
+    assert not found, (", ".join(f"{room.relative_to(ROOT)}/" for room in TYPED_ROOMS) + " take a ModelConfig and "
+                       "the records of their run_keys.py (built by megatron/neox_arguments/to_*.py), not the run "
+                       "config; add the key a function needs to its record instead:\n" + "\n".join(found))
 
 
 @pytest.mark.parametrize("source, hits", [

@@ -150,7 +150,7 @@ def _evaluation_stream(neox_args, tokenizer) -> np.ndarray:
     """The eval split's tokens; where no data is set and the model came from a checkpoint that keeps only
     its model (no resolved_config.yml), the error says why the checkpoint could not give the data."""
     try:
-        return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
+        return np.asarray(build_evaluation_stream(neox_args.data_run(), neox_args.eval_split, tokenizer))
     except DataError as err:
         folder = neox_args.model_only_from()
         if folder is None or neox_args.data_path:

@@ -174,6 +174,12 @@ class NeoXArgs(*reversed(GROUPS)):
         """The model and the keys that loading a trained model reads (run_keys.py's InferenceRun)."""
         return inference_run(self)
 
+    def data_run(self):
+        """The keys the data package reads (megatron/data/run_keys.py's DataRun), as the run is now: its loaders'
+        share is this rank's, so build it after initialize_megatron."""
+        from .to_data import data_run  # megatron.data imports megatron-core: not before a command line is read
+        return data_run(self)
+
     def model_only_from(self) -> str | None:
         """The checkpoint folder whose model-states file alone gave this run its model (the checkpoint keeps no
         merged config, so nothing else of its run is known), or None."""

@@ -92,7 +92,8 @@ def pretrain(neox_args) -> TrainingResult:
 
 
 def _pretrain(neox_args, tokenizer) -> TrainingResult:
-    train_set, valid_set, test_set = build_train_valid_test_datasets(neox_args, tokenizer)
+    data = neox_args.data_run()  # the data keys, with this rank's share (initialize_megatron has run)
+    train_set, valid_set, test_set = build_train_valid_test_datasets(data, tokenizer)
     if neox_args.rank == 0:
         print(run_line(neox_args), flush=True)
     engine, optimizer = setup_model_and_optimizer(neox_args, tokenizer.padded_vocab_size)
@@ -107,7 +108,7 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
               f"({neox_args.train_iters}): nothing to train; the final validation runs on it. Raise train-iters "
               f"(--set train-iters=N) to train further, or name another save/load folder to start anew.", flush=True)
     with torch.random.fork_rng(devices=[]):  # starting a DataLoader draws a seed: keep dropout's stream
-        train_batches = iter(build_data_loader(train_set, neox_args, consumed))
+        train_batches = iter(build_data_loader(train_set, data, consumed))
 
     monitor = Monitor(neox_args, iteration)
     try:
@@ -412,7 +413,7 @@ def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
     stats = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, batches, tokens the loss counts
     engine.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
-        for batch in itertools.islice(build_data_loader(dataset, neox_args, 0), neox_args.eval_iters):
+        for batch in itertools.islice(build_data_loader(dataset, neox_args.data_run(), 0), neox_args.eval_iters):
             batch = {k: v.to(device) for k, v in batch.items()}
             stats[0] += sequence_share(engine, batch_loss(engine, batch, vocab_size, packing(neox_args, batch)),
                                        batch).double()
