@@ -7,8 +7,8 @@ too), so that a change breaking one fails here naming the file and line:
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
 - nothing below the door (megatron/ outside the config package) imports the config package: code there
-  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/ and megatron/data/ take them as typed
-  records (their run_keys.py) and have no name `neox_args` at all;
+  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/, megatron/data/ and
+  megatron/text_generation/ take them as typed records (their run_keys.py) and have no name `neox_args` at all;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
@@ -261,7 +261,7 @@ def test_nothing_below_the_door_imports_the_config_package():
 # Rooms that take a ModelConfig and typed records of the run keys they read (each room's run_keys.py),
 # never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
 # The string "neox_args" is data: the client-state key checkpoints have always kept the run's config under.
-TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "data")
+TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "data", MEGATRON / "text_generation")
 
 
 def run_config_names(source: str) -> list[int]:

@@ -20,6 +20,7 @@ from .log_files import start_log_files
 from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
 from .to_checkpoint import checkpoint_run, inference_run
+from .to_generation import generation_run
 from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
@@ -173,6 +174,10 @@ class NeoXArgs(*reversed(GROUPS)):
     def inference_run(self):
         """The model and the keys that loading a trained model reads (run_keys.py's InferenceRun)."""
         return inference_run(self)
+
+    def generation_run(self):
+        """The keys generate.py's run reads (megatron/text_generation/run_keys.py's GenerationRun)."""
+        return generation_run(self)
 
     def data_run(self):
         """The keys the data package reads (megatron/data/run_keys.py's DataRun), as the run is now: its loaders'
