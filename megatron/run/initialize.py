@@ -18,7 +18,8 @@ def initialize_megatron(neox_args) -> None:
 
 
 def join_process_group(seed: int) -> tuple[int, int, int]:
-    """initialize_megatron for code that takes typed run keys (text generation): (rank, world size, local rank)."""
+    """What initialize_megatron does, for code that takes typed run keys (text generation): join the group, pick
+    this rank's device, seed every generator with `seed`; returns (rank, world size, local rank)."""
     keep_compiled_code_apart()  # before DeepSpeed JIT-builds its CPU comm op
     accelerator = get_accelerator()
     backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()
