@@ -19,7 +19,8 @@ def main():
     from megatron.run.cpu_threads import choose_cpu_threads
     choose_cpu_threads(neox_args.rank)  # no thread cliff on a busy CPU
     from megatron.text_generation.run import generate_run
-    generate_run(neox_args)
+    from megatron.tokenizer import build_tokenizer
+    generate_run(neox_args.generation_run(), neox_args.inference_run(), build_tokenizer(neox_args))
 
 
 if __name__ == "__main__":

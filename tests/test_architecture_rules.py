@@ -7,8 +7,9 @@ too), so that a change breaking one fails here naming the file and line:
 - entry points import nothing from tools/;
 - megatron's top-level folders import each other without cycles;
 - nothing below the door (megatron/ outside the config package) imports the config package: code there
-  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/ and megatron/evaluation/ take them as
-  typed records and have no name `neox_args` at all;
+  takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/, megatron/evaluation/, megatron/data/ and
+  megatron/text_generation/ take them as typed records (their run_keys.py) and have no name `neox_args` at all;
+  the config package imports megatron/data (and with it megatron-core) only when a DataRun is asked for;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
@@ -260,10 +261,10 @@ def test_nothing_below_the_door_imports_the_config_package():
                        "megatron.checkpoint.folder a checkpoint's file names):\n" + "\n".join(found))
 
 
-# Rooms that take a ModelConfig and typed records of the run keys they read (megatron/checkpoint/run_keys.py,
-# megatron/evaluation/run_keys.py), never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
+# Rooms that take a ModelConfig and typed records of the run keys they read (each room's run_keys.py),
+# never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
 # The string "neox_args" is data: the client-state key checkpoints have always kept the run's config under.
-TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "evaluation")
+TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "evaluation", MEGATRON / "data", MEGATRON / "text_generation")
 
 
 def run_config_names(source: str) -> list[int]:
@@ -277,9 +278,20 @@ def run_config_names(source: str) -> list[int]:
 def test_the_typed_rooms_take_typed_run_keys_not_the_run_config():
     found = [f"{where(path, line)}" for room in TYPED_ROOMS for path in python_files(room)
              for line in run_config_names(path.read_text())]
-    assert not found, ("megatron/checkpoint/ and megatron/evaluation/ take a ModelConfig and the records of their "
-                       "run_keys.py (built by megatron/neox_arguments/to_checkpoint.py and to_evaluation.py), not the "
-                       "run config; add the key a function needs to its record instead:\n" + "\n".join(found))
+    assert not found, (", ".join(f"{room.relative_to(ROOT)}/" for room in TYPED_ROOMS) + " take a ModelConfig and "
+                       "the records of their run_keys.py (built by megatron/neox_arguments/to_*.py), not the run "
+                       "config; add the key a function needs to its record instead:\n" + "\n".join(found))
+
+
+@pytest.mark.launches  # a fresh interpreter: this one has imported megatron-core already
+def test_the_config_package_imports_megatron_core_only_when_a_data_run_is_asked_for():
+    """Entry points import the config package before run_cli checks the folder torch's compiler will write, which
+    importing megatron-core creates: NeoXArgs.data_run() imports the data package (megatron-core's) when called."""
+    probe = ("import sys; from megatron.neox_arguments import NeoXArgs; "
+             "args = NeoXArgs.from_ymls(['configs/tiny.yml'], {}); args.generation_run(), args.inference_run(); "
+             "print('megatron.core' in sys.modules); args.data_run(); print('megatron.core' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert loaded.split()[-2:] == ["False", "True"], loaded
 
 
 @pytest.mark.parametrize("source, hits", [

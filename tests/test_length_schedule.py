@@ -62,7 +62,7 @@ def test_a_real_batch_splits_into_fragments_that_keep_every_token(stdlib_data, t
     args = tiny_args(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
                      train_micro_batch_size_per_gpu=3, data_cache_path=str(tmp_path / "cache"))
     initialize_megatron(args)
-    train, _, _ = build_train_valid_test_datasets(args, build_tokenizer(args))
+    train, _, _ = build_train_valid_test_datasets(args.data_run(), build_tokenizer(args))
     crossing = []  # real samples that span a document boundary (on this corpus a few in a hundred)
     for index in range(len(train)):
         item = {k: torch.as_tensor(v) for k, v in train[index].items()}

@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 
 from megatron.parallel import sequence_shard, shard_of
 
+from .run_keys import DataRun
+
 
 class PretrainingBatchSampler(Sampler):
     def __init__(self, dataset_size: int, consumed_samples: int, micro_batch_size: int,
@@ -38,19 +40,18 @@ class PretrainingBatchSampler(Sampler):
             start += step
 
 
-def build_data_loader(dataset, neox_args, consumed_samples: int = 0, micro_batch_size: int = None):
-    """Batches (dicts of [micro_batch, s] tensors) of this rank's share, starting after
-    `consumed_samples` global samples. None for a split without data."""
+def build_data_loader(dataset, data: DataRun, consumed_samples: int = 0, micro_batch_size: int = None):
+    """Batches (dicts of [micro_batch, s] tensors) of this rank's share (`data`'s rank, world size and
+    sequence-parallel size), starting after `consumed_samples` global samples. None for a split without data."""
     if dataset is None:
         return None
     # Sequence parallelism: the ranks of one replica read the same samples, each its shard of every sequence.
-    size = neox_args.sequence_parallel_size
-    replica, shard = shard_of(neox_args.rank, size)
-    sampler = PretrainingBatchSampler(
-        len(dataset), consumed_samples, micro_batch_size or neox_args.train_micro_batch_size_per_gpu,
-        replica, neox_args.world_size // size)
+    size = data.sequence_parallel_size
+    replica, shard = shard_of(data.rank, size)
+    sampler = PretrainingBatchSampler(len(dataset), consumed_samples, micro_batch_size or data.micro_batch_size,
+                                      replica, data.world_size // size)
     collate = None if size == 1 else functools.partial(_collated_shard, shard=shard, size=size)
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=neox_args.num_workers,
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=data.num_workers,
                       pin_memory=torch.cuda.is_available(), collate_fn=collate)
 
 

@@ -13,19 +13,19 @@ every training draw apart from every evaluation prompt's.
 import numpy as np
 import torch
 
-from megatron.probes import generator
+from megatron.probes import TrainOptions, generator
 from megatron.probes.common import ProbeError, shortest_length
 from megatron.probes.kv_retrieval import DEFAULT_PAIRS
 
 KEY_DRAWS = 10  # keys/values drawn for one training sample before its text is called unusable
 
 
-def probe_options(neox_args) -> dict:
+def probe_options(probe: TrainOptions) -> dict:
     """The generator's options in training, from the training keys only: what is trained must not
     depend on an evaluation key (config_hash leaves those out), so evaluating with probe-kv-pairs: 5
     asks whether retrieval among the trained number of pairs carries to 5."""
-    if neox_args.probe_train_task == "kv-retrieval":
-        pairs = neox_args.probe_train_kv_pairs
+    if probe.probe_train_task == "kv-retrieval":
+        pairs = probe.probe_train_kv_pairs
         return {"pairs": DEFAULT_PAIRS if pairs is None else pairs}
     return {}
 

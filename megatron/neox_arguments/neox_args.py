@@ -21,6 +21,7 @@ from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
 from .to_checkpoint import checkpoint_run, inference_run
 from .to_evaluation import evaluation_run, lm_eval_tasks, wandb_run
+from .to_generation import generation_run
 from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
@@ -186,6 +187,16 @@ class NeoXArgs(*reversed(GROUPS)):
     def wandb_run(self):
         """Where the run's W&B numbers go (megatron/run/wandb_run.py's WandbRun)."""
         return wandb_run(self)
+
+    def generation_run(self):
+        """The keys generate.py's run reads (megatron/text_generation/run_keys.py's GenerationRun)."""
+        return generation_run(self)
+
+    def data_run(self):
+        """The keys the data package reads (megatron/data/run_keys.py's DataRun), as the run is now: its loaders'
+        share is this rank's, so build it after initialize_megatron."""
+        from .to_data import data_run  # megatron.data imports megatron-core: not before a command line is read
+        return data_run(self)
 
     def model_only_from(self) -> str | None:
         """The checkpoint folder whose model-states file alone gave this run its model (the checkpoint keeps no

@@ -99,7 +99,7 @@ def evaluation_stream(neox_args, tokenizer):
     import numpy as np
     from megatron.data import DataError, build_evaluation_stream
     try:
-        return np.asarray(build_evaluation_stream(neox_args, neox_args.eval_split, tokenizer))
+        return np.asarray(build_evaluation_stream(neox_args.data_run(), neox_args.eval_split, tokenizer))
     except DataError as err:
         folder = neox_args.model_only_from()
         if folder is None or neox_args.data_path:

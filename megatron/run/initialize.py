@@ -13,7 +13,13 @@ from megatron.compiled_code import keep_compiled_code_apart
 
 def initialize_megatron(neox_args) -> None:
     """Join the process group the launcher describes, or a one-process group when run directly with
-    `python train.py`; pick this rank's device and seed every generator."""
+    `python train.py`; pick this rank's device and seed every generator. The config learns its rank."""
+    neox_args.rank, neox_args.world_size, neox_args.local_rank = join_process_group(neox_args.seed)
+
+
+def join_process_group(seed: int) -> tuple[int, int, int]:
+    """What initialize_megatron does, for code that takes typed run keys (text generation): join the group, pick
+    this rank's device, seed every generator with `seed`; returns (rank, world size, local rank)."""
     keep_compiled_code_apart()  # before DeepSpeed JIT-builds its CPU comm op
     accelerator = get_accelerator()
     backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()
@@ -30,12 +36,11 @@ def initialize_megatron(neox_args) -> None:
     # Tear the group down before interpreter exit: gloo's threads still running at exit abort the
     # rank ("terminate called without an active exception"), which the launcher reports as a failure.
     atexit.register(_destroy_process_group)
-    neox_args.rank = torch.distributed.get_rank()
-    neox_args.world_size = torch.distributed.get_world_size()
-    neox_args.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if accelerator.device_name() != "cpu":
-        accelerator.set_device(neox_args.local_rank)
-    set_seed(neox_args.seed)
+        accelerator.set_device(local_rank)
+    set_seed(seed)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank
 
 
 def skip_shared_memory_comm_op(accelerator) -> None:

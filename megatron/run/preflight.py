@@ -286,9 +286,9 @@ def parameter_count(config: ModelConfig) -> int:
     return layers * per_layer + embeddings + positional_parameter_count(config)
 
 
-def run_parameter_count(neox_args, vocab_size: int) -> int:
-    """parameter_count of the model a run's config builds with `vocab_size` embedding rows."""
-    return parameter_count(dataclasses.replace(neox_args.model, padded_vocab_size=vocab_size))
+def run_parameter_count(model: ModelConfig, vocab_size: int) -> int:
+    """parameter_count of a run's model (NeoXArgs.model, without its embedding rows) with `vocab_size` rows."""
+    return parameter_count(dataclasses.replace(model, padded_vocab_size=vocab_size))
 
 
 def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:

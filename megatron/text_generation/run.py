@@ -15,78 +15,77 @@ import tempfile
 
 import torch
 
-from megatron.run.initialize import initialize_megatron
-from megatron.tokenizer import build_tokenizer
-from .errors import GenerationError
 from megatron.checkpoint.inference_model import inference_device_and_dtype, load
+from megatron.checkpoint.run_keys import InferenceRun
 from megatron.output_paths import new_file_problem, not_writable, reported_write
+from megatron.run.initialize import join_process_group
 from megatron.run.preflight import run_parameter_count
+from .errors import GenerationError
 from .memory import element_bytes, generation_memory_problem
+from .run_keys import GenerationRun
 from .samples import generate_samples
 from .sampling import setting_problems
 
 
-def generate_run(neox_args, stdin=None) -> list[dict]:
-    """The records written (rank 0), in prompt order. `stdin` feeds `interactive` (default sys.stdin)."""
-    check_generation_keys(neox_args)
-    contexts = read_contexts(neox_args)
-    if neox_args.world_size > 1:
-        initialize_megatron(neox_args)
-    tokenizer = build_tokenizer(neox_args)
-    check_generation_memory(neox_args, tokenizer, contexts)
-    loaded = load(neox_args.load, neox_args.inference_run())
+def generate_run(generation: GenerationRun, inference: InferenceRun, tokenizer, stdin=None) -> list[dict]:
+    """The records written (rank 0), in prompt order: `generation`'s prompts continued by the model `inference`
+    loads, `tokenizer` the run's. `stdin` feeds `interactive` (default sys.stdin)."""
+    check_generation_keys(generation)
+    contexts = read_contexts(generation)
+    if generation.world_size > 1:
+        join_process_group(generation.seed)
+    check_generation_memory(generation, inference, tokenizer, contexts)
+    loaded = load(inference.load, inference)
     model, iteration = loaded.model, loaded.step
-    say = print if neox_args.rank == 0 else (lambda *args, **kwargs: None)
-    say(f"generating with {neox_args.pos_emb} ({neox_args.load}, step {iteration}): {neox_args.text_gen_type}, "
-        f"at most {neox_args.maximum_tokens} tokens per sample", file=sys.stderr, flush=True)
-    if neox_args.text_gen_type == "interactive":
-        return interact(neox_args, model, tokenizer, stdin or sys.stdin)
+    say = print if generation.rank == 0 else (lambda *args, **kwargs: None)
+    say(f"generating with {inference.model.pos_emb} ({inference.load}, step {iteration}): "
+        f"{generation.text_gen_type}, at most {generation.maximum_tokens} tokens per sample", file=sys.stderr,
+        flush=True)
+    if generation.text_gen_type == "interactive":
+        return interact(generation, model, tokenizer, stdin or sys.stdin)
     # Every rank generates every world_size-th prompt; rank 0 gathers, prints and writes them.
-    mine = generate_samples(neox_args, model, tokenizer, contexts[neox_args.rank::neox_args.world_size])
+    mine = generate_samples(generation, model, tokenizer, contexts[generation.rank::generation.world_size])
     records = mine
-    if neox_args.world_size > 1:
-        shares = [None] * neox_args.world_size
+    if generation.world_size > 1:
+        shares = [None] * generation.world_size
         torch.distributed.all_gather_object(shares, mine)
-        records = [shares[i % neox_args.world_size][i // neox_args.world_size] for i in range(len(contexts))]
-    if neox_args.rank == 0:
+        records = [shares[i % generation.world_size][i // generation.world_size] for i in range(len(contexts))]
+    if generation.rank == 0:
         for item in records:
             show(item)
-        write_records(neox_args.sample_output_file, records, neox_args.sample_output_force)
+        write_records(generation.sample_output_file, records, generation.sample_output_force)
     return records
 
 
-def check_generation_keys(neox_args) -> None:
+def check_generation_keys(generation: GenerationRun) -> None:
     """What the key types do not already say: value ranges, that the input file is there, and that
     the output file can be written and is not there yet."""
     def fail(key, message):
-        raise GenerationError(f"{where(key)}: {key.replace('_', '-')}: {message}")
+        raise GenerationError(f"{generation.where(key)}: {key.replace('_', '-')}: {message}")
 
-    def where(key):
-        return neox_args.config_sources.get(key, "the config")
-
-    for key, message in setting_problems(neox_args.maximum_tokens, neox_args.temperature, neox_args.top_k,
-                                         neox_args.top_p):
+    for key, message in setting_problems(generation.maximum_tokens, generation.temperature, generation.top_k,
+                                         generation.top_p):
         fail(key, message)
     for key in ("num_samples", "generation_batch_size"):
-        if getattr(neox_args, key) < 1:
-            fail(key, f"must be a positive integer, got {getattr(neox_args, key)}.")
-    if neox_args.text_gen_type in ("input-file", "interactive") and neox_args.prompt_end == "":
+        if getattr(generation, key) < 1:
+            fail(key, f"must be a positive integer, got {getattr(generation, key)}.")
+    if generation.text_gen_type in ("input-file", "interactive") and generation.prompt_end == "":
         fail("prompt_end", "is empty, so prompts cannot be told apart: set it to the text that ends each prompt "
              "(the default is a newline, \"\\n\").")
-    if neox_args.text_gen_type == "input-file":
-        path = neox_args.sample_input_file
+    if generation.text_gen_type == "input-file":
+        path = generation.sample_input_file
         if not path:
             fail("text_gen_type", "is 'input-file', but sample-input-file is not set: set it to a text file "
                  "with one prompt per line (or per prompt-end).")
         if not pathlib.Path(path).is_file():
             fail("sample_input_file", f"{path} does not exist (or is not a file): point it at a text file with "
                  "one prompt per line (or per prompt-end).")
-    if neox_args.text_gen_type == "interactive" and neox_args.world_size > 1:
+    if generation.text_gen_type == "interactive" and generation.world_size > 1:
         fail("text_gen_type", "is 'interactive', which reads prompts from one terminal: run it with "
              "`python generate.py`, not on several ranks.")
-    if neox_args.sample_output_file:
-        path = pathlib.Path(neox_args.sample_output_file)
-        if neox_args.sample_output_force and path.is_file():  # to be replaced: its folder must take the new one
+    if generation.sample_output_file:
+        path = pathlib.Path(generation.sample_output_file)
+        if generation.sample_output_force and path.is_file():  # to be replaced: its folder must take the new one
             problem = not_writable(path.parent)
         else:
             problem = new_file_problem(path)
@@ -96,34 +95,34 @@ def check_generation_keys(neox_args) -> None:
             fail("sample_output_file", problem)
 
 
-def check_generation_memory(neox_args, tokenizer, contexts: list[str]) -> None:
+def check_generation_memory(generation: GenerationRun, inference: InferenceRun, tokenizer, contexts: list[str]) -> None:
     """Refuse, before the model is loaded, a generation whose weights and KV cache cannot fit."""
-    size = neox_args.generation_batch_size
-    if neox_args.text_gen_type == "interactive":  # one prompt at a time, of unknown length
+    size = generation.generation_batch_size
+    if generation.text_gen_type == "interactive":  # one prompt at a time, of unknown length
         batches, longest = [1], 1
     else:
-        mine = contexts[neox_args.rank::neox_args.world_size] or [""]
+        mine = contexts[generation.rank::generation.world_size] or [""]
         batches = [len(mine[i:i + size]) for i in range(0, len(mine), size)]
         longest = max(len(tokenizer.tokenize(text)) if text else 1 for text in mine)
-    _, dtype = inference_device_and_dtype(neox_args.inference_run())
-    vocab = tokenizer.padded_vocab_size
+    _, dtype = inference_device_and_dtype(inference)
+    vocab, model = tokenizer.padded_vocab_size, inference.model
     problem = generation_memory_problem(
-        num_layers=neox_args.num_layers, hidden=neox_args.hidden_size, vocab=vocab, dtype=dtype,
-        batch=max(batches), longest_prompt=longest, max_new_tokens=neox_args.maximum_tokens,
-        recompute=neox_args.recompute, weights_bytes=run_parameter_count(neox_args, vocab) * element_bytes(dtype),
-        where=neox_args.config_sources.get("maximum_tokens", "the config"))
+        num_layers=model.num_layers, hidden=model.hidden_size, vocab=vocab, dtype=dtype,
+        batch=max(batches), longest_prompt=longest, max_new_tokens=generation.maximum_tokens,
+        recompute=generation.recompute, weights_bytes=run_parameter_count(model, vocab) * element_bytes(dtype),
+        where=generation.where("maximum_tokens"))
     if problem:
         raise GenerationError(problem)
 
 
-def read_contexts(neox_args) -> list[str]:
+def read_contexts(generation: GenerationRun) -> list[str]:
     """The prompts of this run: num-samples empty ones, or sample-input-file's (as upstream: split on
     prompt-end, stripped, empty ones dropped)."""
-    if neox_args.text_gen_type == "unconditional":
-        return [""] * neox_args.num_samples
-    if neox_args.text_gen_type == "interactive":
+    if generation.text_gen_type == "unconditional":
+        return [""] * generation.num_samples
+    if generation.text_gen_type == "interactive":
         return []
-    path = pathlib.Path(neox_args.sample_input_file)
+    path = pathlib.Path(generation.sample_input_file)
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -136,14 +135,14 @@ def read_contexts(neox_args) -> list[str]:
         raise GenerationError(f"sample-input-file {path} is not UTF-8 text: byte {data[err.start]:#04x} at offset "
                               f"{err.start} (line {line}) does not decode. Save the prompts as UTF-8 (e.g. "
                               f"`iconv -f latin1 -t utf-8 {path.name} > prompts.txt`).") from None
-    contexts = [p.strip() for p in text.split(neox_args.prompt_end) if p.strip()]
+    contexts = [p.strip() for p in text.split(generation.prompt_end) if p.strip()]
     if not contexts:
-        raise GenerationError(f"sample-input-file {neox_args.sample_input_file} holds no prompts (it is empty "
+        raise GenerationError(f"sample-input-file {generation.sample_input_file} holds no prompts (it is empty "
                               f"or only whitespace); write one prompt per line (or per prompt-end).")
     return contexts
 
 
-def interact(neox_args, model, tokenizer, stdin) -> list[dict]:
+def interact(generation: GenerationRun, model, tokenizer, stdin) -> list[dict]:
     """Prompt, continuation, repeat until end of input (Ctrl-D)."""
     records = []
     while True:
@@ -151,10 +150,10 @@ def interact(neox_args, model, tokenizer, stdin) -> list[dict]:
         line = stdin.readline()
         if not line:
             break
-        context = line.rstrip("\n").split(neox_args.prompt_end)[0]
-        records += generate_samples(neox_args, model, tokenizer, [context])
+        context = line.rstrip("\n").split(generation.prompt_end)[0]
+        records += generate_samples(generation, model, tokenizer, [context])
         show(records[-1])
-    write_records(neox_args.sample_output_file, records, neox_args.sample_output_force)
+    write_records(generation.sample_output_file, records, generation.sample_output_force)
     return records
 
 

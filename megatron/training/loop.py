@@ -18,7 +18,7 @@ from deepspeed.accelerator import get_accelerator
 
 from megatron.checkpoint.checkpointing import SaveFailed, fine_tune_so_far, load_checkpoint, save_checkpoint
 from megatron.checkpoint.run_keys import CheckpointRun
-from megatron.data import build_data_loader, build_train_valid_test_datasets
+from megatron.data import DataRun, build_data_loader, build_train_valid_test_datasets
 from megatron.data.packed_documents import samples_across_documents
 from megatron.run.initialize import initialize_megatron
 from megatron.run.launcher_watch import watch_launcher
@@ -33,7 +33,7 @@ from megatron.run.preflight import check_training
 from megatron.tokenizer import build_tokenizer
 from megatron.training.random_positions import draw_positions
 from megatron.training.pose_positions import draw_pose_positions
-from megatron.length_schedule import LengthAt, length_schedule_of, step_scalars
+from megatron.length_schedule import LengthAt, step_scalars
 from megatron.data.fragments import split_into_fragments
 from megatron.training.banner import masking_line, model_line, run_line
 
@@ -92,7 +92,8 @@ def pretrain(neox_args) -> TrainingResult:
 
 
 def _pretrain(neox_args, tokenizer) -> TrainingResult:
-    train_set, valid_set, test_set = build_train_valid_test_datasets(neox_args, tokenizer)
+    data = neox_args.data_run()  # the data keys, with this rank's share (initialize_megatron has run)
+    train_set, valid_set, test_set = build_train_valid_test_datasets(data, tokenizer)
     if neox_args.rank == 0:
         print(run_line(neox_args), flush=True)
     engine, optimizer = setup_model_and_optimizer(neox_args, tokenizer.padded_vocab_size)
@@ -101,25 +102,25 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
         print(masking, flush=True)
     checkpoint = neox_args.checkpoint_run()  # what saves and the resume read of the config, as the run trains with it
     iteration, consumed = load_checkpoint(checkpoint, engine)
-    if iteration >= neox_args.train_iters and neox_args.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
+    if iteration >= data.train_iters and neox_args.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
         held = fine_tune_so_far(checkpoint) or neox_args.load  # a relaunched fine-tune resumed its own save
         print(f"the checkpoint in {held} is at step {iteration}, already train-iters "
-              f"({neox_args.train_iters}): nothing to train; the final validation runs on it. Raise train-iters "
+              f"({data.train_iters}): nothing to train; the final validation runs on it. Raise train-iters "
               f"(--set train-iters=N) to train further, or name another save/load folder to start anew.", flush=True)
     with torch.random.fork_rng(devices=[]):  # starting a DataLoader draws a seed: keep dropout's stream
-        train_batches = iter(build_data_loader(train_set, neox_args, consumed))
+        train_batches = iter(build_data_loader(train_set, data, consumed))
 
     monitor = Monitor(neox_args, iteration)
     try:
         with Preemption() as preemption:
-            result = train(neox_args, engine, optimizer, train_batches, valid_set, tokenizer.vocab_size,
+            result = train(neox_args, data, engine, optimizer, train_batches, valid_set, tokenizer.vocab_size,
                            monitor, preemption, iteration, consumed, checkpoint)
         if result.preempted:
             return result
         for split, dataset in (("valid", valid_set), ("test", test_set)):
-            loss = evaluate(neox_args, engine, dataset, tokenizer.vocab_size)
+            loss = evaluate(neox_args, data, engine, dataset, tokenizer.vocab_size)
             if loss is not None:
-                monitor.report_evaluation(result.iteration, split, loss, neox_args.seq_length_val)
+                monitor.report_evaluation(result.iteration, split, loss, data.seq_length_val)
                 setattr(result, f"{split}_loss", loss)
                 if not math.isfinite(loss):  # a run whose final loss is NaN did not finish well
                     raise TrainingError(
@@ -156,8 +157,9 @@ def setup_model_and_optimizer(neox_args, vocab_size: int):
     return engine, optimizer
 
 
-def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, monitor, preemption,
+def train(neox_args, data: DataRun, engine, optimizer, train_batches, valid_set, vocab_size, monitor, preemption,
           iteration: int, consumed: int, checkpoint: CheckpointRun) -> TrainingResult:
+    """Steps from `iteration` to train-iters; `data`: the run's data keys, its length schedule among them."""
     result = TrainingResult(iteration)
     bad_in_a_row = 0
     last_saved = iteration or None  # the checkpoint this run resumed from, if any
@@ -172,18 +174,18 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
     if neox_args.save and iteration == 0 and 0 in extra_saves:  # upstream's "save the initial weights"
         checked_save(checkpoint, engine, weights, 0, consumed, monitor, last_saved)
         last_saved = 0
-    schedule = length_schedule_of(neox_args)
+    schedule = data.length_schedule
     length = None
-    if schedule is not None and (line := schedule.unreached(neox_args.train_iters)):
+    if schedule is not None and (line := schedule.unreached(data.train_iters)):
         monitor.print(line)
-    while iteration < neox_args.train_iters:
+    while iteration < data.train_iters:
         if schedule is not None:
             length, previous = schedule.at(iteration), length
             if previous is None or previous.stage != length.stage:  # the first step of this launch, or a new stage
                 monitor.print(f"length schedule: step {iteration + 1} is in {length.describe()}")
         step = train_step(neox_args, engine, optimizer, train_batches, vocab_size, length)
         iteration += 1
-        consumed += neox_args.train_batch_size
+        consumed += data.train_batch_size
         result.iteration, result.losses[iteration] = iteration, step.loss
         result.skipped_steps += step.skipped
         bad_in_a_row = bad_in_a_row + 1 if step.skipped else 0
@@ -205,16 +207,16 @@ def train(neox_args, engine, optimizer, train_batches, valid_set, vocab_size, mo
         if save_due and not step.skipped:
             checked_save(checkpoint, engine, weights, iteration, consumed, monitor, last_saved)
             last_saved, save_due = iteration, False
-        if iteration % neox_args.eval_interval == 0 and iteration < neox_args.train_iters:
-            loss = evaluate(neox_args, engine, valid_set, vocab_size)
+        if iteration % data.eval_interval == 0 and iteration < data.train_iters:
+            loss = evaluate(neox_args, data, engine, valid_set, vocab_size)
             if loss is not None:
-                monitor.report_evaluation(iteration, "valid", loss, neox_args.seq_length_val)
+                monitor.report_evaluation(iteration, "valid", loss, data.seq_length_val)
         if preemption.requested():
             monitor.print(f"received {preemption.signal_name}: stopping after step {iteration}")
             result.preempted = True
             result.stopped_by = preemption.received or signal.SIGTERM  # another rank's signal: as SIGTERM
             break
-        if neox_args.exit_interval and iteration % neox_args.exit_interval == 0 and iteration < neox_args.train_iters:
+        if neox_args.exit_interval and iteration % neox_args.exit_interval == 0 and iteration < data.train_iters:
             monitor.print(f"exit-interval {neox_args.exit_interval}: stopping after step {iteration}")
             result.preempted = True  # stop as a preempted run does: save, skip the final evaluation
             break
@@ -403,25 +405,25 @@ def clip_gradients(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
     return norm
 
 
-def evaluate(neox_args, engine, dataset, vocab_size) -> float | None:
+def evaluate(neox_args, data: DataRun, engine, dataset, vocab_size) -> float | None:
     """Mean loss of the first `eval-iters` batches of `dataset` (at seq-length-val): the same
     batches at every evaluation, so the curve shows the model changing, not the sample."""
-    if dataset is None or neox_args.eval_iters == 0:
+    if dataset is None or data.eval_iters == 0:
         return None
     device = get_accelerator().current_device_name()
     stats = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, batches, tokens the loss counts
     engine.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
-        for batch in itertools.islice(build_data_loader(dataset, neox_args, 0), neox_args.eval_iters):
+        for batch in itertools.islice(build_data_loader(dataset, data, 0), data.eval_iters):
             batch = {k: v.to(device) for k, v in batch.items()}
             stats[0] += sequence_share(engine, batch_loss(engine, batch, vocab_size, packing(neox_args, batch)),
                                        batch).double()
-            stats[1] += 1 / neox_args.sequence_parallel_size  # a sequence's ranks hold shares of one batch
+            stats[1] += 1 / data.sequence_parallel_size  # a sequence's ranks hold shares of one batch
             stats[2] += batch["loss_mask"].sum().double()
     engine.train()
     torch.distributed.all_reduce(stats)
     if stats[2].item() == 0:
-        raise empty_loss_mask(neox_args, f"the {neox_args.eval_iters} evaluation batches")
+        raise empty_loss_mask(neox_args, f"the {data.eval_iters} evaluation batches")
     return (stats[0] / stats[1]).item()
 
 

@@ -10,7 +10,7 @@ from filelock import FileLock
 
 from megatron.data import (DataError, PretrainingBatchSampler, build_data_loader, build_evaluation_stream,
                            build_train_valid_test_datasets)
-from tests.support.data import make_args, write_with_megatron_core
+from tests.support.data import data_of, make_args, write_with_megatron_core
 
 EOD = 256  # ByteLevelTokenizer's end-of-document id
 
@@ -46,7 +46,7 @@ def split_dataset(tmp_path):
 def test_megatron_core_written_data_gives_split_datasets_of_their_lengths(tmp_path, split_dataset):
     prefix, _ = split_dataset
     args = make_args(tmp_path, data_path=prefix, split="8,1,1", seq_length_val=48)
-    train, valid, test = build_train_valid_test_datasets(args)
+    train, valid, test = build_train_valid_test_datasets(*data_of(args))
     assert len(train) >= args.train_iters * args.train_batch_size
     assert set(train[0]) == {"tokens", "labels", "loss_mask", "position_ids"}  # no L x L attention mask
     for dataset, length, (low, high) in ((train, 32, (0, 80)), (valid, 48, (80, 160)), (test, 48, (160, 240))):
@@ -64,7 +64,7 @@ def test_a_job_waits_for_another_building_the_same_sample_index_cache(tmp_path, 
     ("No data left in file"). It now waits for the other's lock, writes nothing meanwhile, then builds."""
     args = make_args(tmp_path, data_path=split_dataset[0], split="8,1,1")
     built = {}
-    worker = threading.Thread(target=lambda: built.update(train=build_train_valid_test_datasets(args)[0]))
+    worker = threading.Thread(target=lambda: built.update(train=build_train_valid_test_datasets(*data_of(args))[0]))
     with FileLock(f"{tmp_path / 'cache'}.lock"):  # the other job, building
         worker.start()
         worker.join(timeout=3)
@@ -76,12 +76,13 @@ def test_a_job_waits_for_another_building_the_same_sample_index_cache(tmp_path, 
 
 def test_validation_length_defaults_to_the_training_length(tmp_path, split_dataset):
     args = make_args(tmp_path, data_path=split_dataset[0], split="8,1,1")
-    train, valid, _ = build_train_valid_test_datasets(args)
+    train, valid, _ = build_train_valid_test_datasets(*data_of(args))
     assert train[0]["tokens"].shape == valid[0]["tokens"].shape == (32,)
 
 
 def test_a_split_with_no_weight_is_none(tmp_path, split_dataset):
-    _, valid, test = build_train_valid_test_datasets(make_args(tmp_path, data_path=split_dataset[0], split="9,1,0"))
+    args = make_args(tmp_path, data_path=split_dataset[0], split="9,1,0")
+    _, valid, test = build_train_valid_test_datasets(*data_of(args))
     assert valid is not None and test is None
 
 
@@ -90,7 +91,7 @@ def test_per_split_paths_with_weights(tmp_path):
     b = write_with_megatron_core(tmp_path / "b", counting_documents(60, 100, 200, 5))
     c = write_with_megatron_core(tmp_path / "c", counting_documents(20, 200, 250, 6))
     args = make_args(tmp_path, train_data_paths=[a, b], train_data_weights=[1, 3], valid_data_paths=[c])
-    train, valid, test = build_train_valid_test_datasets(args)
+    train, valid, test = build_train_valid_test_datasets(*data_of(args))
     assert test is None
     from_b = 0
     for i in range(len(train)):
@@ -105,63 +106,64 @@ def test_per_split_paths_with_weights(tmp_path):
 
 def test_evaluation_stream_is_the_split_documents_in_order(tmp_path, split_dataset):
     prefix, documents = split_dataset
-    args = make_args(tmp_path, data_path=prefix, split="8,1,1")
-    stream = build_evaluation_stream(args, "test")
+    data, tokenizer = data_of(make_args(tmp_path, data_path=prefix, split="8,1,1"))
+    stream = build_evaluation_stream(data, "test", tokenizer)
     assert stream.dtype == np.int64 and stream.tolist() == [t for d in documents[90:] for t in d]
-    assert build_evaluation_stream(args, "valid").tolist() == [t for d in documents[80:90] for t in d]
+    assert build_evaluation_stream(data, "valid", tokenizer).tolist() == [t for d in documents[80:90] for t in d]
 
     bare = counting_documents(7, 0, 50, 7, eod=False)  # preprocessed without --append-eod
-    args = make_args(tmp_path, train_data_paths=[write_with_megatron_core(tmp_path / "bare", bare)],
-                     test_data_paths=[write_with_megatron_core(tmp_path / "bare", bare)])
-    assert build_evaluation_stream(args, "test").tolist() == [t for d in bare for t in d + [EOD]]
+    data, tokenizer = data_of(make_args(tmp_path, train_data_paths=[write_with_megatron_core(tmp_path / "bare", bare)],
+                                        test_data_paths=[write_with_megatron_core(tmp_path / "bare", bare)]))
+    assert build_evaluation_stream(data, "test", tokenizer).tolist() == [t for d in bare for t in d + [EOD]]
     with pytest.raises(DataError, match="unknown split 'dev'"):
-        build_evaluation_stream(args, "dev")
+        build_evaluation_stream(data, "dev", tokenizer)
     with pytest.raises(DataError, match="no valid data: set data-path"):
-        build_evaluation_stream(args, "valid")
+        build_evaluation_stream(data, "valid", tokenizer)
+    data, tokenizer = data_of(make_args(tmp_path, data_path=prefix, split="9,1,0"))
     with pytest.raises(DataError, match="gives the test split no weight"):
-        build_evaluation_stream(make_args(tmp_path, data_path=prefix, split="9,1,0"), "test")
+        build_evaluation_stream(data, "test", tokenizer)
 
 
 def test_broken_dataset_files_give_clear_errors(tmp_path, split_dataset):
     prefix, documents = split_dataset
     args = make_args(tmp_path, data_path=str(tmp_path / "nope_text_document"))
     with pytest.raises(DataError, match=r"nope_text_document.bin and .*nope_text_document.idx not found"):
-        build_train_valid_test_datasets(args)
+        build_train_valid_test_datasets(*data_of(args))
 
     other = write_with_megatron_core(tmp_path / "other", documents[:50])
     os.replace(other + ".bin", prefix + ".bin")  # a .bin from another run
     args = make_args(tmp_path, data_path=prefix, split="8,1,1")
     with pytest.raises(DataError, match="the two files disagree"):
-        build_train_valid_test_datasets(args)
+        build_train_valid_test_datasets(*data_of(args))
 
     write_with_megatron_core(tmp_path / "corpus_text_document", documents)
     with open(prefix + ".bin", "r+b") as fh:
         fh.truncate(os.path.getsize(prefix + ".bin") - 10)
     with pytest.raises(DataError, match="has .* bytes but .* describes"):
-        build_train_valid_test_datasets(args)
+        build_train_valid_test_datasets(*data_of(args))
 
     for cut in (20, os.path.getsize(prefix + ".idx") - 8):
         write_with_megatron_core(tmp_path / "corpus_text_document", documents)
         with open(prefix + ".idx", "r+b") as fh:
             fh.truncate(cut)
         with pytest.raises(DataError, match="is not a valid megatron/NeoX index"):
-            build_train_valid_test_datasets(args)
+            build_train_valid_test_datasets(*data_of(args))
 
 
 def test_mismatched_tokenizer_and_bad_settings_give_clear_errors(tmp_path, split_dataset):
     prefix, _ = split_dataset
     gpt2_like = write_with_megatron_core(tmp_path / "gpt2", [[15496, 995, 50256]] * 20)
     with pytest.raises(DataError, match="holds token id 50256.*different tokenizer"):
-        build_train_valid_test_datasets(make_args(tmp_path, data_path=gpt2_like, split="1,0,0"))
+        build_train_valid_test_datasets(*data_of(make_args(tmp_path, data_path=gpt2_like, split="1,0,0")))
     with pytest.raises(DataError, match="gives the valid split no documents"):
-        build_train_valid_test_datasets(make_args(tmp_path, data_path=prefix, split="999,1,0"))
+        build_train_valid_test_datasets(*data_of(make_args(tmp_path, data_path=prefix, split="999,1,0")))
     with pytest.raises(DataError, match="both data-path and"):
-        build_train_valid_test_datasets(make_args(tmp_path, data_path=prefix, train_data_paths=[prefix]))
+        build_train_valid_test_datasets(*data_of(make_args(tmp_path, data_path=prefix, train_data_paths=[prefix])))
     with pytest.raises(DataError, match="one positive weight per path"):
-        build_train_valid_test_datasets(make_args(tmp_path, train_data_paths=[prefix, prefix],
-                                                  train_data_weights=[1, -2]))
+        build_train_valid_test_datasets(*data_of(make_args(tmp_path, train_data_paths=[prefix, prefix],
+                                                           train_data_weights=[1, -2])))
     with pytest.raises(DataError, match="no training data"):
-        build_train_valid_test_datasets(make_args(tmp_path))
+        build_train_valid_test_datasets(*data_of(make_args(tmp_path)))
 
 
 def batches(loader, count):
@@ -171,11 +173,11 @@ def batches(loader, count):
 
 def test_loader_resumes_at_the_consumed_sample_and_shards_over_ranks(tmp_path, split_dataset):
     args = make_args(tmp_path, data_path=split_dataset[0], split="8,1,1", train_micro_batch_size_per_gpu=2)
-    train, _, _ = build_train_valid_test_datasets(args)
-    run = batches(build_data_loader(train, args, consumed_samples=0), 6)
+    train, _, _ = build_train_valid_test_datasets(*data_of(args))
+    run = batches(build_data_loader(train, args.data_run(), consumed_samples=0), 6)
     for k, batch in enumerate(run):
         assert torch.equal(batch["tokens"], torch.stack([train[2 * k]["tokens"], train[2 * k + 1]["tokens"]]))
-    resumed = batches(build_data_loader(train, args, consumed_samples=3 * 2), 3)
+    resumed = batches(build_data_loader(train, args.data_run(), consumed_samples=3 * 2), 3)
     for a, b in zip(run[3:], resumed):
         assert all(torch.equal(a[key], b[key]) for key in a)
 
@@ -184,14 +186,14 @@ def test_loader_resumes_at_the_consumed_sample_and_shards_over_ranks(tmp_path, s
         dp_args = make_args(tmp_path, data_path=split_dataset[0], split="8,1,1", train_micro_batch_size_per_gpu=2,
                             world_size=2)
         dp_args.rank = rank
-        ranks.append(batches(build_data_loader(train, dp_args, consumed_samples=4), 2))
+        ranks.append(batches(build_data_loader(train, dp_args.data_run(), consumed_samples=4), 2))
     for k in range(2):  # global step k after one consumed step of 4 samples: rank r takes 2 of the 4
         together = torch.cat([ranks[0][k]["tokens"], ranks[1][k]["tokens"]])
         assert torch.equal(together, torch.stack([train[4 + 4 * k + i]["tokens"] for i in range(4)]))
 
     workers_args = make_args(tmp_path, data_path=split_dataset[0], split="8,1,1", train_micro_batch_size_per_gpu=2,
                              num_workers=2)
-    with_workers = batches(build_data_loader(train, workers_args, consumed_samples=0), 6)
+    with_workers = batches(build_data_loader(train, workers_args.data_run(), consumed_samples=0), 6)
     assert all(torch.equal(a["tokens"], b["tokens"]) for a, b in zip(run, with_workers))
 
 

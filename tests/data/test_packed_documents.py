@@ -9,6 +9,7 @@ import pytest
 import torch
 from tests.support.hf_export import tiny_config
 from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+from tests.support.data import data_of
 from tests.support.training import run_script, set_flags, tiny_args, tiny_overrides
 
 from megatron.data import build_train_valid_test_datasets
@@ -249,7 +250,7 @@ def test_every_split_carries_document_ids_and_reset_positions(stdlib_data, tmp_p
                      data_cache_path=str(tmp_path / "cache"))
     eod = build_tokenizer(args).eod
     crossed = 0
-    for split in build_train_valid_test_datasets(args):
+    for split in build_train_valid_test_datasets(*data_of(args)):
         for index in range(min(len(split), 50)):
             item = split[index]
             tokens = torch.as_tensor(item["tokens"])
@@ -264,7 +265,7 @@ def test_the_share_of_samples_across_documents_is_what_the_samples_hold(stdlib_d
     """The banner's count, read from megatron-core's sample index, against the samples themselves: a sample
     spans a boundary when its input tokens hold an EOD before the last (its document ids reach 1)."""
     args = tiny_args(stdlib_data, tmp_path, reset_attention_mask=True, data_cache_path=str(tmp_path / "cache"))
-    for split in build_train_valid_test_datasets(args)[1:]:  # valid and test: every sample read in a second
+    for split in build_train_valid_test_datasets(*data_of(args))[1:]:  # valid and test: every sample read in a second
         across = sum(int(split[index]["document_ids"][-1] > 0) for index in range(len(split)))
         assert samples_across_documents(split) == (across, len(split))
         assert 0 < across < len(split)

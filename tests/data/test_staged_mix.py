@@ -11,7 +11,7 @@ from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.length_schedule import length_schedule_of
 from megatron.training.loop import pretrain
 from tests.data.test_data import EOD, counting_documents
-from tests.support.data import make_args, write_with_megatron_core
+from tests.support.data import data_of, make_args, write_with_megatron_core
 from tests.support.training import tiny_args
 
 # Steps 0-2 the run's own weights [1, 1], 3-5 [1, 3], 6-7 only path 1, 8-9 the run's again (not the previous
@@ -50,7 +50,7 @@ def source_of(item) -> int:
 def test_each_step_draws_from_its_stages_mix(tmp_path):
     args = make_args(tmp_path, train_data_paths=list(two_sources(tmp_path)), train_data_weights=[1, 1],
                      length_schedule=SCHEDULE)  # 10 steps of 4 samples
-    train, _, _ = build_train_valid_test_datasets(args)
+    train, _, _ = build_train_valid_test_datasets(*data_of(args))
     assert len(train) == 40
     want = [path for begin, end, weights in MIXES for path in blend_rule(weights, (end - begin) * 4)]
     items = [train[g] for g in range(40)]
@@ -65,7 +65,7 @@ def test_each_step_draws_from_its_stages_mix(tmp_path):
 def test_a_path_continues_across_stages_without_repeating_a_sample(tmp_path):
     args = make_args(tmp_path, train_data_paths=list(two_sources(tmp_path)), train_data_weights=[1, 1],
                      length_schedule=SCHEDULE)
-    train, _, _ = build_train_valid_test_datasets(args)
+    train, _, _ = build_train_valid_test_datasets(*data_of(args))
     for path, stream in enumerate(train.datasets):
         drawn = [train[g]["tokens"] for g in range(len(train)) if int(train[g]["dataset_id"]) == path]
         # the path's k-th sample of the run is its stream's k-th, whichever stage drew it
@@ -76,11 +76,11 @@ def test_a_path_continues_across_stages_without_repeating_a_sample(tmp_path):
 def test_a_loader_resumed_across_a_mix_change_reads_the_uninterrupted_samples(tmp_path):
     args = make_args(tmp_path, train_data_paths=list(two_sources(tmp_path)), train_data_weights=[1, 1],
                      length_schedule=SCHEDULE)
-    train, _, _ = build_train_valid_test_datasets(args)
-    straight = iter(build_data_loader(train, args, 0))
+    train, _, _ = build_train_valid_test_datasets(*data_of(args))
+    straight = iter(build_data_loader(train, args.data_run(), 0))
     batches = [next(straight) for _ in range(10)]
     for done in (2, 5, 7):  # resumed in stage 0, 1 and 2: the batches from there on are the same
-        resumed = iter(build_data_loader(train, args, done * args.train_batch_size))
+        resumed = iter(build_data_loader(train, args.data_run(), done * args.train_batch_size))
         for step in range(done, 10):
             batch = next(resumed)
             assert all(torch.equal(batch[name], batches[step][name]) for name in batch), (done, step)

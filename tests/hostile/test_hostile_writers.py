@@ -26,13 +26,14 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.output_paths import new_file_problem, new_folder_problem
 from megatron.neox_arguments import NeoXArgs
 from megatron.text_generation import GenerationError, generate_tokens
-from megatron.text_generation.run import generate_run, write_new_file
+from megatron.text_generation.run import write_new_file
 from megatron.text_generation.sampling import setting_problems
 from megatron.tokenizer import build_tokenizer
 from tests.support.hf_export import tiny_source
 from tests.support.hostile import unwritable_folder  # noqa: F401  (fixture)
 from tests.support.neox_fork import config as fork_config
 from tests.support.lm_eval import run  # noqa: F401  (the module fixture: a tiny kerple_log checkpoint and local tasks)
+from tests.support.generation import generate_run_of
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_args, tiny_overrides
 from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
 from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
@@ -182,7 +183,7 @@ def test_an_existing_sample_output_file_is_refused_before_loading_and_kept(tmp_p
     kept.write_text("earlier samples\n")
     with pytest.raises(GenerationError, match=rf"^command line: sample-output-file: {kept} exists already, and it "
                        r"is never overwritten: give a new file name, or move the file away first"):
-        generate_run(generation_args(tmp_path, sample_output_file=str(kept)))
+        generate_run_of(generation_args(tmp_path, sample_output_file=str(kept)))
     assert kept.read_text() == "earlier samples\n"
 
 
@@ -192,13 +193,13 @@ def test_force_replaces_the_sample_output_file_whole_and_only_then(tmp_path, mon
     kept = tmp_path / "samples.jsonl"
     kept.write_text("earlier samples\n")
     with pytest.raises(GenerationError, match=r"replaces it only when given --force: sample-output-force: true"):
-        generate_run(generation_args(tmp_path, sample_output_file=str(kept)))
+        generate_run_of(generation_args(tmp_path, sample_output_file=str(kept)))
     monkeypatch.setattr(sys.modules["__main__"], "__file__", str(REPO_ROOT / "generate.py"), raising=False)
     forced = NeoXArgs.consume_args([str(TINY), str(GENERATION), "--force", *set_flags(
         tiny_overrides("unused-data", tmp_path, load=str(tmp_path / "no-checkpoint"), sample_output_file=str(kept)))])
     assert forced.sample_output_force and forced.config_sources["sample_output_force"] == "command line"
     with pytest.raises(Exception, match="no-checkpoint") as refused:
-        generate_run(forced)
+        generate_run_of(forced)
     assert "sample-output-file" not in str(refused.value)
     assert write_new_file(kept, "new samples\n", replace=True) == kept and kept.read_text() == "new samples\n"
     assert os.listdir(tmp_path).count("samples.jsonl") == 1 and not list(tmp_path.glob(".samples-*"))
@@ -218,7 +219,7 @@ def test_an_output_path_that_cannot_take_a_file_is_found_before_loading(name, fr
     args = generation_args(tmp_path)
     args.sample_output_file = str(path)  # (the config loader refuses some of these itself now; this is the run's check)
     with pytest.raises(GenerationError, match=r"^the config: sample-output-file: .*" + fragment):
-        generate_run(args)
+        generate_run_of(args)
     assert not (tmp_path / "new").exists() and (tmp_path / "afile").read_text() == "mine"
 
 
@@ -226,7 +227,7 @@ def test_an_output_path_that_cannot_take_a_file_is_found_before_loading(name, fr
 def test_an_output_file_in_an_unwritable_folder_is_found_before_loading(tmp_path, unwritable_folder):
     with pytest.raises(GenerationError, match=rf"sample-output-file: {unwritable_folder}/sub/s.jsonl cannot be "
                        rf"written: {unwritable_folder} is not writable by this process"):
-        generate_run(generation_args(tmp_path, sample_output_file=str(unwritable_folder / "sub" / "s.jsonl")))
+        generate_run_of(generation_args(tmp_path, sample_output_file=str(unwritable_folder / "sub" / "s.jsonl")))
 
 
 def test_output_path_checks_take_relative_paths(tmp_path, monkeypatch):
@@ -256,7 +257,7 @@ def test_a_temperature_that_is_not_finite_is_refused(value, tmp_path):
     args.temperature = value  # what a config cannot give any more (the loader refuses .nan), a caller can
     with pytest.raises(GenerationError, match=rf"temperature: must be a finite number >= 0 \(0 is greedy\), "
                                               rf"got {value}"):
-        generate_run(args)
+        generate_run_of(args)
     model = GPTModel(model_config(args, 258)).eval()
     with pytest.raises(GenerationError, match=r"bad generation settings: temperature must be a finite number"):
         generate_tokens(model, [[1, 2]], max_new_tokens=4, temperature=value)
@@ -267,12 +268,12 @@ def test_a_prompt_file_that_is_not_utf8_and_an_empty_prompt_end_are_clear_errors
     prompts.write_bytes("def main(\n".encode() + "café\n".encode("latin-1"))
     with pytest.raises(GenerationError, match=rf"sample-input-file {prompts} is not UTF-8 text: byte 0xe9 at offset "
                        r"13 \(line 2\) does not decode\. Save the prompts as UTF-8"):
-        generate_run(generation_args(tmp_path, text_gen_type="input-file", sample_input_file=str(prompts)))
+        generate_run_of(generation_args(tmp_path, text_gen_type="input-file", sample_input_file=str(prompts)))
     prompts.write_text("def main(\n")
     for kind in ("input-file", "interactive"):
         with pytest.raises(GenerationError, match=r"command line: prompt-end: is empty, so prompts cannot be told "
                                                   r"apart"):
-            generate_run(generation_args(tmp_path, text_gen_type=kind, sample_input_file=str(prompts), prompt_end=""))
+            generate_run_of(generation_args(tmp_path, text_gen_type=kind, sample_input_file=str(prompts), prompt_end=""))
 
 
 def test_a_kv_cache_that_cannot_fit_is_refused_with_its_size_before_loading(tmp_path):
@@ -280,12 +281,12 @@ def test_a_kv_cache_that_cannot_fit_is_refused_with_its_size_before_loading(tmp_
                        r"it needs at least [\d,.]+ GiB for the KV cache \(keys and values of 2 layers x 2 prompt\(s\) "
                        r"x 1,000,000,001 tokens x 64 hidden x 4 bytes\) on top of .* GiB of weights, but there are "
                        r"[\d,.]+ GiB of available memory\. Set maximum-tokens to at most [\d,]+ "):
-        generate_run(generation_args(tmp_path, maximum_tokens=1_000_000_000))
+        generate_run_of(generation_args(tmp_path, maximum_tokens=1_000_000_000))
     with pytest.raises(GenerationError, match=r"forward of 1 sequence\(s\) of 1,000,000,001 tokens \(recompute"):
-        generate_run(generation_args(tmp_path, maximum_tokens=1_000_000_000, recompute=True, num_samples=1))
+        generate_run_of(generation_args(tmp_path, maximum_tokens=1_000_000_000, recompute=True, num_samples=1))
     # What fits is not refused (the checkpoint is then looked for), and the library call checks it too.
     with pytest.raises(CheckpointError):
-        generate_run(generation_args(tmp_path, maximum_tokens=100_000))
+        generate_run_of(generation_args(tmp_path, maximum_tokens=100_000))
     model = GPTModel(model_config(generation_args(tmp_path), 258)).eval()
     with pytest.raises(GenerationError, match=r"maximum-tokens 1,000,000,000 cannot fit: .* KV cache \(keys and "
                        r"values of 2 layers x 1 prompt\(s\) x 1,000,000,002 tokens"):

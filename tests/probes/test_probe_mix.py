@@ -14,7 +14,7 @@ from megatron.evaluation.identity import config_hash
 from megatron.probes.common import ProbeError
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import ByteLevelTokenizer
-from tests.support.data import make_args, write_with_megatron_core
+from tests.support.data import data_of, make_args, write_with_megatron_core
 
 KEYS = NeoXArgs.trained_keys()  # what a config hash is computed over
 
@@ -36,7 +36,7 @@ def datasets(corpus, **values):
     folder, prefix = corpus
     args = make_args(folder, data_path=prefix, split="8,1,1", seq_length=64, train_iters=500, eval_interval=1000,
                      **{"probe_train_task": "kv-retrieval", "probe_train_fraction": 0.3, **values})
-    return args, build_train_valid_test_datasets(args)
+    return args, build_train_valid_test_datasets(*data_of(args))
 
 
 def test_about_the_fraction_is_replaced_by_index_alone_and_the_rest_is_untouched(corpus):
@@ -53,7 +53,7 @@ def test_about_the_fraction_is_replaced_by_index_alone_and_the_rest_is_untouched
             replaced += 1
     assert abs(replaced / 2000 - 0.3) < 0.04  # binomial sd 0.01
     assert all(torch.equal(train[i]["tokens"], train[i]["tokens"]) for i in range(50))  # same item twice
-    batch = next(iter(build_data_loader(train, args, consumed_samples=8)))  # as training reads it
+    batch = next(iter(build_data_loader(train, args.data_run(), consumed_samples=8)))  # as training reads it
     assert batch["tokens"].shape == (args.train_micro_batch_size_per_gpu, 64)
 
 

@@ -1,6 +1,6 @@
 """Data helpers shared by the data and probe tests: NeoX .bin/.idx files written by megatron-core's own
-builder, the NeoXArgs of a tiny data pipeline, tools/datasets/prepare_data.py loaded as a module, and zstandard
-JSON-lines corpora written and read back."""
+builder, the NeoXArgs of a tiny data pipeline (and its data keys and tokenizer), tools/datasets/prepare_data.py
+loaded as a module, and zstandard JSON-lines corpora written and read back."""
 import importlib.util
 import io
 import itertools
@@ -12,6 +12,7 @@ import zstandard
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron.neox_arguments import NeoXArgs
+from megatron.tokenizer import build_tokenizer
 
 
 @pytest.fixture
@@ -37,6 +38,11 @@ def make_args(tmp_path, **values):
             "tokenizer_type": "ByteLevelTokenizer", "num_workers": 0, "data_cache_path": str(tmp_path / "cache")}
     world_size = values.pop("world_size", 1)
     return NeoXArgs.from_dict({**base, **values}, world_size=world_size)
+
+
+def data_of(args) -> tuple:
+    """What a run builds its datasets from (training's loop, evaluation's stream): its data keys and tokenizer."""
+    return args.data_run(), build_tokenizer(args)
 
 
 def first_lines_of(path, count):

@@ -1,16 +1,23 @@
 """A tiny model of every registered method at a training length of 16, the prompts the cache tests decode,
 and the check that cached decoding equals a full forward at every step: shared by the KV-cache, method,
-evaluation and probe tests."""
+evaluation and probe tests; and generate.py's run of a config."""
 import torch
 
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.to_model import model_config
 from megatron.text_generation import generate_tokens
+from megatron.text_generation.run import generate_run
 from megatron.text_generation.steps import CachedSteps
+from megatron.tokenizer import build_tokenizer
 from tests.support.training import TINY
 
 TRAIN_LENGTH = 16
+
+
+def generate_run_of(args: NeoXArgs, stdin=None) -> list[dict]:
+    """generate.py's run of `args`: its generation keys, its model's inference keys and its tokenizer."""
+    return generate_run(args.generation_run(), args.inference_run(), build_tokenizer(args), stdin)
 
 
 PROMPTS = [[5, 17, 3, 99, 41, 8, 250, 12, 64, 7, 30], [200, 4], [9, 9, 120, 33, 2, 71, 18]]  # 11, 2, 7 tokens

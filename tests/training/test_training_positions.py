@@ -4,6 +4,7 @@ positions drawn for it) and `eod-mask-loss` (megatron-core's loss mask is zero e
 token is the end-of-document token)."""
 import pytest
 import torch
+from tests.support.data import data_of
 from tests.support.training import rows_one_step_trains, tiny_args
 
 from megatron.data import build_train_valid_test_datasets
@@ -37,7 +38,7 @@ def test_the_loss_mask_drops_exactly_the_end_of_document_inputs(stdlib_data, tmp
     args = tiny_args(stdlib_data, tmp_path, eod_mask_loss=eod_mask_loss, data_cache_path=str(tmp_path / "cache"),
                      train_iters=2000)
     eod = build_tokenizer(args).eod
-    train, _, _ = build_train_valid_test_datasets(args)
+    train, _, _ = build_train_valid_test_datasets(*data_of(args))
     seen_eod = 0
     for index in range(min(len(train), 4000)):
         item = train[index]

@@ -8,6 +8,7 @@ from megatron.data import build_evaluation_stream, build_train_valid_test_datase
 from megatron.data.documents import read_documents, zstd_lines
 from megatron.data.stdlib_corpus import stdlib_python_files
 from megatron.neox_arguments import NeoXArgs
+from tests.support.data import data_of
 
 MAX_BYTES = "300000"
 
@@ -38,8 +39,9 @@ def test_one_command_builds_a_deterministic_corpus_that_trains(tmp_path, repo_ro
     args = NeoXArgs.from_ymls([str(repo_root / "configs/tiny.yml")],
                               overrides={"data_path": str(first / "stdlib_text_document"), "train_iters": 5, "split": "8,1,1",
                                          "data_cache_path": str(tmp_path / "cache")})
-    train, valid, test = build_train_valid_test_datasets(args)
+    data, tokenizer = data_of(args)
+    train, valid, test = build_train_valid_test_datasets(data, tokenizer)
     assert train[0]["tokens"].shape == (args.seq_length,)
-    stream = build_evaluation_stream(args, "train")  # the first 80% of the (non-empty) files, in order
+    stream = build_evaluation_stream(data, "train", tokenizer)  # the first 80% of the (non-empty) files, in order
     documents_in_stream = int((stream == 256).sum())
     assert bytes(t for t in stream.tolist() if t < 256).decode() == "".join([t for t in texts if t][:documents_in_stream])

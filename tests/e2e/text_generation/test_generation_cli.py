@@ -9,9 +9,9 @@ from megatron.checkpoint.checkpointing import CheckpointError
 from megatron.neox_arguments import NeoXArgsError
 from megatron.text_generation import GenerationError, generate_tokens
 from megatron.checkpoint.inference_model import load
-from megatron.text_generation.run import generate_run
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import pretrain
+from tests.support.generation import generate_run_of
 from tests.support.training import REPO_ROOT, TINY, run_script, set_flags, tiny_args, tiny_overrides
 
 GENERATION = REPO_ROOT / "configs" / "text_generation.yml"
@@ -52,7 +52,7 @@ def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
     root, runs = trained
     args = generation_args(runs["kerple_log"], text_gen_type="input-file", sample_input_file=str(root / "prompts.txt"),
                            sample_output_file=str(root / "out" / "samples.jsonl"), maximum_tokens=40, temperature=0.0)
-    returned = generate_run(args)
+    returned = generate_run_of(args)
     records = [json.loads(line) for line in (root / "out" / "samples.jsonl").read_text().splitlines()]
     assert records == returned
     assert [r["context"] for r in records] == PROMPTS
@@ -68,32 +68,32 @@ def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
         assert record["length"] == len(tokens) - finished
 def test_recompute_gives_the_same_samples_and_interactive_reads_stdin(trained):
     _, runs = trained
-    cached = generate_run(generation_args(runs["kerple_log"], num_samples=3, maximum_tokens=30, top_p=0.9))
-    recomputed = generate_run(generation_args(runs["kerple_log"], num_samples=3, maximum_tokens=30, top_p=0.9,
-                                              recompute=True))
+    cached = generate_run_of(generation_args(runs["kerple_log"], num_samples=3, maximum_tokens=30, top_p=0.9))
+    recomputed = generate_run_of(generation_args(runs["kerple_log"], num_samples=3, maximum_tokens=30, top_p=0.9,
+                                                 recompute=True))
     assert [r["text"] for r in cached] == [r["text"] for r in recomputed]
-    interactive = generate_run(generation_args(runs["kerple_log"], text_gen_type="interactive", maximum_tokens=20,
-                                               temperature=0.0), stdin=io.StringIO("def main(\nimport os\n"))
+    interactive = generate_run_of(generation_args(runs["kerple_log"], text_gen_type="interactive", maximum_tokens=20,
+                                                  temperature=0.0), stdin=io.StringIO("def main(\nimport os\n"))
     assert [r["context"] for r in interactive] == ["def main(", "import os"]
 def test_bad_inputs_are_one_clear_error_each(trained, tmp_path):
     root, runs = trained
     with pytest.raises(CheckpointError, match=r"checkpoint directory .*nowhere \(config key `load`\) does not exist"):
-        generate_run(generation_args(runs["kerple_log"], load=str(tmp_path / "nowhere")))
+        generate_run_of(generation_args(runs["kerple_log"], load=str(tmp_path / "nowhere")))
     with pytest.raises(NeoXArgsError, match=r"text-gen-type is 'input_file', which is not one of .*Did you mean "
                        r"'input-file'\?"):
         generation_args(runs["kerple_log"], text_gen_type="input_file")
     with pytest.raises(GenerationError, match=r"is 'input-file', but sample-input-file is not set"):
-        generate_run(generation_args(runs["kerple_log"], text_gen_type="input-file"))
+        generate_run_of(generation_args(runs["kerple_log"], text_gen_type="input-file"))
     with pytest.raises(GenerationError, match=r"command line: sample-input-file: .*missing.txt does not exist"):
-        generate_run(generation_args(runs["kerple_log"], text_gen_type="input-file",
-                                     sample_input_file=str(tmp_path / "missing.txt")))
+        generate_run_of(generation_args(runs["kerple_log"], text_gen_type="input-file",
+                                        sample_input_file=str(tmp_path / "missing.txt")))
     (tmp_path / "long.txt").write_text("x" * 100 + "\n")
     with pytest.raises(GenerationError, match=r"pos-emb 'learned' embeds at most 64 positions .* the longest prompt "
                        r"has 100 tokens"):
-        generate_run(generation_args(runs["learned"], text_gen_type="input-file",
-                                     sample_input_file=str(tmp_path / "long.txt")))
+        generate_run_of(generation_args(runs["learned"], text_gen_type="input-file",
+                                        sample_input_file=str(tmp_path / "long.txt")))
     with pytest.raises(GenerationError, match=r"top-p: must lie in \[0, 1\]"):
-        generate_run(generation_args(runs["kerple_log"], top_p=2.0))
+        generate_run_of(generation_args(runs["kerple_log"], top_p=2.0))
 def test_the_entry_point_prints_an_error_without_a_traceback(trained, tmp_path):
     _, runs = trained
     result = run_script(["generate.py", str(TINY), str(GENERATION), *set_flags(runs["kerple_log"]),
