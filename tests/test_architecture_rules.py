@@ -13,11 +13,12 @@ too), so that a change breaking one fails here naming the file and line:
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
   standard library, itself and two leaf modules (megatron/errors.py, megatron/compiled_code.py), and
-  importing one of its kernels does not build GPTModel's module graph.
+  importing one of its kernels does not build GPTModel's module graph (in a fresh interpreter:
+  tests/e2e/test_architecture_rules.py);
+- the tests' own layout: a test file imports no other test file (what tests share is in tests/support/).
 """
 import ast
 import pathlib
-import subprocess
 import sys
 
 import pytest
@@ -220,14 +221,6 @@ def test_attention_code_lives_in_the_attention_folder():
     assert not found, "attention is computed in megatron/model/attention only:\n" + "\n".join(found)
 
 
-@pytest.mark.launches  # a fresh interpreter: this one has imported the model already
-def test_importing_an_attention_kernel_does_not_build_the_model():
-    probe = ("import sys, megatron.model.attention.cpu_flash, megatron.model.attention.choice; "
-             "print(sorted(m for m in sys.modules if m.startswith('megatron') and 'attention' not in m))")
-    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert eval(loaded) == ["megatron", "megatron.compiled_code", "megatron.errors", "megatron.model"], loaded
-
-
 CONFIG = MEGATRON / "neox_arguments"
 PROBES = MEGATRON / "probes"
 # The config package's one remaining import of evaluation: the modes registry, whose modes declare their own
@@ -350,18 +343,13 @@ def test_a_write_into_another_module_is_found(source, hits):
     assert [line for line, _ in writes_into_other_modules(source)] == hits
 
 
-# Modules a user or a tool may import first, before the config package: each sits on the path by which the
-# config package, when it imports the evaluation modes, reaches back to generation (a mode's probe scoring
-# generates). An import cycle through it leaves a mode file half-imported, and every later config build then
-# fails on that mode.
-FIRST_IMPORTS = ("megatron.text_generation.steps", "megatron.evaluation.retrieval.scoring")
+# ---------------------------------------------------------------------------------- the tests' layout
+TESTS = ROOT / "tests"
 
 
-@pytest.mark.launches  # a fresh interpreter: the import order is the point, and this one has imported everything
-@pytest.mark.parametrize("first", FIRST_IMPORTS)
-def test_a_config_builds_whatever_was_imported_first(first):
-    probe = (f"import {first}; from megatron.neox_arguments import NeoXArgs; "
-             "args = NeoXArgs.from_dict({'train-micro-batch-size-per-gpu': 1, 'eval-modes': ['kv-retrieval']}); "
-             "print(args.eval_modes)")
-    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
-    assert run.returncode == 0 and run.stdout.strip() == "['kv-retrieval']", run.stderr[-2000:]
+def test_a_test_file_imports_no_other_test_file():
+    found = sorted({f"{where(path, line)} imports {module}" for path in python_files(TESTS)
+                    if path.name.startswith("test_") for module, line, _ in imports(path)
+                    if under(module, "tests") and any(part.startswith("test_") for part in module.split("."))})
+    assert not found, ("a test file imports another (an edit of one then breaks the other, and a file moved to tests/e2e/ "
+                       "carries it along); move what they share into tests/support/:\n" + "\n".join(found))

@@ -100,7 +100,7 @@ RULES = [
                                              "tests/e2e/model/positional/test_adding_a_method.py saves it in a copy and trains it")),
     (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is
     (r"^python deepy\.py train\.py configs/tiny\.yml --set num_gpus=2 ",
-     NotRun("the GPU guide's multi-GPU command: tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2] runs "
+     NotRun("the GPU guide's multi-GPU command: tests/e2e/training/test_training.py::test_deepy_trains_the_tiny_profile[2] runs "
             "it on two CPU ranks, `make gpu-check` on two GPUs")),
     (r"^mkdir -p runs && cat > runs/hostfile <<", Run()),
     (r"-H runs/hostfile --dry-run$", Run(output="--hostfile runs/hostfile")),
@@ -152,7 +152,7 @@ RULES = [
      NotRun("reproduces a torch bug of the compiled CPU flex kernel "
             "(docs/known-issues.md): compiles kernels for minutes")),
     (r"^(OMP_NUM_THREADS=1 )?(make gpu-|\.venv/bin/python -m tools\.gpu_check( --device cpu|\.train_loop --stage|\.train_speed ))",
-     NotRun("the GPU check; tests/tools/test_gpu_check.py runs its CPU smoke form")),
+     NotRun("the GPU check; tests/e2e/tools/test_gpu_check.py runs its CPU smoke form")),
     (r"^(cp \.\./shared|\.venv/bin/python -c|python3 -m pip install)", GPU),
 ]
 
