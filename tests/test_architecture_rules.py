@@ -15,7 +15,9 @@ too), so that a change breaking one fails here naming the file and line:
   standard library, itself and two leaf modules (megatron/errors.py, megatron/compiled_code.py), and
   importing one of its kernels does not build GPTModel's module graph (in a fresh interpreter:
   tests/e2e/test_architecture_rules.py);
-- the tests' own layout: a test file imports no other test file (what tests share is in tests/support/).
+- the tests' own layout: the launch tier is the path (no file outside tests/e2e/ marks a test `launches` by
+  hand; tests/e2e/conftest.py marks every test there), and a test file imports no other test file (what
+  tests share is in tests/support/).
 """
 import ast
 import pathlib
@@ -345,6 +347,41 @@ def test_a_write_into_another_module_is_found(source, hits):
 
 # ---------------------------------------------------------------------------------- the tests' layout
 TESTS = ROOT / "tests"
+E2E = TESTS / "e2e"
+
+
+def launch_marks(source: str) -> list[int]:
+    """The lines of `source` that mark tests `launches` by hand: `pytest.mark.launches` anywhere (a decorator,
+    `pytestmark`, a parameter's marks) or `add_marker("launches")`."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "launches" and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "mark":
+            found.add(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_marker" \
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "launches":
+            found.add(node.lineno)
+    return sorted(found)
+
+
+def test_no_file_outside_tests_e2e_marks_a_test_launches_by_hand():
+    found = [where(path, line) for path in python_files(TESTS) if not path.is_relative_to(E2E)
+             for line in launch_marks(path.read_text())]
+    assert not found, ("a test that starts a process belongs in tests/e2e/, at the path that mirrors its in-process "
+                       "file (tests/e2e/conftest.py marks it `launches`; shared helpers go to tests/support/); move "
+                       "it there instead of marking it by hand:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("source, hits", [
+    ("import pytest\n@pytest.mark.launches\ndef test_a():\n    pass\n", [2]),
+    ("import pytest\npytestmark = [pytest.mark.slow, pytest.mark.launches]\n", [2]),
+    ("import pytest\n@pytest.mark.parametrize('n', [pytest.param(1, marks=pytest.mark.launches)])\n"
+     "def test_a(n):\n    pass\n", [2]),
+    ("def pytest_itemcollected(item):\n    item.add_marker('launches')\n", [2]),
+    ("def pytest_runtest_setup(item):\n    assert item.get_closest_marker('launches')\n", []),  # reads, marks nothing
+])
+def test_a_hand_made_launch_mark_is_found(source, hits):
+    assert launch_marks(source) == hits
 
 
 def test_a_test_file_imports_no_other_test_file():

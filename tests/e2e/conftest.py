@@ -1,6 +1,7 @@
-"""The launch tier is this folder: every test under tests/e2e/ starts processes through the entry points
-(deepy.py, train.py, evaluate.py, generate.py, eval.py, the tools) or trains through DeepSpeed's engine, and is
-marked `launches` here, so `make test-fast` (`-m "not launches"`) leaves it out and no file marks it by hand."""
+"""The launch tier is this folder: every test under tests/e2e/ starts processes (the entry points deepy.py,
+train.py, evaluate.py, generate.py and eval.py, the tools, a compiler, chattr or mount) or trains through
+DeepSpeed's engine, and is marked `launches` here, so `make test-fast` (`-m "not launches"`) leaves it out and no
+file marks it by hand (tests/test_architecture_rules.py)."""
 import pathlib
 
 import pytest
