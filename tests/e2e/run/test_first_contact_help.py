@@ -22,12 +22,8 @@ def test_help_of_each_entry_point_is_its_own(script):
         assert "--eval_tasks" in done.stdout and "eval-task-paths (default none)" in done.stdout
 
 
-def test_the_local_task_example_runs_against_a_freshly_trained_checkpoint(tmp_path, stdlib_data):
-    checkpoint, results = tmp_path / "checkpoint", tmp_path / "results"
-    train = [sys.executable, str(REPO_ROOT / "train.py"), str(TINY), "--set", "train-iters=4",
-             "--set", f"data-path={stdlib_data}", "--set", f"save={checkpoint}", "--set", f"load={checkpoint}"]
-    done = subprocess.run(train, cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+def test_the_local_task_example_runs_against_a_freshly_trained_checkpoint(tmp_path, trained_tiny):
+    checkpoint, results = trained_tiny, tmp_path / "results"  # train.py's checkpoint (tests/e2e/conftest.py)
     (tmp_path / "my_tasks").mkdir()
     (tmp_path / "my_tasks" / "python_mc.yaml").write_text(TASK_FILE)
     (tmp_path / "my_tasks" / "python_mc.jsonl").write_text(DATA_FILE)
