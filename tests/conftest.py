@@ -111,7 +111,8 @@ def stdlib_data(tmp_path_factory) -> str:
 # whose demo the other pages start from, goes first, the RULER sweep (which needs no demo) beside it while
 # the demo is built, then the other pages ("docs:" stands for every page not named before it).
 LONGEST = ("docs:README.md", "tests/e2e/reproduce/test_reproduce_ruler.py", "docs:",
-           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/reproduce/test_reproduce.py", "tests/e2e/tools/test_gpu_check.py",
+           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/reproduce/test_reproduce.py",
+           "tests/e2e/tools/test_gpu_check.py",
            "tests/e2e/reproduce/test_study_example.py")
 
 

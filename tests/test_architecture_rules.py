@@ -388,5 +388,5 @@ def test_a_test_file_imports_no_other_test_file():
     found = sorted({f"{where(path, line)} imports {module}" for path in python_files(TESTS)
                     if path.name.startswith("test_") for module, line, _ in imports(path)
                     if under(module, "tests") and any(part.startswith("test_") for part in module.split("."))})
-    assert not found, ("a test file imports another (an edit of one then breaks the other, and a file moved to tests/e2e/ "
-                       "carries it along); move what they share into tests/support/:\n" + "\n".join(found))
+    assert not found, ("a test file imports another (an edit of one then breaks the other, and a file moved to "
+                       "tests/e2e/ carries it along); move what they share into tests/support/:\n" + "\n".join(found))

@@ -93,8 +93,9 @@ RULES = [
                                              "tests/e2e/model/positional/test_adding_a_method.py saves it in a copy and trains it")),
     (r"^python tools/docs/config_reference\.py --write$", Run()),  # without the example method: rewrites it as it is
     (r"^python deepy\.py train\.py configs/tiny\.yml --set num_gpus=2 ",
-     NotRun("the GPU guide's multi-GPU command: tests/e2e/training/test_training.py::test_deepy_trains_the_tiny_profile[2] runs "
-            "it on two CPU ranks, `make gpu-check` on two GPUs")),
+     NotRun("the GPU guide's multi-GPU command: "
+            "tests/e2e/training/test_training.py::test_deepy_trains_the_tiny_profile[2] runs it on two CPU ranks, "
+            "`make gpu-check` on two GPUs")),
     (r"^mkdir -p runs && cat > runs/hostfile <<", Run()),
     (r"-H runs/hostfile --dry-run$", Run(output="--hostfile runs/hostfile")),
     (r"-H runs/hostfile$", NotRun("needs the hostfile's two nodes, reachable by ssh")),

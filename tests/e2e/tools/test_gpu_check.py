@@ -77,8 +77,9 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert (tmp_path / "tests.log").is_file()
     # The guide's multi-GPU command needs two GPUs: the CPU rehearsal says it did not run and why.
     assert tests["two_ranks"]["outcome"] == "not run: it needs two GPUs and this machine has 0"
-    assert "Two GPUs, the GPU guide's multi-GPU command (`tests/e2e/training/test_training.py::test_deepy_trains_the_tiny_profile[2]`): " \
-        "not run: it needs two GPUs and this machine has 0" in report
+    assert ("Two GPUs, the GPU guide's multi-GPU command "
+            "(`tests/e2e/training/test_training.py::test_deepy_trains_the_tiny_profile[2]`): "
+            "not run: it needs two GPUs and this machine has 0") in report
     # fla's kernels need CUDA: on CPU the part times this project's path alone and says why (the fla
     # strategy's conventions are checked against fla's naive.py by tests/model/positional/test_fla_kernels.py).
     fla = {r["method"]: r for r in results["fla"]["rows"]}

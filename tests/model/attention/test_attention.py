@@ -42,7 +42,8 @@ def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
 @pytest.mark.parametrize("name", METHODS)
 def test_every_path_matches_the_float64_reference(name, window):
     # The flex path's logic (score_mod over the tables, block mask, window, padding) on torch's eager
-    # FlexAttention, right on every CPU; the compiled CPU kernel is checked by tests/e2e/model/attention/test_attention.py.
+    # FlexAttention, right on every CPU; the compiled CPU kernel is checked by
+    # tests/e2e/model/attention/test_attention.py.
     pe, (q, k, v) = make_pe(name), qkv()
     expected = reference_attention(pe, q, k, v, window)
     with torch.no_grad(), flex_kernel.reference_math():
