@@ -16,6 +16,7 @@ from tools.ckpts.neox_import import CheckpointImportError, import_checkpoint
 
 METHODS = ("learned", "sinusoidal", "rotary", "t5", "alibi", "kerple_log", "kerple_power", "kerple_bias_weight")
 
+
 def imported_model(root):
     loaded = load(root / "ours")  # the imported checkpoint alone describes the model
     return loaded.config, loaded.model, loaded.step
