@@ -31,7 +31,7 @@ $(DEMO_DATA).bin:
 # evaluate both at 1x-32x their training length (configs/eval/tiny.yml), print the table and draw perplexity
 # against length (sinusoidal blows up past the training length; KERPLE-log stays flat).
 # Training logs go to tensorboard/tiny/<method> (docs/evaluation.md's Table 4 command reads them).
-# DEMO_TRAIN_ARGS and DEMO_EVAL_ARGS append --set options (tests/docs/test_docs_commands.py runs the demo at a
+# DEMO_TRAIN_ARGS and DEMO_EVAL_ARGS append --set options (tests/e2e/docs/test_docs_commands.py runs the demo at a
 # few steps).
 # One torch thread per process: on a busy 2-core machine two threads made the same evaluation 4-5x slower
 # (L=2048, 128 chunks: 18-22 s with 2 threads, 3.4-5.3 s with 1, alternating runs at load ~4).

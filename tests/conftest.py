@@ -42,9 +42,10 @@ _import_triton_for_its_interpreter()
 
 @contextlib.contextmanager
 def _no_process_unless_marked(item):
-    """A test that starts a process (an entry point, a launcher, a compiler) must be marked `launches`
-    (or `slow`, or `cuda`): the fast tier (`make test-fast`) is defined as the tests that do not, so an unmarked
-    launch fails the test, in its fixtures too (a module fixture that trains is set up by its first test)."""
+    """A test that starts a process (an entry point, a launcher, a compiler) must be marked `launches`, which
+    tests/e2e/conftest.py does for every test under tests/e2e/ (or `slow`, or `cuda`): the fast tier (`make
+    test-fast`) is defined as the tests that are not, so a launch elsewhere fails the test, in its fixtures too (a
+    module fixture that trains is set up by its first test)."""
     # `cuda` tests run on a GPU only (never in the fast tier), where every compiled kernel starts its compiler
     # (Triton's ptxas, inductor's compile workers) as a process.
     if item.get_closest_marker("launches") or item.get_closest_marker("slow") or item.get_closest_marker("cuda"):
@@ -53,8 +54,9 @@ def _no_process_unless_marked(item):
     original = subprocess.Popen._execute_child
 
     def refuse(self, args, *rest, **kwargs):
-        raise AssertionError(f"{item.nodeid} starts a process ({str(args)[:200]}) but is not marked "
-                             "`launches`: mark it (pytestmark or @pytest.mark.launches) so `make test-fast` skips it")
+        raise AssertionError(f"{item.nodeid} starts a process ({str(args)[:200]}) but is not under tests/e2e/, "
+                             "the launch tier: move it to the path there that mirrors its file (shared helpers to "
+                             "tests/support/), so `make test-fast` leaves it out")
     subprocess.Popen._execute_child = refuse
     try:
         yield
@@ -105,11 +107,12 @@ def stdlib_data(tmp_path_factory) -> str:
 # --durations` in CI, 2026-11-29: the docs commands 378 s when they were one test, then 144, 137, 80, 156 in
 # three tests and 120 s). Started last
 # (xdist's default orders units by their number of tests), one of them kept one worker busy for minutes after
-# the other had finished. The docs' pages are one group each (tests/docs/test_docs_commands.py): the README's,
+# the other had finished. The docs' pages are one group each (tests/e2e/docs/test_docs_commands.py): the README's,
 # whose demo the other pages start from, goes first, the RULER sweep (which needs no demo) beside it while
 # the demo is built, then the other pages ("docs:" stands for every page not named before it).
 LONGEST = ("docs:README.md", "tests/e2e/reproduce/test_reproduce_ruler.py", "docs:",
-           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/reproduce/test_reproduce.py", "tests/tools/test_gpu_check.py",
+           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/reproduce/test_reproduce.py",
+           "tests/e2e/tools/test_gpu_check.py",
            "tests/e2e/reproduce/test_study_example.py")
 
 

@@ -14,11 +14,14 @@ too), so that a change breaking one fails here naming the file and line:
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
 - everything that computes attention lives in megatron/model/attention, which imports torch (and Triton), the
   standard library, itself and two leaf modules (megatron/errors.py, megatron/compiled_code.py), and
-  importing one of its kernels does not build GPTModel's module graph.
+  importing one of its kernels does not build GPTModel's module graph (in a fresh interpreter:
+  tests/e2e/test_architecture_rules.py);
+- the tests' own layout: the launch tier is the path (no file outside tests/e2e/ marks a test `launches` by
+  hand; tests/e2e/conftest.py marks every test there), and a test file imports no other test file (what
+  tests share is in tests/support/).
 """
 import ast
 import pathlib
-import subprocess
 import sys
 
 import pytest
@@ -221,14 +224,6 @@ def test_attention_code_lives_in_the_attention_folder():
     assert not found, "attention is computed in megatron/model/attention only:\n" + "\n".join(found)
 
 
-@pytest.mark.launches  # a fresh interpreter: this one has imported the model already
-def test_importing_an_attention_kernel_does_not_build_the_model():
-    probe = ("import sys, megatron.model.attention.cpu_flash, megatron.model.attention.choice; "
-             "print(sorted(m for m in sys.modules if m.startswith('megatron') and 'attention' not in m))")
-    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert eval(loaded) == ["megatron", "megatron.compiled_code", "megatron.errors", "megatron.model"], loaded
-
-
 CONFIG = MEGATRON / "neox_arguments"
 PROBES = MEGATRON / "probes"
 # The config package's imports of evaluation: the modes registry, whose modes declare their own config keys
@@ -281,17 +276,6 @@ def test_the_typed_rooms_take_typed_run_keys_not_the_run_config():
     assert not found, (", ".join(f"{room.relative_to(ROOT)}/" for room in TYPED_ROOMS) + " take a ModelConfig and "
                        "the records of their run_keys.py (built by megatron/neox_arguments/to_*.py), not the run "
                        "config; add the key a function needs to its record instead:\n" + "\n".join(found))
-
-
-@pytest.mark.launches  # a fresh interpreter: this one has imported megatron-core already
-def test_the_config_package_imports_megatron_core_only_when_a_data_run_is_asked_for():
-    """Entry points import the config package before run_cli checks the folder torch's compiler will write, which
-    importing megatron-core creates: NeoXArgs.data_run() imports the data package (megatron-core's) when called."""
-    probe = ("import sys; from megatron.neox_arguments import NeoXArgs; "
-             "args = NeoXArgs.from_ymls(['configs/tiny.yml'], {}); args.generation_run(), args.inference_run(); "
-             "print('megatron.core' in sys.modules); args.data_run(); print('megatron.core' in sys.modules)")
-    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert loaded.split()[-2:] == ["False", "True"], loaded
 
 
 @pytest.mark.parametrize("source, hits", [
@@ -364,18 +348,48 @@ def test_a_write_into_another_module_is_found(source, hits):
     assert [line for line, _ in writes_into_other_modules(source)] == hits
 
 
-# Modules a user or a tool may import first, before the config package: each sits on the path by which the
-# config package, when it imports the evaluation modes, reaches back to generation (a mode's probe scoring
-# generates). An import cycle through it leaves a mode file half-imported, and every later config build then
-# fails on that mode.
-FIRST_IMPORTS = ("megatron.text_generation.steps", "megatron.evaluation.retrieval.scoring")
+# ---------------------------------------------------------------------------------- the tests' layout
+TESTS = ROOT / "tests"
+E2E = TESTS / "e2e"
 
 
-@pytest.mark.launches  # a fresh interpreter: the import order is the point, and this one has imported everything
-@pytest.mark.parametrize("first", FIRST_IMPORTS)
-def test_a_config_builds_whatever_was_imported_first(first):
-    probe = (f"import {first}; from megatron.neox_arguments import NeoXArgs; "
-             "args = NeoXArgs.from_dict({'train-micro-batch-size-per-gpu': 1, 'eval-modes': ['kv-retrieval']}); "
-             "print(args.eval_modes)")
-    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
-    assert run.returncode == 0 and run.stdout.strip() == "['kv-retrieval']", run.stderr[-2000:]
+def launch_marks(source: str) -> list[int]:
+    """The lines of `source` that mark tests `launches` by hand: `pytest.mark.launches` anywhere (a decorator,
+    `pytestmark`, a parameter's marks) or `add_marker("launches")`."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "launches" and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "mark":
+            found.add(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_marker" \
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "launches":
+            found.add(node.lineno)
+    return sorted(found)
+
+
+def test_no_file_outside_tests_e2e_marks_a_test_launches_by_hand():
+    found = [where(path, line) for path in python_files(TESTS) if not path.is_relative_to(E2E)
+             for line in launch_marks(path.read_text())]
+    assert not found, ("a test that starts a process belongs in tests/e2e/, at the path that mirrors its in-process "
+                       "file (tests/e2e/conftest.py marks it `launches`; shared helpers go to tests/support/); move "
+                       "it there instead of marking it by hand:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("source, hits", [
+    ("import pytest\n@pytest.mark.launches\ndef test_a():\n    pass\n", [2]),
+    ("import pytest\npytestmark = [pytest.mark.slow, pytest.mark.launches]\n", [2]),
+    ("import pytest\n@pytest.mark.parametrize('n', [pytest.param(1, marks=pytest.mark.launches)])\n"
+     "def test_a(n):\n    pass\n", [2]),
+    ("def pytest_itemcollected(item):\n    item.add_marker('launches')\n", [2]),
+    ("def pytest_runtest_setup(item):\n    assert item.get_closest_marker('launches')\n", []),  # reads, marks nothing
+])
+def test_a_hand_made_launch_mark_is_found(source, hits):
+    assert launch_marks(source) == hits
+
+
+def test_a_test_file_imports_no_other_test_file():
+    found = sorted({f"{where(path, line)} imports {module}" for path in python_files(TESTS)
+                    if path.name.startswith("test_") for module, line, _ in imports(path)
+                    if under(module, "tests") and any(part.startswith("test_") for part in module.split("."))})
+    assert not found, ("a test file imports another (an edit of one then breaks the other, and a file moved to "
+                       "tests/e2e/ carries it along); move what they share into tests/support/:\n" + "\n".join(found))

@@ -1,28 +1,24 @@
 """tools/ckpts/convert_to_hf.py: every positional method exported to Hugging Face gives this project's
 logits at 1x and 4x the training length, generates greedily like it (with the export's own KV cache
-and tokenizer), loads from a real checkpoint, and refuses what it cannot export, by message.
-rotary's reference is transformers' own GPTNeoXForCausalLM."""
+and tokenizer), and refuses what it cannot export, by message. rotary's reference is transformers' own
+GPTNeoXForCausalLM. The command on a real checkpoint, and the export loaded where this project is not installed:
+tests/e2e/checkpoint/test_hf_export.py."""
 import ast
 import pathlib
-import subprocess
 import sys
 
 import pytest
 import torch
 import transformers
-from tests.support.hf_export import TRAIN_LENGTH, exported, greedy_reference, tiny_source
+from tests.support.hf_export import TRAIN_LENGTH, exported, greedy_reference, load_export, tiny_source
 from tests.support.layer_patterns import PATTERNS
-from tests.support.training import REPO_ROOT, child_environment, tiny_args
+from tests.support.training import REPO_ROOT
 
-from megatron.checkpoint.checkpointing import load_model_weights, save_checkpoint
-from megatron.run.initialize import initialize_megatron
 from megatron.text_generation import generate_tokens
 from megatron.model import GPTModel
-from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available
-from megatron.tokenizer import (ByteLevelTokenizer, CharLevelTokenizer, build_tokenizer, make_tokenizer)
+from megatron.tokenizer import ByteLevelTokenizer, CharLevelTokenizer, make_tokenizer
 from megatron.tokenizer.train_bpe import train_bpe_tokenizer
-from megatron.training.loop import setup_model_and_optimizer
 from tools.ckpts.hf_export import ExportError, export_checkpoint, export_model
 from tools.ckpts.hf_export.custom import files_needed
 from tools.ckpts.hf_export.native import from_gpt_neox_state
@@ -30,10 +26,6 @@ from tools.ckpts.hf_export.tokenizer import export_tokenizer
 
 TEXT = ("Grüße aus Köln — naïve café, 世界 and 🎉; tabs\tand\nnewlines, 'quotes' <|endoftext|> "
         "def f(x):\n    return x ** 2  # ünïcödé\u0100\u01ff\u0200 end")
-
-
-def load(folder):
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
 
 
 # Every method at its defaults, then the variants that change what the export must carry: a method's own
@@ -70,7 +62,7 @@ def test_the_export_gives_this_projects_logits_generations_and_padded_rows(case,
     torch.set_num_threads(1)
     method, overrides = CASES[case]
     source, folder = exported(method, tmp_path / "hf", **overrides)
-    model = load(folder)
+    model = load_export(folder)
     if not overrides:
         expected_class = "GPTNeoXForCausalLM" if method in ("rotary", "none") else "NeoXPEForCausalLM"
         assert type(model).__name__ == expected_class
@@ -153,33 +145,6 @@ def test_exported_tokenizer_encodes_like_this_project(kind, tmp_path, request):
     assert theirs.decode(ids) == ours.detokenize(ids)
 
 
-# ------------------------------------------------------------------------------------ a real checkpoint
-@pytest.mark.launches
-def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
-    args = tiny_args("unused-data", tmp_path, hidden_size=32, num_attention_heads=2)
-    initialize_megatron(args)
-    engine = setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0]
-    save_checkpoint(args.checkpoint_run(), engine, 3, 48)
-    config = tmp_path / "run.yml"
-    config.write_text(f"{{num-layers: 2, hidden-size: 32, num-attention-heads: 2, seq-length: 64, pos-emb: kerple_log, "
-                      f"no-weight-tying: true, tokenizer-type: ByteLevelTokenizer, train_micro_batch_size_per_gpu: 1}}")
-    done = subprocess.run([sys.executable, "tools/ckpts/convert_to_hf.py", "--input_dir", str(tmp_path / "ckpt/global_step3"),
-                           "--config_file", str(config), "--output_dir", str(tmp_path / "hf")], cwd=REPO_ROOT,
-                          env=child_environment(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    model = load(tmp_path / "hf")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
-    ids = tokenizer("def main():\n    ", return_tensors="pt")
-    with torch.no_grad():
-        out = model.generate(**ids, max_new_tokens=8, do_sample=False)
-    assert out.shape[1] > ids["input_ids"].shape[1]
-    ours = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
-    load_model_weights(args.inference_run(), ours)
-    tokens = torch.randint(0, 256, (1, 256))  # 4x the training length
-    with torch.no_grad():
-        torch.testing.assert_close(model(tokens).logits, ours(tokens), atol=1e-5, rtol=0)
-
-
 # ------------------------------------------------------------------------------------ bad input
 def test_missing_checkpoint_is_one_clear_error(tmp_path):
     with pytest.raises(ExportError, match=r"--input_dir .*nowhere/global_step5 does not exist"):
@@ -204,7 +169,7 @@ def test_output_dir_is_never_overwritten(tmp_path):
 def test_learned_export_refuses_positions_past_its_table(tmp_path):
     _, folder = exported("learned", tmp_path / "hf")
     with pytest.raises(ValueError, match=r"max-position-embeddings=64; got position 64"):
-        load(folder)(torch.zeros(1, 65, dtype=torch.long))
+        load_export(folder)(torch.zeros(1, 65, dtype=torch.long))
 
 
 @pytest.mark.parametrize("method", ["kerple_log", "learned"])
@@ -221,7 +186,7 @@ def test_the_exported_length_limit_is_the_models_own(method, tmp_path, capfd):
     if method == "kerple_log":
         prompt = torch.randint(0, 256, (1, source.config.max_position_embeddings + 4))
         with torch.no_grad():
-            out = load(folder).generate(prompt, do_sample=False, eos_token_id=None, pad_token_id=0)
+            out = load_export(folder).generate(prompt, do_sample=False, eos_token_id=None, pad_token_id=0)
         assert out.shape[1] == prompt.shape[1] + 20  # transformers' default: 20 new tokens, not capped
         assert "maximum length" not in capfd.readouterr().err
 
@@ -264,7 +229,7 @@ def test_rotary_scaling_exports_with_the_logits_of_the_scaled_model(scaling, tar
     project's rotary.py."""
     source, folder = exported("rotary", tmp_path / "hf", rotary_scaling=scaling)
     plain = tiny_source("rotary").model
-    model = load(folder)
+    model = load_export(folder)
     assert type(model).__name__ == target
     if target == "GPTNeoXForCausalLM":  # transformers' own rope_type, computed by its modeling_rope_utils
         assert model.config.rope_parameters["rope_type"] == scaling["type"]
@@ -278,7 +243,7 @@ def test_rotary_scaling_exports_with_the_logits_of_the_scaled_model(scaling, tar
 def test_p_rope_exports_as_the_projects_rotary_with_the_same_logits(tmp_path):
     """rotary-unrotated-fraction (p-RoPE): GPT-NeoX rotates every frequency, so the folder runs rotary.py."""
     source, folder = exported("rotary", tmp_path / "hf", rotary_pct=1.0, rotary_unrotated_fraction=0.5)
-    model = load(folder)
+    model = load_export(folder)
     assert type(model).__name__ == "NeoXPEForCausalLM"
     ids = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -298,26 +263,3 @@ def test_a_method_file_the_export_cannot_carry_is_refused_by_line(tmp_path):
     method.write_text("import torch\n\nfrom .base import PositionalEmbedding\nfrom .registry import register\n")
     assert [p.name for p in files_needed("slopes", method)] == ["slopes.py", "base.py", "temperature.py",
                                                                 "dape.py", "registry.py"]
-
-
-@pytest.mark.launches
-def test_the_export_loads_where_this_project_is_not_installed(tmp_path):
-    """An isolated interpreter (`-I`: no working directory, no PYTHONPATH on sys.path) in another folder
-    loads the export, never imports this project, and gives the logits saved beside it."""
-    source, folder = exported("kerple_log", tmp_path / "hf")
-    ids = torch.randint(0, 256, (1, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        torch.save({"ids": ids, "logits": source.model(ids)}, tmp_path / "expected.pt")
-    script = ("import sys, torch, transformers\n"
-              "model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
-              "expected = torch.load(sys.argv[2])\n"
-              "with torch.no_grad():\n"
-              "    difference = float((model(expected['ids']).logits - expected['logits']).abs().max())\n"
-              "project = sorted(m for m in sys.modules if m == 'megatron.errors' or m.startswith('megatron.model'))\n"
-              "print('difference', difference, 'project modules', project)\n")
-    done = subprocess.run([sys.executable, "-I", "-c", script, str(folder), str(tmp_path / "expected.pt")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in child_environment().items() if k != "PYTHONPATH"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    difference = float(done.stdout.split("difference ")[1].split()[0])
-    assert difference < 1e-5 and "project modules []" in done.stdout, done.stdout

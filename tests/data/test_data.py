@@ -10,20 +10,7 @@ from filelock import FileLock
 
 from megatron.data import (DataError, PretrainingBatchSampler, build_data_loader, build_evaluation_stream,
                            build_train_valid_test_datasets)
-from tests.support.data import data_of, make_args, write_with_megatron_core
-
-EOD = 256  # ByteLevelTokenizer's end-of-document id
-
-
-def counting_documents(count, low, high, seed, eod=True):
-    """Documents whose tokens count up within [low, high) (wrapping), each ending with EOD: a sample
-    is a true slice of packed documents iff every step inside it is +1 (mod the range) or crosses EOD."""
-    rng = np.random.default_rng(seed)
-    documents = []
-    for _ in range(count):
-        start, length = rng.integers(low, high), rng.integers(5, 120)
-        documents.append([low + (start - low + i) % (high - low) for i in range(length)] + ([EOD] if eod else []))
-    return documents
+from tests.support.data import EOD, counting_documents, data_of, make_args, write_with_megatron_core
 
 
 def assert_packed_from(sample, low, high):

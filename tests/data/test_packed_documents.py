@@ -1,85 +1,23 @@
 """Document masking for packed samples (`reset-attention-mask`, `reset-position-ids`): the document ids
 and positions agree with megatron-core's own masks and positions; a packed sample gives exactly the
 logits and gradients of running each of its documents alone, for every kind of positional method on
-every attention path; the flex path's tile classification agrees with the dense mask; training runs
-through train.py; bad combinations are one-paragraph errors."""
-import json
-
+every attention path; the flex path's tile classification agrees with the dense mask; bad combinations are
+one-paragraph errors. The compiled flex kernel and training through train.py: tests/e2e/data/."""
 import pytest
 import torch
-from tests.support.hf_export import tiny_config
 from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
 from tests.support.data import data_of
-from tests.support.training import run_script, set_flags, tiny_args, tiny_overrides
 
 from megatron.data import build_train_valid_test_datasets
 from megatron.data.packed_documents import document_ids, positions_in_documents, samples_across_documents
 from megatron.errors import NeoXArgsError
-from megatron.model import GPTModel
-from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import FLEX_BLOCK, flex_block_mask
 from megatron.neox_arguments import NeoXArgs
 from megatron.tokenizer import build_tokenizer
-
-EOD = 0  # the ByteLevelTokenizer's end of document
-# Two rows of documents (their lengths, each ending with EOD except a row's last), laid out differently, so
-# the rows need masks and positions of their own. 41 tokens: past the blocks of 8 and 2.5x the training length.
-ROWS = [[6, 11, 3, 21], [17, 1, 9, 14]]
-LENGTH = 41
-# One of each kind of term: none; absolute (learned, sinusoidal); q/k transforms (rotary, xpos); distance
-# tables (alibi, sandwich); learnable tables (kerple_log, t5); a weight (kerple_bias_weight); terms that depend
-# on the query position itself (fire; ssmax's per-query temperature); per-token terms from the hidden states (fox);
-# rewrites of the score matrix (cope, dape).
-METHODS = {
-    "none": {}, "learned": {}, "sinusoidal": {}, "rotary": {"rotary_pct": 1.0}, "xpos": {}, "alibi": {},
-    "sandwich": {}, "kerple_log": {}, "t5": {}, "kerple_bias_weight": {}, "fire": {},
-    "alibi+ssmax": {"attention_temperature": {"type": "ssmax"}}, "fox": {}, "cope": {},
-    "kerple_log+dape2": {"dape": {"version": 2, "hidden": 8}}, "cable": {},
-    "rotary+ssmax": {"rotary_pct": 1.0, "attention_temperature": {"type": "ssmax"}},
-    "stickbreaking": {}, "path": {"path_forget_gate": True},
-}
-
-
-def packed_rows(seed=0):
-    """tokens [2, LENGTH] of the ROWS' documents, their document ids and positions in their documents."""
-    generator = torch.Generator().manual_seed(seed)
-    rows = []
-    for lengths in ROWS:
-        parts = []
-        for n, length in enumerate(lengths):
-            doc = torch.randint(1, 256, (length,), generator=generator)
-            if n < len(lengths) - 1:
-                doc[-1] = EOD
-            parts.append(doc)
-        rows.append(torch.cat(parts))
-    tokens = torch.stack(rows)
-    assert tokens.shape == (2, LENGTH)
-    return tokens
-
-
-def documents_of(row_tokens):
-    """[(start, end)] of each document of one row, by its EODs (written apart from document_ids)."""
-    spans, start = [], 0
-    for i, token in enumerate(row_tokens.tolist()):
-        if token == EOD:
-            spans.append((start, i + 1))
-            start = i + 1
-    if start < len(row_tokens):
-        spans.append((start, len(row_tokens)))
-    return spans
-
-
-def model_of(method, **overrides):
-    name = method.split("+")[0]
-    config = tiny_config(name, attention_block_size=8, max_position_embeddings=4 * LENGTH) | METHODS[method]
-    args = NeoXArgs.from_dict(config | overrides)
-    torch.manual_seed(0)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
-    with torch.no_grad():  # positional parameters away from their initial values, as a trained model's are
-        for pe in model.positional_embeddings():
-            for p in pe.parameters():
-                p.add_(0.3 * torch.rand_like(p))
-    return model
+from tests.support.hf_export import tiny_config
+from tests.support.packed_documents import (EOD, LENGTH, METHODS, alone_and_packed, documents_of, model_of,
+                                            packed_rows)
+from tests.support.training import tiny_args
 
 
 def test_ids_and_positions_are_megatron_cores():
@@ -93,16 +31,6 @@ def test_ids_and_positions_are_megatron_cores():
         visible = (ids[row][:, None] == ids[row][None, :]) & torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()
         assert torch.equal(visible, ~masked[0])  # megatron-core's mask is True where a key is hidden
         assert [int(n) for n in ids[row].bincount()] == [end - start for start, end in documents_of(tokens[row])]
-
-
-def alone_and_packed(model, tokens, reset_positions=True):
-    """(each document's logits run alone, concatenated per row; the packed sample's logits)."""
-    ids = document_ids(tokens, EOD)
-    positions = positions_in_documents(ids) if reset_positions else None
-    packed = model(tokens, position_ids=positions, document_ids=ids)
-    alone = torch.stack([torch.cat([model(row[None, start:end])[0] for start, end in documents_of(row)])
-                         for row in tokens])
-    return alone, packed
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "blocked", "auto"])
@@ -194,16 +122,6 @@ def test_flex_tiles_agree_with_the_dense_mask(window):
     assert bool(every.any()) == (window is None)  # a 70-token window leaves no tile whole
 
 
-@pytest.mark.launches  # the compiler runs g++
-@pytest.mark.parametrize("method", ["alibi", "kerple_log"])
-def test_the_compiled_flex_path_gives_each_document_alone(method):
-    """FlexAttention's compiled kernel (no backward on CPU: evaluation only) reads the per-row block mask."""
-    model = model_of(method, attention_impl="flex").eval()
-    with torch.no_grad():
-        alone, packed = alone_and_packed(model, packed_rows())
-    torch.testing.assert_close(packed, alone, atol=2e-5, rtol=0)
-
-
 def test_reset_positions_need_the_document_mask():
     with pytest.raises(NeoXArgsError, match="reset-position-ids: is set without reset-attention-mask.*negative "
                                             "distance"):
@@ -221,28 +139,6 @@ def test_per_row_positions_must_step_inside_documents():
     positions[0, 2] += 1  # a jump inside the first document
     with pytest.raises(ValueError, match="step by 1 inside each document"):
         model(tokens, position_ids=positions, document_ids=ids)
-
-
-@pytest.mark.launches
-def test_a_document_masked_run_trains_and_evaluates_through_the_entry_points(stdlib_data, tmp_path):
-    """train.py on packed samples with both keys, then evaluate.py at 1x and 4x, its results row apart from
-    the plain method's (`docpos`), with chunks inside documents as well as across them. One process each, as
-    `python train.py` runs: deepy.py's launch is tested by tests/e2e/run/test_deepy.py and adds ~8 s a command."""
-    values = tiny_overrides(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
-                            eod_mask_loss=True, train_iters=3, eval_results_dir=str(tmp_path / "results"))
-    trained = run_script(["train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
-    assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-3000:]
-    assert "global_step3" in trained.stdout and "valid at step 3" in trained.stdout, trained.stdout[-2000:]
-    for documents in ("cross", "within"):
-        evaluated = run_script(["evaluate.py", "configs/tiny.yml", *set_flags(
-            {**values, "eval_lengths": "[64,256]", "eval_chunks": 2, "eval_documents": documents})], timeout=600)
-        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    runs = [json.loads(path.read_text())["run"] for path in (tmp_path / "results").glob("*.json")]
-    assert runs and all("docpos" in run["variant"] for run in runs)
-    # The banner says that masking is on and how much of the data it changes (counted: the in-process test below).
-    assert "pos-emb kerple_log + docpos, fp32" in trained.stdout, trained.stdout[:2000]
-    assert ("document masking on (reset-attention-mask, positions restart in each document): "
-            in trained.stdout), trained.stdout[:2000]
 
 
 def test_every_split_carries_document_ids_and_reset_positions(stdlib_data, tmp_path):

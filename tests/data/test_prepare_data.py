@@ -1,145 +1,33 @@
-"""tools/datasets/prepare_data.py against a local stand-in for its hosts (no machine here reaches the internet):
-a server in a thread of the test process that answers Hugging Face's tree listing and file URLs the way the hub
-does (Range requests included), serving tiny corpora in the formats the real sources use (parquet, .jsonl.zst,
-.jsonl.zst.tar) and a tiny GPT-2-format BPE vocabulary."""
-import contextlib
+"""tools/datasets/prepare_data.py, in-process, against a local stand-in for its hosts (tests/support/hub.py: a
+server in a thread of the test process that answers Hugging Face's tree listing and file URLs the way the hub
+does, Range requests included), serving tiny corpora in the formats the real sources use (parquet, .jsonl.zst,
+.jsonl.zst.tar) and a tiny GPT-2-format BPE vocabulary. Its command line, an unwritable data folder and a full
+disk (which start processes): tests/e2e/data/test_prepare_data.py."""
 import hashlib
-import http.server
 import io
 import json
 import os
 import re
 import tarfile
-import threading
-import urllib.parse
-from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import zstandard
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron.data import DataError
 from megatron.tokenizer import make_tokenizer
 from tests.support.data import tool  # noqa: F401 (the fixture: prepare_data.py as a module)
+from tests.support.hub import hub, jsonl_zst, texts, tiny_gpt2  # noqa: F401 (hub, tiny_gpt2: fixtures)
 
 GITHUB = "/datasets/parameterlab/scaling_mia_the_pile_00_Github/resolve/1fd6041f61a68497843d22b41b9ac863666c9a5a/data/"
 OWT2 = "/datasets/segyges/OpenWebText2/resolve/0033d7329c92ba163afa4c510f83f3c186d00210/openwebtext2.jsonl.zst.tar"
-
-
-class Hub(http.server.BaseHTTPRequestHandler):
-    """Files by URL path; /api/<kind>s/<owner>/<name>/tree/<revision>[/<folder>] lists those under
-    /[datasets/]<owner>/<name>/resolve/<revision>/ with their sizes and sha256 (as LFS files), and a path in
-    `cut_once` is cut off halfway the first time it is asked for. Like the hub, each file has an ETag, and a
-    Range request with an `If-Range` that is not the file's ETag gets the whole file (200). Misbehaving on
-    purpose: a path in `from_zero` answers a Range request with 206 and the body from byte 0, one in
-    `bad_length` sends `Content-Length: abc`; `listed` adds names to the tree listing (path -> body)."""
-    files, requests, cut_once, wrong_sha256, from_zero, bad_length, listed = {}, [], set(), set(), set(), set(), {}
-
-    def do_GET(self):
-        path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
-        type(self).requests.append((path, self.headers["Range"]))
-        if path.startswith("/api/"):
-            return self.listing(path)
-        body = self.files.get(path)
-        if body is None:
-            self.send_error(404)
-            return
-        etag = f'"{hashlib.sha1(body).hexdigest()}"'
-        asked = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
-        start = asked if self.headers["If-Range"] in (None, etag) else 0
-        if path in self.from_zero and asked:
-            start = 0
-        self.send_response(206 if asked and (start or path in self.from_zero) else 200)
-        self.send_header("ETag", etag)
-        if asked and (start or path in self.from_zero):
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        self.send_header("Content-Length", "abc" if path in self.bad_length else str(len(body) - start))
-        self.end_headers()
-        if path in self.cut_once:
-            self.cut_once.discard(path)
-            self.wfile.write(body[start:start + (len(body) - start) // 2])
-            return  # HTTP/1.0: the connection closes here, short of the promised length
-        self.wfile.write(body[start:])
-
-    def listing(self, path):
-        if len(path.split("/")) < 7 or path.split("/")[5] != "tree":  # the client's other calls: none needed here
-            self.send_error(404)
-            return
-        kind, owner, name, _, revision, *folder = path.split("/")[2:]
-        root = f"{'/datasets' if kind == 'datasets' else ''}/{owner}/{name}/resolve/{revision}/"
-        entries = [{"type": "file", "path": key[len(root):], "size": len(body), "oid": hashlib.sha1(body).hexdigest(),
-                    "lfs": {"oid": "0" * 64 if key in self.wrong_sha256 else hashlib.sha256(body).hexdigest(),
-                            "size": len(body), "pointerSize": 134}}
-                   for key, body in sorted(self.files.items()) if key.startswith(root + "/".join(folder))]
-        entries += [{"type": "file", "path": name, "size": len(body), "oid": hashlib.sha1(body).hexdigest()}
-                    for name, body in self.listed.items()]
-        payload = json.dumps(entries if entries else {"error": "Repository not found"}).encode()
-        self.send_response(200 if entries else 404)
-        if not entries:
-            self.send_header("X-Error-Code", "RepoNotFound")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def hub(monkeypatch):
-    Hub.files, Hub.requests, Hub.cut_once, Hub.wrong_sha256 = {}, [], set(), set()
-    Hub.from_zero, Hub.bad_length, Hub.listed = set(), set(), {}
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    server.timeout = 10
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    monkeypatch.setenv("NEOX_PROGRESS", "0")
-    # Online, whatever ran before in this process: tests/e2e/evaluation/test_lm_eval.py sets HF_HUB_OFFLINE=1 when
-    # it is imported, and huggingface_hub reads the variable once, into a constant, at its own import.
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    import huggingface_hub.constants
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    yield Hub, url
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
-
-
-def texts(name, count):
-    return [f"{name} document {i}: def f(x):\n    return x + {i}\n" for i in range(count)]
-
-
-@pytest.fixture
-def tiny_gpt2(tmp_path_factory, tool, monkeypatch):
-    """A GPT-2-format byte-level BPE (vocab.json, merges.txt) trained on the test texts, pinned in SOURCES."""
-    from tokenizers import ByteLevelBPETokenizer
-
-    folder = tmp_path_factory.mktemp("gpt2")
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts("Github", 20) + texts("ArXiv", 20), vocab_size=300,
-                            special_tokens=["<|endoftext|>"], show_progress=False)
-    bpe.save_model(str(folder))
-    files = {name: (folder / name).read_bytes() for name in ("vocab.json", "merges.txt")}
-    gpt2 = tool.SOURCES["gpt2"]
-    pinned = {name: replace(pin, size=len(files[name]), sha256=hashlib.sha256(files[name]).hexdigest())
-              for name, pin in gpt2.pinned.items()}
-    monkeypatch.setitem(tool.SOURCES, "gpt2", replace(gpt2, pinned=pinned))
-    return {f"/openai-community/gpt2/resolve/{tool.GPT2_REVISION}/{name}": body for name, body in files.items()}
 
 
 def parquet_bytes(rows):
     sink = io.BytesIO()
     pq.write_table(pa.table({"text": [t for t, _ in rows], "meta": [{"pile_set_name": s} for _, s in rows]}), sink)
     return sink.getvalue()
-
-
-def jsonl_zst(records):
-    return zstandard.ZstdCompressor().compress(b"".join(json.dumps(r).encode() + b"\n" for r in records))
 
 
 def read_back(prefix, tokenizer):
@@ -332,21 +220,6 @@ def test_a_host_that_cannot_be_reached_is_said_at_once_with_the_local_alternativ
     assert not (tmp_path / "data" / "gpt2-vocab.json.partial").exists()
 
 
-@pytest.mark.launches
-def test_the_command_line_lists_the_datasets_and_says_a_mistake_in_one_paragraph(repo_root, tmp_path):
-    """The command preflight names, run as a user runs it (from another folder too)."""
-    import subprocess
-    import sys
-
-    command = [sys.executable, str(repo_root / "tools/datasets/prepare_data.py")]
-    listing = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert listing.returncode == 0 and "openwebtext2" in listing.stdout and "SUBSTITUTE" in listing.stdout
-    mistake = subprocess.run(command + ["gitlab"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert mistake.returncode == 2 and mistake.stdout == ""
-    assert mistake.stderr.startswith("error: unknown dataset 'gitlab'") and mistake.stderr.count("\n") == 1
-    assert not any(tmp_path.iterdir())
-
-
 # ------------------------------------------------ issue 40: downloads stay in their folder, one paragraph
 @pytest.mark.parametrize("name, glob, why", [
     ("data/../../../../escaped.parquet", "data/*.parquet", "it climbs out with '..'"),  # * matches / and ..
@@ -411,33 +284,3 @@ def test_a_bad_content_length_a_file_as_data_dir_and_a_corrupt_parquet_are_one_p
     server.files[GITHUB + "train-00000-of-00001.parquet"] = b"PAR1" + b"\0" * 100 + b"PAR1"
     with pytest.raises(DataError, match="is not a readable parquet file"):
         tool.main(["github", "--data-dir", str(tmp_path / "d2"), "--no-progress", "--workers", "1"])
-
-
-@pytest.mark.launches  # chattr, for root
-def test_an_unwritable_data_dir_is_said_at_once_not_retried(tmp_path, tool, hub, tiny_gpt2):
-    from tests.support.hostile import unwritable_folder
-    server, _ = hub
-    server.files.update(tiny_gpt2)
-    with contextlib.contextmanager(unwritable_folder.__wrapped__)(tmp_path) as locked:
-        with pytest.raises(DataError, match=f"cannot write {locked}.*Give --data-dir / --output-dir a folder "
-                                            "this process can write to"):
-            tool.main(["gpt2", "--data-dir", str(locked / "data"), "--no-progress"])
-    assert server.requests == []
-
-
-@pytest.mark.launches  # mount
-def test_a_disk_that_fills_up_while_extracting_is_one_paragraph(tmp_path, tool, hub, tiny_gpt2):
-    """A real full disk (a 3 MB tmpfs): the download fits, the extracted copy does not."""
-    from tests.support.hostile import full_disk
-    server, url = hub
-    server.files.update(tiny_gpt2)
-    words = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(60_000)]  # ~1.7 MB compressed
-    server.files["/pile/00.jsonl.zst"] = jsonl_zst([{"text": " ".join(words[i:i + 100]), "meta": {"pile_set_name":
-                                                    "ArXiv"}} for i in range(0, len(words), 100)])
-    with contextlib.contextmanager(full_disk.__wrapped__)(tmp_path) as disk:
-        with pytest.raises(DataError, match=r"no space left on the device writing .*The downloads are kept; what "
-                                            r"was being extracted or tokenized was removed"):
-            tool.main(["arxiv", "--data-dir", str(disk), "--source", f"arxiv={url}/pile/00.jsonl.zst",
-                       "--no-progress", "--workers", "1"])
-        assert (disk / "arxiv/download/00.jsonl.zst").is_file()
-        assert not (disk / "arxiv/arxiv.jsonl.zst").exists() and not list(disk.rglob("*.partial"))

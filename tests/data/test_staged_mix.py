@@ -10,8 +10,7 @@ from megatron.checkpoint.checkpointing import read_client_state
 from megatron.data import build_data_loader, build_train_valid_test_datasets
 from megatron.length_schedule import length_schedule_of
 from megatron.training.loop import pretrain
-from tests.data.test_data import EOD, counting_documents
-from tests.support.data import data_of, make_args, write_with_megatron_core
+from tests.support.data import EOD, counting_documents, data_of, make_args, write_with_megatron_core
 from tests.support.training import tiny_args
 
 # Steps 0-2 the run's own weights [1, 1], 3-5 [1, 3], 6-7 only path 1, 8-9 the run's again (not the previous

@@ -4,8 +4,7 @@ that window, resume mid-schedule with PoSE on, the refused schedules, and launch
 per-step scalars say the length, window, positions and tokens at chosen steps, and the data mix across a resume."""
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tests.data.test_data import counting_documents
-from tests.support.data import write_with_megatron_core
+from tests.support.data import counting_documents, write_with_megatron_core
 from tests.support.training import TINY, run_script, set_flags, tiny_overrides
 
 from megatron.checkpoint.checkpointing import read_client_state
@@ -41,8 +40,6 @@ def test_deepy_trains_a_schedule_with_pose(stdlib_data, tmp_path):
     last = scalar("length/last_position")
     assert all(length - 1 <= last[step] <= 255 for step, (_, length, _, _) in want.items())
     assert any(last[step] > 63 for step in want)  # PoSE skipped past the longest sequence
-
-
 
 
 def test_deepy_trains_through_a_mix_change_and_resumes_across_it(stdlib_data, tmp_path):

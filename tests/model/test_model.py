@@ -95,7 +95,7 @@ def not_on_flex(method) -> bool:
 
 def test_flex_model_forward_agrees_with_sdpa():
     # The flex path's logic in the model, on torch's eager FlexAttention (flex_kernel.py); the compiled
-    # CPU kernel is tests/model/attention/test_attention.py's and the evaluation end-to-end test's.
+    # CPU kernel is tests/e2e/model/attention/test_attention.py's and the evaluation end-to-end test's.
     for name in METHODS:
         sdpa, flex = (make_model(pos_emb=name, attention_impl=impl, attention_window=13).eval()
                       for impl in ("sdpa", "blocked" if name == "fire" or not_on_flex(lookup(name)) else "flex"))

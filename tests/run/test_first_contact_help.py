@@ -1,27 +1,17 @@
-"""First contact (issue 23 items 9 and 10): each entry point's --help says what it does, gives an
-example command and lists its main keys with the defaults of the typed config groups; eval.py's lists
---eval_tasks; and README's local lm-eval task example runs as written against a freshly trained
-tiny checkpoint."""
+"""First contact: each entry point's --help says what it does, gives an example command and lists its main keys
+with the defaults of the typed config groups; eval.py's lists --eval_tasks; docs/lm-eval.md holds the local lm-eval
+task example as tested. The scripts' --help run as processes, and the example run against a freshly trained tiny
+checkpoint: tests/e2e/run/test_first_contact_help.py."""
 import dataclasses
-import importlib.util
 import json
-import subprocess
 import sys
 
 import pytest
 
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.neox_arguments.entry_points import ENTRY_POINTS, argument_parser, field_default
-from tests.support.training import REPO_ROOT, TINY, child_environment
-
-SCRIPTS = ("train.py", "evaluate.py", "generate.py", "eval.py")
-
-
-def docstring(script: str) -> str:
-    spec = importlib.util.spec_from_file_location(script.removesuffix(".py") + "_for_help", REPO_ROOT / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # the entry points import their stacks inside main() only
-    return module.__doc__
+from tests.support.first_contact import COMMAND, DATA_FILE, SCRIPTS, TASK_FILE, docstring
+from tests.support.training import REPO_ROOT, TINY
 
 
 def help_of(script: str) -> str:
@@ -75,74 +65,7 @@ def test_eval_tasks_flag_sets_the_key_and_may_not_repeat_set(monkeypatch):
         NeoXArgs.consume_args([str(TINY), "--eval_tasks", "a", "--set", "eval_tasks=[b]"])
 
 
-@pytest.mark.launches
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_help_of_each_entry_point_is_its_own(script):
-    done = subprocess.run([sys.executable, script, "--help"], cwd=REPO_ROOT, env=child_environment(),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert "examples:" in done.stdout and "main config keys" in done.stdout
-    assert docstring(script).strip().splitlines()[0] in done.stdout
-    if script == "eval.py":
-        assert "--eval_tasks" in done.stdout and "eval-task-paths (default none)" in done.stdout
-
-
-# ------------------------------------------------------------------- README's local lm-eval task
-TASK_FILE = """\
-task: python_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: my_tasks/python_mc.jsonl
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{question}}"
-doc_to_choice: "{{choices}}"
-doc_to_target: "{{answer}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-"""
-DATA_FILE = """\
-{"question": "def add(a, b):\\n    return a", "choices": [" + b", " / []", " if else"], "answer": 0}
-{"question": "for i in range(10):\\n    print(", "choices": ["i)", "]]:", "def)"], "answer": 0}
-{"question": "import os\\nprint(os.", "choices": ["getcwd())", "(((", "}}}"], "answer": 0}
-"""
-COMMAND = ("python eval.py configs/tiny.yml --set load=checkpoints/tiny/kerple_log --eval_tasks python_mc "
-           "--set 'eval-task-paths=[my_tasks]'")
-
-
 def test_readme_holds_the_local_task_example_as_tested_here():
     guide = (REPO_ROOT / "docs" / "lm-eval.md").read_text()
     for text in (TASK_FILE, DATA_FILE, COMMAND):
         assert text in guide, f"docs/lm-eval.md lacks:\n{text}"
-
-
-@pytest.mark.launches
-def test_the_local_task_example_runs_against_a_freshly_trained_checkpoint(tmp_path, stdlib_data):
-    checkpoint, results = tmp_path / "checkpoint", tmp_path / "results"
-    train = [sys.executable, str(REPO_ROOT / "train.py"), str(TINY), "--set", "train-iters=4",
-             "--set", f"data-path={stdlib_data}", "--set", f"save={checkpoint}", "--set", f"load={checkpoint}"]
-    done = subprocess.run(train, cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    (tmp_path / "my_tasks").mkdir()
-    (tmp_path / "my_tasks" / "python_mc.yaml").write_text(TASK_FILE)
-    (tmp_path / "my_tasks" / "python_mc.jsonl").write_text(DATA_FILE)
-    # README's command, run from the folder holding my_tasks/ (the task's data_files path is relative to it)
-    command = COMMAND.replace("python eval.py configs/tiny.yml", f"{sys.executable} {REPO_ROOT / 'eval.py'} {TINY}")
-    command = command.replace("load=checkpoints/tiny/kerple_log", f"load={checkpoint}")
-    command += f" --set eval-results-dir={results}"
-    done = subprocess.run(command, shell=True, cwd=tmp_path, env=child_environment(), capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "|python_mc|" in done.stdout.replace(" ", "") and "acc" in done.stdout
-    result_file = next((results / "lm_eval").glob("*.json"))
-    written = json.loads(result_file.read_text())
-    assert written["evaluation"]["tasks"] == ["python_mc"] and "acc,none" in written["results"]["python_mc"]
-    # lm-eval's own output (progress bars, its log, git's complaint outside a repository) is kept beside the
-    # result, named on stdout; the terminal gets the table and the paths alone.
-    log = result_file.with_suffix(".log")
-    assert f"lm-eval's own output (its log, progress bars, warnings): {log}\n" in done.stdout
-    assert done.stderr == "" and "it/s]" in log.read_text()
-    assert "is defined, but aggregation is not" not in log.read_text()

@@ -1,6 +1,7 @@
 """Data helpers shared by the data and probe tests: NeoX .bin/.idx files written by megatron-core's own
-builder, the NeoXArgs of a tiny data pipeline (and its data keys and tokenizer), tools/datasets/prepare_data.py
-loaded as a module, and zstandard JSON-lines corpora written and read back."""
+builder, documents of counting tokens (a sample's steps show whether it is a true slice of them), the NeoXArgs
+of a tiny data pipeline (and its data keys and tokenizer), tools/datasets/prepare_data.py loaded as a module, and
+zstandard JSON-lines corpora written and read back."""
 import importlib.util
 import io
 import itertools
@@ -13,6 +14,20 @@ from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from megatron.neox_arguments import NeoXArgs
 from megatron.tokenizer import build_tokenizer
+
+
+EOD = 256  # ByteLevelTokenizer's end-of-document id
+
+
+def counting_documents(count, low, high, seed, eod=True):
+    """Documents whose tokens count up within [low, high) (wrapping), each ending with EOD: a sample
+    is a true slice of packed documents iff every step inside it is +1 (mod the range) or crosses EOD."""
+    rng = np.random.default_rng(seed)
+    documents = []
+    for _ in range(count):
+        start, length = rng.integers(low, high), rng.integers(5, 120)
+        documents.append([low + (start - low + i) % (high - low) for i in range(length)] + ([EOD] if eod else []))
+    return documents
 
 
 @pytest.fixture

@@ -43,6 +43,12 @@ def exported(method: str, folder, **overrides):
     return source, folder
 
 
+def load_export(folder):
+    """An exported folder loaded as a user loads it: transformers' AutoModelForCausalLM with its remote code."""
+    import transformers
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+
+
 def greedy_reference(model, prompt: list[int], new_tokens: int) -> list[int]:
     """Greedy decoding by a full forward of this project's model per token (no cache): the plain loop
     every cached generator must agree with."""

@@ -1,5 +1,6 @@
 """The bad-input tests' shared checks: an entry point's one-paragraph error (exit 2, one `error:` line, no
-traceback), train.py and evaluate.py as processes, folders no one can write to or with no room left, and a vocabulary that cannot encode a corpus."""
+traceback), train.py and evaluate.py as processes, folders no one can write to or with no room left, a vocabulary
+that cannot encode a corpus, a fork checkpoint's sizes, and generate.py's config with no checkpoint to load."""
 import json
 import os
 import subprocess
@@ -7,6 +8,8 @@ import sys
 
 import pytest
 
+from megatron.neox_arguments import NeoXArgs
+from tests.support.neox_fork import config as fork_config
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
 
@@ -101,3 +104,14 @@ BLOWN_UP_LR = {"optimizer.params.lr": 1e30, "warmup": 0.0, "lr_decay_style": "co
 def saved(folder) -> list[str]:
     ckpt = folder / "ckpt"
     return sorted(p.name for p in ckpt.iterdir()) if ckpt.is_dir() else []
+
+
+FORK = fork_config("kerple_log")  # a 2-layer fork checkpoint's sizes (tests/support/neox_fork.py)
+GENERATION = REPO_ROOT / "configs" / "text_generation.yml"
+
+
+def generation_args(tmp_path, **generation):
+    """The tiny profile with generate.py's keys and a `load` that does not exist: a check that raises
+    its own error rather than the checkpoint's ran before the model was loaded."""
+    overrides = tiny_overrides("unused-data", tmp_path, load=str(tmp_path / "no-checkpoint"))
+    return NeoXArgs.from_ymls([TINY, GENERATION], {**overrides, **generation})

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 EPS = 1e-2
 SEQ = 16  # the fork checkpoints' training length (`config`)
+LENGTHS = (SEQ, 8 * SEQ)  # where imported checkpoints are scored: 1x and 8x the training length
 FORK_NAMES = {"t5": "rpe", "kerple_power": "kerple_power_ap_", "kerple_bias_weight": "kerple_power_ap_ap"}
 
 

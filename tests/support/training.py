@@ -82,3 +82,11 @@ def rows_one_step_trains(args, draw) -> tuple[set, set]:
     torch.set_rng_state(state)  # the step draws from the same generator state
     train_step(args, engine, optimizer, iter([batch]), vocab)
     return set(torch.nonzero((table.detach() != before).any(dim=1)).squeeze(1).tolist()), expected
+
+
+def four_step_losses(data_prefix: str, folder, **overrides) -> dict:
+    """{step: loss} of four steps of the tiny profile, in-process, without dropout or checkpoints: runs that
+    should follow the same path (ZeRO stages, gradient accumulation) compare these."""
+    from megatron.training.loop import pretrain
+    return pretrain(tiny_args(data_prefix, folder, train_iters=4, log_interval=4, save=None, load=None,
+                              hidden_dropout=0.0, **overrides)).losses

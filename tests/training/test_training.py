@@ -1,6 +1,6 @@
 """The training loop on DeepSpeed's engine (CPU, gloo): the tiny profile learns, every positional
-method trains, ZeRO stages agree with plain data parallelism, NaN steps are skipped and stop the run,
-and the LR schedule is NeoX's."""
+method trains, gradient accumulation agrees with one big batch, NaN steps are skipped and stop the run,
+and the LR schedule is NeoX's. ZeRO stages and the launch through deepy.py: tests/e2e/training/."""
 import math
 import re
 
@@ -15,8 +15,7 @@ from megatron.training.optimizer import build_lr_scheduler, build_optimizer
 from megatron.training.loop import TrainingError, lm_loss, pretrain, setup_model_and_optimizer, train_step
 from megatron.run.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
-from tests.support.training import (
-    TINY, TWO_RANKS, free_port, run_script, set_flags, tiny_args, tiny_overrides)
+from tests.support.training import four_step_losses, tiny_args
 
 
 # ------------------------------------------------------------------------------- LR schedule
@@ -118,28 +117,15 @@ def test_every_method_trains(method, stdlib_data, tmp_path):
     assert math.isfinite(result.valid_loss) and math.isfinite(result.test_loss)
 
 
-def _losses(stdlib_data, folder, **overrides):
-    return pretrain(tiny_args(stdlib_data, folder, train_iters=4, log_interval=4, save=None, load=None,
-                              hidden_dropout=0.0, **overrides)).losses
-
-
-@pytest.mark.launches
-@pytest.mark.parametrize("zero", [{"stage": 1}, {"stage": 2}, {"stage": 3}], ids=["stage1", "stage2", "stage3"])
-def test_zero_stages_match_plain_data_parallel(zero, stdlib_data, tmp_path):
-    reference = _losses(stdlib_data, tmp_path / "plain")
-    sharded = _losses(stdlib_data, tmp_path / "zero", zero_optimization=zero)
-    assert list(sharded.values()) == pytest.approx(list(reference.values()), rel=1e-4)
-
-
 def test_gradient_accumulation_matches_one_big_batch(stdlib_data, tmp_path):
-    reference = _losses(stdlib_data, tmp_path / "one", train_micro_batch_size_per_gpu=16)
-    accumulated = _losses(stdlib_data, tmp_path / "four", train_micro_batch_size_per_gpu=4,
+    reference = four_step_losses(stdlib_data, tmp_path / "one", train_micro_batch_size_per_gpu=16)
+    accumulated = four_step_losses(stdlib_data, tmp_path / "four", train_micro_batch_size_per_gpu=4,
                           gradient_accumulation_steps=4)
     assert list(accumulated.values()) == pytest.approx(list(reference.values()), rel=1e-4)
 
 
 def test_bf16_trains(stdlib_data, tmp_path):
-    losses = _losses(stdlib_data, tmp_path, precision="bf16")
+    losses = four_step_losses(stdlib_data, tmp_path, precision="bf16")
     assert losses[4] < losses[1] and all(math.isfinite(v) for v in losses.values())
 
 
@@ -190,18 +176,3 @@ def test_divergence_stops_the_run_and_saves_nothing_after_it(stdlib_data, tmp_pa
                                             r"skipped and no checkpoint was saved in"):
         pretrain(args)
     assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").glob("global_step*"))
-
-
-# ------------------------------------------------------------------------- through deepy.py
-@pytest.mark.launches
-@pytest.mark.parametrize("ranks", [pytest.param(1, marks=pytest.mark.slow), 2])  # 1 rank: also in-process
-def test_deepy_trains_the_tiny_profile(ranks, stdlib_data, tmp_path):
-    """Two ranks: the GPU guide's multi-GPU command (TWO_RANKS), with the test's corpus and folders added."""
-    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=30, log_interval=10, master_port=free_port())
-    command = list(TWO_RANKS) if ranks == 2 else ["deepy.py", "train.py", str(TINY), "--set", "num_gpus=1"]
-    done = run_script([*command, *set_flags(overrides)])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"{ranks} rank(s)" in done.stdout
-    losses = [float(x) for x in re.findall(r"step \d+/30 \| loss ([\d.]+)", done.stdout)]
-    assert len(losses) == 3 and losses[-1] < losses[0] - 0.8, done.stdout
-    assert (tmp_path / "ckpt" / "latest").read_text() == "global_step30"

@@ -20,12 +20,15 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # In order of importance: a run cut short by its time limit has done the first ones.
 # test_model.py is last: it runs the CPU paths (under the image's torch), the least a GPU adds; a run of
 # 2026-11-27 ran out of its limit before fla's CUDA tests and five checkpoint tests.
-FILES = ("tests/tools/test_gpu_check.py", "tests/model/attention/test_attention.py",
-         "tests/model/positional/test_fla_kernels.py", "tests/training/test_training.py",
+# A file's tests that start processes are in its tests/e2e/ mirror, listed beside it.
+FILES = ("tests/tools/test_gpu_check.py", "tests/e2e/tools/test_gpu_check.py",
+         "tests/model/attention/test_attention.py", "tests/e2e/model/attention/test_attention.py",
+         "tests/model/positional/test_fla_kernels.py",
+         "tests/training/test_training.py", "tests/e2e/training/test_training.py",
          "tests/e2e/checkpoint/test_checkpoint.py", "tests/e2e/evaluation/test_evaluation_end_to_end.py", "tests/model/test_model.py")
 # The GPU guide's multi-GPU command (docs/gpu/README.md), as the two-rank launch test runs it: with two or more
 # GPUs it runs on CUDA (NCCL) whichever test files were asked for.
-TWO_RANK_TEST = "tests/training/test_training.py::test_deepy_trains_the_tiny_profile[2]"
+TWO_RANK_TEST = "tests/e2e/training/test_training.py::test_deepy_trains_the_tiny_profile[2]"
 # Two ranks on one GPU: NCCL refuses two ranks on one device.
 NEEDS_TWO_DEVICES = (TWO_RANK_TEST,
                      "tests/e2e/checkpoint/test_checkpoint.py::test_two_ranks_stop_together_on_sigterm_and_resume",

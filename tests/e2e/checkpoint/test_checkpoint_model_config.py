@@ -16,20 +16,16 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.model_config import ModelConfig
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.tokenizer import build_tokenizer
-from tests.support.training import EVAL_TINY, REPO_ROOT, TINY, child_environment, run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import EVAL_TINY, REPO_ROOT, TINY, child_environment, tiny_args
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
 
 
 @pytest.fixture(scope="module")
-def alibi_run(stdlib_data, tmp_path_factory):
-    """`python train.py configs/tiny.yml --set pos-emb=alibi ...`: 2 steps, saved in <folder>/ckpt."""
-    folder = tmp_path_factory.mktemp("alibi")
-    overrides = tiny_overrides(stdlib_data, folder, train_iters=2, pos_emb="alibi")
-    result = run_script(["train.py", str(TINY), *set_flags(overrides)])
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert (folder / "ckpt" / "latest").read_text() == "global_step2"
-    return folder / "ckpt"
+def alibi_run(trained_tiny_alibi):
+    """`python train.py configs/tiny.yml --set pos-emb=alibi ...`: 2 steps, saved in <folder>/ckpt, trained once
+    per test run (tests/e2e/conftest.py). A test that changes the checkpoint changes a copy."""
+    return trained_tiny_alibi
 
 
 def reference_model(stdlib_data, ckpt):

@@ -28,8 +28,8 @@ def train(stdlib_data, folder, **overrides):
     return save
 
 
-def test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_command_line(stdlib_data, tmp_path):
-    save = train(stdlib_data, tmp_path, pos_emb="alibi")  # configs/tiny.yml says kerple_log
+def test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_command_line(trained_tiny_alibi, tmp_path):
+    save = trained_tiny_alibi  # train.py configs/tiny.yml (kerple_log) --set pos-emb=alibi (tests/e2e/conftest.py)
     done = run(["tools/ckpts/convert_to_hf.py", "--input_dir", str(save), "--output_dir", str(tmp_path / "hf")])
     assert done.returncode == 0, done.stderr[-3000:]
     config = json.loads((tmp_path / "hf" / "config.json").read_text())

@@ -2,7 +2,6 @@
 
 Parametrised over the registry, so a new method gets every check. The reference is
 megatron/model/attention/reference.py in float64."""
-import copy
 import itertools
 
 import pytest
@@ -11,8 +10,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
 from megatron.model.attention import flex_kernel
-from megatron.model.attention import (AttentionRun, attend, flex_block_mask, pad_to_whole_tiles, plan_attention,
-                                      reference)
+from megatron.model.attention import AttentionRun, attend, flex_block_mask, pad_to_whole_tiles, plan_attention
 from megatron.model.attention.flex import MIN_CUDA_HEAD_DIM
 from megatron.model.attention.needs import EVERY_STRATEGY
 from megatron.model.attention.registry import STRATEGIES
@@ -20,23 +18,12 @@ from megatron.model.attention.sdpa import sdpa_bytes
 from megatron.model.attention.choice import memory_budget_bytes
 from megatron.model.positional_embeddings import available, build_positional_embedding
 from megatron.neox_arguments import NeoXArgsError
+from tests.support.attention import BLOCK, HEAD_DIM, HEADS, LENGTH, make_pe, reference_attention
 
-HEADS, HEAD_DIM, LENGTH, BLOCK = 4, 8, 40, 16  # 40 = two full blocks and a partial one
 METHODS = available()
 # pope's logits reach 15 here (softplus magnitudes over 2D dims, where rotary's stay near 1): float32's rounding of
 # its scores moves these outputs by up to 3.3e-6. Its paths agree to 5e-15 in float64 (test_strategies.py).
 FLOAT32_ATOL = {"pope": 1e-5}
-
-
-def make_pe(name, head_dim=HEAD_DIM):
-    torch.manual_seed(0)
-    pe = build_positional_embedding(name, num_heads=HEADS, head_dim=head_dim, hidden_size=HEADS * head_dim,
-                                    **({"max_position_embeddings": 4 * LENGTH} if name == "learned" else {}))
-    # Move every learnable kernel parameter off its initial value so the terms are not special.
-    with torch.no_grad():
-        for p in pe.parameters():
-            p.add_(0.3 * torch.rand_like(p))
-    return pe
 
 
 def qkv(requires_grad=False, dtype=torch.float32, head_dim=HEAD_DIM):
@@ -57,18 +44,13 @@ def run_path(pe, impl, q, k, v, window=None, positions=None, needs_grad=False):
     return attend(*plan.rotate(q, k), v, plan)
 
 
-def reference_attention(pe, q, k, v, window=None):
-    """attention/reference.py in float64: softmax(q.k/sqrt(D) * weight + bias) over keys j <= i with i - j < window."""
-    return reference.attention(q.double(), k.double(), v.double(), copy.deepcopy(pe).double(),
-                               torch.arange(q.shape[2]), window=window)
-
-
 @pytest.mark.cpu_isa
 @pytest.mark.parametrize("window", [None, 7])
 @pytest.mark.parametrize("name", METHODS)
 def test_every_path_matches_the_float64_reference(name, window):
     # The flex path's logic (score_mod over the tables, block mask, window, padding) on torch's eager
-    # FlexAttention, right on every CPU; the compiled CPU kernel is checked by the tests below.
+    # FlexAttention, right on every CPU; the compiled CPU kernel is checked by
+    # tests/e2e/model/attention/test_attention.py.
     pe, (q, k, v) = make_pe(name), qkv()
     expected = reference_attention(pe, q, k, v, window)
     with torch.no_grad(), flex_kernel.reference_math():
@@ -109,44 +91,6 @@ def test_flex_skips_and_fills_tiles_correctly_at_a_longer_length():
         runs = [AttentionRun(impl=impl, window=100, block_size=BLOCK) for impl in ("sdpa", "flex")]
         outputs = [attend(q, k, v, plan_attention(pe, positions, run)) for run in runs]
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-5)
-
-
-def flex_or_refusal(pe, q, k, v, window=None):
-    """The compiled flex path's promise on CPU: its output, or None when it refused with one paragraph."""
-    positions = torch.arange(q.shape[2])
-    plan = plan_attention(pe, positions, AttentionRun(impl="flex", window=window, block_size=BLOCK, needs_grad=False,
-                                                      dropout_p=0.0))
-    try:
-        return attend(*plan.rotate(q, k), v, plan)
-    except flex_kernel.FlexKernelError as refusal:
-        message = str(refusal)
-        assert "\n" not in message and "Traceback" not in message
-        for needed in ("attention-impl is 'flex'", "wrong numbers", "'auto' or 'blocked'", "TORCHINDUCTOR_CACHE_DIR",
-                       "docs/known-issues.md"):
-            assert needed in message, needed
-        return None
-
-
-@pytest.mark.launches  # inductor starts the C++ compiler
-@pytest.mark.cpu_isa
-def test_compiled_flex_gives_the_right_number_or_refuses():
-    # What the project promises on any CPU and code path (make test runs this again under forced
-    # AVX2): the compiled kernel's output equals the float64 reference, or the run is refused. The
-    # lengths include the ones below one tile once seen wrong (L % 16 == 8, docs/known-issues.md).
-    refused = []
-    for name, length, head_dim, window in (("kerple_log", 40, 8, None), ("alibi", 56, 16, 7),
-                                           ("kerple_bias_weight", 24, 16, None), ("kerple_log", 256, 8, 100)):
-        pe = make_pe(name)
-        torch.manual_seed(length)
-        q, k, v = (torch.randn(2, HEADS, length, head_dim) for _ in range(3))
-        expected = reference_attention(pe, q, k, v, window)
-        with torch.no_grad():
-            out = flex_or_refusal(pe, q, k, v, window)
-        if out is None:
-            refused.append((name, length))
-        else:
-            torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5, msg=f"{name} L={length}")
-    print(f"compiled flex refused at {refused or 'no shape'}")
 
 
 def test_a_kernel_that_is_wrong_is_refused_and_a_right_one_is_checked_once():

@@ -8,8 +8,6 @@ x-transformers' conventions, read from its source (not copied): the gate is LogS
 with the bias initialised to 5, cumulated along the sequence, and F_i - F_j added to the scaled scores;
 its attention projections have no bias. Its gate weights keep their own (kaiming-uniform) initial
 values and its biases are set to random values here, so forgetting is strong and heads differ."""
-import math
-
 import pytest
 import torch
 from tests.support.generation import PROMPTS, assert_cache_matches_full_forward, tiny_model
@@ -28,22 +26,7 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import PositionalEmbeddingError, build_positional_embedding
 from megatron.model.positional_embeddings.temperature import tempered
 from megatron.neox_arguments import NeoXArgs
-
-H, D = 3, 8
-
-
-def theirs_and_ours(seed=0):
-    """x-transformers' causal Attention with its forget gate, and our `fox` with its gate copied."""
-    torch.manual_seed(seed)
-    attention = Attention(dim=H * D, heads=H, dim_head=D, causal=True, data_dependent_alibi=True)
-    gate = attention.data_dependent_alibi.to_forget_gates[0]  # nn.Linear(dim, heads), then LogSigmoid
-    with torch.no_grad():
-        gate.bias.copy_(torch.randn(H) + 1.0)
-    pe = build_positional_embedding("fox", num_heads=H, head_dim=D, hidden_size=H * D)
-    with torch.no_grad():
-        pe.gate_weight.copy_(gate.weight)
-        pe.gate_bias.copy_(gate.bias)
-    return attention, gate, pe
+from tests.support.fox import D, H, float64_reference, theirs_and_ours
 
 
 def test_x_transformers_starts_its_gate_bias_at_5_as_we_do():
@@ -92,21 +75,6 @@ def test_attention_output_and_gradients_match_x_transformers(strategy, monkeypat
         torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-5)
 
 
-def float64_reference(q, k, v, x, w, bias, window=None):
-    """The paper's attention in float64, the forget terms as explicit sums over l = j+1..i."""
-    q, k, v, x, w, bias = (t.double() for t in (q, k, v, x, w, bias))
-    length = q.shape[2]
-    log_f = torch.nn.functional.logsigmoid(torch.einsum("bld,hd->bhl", x, w) + bias[None, :, None])  # [b, H, L]
-    forget = torch.zeros(q.shape[0], q.shape[1], length, length, dtype=torch.float64)
-    for i in range(length):
-        for j in range(i):
-            forget[:, :, i, j] = log_f[:, :, j + 1:i + 1].sum(dim=-1)
-    logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + forget
-    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
-    visible = (j <= i) if window is None else (j <= i) & (i - j < window)
-    return logits.masked_fill(~visible, float("-inf")).softmax(dim=-1) @ v
-
-
 @pytest.mark.parametrize("window", [None, 9])
 @pytest.mark.parametrize("impl, needs_grad", [("sdpa", True), ("sdpa", False), ("blocked", True),
                                               ("blocked", False), ("blocked-general", True), ("flex", False),
@@ -132,51 +100,6 @@ def test_every_path_equals_the_float64_formula(impl, needs_grad, window):
         assert plan.name == "blocked_token_terms"  # on CPU: the flash kernel per block, F_i - F_j from two O(L) buffers
     # Without the forget terms the answer differs: the check above is not passed by construction.
     assert (without.detach().double() - expected).abs().max() > 1e-2
-
-
-@pytest.mark.launches  # compiles (inductor calls the C++ compiler)
-@pytest.mark.parametrize("length", [45, 700, 2000])  # one partial block, one block, two blocks (the second partial)
-def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
-    # Without gradients, in float32 and without a window, blocked_token_terms hands -(F_j - F_middle) to the
-    # kernel as one row per head, broadcast over a block's queries (token_terms.folded_token_terms_attention):
-    # still the paper's attention.
-    _, _, pe = theirs_and_ours(seed=4)
-    torch.manual_seed(5)
-    x = torch.randn(1, length, H * D)
-    q, k, v = (torch.randn(1, H, length, D) for _ in range(3))
-    with torch.no_grad():
-        F = pe.token_terms(x).cumsum(-1)
-    assert token_terms.folds(q, k, v, F, window=None)
-    assert not token_terms.folds(q, k, v, F, window=9) and not token_terms.folds(q.bfloat16(), k, v, F, None)
-    assert not token_terms.folds(q.requires_grad_(), k, v, F, window=None)  # training keeps the masked blocks
-    with torch.no_grad():
-        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl="auto", window=None, block_size=16,
-                                                                     needs_grad=False, dropout_p=0.0))
-        assert plan.name == "blocked_token_terms"
-        folded = attend(q, k, v, plan.with_layer(pe.layer_values(x)))
-        masked = token_terms.TokenTermsAttention.apply(q, k, v, F, torch.arange(length), None, 128)
-    expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach())
-    # These gates forget strongly (F reaches -1211 at 700 tokens, -3500 at 2,000): F's float32 running sum
-    # alone costs the masked blocks 6e-5 and 2e-4 there. The row the kernel adds, F_j - F_middle, rounds
-    # in its float32 sum to about eps x |F_i - F_middle| more for the keys that carry weight (at most half
-    # a block of forgetting): the folded output may lose that much on top of the masked blocks' error.
-    block = token_terms.FOLD_BLOCK
-    middles = torch.tensor([(s + min(s + block, length)) // 2 for s in range(0, length, block)])
-    spread = (F - F[..., middles].repeat_interleave(block, dim=-1)[..., :length]).abs().max().item()
-    folded_error, masked_error = ((out.double() - expected).abs().max().item() for out in (folded, masked))
-    assert folded_error <= max(masked_error + 2**-23 * spread, 2e-5), (folded_error, masked_error, spread)
-
-
-    _, _, pe = theirs_and_ours(seed=4)
-    b, length = 2, 130  # two tiles, the second partial
-    x = torch.randn(b, length, H * D)
-    q, k, v = (torch.randn(b, H, length, D) for _ in range(3))
-    with torch.no_grad():
-        plan = plan_attention(pe, torch.arange(length), AttentionRun(impl="flex", window=None, block_size=64,
-                                                                     needs_grad=False, dropout_p=0.0))
-        ours = attend(q, k, v, plan.with_layer(pe.layer_values(x)))  # checked against eager on CPU, too
-    expected = float64_reference(q, k, v, x, pe.gate_weight.detach(), pe.gate_bias.detach())
-    torch.testing.assert_close(ours.double(), expected, rtol=0, atol=2e-5)
 
 
 def inputs_for(pe, *, batch=1, needs_grad=True, length=512):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from megatron.evaluation.results import load_results
-from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags
 
 
 # Two of the report's lengths (2 and 4 times the training length; one and two 128-token tiles): the kernel reused
@@ -43,14 +43,9 @@ def right_or_refused(done, results, expected, what):
     return "refused"
 
 
-def test_flex_evaluation_natively_then_under_forced_avx2_gives_sdpas_perplexity_or_refuses(stdlib_data, tmp_path):
-    checkpoint = tmp_path / "ckpt"
-    overrides = tiny_overrides(stdlib_data, tmp_path, train_iters=4, eval_iters=0, save=str(checkpoint),
-                               load=str(checkpoint), checkpoint_factor=4)
-    trained = subprocess.run([sys.executable, "train.py", str(TINY), *set_flags(overrides)], cwd=REPO_ROOT,
-                             env=child_environment(), capture_output=True, text=True, timeout=600)
-    assert trained.returncode == 0, trained.stderr[-3000:]
-
+def test_flex_evaluation_natively_then_under_forced_avx2_gives_sdpas_perplexity_or_refuses(stdlib_data, trained_tiny,
+                                                                                           tmp_path):
+    checkpoint = trained_tiny  # train.py's checkpoint of the tiny profile (tests/e2e/conftest.py)
     # The default cache, as a user has it, but in this test's own temporary folder (torch puts it
     # under the temp directory): empty at the start, shared by the runs below.
     env = {**child_environment(), "TMPDIR": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": None,

@@ -28,7 +28,8 @@ def test_every_layers_method_trains_and_evaluates_at_4x_through_the_entry_points
     evaluate.py at 1x, 2x and 4x; each loss below ln 258 (better than a uniform guess over the byte
     vocabulary), and the result file records each layer's method. The entry points run as one process, as
     `python train.py` does: going through deepy.py's launch (DeepSpeed's runner and launcher, tested by
-    tests/e2e/run/test_deepy.py and tests/training/test_training.py) adds about 8 s a command and tests nothing of a method."""
+    tests/e2e/run/test_deepy.py and tests/e2e/training/test_training.py) adds about 8 s a command and tests
+    nothing of a method."""
     values = tiny_overrides(stdlib_data, tmp_path, num_layers=len(LAYERS), layer_pattern=LAYERS, train_iters=30,
                             log_interval=10, eval_results_dir=str(tmp_path / "results"))
     trained = run_script(["train.py", "configs/tiny.yml", *set_flags(values)], timeout=600)
