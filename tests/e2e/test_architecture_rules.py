@@ -1,6 +1,7 @@
 """The architecture rules that need a fresh interpreter, where the import order is the point (this one has
 imported everything): importing an attention kernel builds no model, a config builds whichever of
-generation's modules was imported first, and the config package loads megatron-core only when a DataRun is asked for. The rules read from the source: tests/test_architecture_rules.py."""
+generation's modules was imported first, and the config package loads megatron-core only when a DataRun is
+asked for. The rules read from the source: tests/test_architecture_rules.py."""
 import pathlib
 import subprocess
 import sys

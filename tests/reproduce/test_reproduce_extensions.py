@@ -152,8 +152,10 @@ def test_the_section_pairs_each_extension_with_its_base_at_every_length(tmp_path
     extended = lambda L: 1.95 + (0.4 if L > 256 else 0.0)  # noqa: E731
     documents = ([result("rotary", "rotary", 64, s, base) for s in SEEDS]
                  + [result("rotary+yarn-256", "rotary", 256, s, extended, {"label": "yarn-256"}) for s in SEEDS])
-    section = extensions_section(sweep, documents)
+    drawn = []
+    section = extensions_section(sweep, documents, lambda figure, stem: drawn.append(stem))
     assert "training lengths: rotary 64, rotary+yarn-256 256" in section
+    assert drawn == [] and ".png" not in section  # no probe results: no heatmaps of the extensions
     rows = {int(r.split(" | ")[2]): r.split(" | ") for r in section.splitlines() if r.startswith("| rotary+yarn-256")}
     assert sorted(rows) == list(LENGTHS)
     for L, cells in rows.items():

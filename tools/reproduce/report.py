@@ -57,7 +57,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
 
     trained = [r for r in runs if not r.base]
     sections = [_header(sweep, runs, inputs, command, rerendered), ablation_section(sweep, documents, figures),
-                variants_section(sweep, documents, figures), extensions_section(sweep, everything),
+                variants_section(sweep, documents, figures), extensions_section(sweep, everything, figures),
                 claims_section(sweep.scale, table3, documents, sweep.position_length, sweep.windowed_baseline),
                 "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n", render_markdown(table3),
                 "![perplexity versus length](ablation_ppl.png)\n" if sweep.ablation else

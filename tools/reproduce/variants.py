@@ -9,6 +9,7 @@ from megatron.evaluation.identity import Method
 from tools.analysis.probe_table import probe_modes
 from tools.analysis.results_index import index_results
 from .figures import PerplexityStyle, perplexity_figure
+from .retrieval import plot_method_heatmaps
 from .verdicts import ALPHA, Accuracy, Perplexity, p_text
 
 
@@ -29,9 +30,10 @@ def variants_section(sweep, documents, figures) -> str:
     return "\n".join(lines + paired_tables(documents, pairs, ("variant", "parent")))
 
 
-def extensions_section(sweep, documents) -> str:
+def extensions_section(sweep, documents, figures) -> str:
     """Each extension (a fine-tune of a plain run at a longer context) beside its base model's zero-shot
-    result at every evaluation length, by the same paired tests as the training variants."""
+    result at every evaluation length, by the same paired tests as the training variants; with retrieval
+    probes, each base model and its extensions as accuracy heatmaps side by side."""
     if not sweep.extensions:
         return ""
     modes = probe_modes(documents)
@@ -46,7 +48,27 @@ def extensions_section(sweep, documents) -> str:
              "more tokens than its base (its own steps on top), so a gain is the extension's, not the method's "
              "zero-shot length generalization. A description, not a verdict.\n"]
     pairs = [(f"{method}+{label}", method) for method, entries in sweep.extensions.items() for label in entries]
-    return "\n".join(lines + paired_tables(documents, pairs, ("extension", "base")))
+    return "\n".join(lines + paired_tables(documents, pairs, ("extension", "base"))
+                     + extension_heatmaps(documents, sweep.extensions, figures))
+
+
+def extension_heatmaps(documents, extensions: dict, figures) -> list[str]:
+    """Per dataset and probe: one accuracy panel (length x depth) per base model followed by its extensions,
+    each over its own seeds (the retrieval section's panels hold the base models only)."""
+    out = []
+    for mode in probe_modes(documents):
+        index = index_results(documents, mode)
+        for dataset in sorted(index):
+            runs = {str(m): m for m in index[dataset]}
+            order = [label for method, entries in extensions.items()
+                     for label in [method, *(f"{method}+{entry}" for entry in entries)] if label in runs]
+            if not any("+" in label for label in order):
+                continue
+            stem = f"extensions_{mode}_{dataset}"
+            figures(plot_method_heatmaps(index[dataset], [runs[label] for label in order],
+                                         f"{dataset}: {mode}, base models and their extensions"), stem)
+            out.append(f"![{mode} accuracy of the base models and their extensions on {dataset}]({stem}.png)\n")
+    return out
 
 
 def paired_tables(documents, pairs, names) -> list[str]:

@@ -43,7 +43,8 @@ PUBLISHED = [("configs/reproduce/cpu-mini.yml", "docs/reproduction", ["--dataset
              ("configs/reproduce/cpu-mini-frontier.yml", "docs/reproduction/frontier", []),
              ("configs/reproduce/cpu-mini-retrieval-frontier.yml", "docs/reproduction/retrieval-frontier", []),
              ("configs/reproduce/cpu-mini-attention-2026.yml", "docs/reproduction/attention-2026", []),
-             ("configs/reproduce/cpu-mini-length-2026.yml", "docs/reproduction/length-2026", [])]
+             ("configs/reproduce/cpu-mini-length-2026.yml", "docs/reproduction/length-2026", []),
+             ("configs/reproduce/cpu-mini-length-retrieval-2026.yml", "docs/reproduction/length-retrieval-2026", [])]
 
 
 def _body(text: str) -> list[str]:
