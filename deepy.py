@@ -234,10 +234,11 @@ def input_report(neox_args, script, hostfile) -> InputReport:
     machines (a hostfile) may see other file systems, so there each rank checks for itself at start-up."""
     if on_other_machines(neox_args, hostfile):
         return InputReport(None, "not checked here: the ranks run on the hostfile's machines and check at start-up")
-    if not reads(script, neox_args):
+    run = neox_args.preflight_run()
+    if not reads(script, run):
         return InputReport(None, f"not checked: deepy.py knows what {', '.join(READS)} read, not {script}")
     try:
-        checked = check_inputs(neox_args, script)
+        checked = check_inputs(run, script)
     except NeoXArgsError as err:
         return InputReport(str(err), "")
     return InputReport(None, "; ".join(i.describe() for i in checked) or "no files besides the `load` checkpoint")

@@ -8,7 +8,8 @@ too), so that a change breaking one fails here naming the file and line:
 - megatron's top-level folders import each other without cycles;
 - nothing below the door (megatron/ outside the config package) imports the config package: code there
   takes a `ModelConfig` and the run keys it needs; megatron/checkpoint/, megatron/evaluation/, megatron/data/ and
-  megatron/text_generation/ take them as typed records (their run_keys.py) and have no name `neox_args` at all;
+  megatron/text_generation/ take them as typed records (their run_keys.py) and have no name `neox_args` at all,
+  nor has megatron/run/preflight.py (the start-up checks; the rest of megatron/run/ is start-up at the door);
   the config package imports megatron/data (and with it megatron-core) only when a DataRun is asked for;
 - the positional files import nothing from `megatron` but inside base.py's one `try` block: they are
   copied verbatim into exported Hugging Face folders (tools/ckpts/hf_export);
@@ -256,10 +257,20 @@ def test_nothing_below_the_door_imports_the_config_package():
                        "megatron.checkpoint.folder a checkpoint's file names):\n" + "\n".join(found))
 
 
-# Rooms that take a ModelConfig and typed records of the run keys they read (each room's run_keys.py),
-# never the run config under another import: no parameter, variable or attribute is named `neox_args` there.
+# Rooms (a folder, or one file of a folder whose other files start a process from the config) that take a
+# ModelConfig and typed records of the run keys they read (their folder's run_keys.py), never the run config under
+# another import: no parameter, variable or attribute is named `neox_args` there.
 # The string "neox_args" is data: the client-state key checkpoints have always kept the run's config under.
-TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "evaluation", MEGATRON / "data", MEGATRON / "text_generation")
+TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "evaluation", MEGATRON / "data", MEGATRON / "text_generation",
+               MEGATRON / "run" / "preflight.py")
+
+
+def room_files(room: pathlib.Path):
+    return [room] if room.is_file() else python_files(room)
+
+
+def room_name(room: pathlib.Path) -> str:
+    return f"{room.relative_to(ROOT)}" + ("" if room.is_file() else "/")
 
 
 def run_config_names(source: str) -> list[int]:
@@ -271,9 +282,10 @@ def run_config_names(source: str) -> list[int]:
 
 
 def test_the_typed_rooms_take_typed_run_keys_not_the_run_config():
-    found = [f"{where(path, line)}" for room in TYPED_ROOMS for path in python_files(room)
+    assert all(room.exists() for room in TYPED_ROOMS), [room_name(room) for room in TYPED_ROOMS if not room.exists()]
+    found = [f"{where(path, line)}" for room in TYPED_ROOMS for path in room_files(room)
              for line in run_config_names(path.read_text())]
-    assert not found, (", ".join(f"{room.relative_to(ROOT)}/" for room in TYPED_ROOMS) + " take a ModelConfig and "
+    assert not found, (", ".join(room_name(room) for room in TYPED_ROOMS) + " take a ModelConfig and "
                        "the records of their run_keys.py (built by megatron/neox_arguments/to_*.py), not the run "
                        "config; add the key a function needs to its record instead:\n" + "\n".join(found))
 

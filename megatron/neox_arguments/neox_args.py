@@ -21,6 +21,7 @@ from .resolved import resolved_yaml
 from .run_folder import results_beside_checkpoint, run_folder_source
 from .to_checkpoint import checkpoint_run, inference_run
 from .to_evaluation import evaluation_run, lm_eval_tasks, wandb_run
+from .to_preflight import preflight_run
 from .to_generation import generation_run
 from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
@@ -191,6 +192,10 @@ class NeoXArgs(*reversed(GROUPS)):
     def generation_run(self):
         """The keys generate.py's run reads (megatron/text_generation/run_keys.py's GenerationRun)."""
         return generation_run(self)
+
+    def preflight_run(self):
+        """The keys the start-up checks read (megatron/run/run_keys.py's PreflightRun), as the run is now."""
+        return preflight_run(self)
 
     def data_run(self):
         """The keys the data package reads (megatron/data/run_keys.py's DataRun), as the run is now: its loaders'

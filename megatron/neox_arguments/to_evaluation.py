@@ -1,8 +1,8 @@
 """The one place a run's config becomes what evaluation reads (megatron/evaluation/run_keys.py): its settings, what
 the evaluating config says of the run for the result file, the keys that load the model (to_checkpoint.py), the
-dashboards, the lm-eval keys, and, bound to the config, the start-up steps that still read it themselves (the ranks'
-start, the tokenizer, the start-up checks, the data). megatron/evaluation/ never reads the run config itself."""
-import copy
+dashboards, the lm-eval keys, and, bound to the config, the start-up steps (the ranks' start and the tokenizer, which
+still read it themselves; the start-up checks, on the keys they read: to_preflight.py; the data). megatron/evaluation/
+never reads the run config itself."""
 import dataclasses
 import functools
 import pathlib
@@ -14,6 +14,7 @@ from megatron.model.positional_embeddings import per_run_options
 from megatron.run.wandb_run import WandbRun
 
 from .to_checkpoint import inference_run
+from .to_preflight import preflight_run
 
 
 def evaluation_run(neox_args) -> EvaluationRun:
@@ -81,13 +82,12 @@ def run_start(neox_args) -> RunStart:
 
     def check(vocab_rows):
         from megatron.run.preflight import check_evaluation
-        check_evaluation(neox_args, vocab_rows)  # results folder writable, model fits: before anything is scored
+        check_evaluation(preflight_run(neox_args), neox_args.model, vocab_rows)  # results folder writable, model fits: before anything is scored
 
     def memory_problem(lengths, vocab_rows):
         from megatron.run.preflight import memory_problem
-        sized = copy.copy(neox_args)
-        sized.eval_lengths, sized.eval_micro_batch_size = list(lengths), 1
-        return memory_problem(sized, False, vocab_rows)
+        sized = dataclasses.replace(preflight_run(neox_args), eval_lengths=tuple(lengths), eval_micro_batch_size=1)
+        return memory_problem(sized, neox_args.model, False, vocab_rows)
 
     return RunStart(begin=begin, tokenizer=tokenizer, check=check, stream=functools.partial(evaluation_stream, neox_args),
                     memory_problem=memory_problem)

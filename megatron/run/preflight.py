@@ -10,7 +10,8 @@ are then lost), or deep inside a library with a traceback.
     evaluation: the same inputs; `eval-results-dir` writable; memory for the longest length
 
 Every rank checks, the problems are shared, and every rank raises the same error, so no rank is left
-waiting in a collective for one that stopped.
+waiting in a collective for one that stopped. The checks take the run keys they read (run_keys.py's
+`PreflightRun`, built by the config package) and the `ModelConfig`, never the run config itself.
 """
 import dataclasses
 import errno
@@ -29,6 +30,8 @@ from megatron.model.layer_pattern import positional_parameter_count
 from megatron.model.model_config import ModelConfig
 from megatron.model.positional_embeddings import lookup
 from megatron.model.sliced_loss import LOSS_SLICE
+
+from .run_keys import PreflightRun
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository (this file is megatron/run/preflight.py)
 LOCK_NAME = ".lock"  # in the save folder; flock'ed while a run trains into it (released when it exits)
@@ -153,44 +156,41 @@ class Input:
         return f"{self.key} {shown} (set by {self.where}{f'; `{maker}` creates it' if maker else ''})"
 
 
-def reads(script: str, neox_args) -> tuple[str, ...]:
+def reads(script: str, run: PreflightRun) -> tuple[str, ...]:
     """What `script` reads (READS); nothing for a script this project does not know."""
     name = os.path.basename(script)
-    if name == "train.py" and neox_args.train_iters == 0:
+    if name == "train.py" and run.train_iters == 0:
         name = "evaluate.py"  # train.py then scores `load` as evaluate.py does
     return READS.get(name, ())
 
 
-def inputs(neox_args, what: tuple[str, ...]) -> list[Input]:
+def inputs(run: PreflightRun, what: tuple[str, ...]) -> list[Input]:
     """The files of `what` (see READS) under this config; the checkpoint is `load_problem`'s."""
-    def source(key):
-        return neox_args.config_sources.get(key, "the config")
-
     found = []
     if "data" in what or "eval-data" in what:
-        if neox_args.data_path:
+        if run.data_path:
             keys = ["data_path"]
         elif "data" in what:
             keys = [f"{split}_data_paths" for split in ("train", "valid", "test")]
         else:
-            keys = [f"{neox_args.eval_split}_data_paths"]
+            keys = [f"{run.eval_split}_data_paths"]
         for key in keys:
-            value = getattr(neox_args, key)
+            value = getattr(run, key)
             for prefix in [value] if isinstance(value, str) else value or []:
-                found.append(Input(key.replace("_", "-"), prefix, (prefix + ".bin", prefix + ".idx"), source(key)))
+                found.append(Input(key.replace("_", "-"), prefix, (prefix + ".bin", prefix + ".idx"), run.source(key)))
     if "tokenizer" in what:
         from megatron.tokenizer.tokenizer import TOKENIZERS_WITHOUT_FILES
         # The files make_tokenizer opens: a vocabulary for every type with files, merges for GPT-2's BPE only.
         # One the type needs but the config leaves unset is make_tokenizer's own error (check_inputs).
-        keys = () if neox_args.tokenizer_type in TOKENIZERS_WITHOUT_FILES else \
-            ("vocab_file", "merge_file") if neox_args.tokenizer_type == "GPT2BPETokenizer" else ("vocab_file",)
+        keys = () if run.tokenizer_type in TOKENIZERS_WITHOUT_FILES else \
+            ("vocab_file", "merge_file") if run.tokenizer_type == "GPT2BPETokenizer" else ("vocab_file",)
         for key in keys:
-            if getattr(neox_args, key):
-                path = getattr(neox_args, key)
-                found.append(Input(key.replace("_", "-"), path, (path,), source(key)))
-    if "prompts" in what and neox_args.text_gen_type == "input-file" and neox_args.sample_input_file:
-        found.append(Input("sample-input-file", neox_args.sample_input_file, (neox_args.sample_input_file,),
-                           source("sample_input_file")))
+            if getattr(run, key):
+                path = getattr(run, key)
+                found.append(Input(key.replace("_", "-"), path, (path,), run.source(key)))
+    if "prompts" in what and run.text_gen_type == "input-file" and run.sample_input_file:
+        found.append(Input("sample-input-file", run.sample_input_file, (run.sample_input_file,),
+                           run.source("sample_input_file")))
     return found
 
 
@@ -221,11 +221,11 @@ def missing_inputs_problem(found: list[Input]) -> str | None:
     return f"this run reads files that do not exist{where}: {listed}. {how}"
 
 
-def load_problem(neox_args, what: tuple[str, ...]) -> str | None:
+def load_problem(run: PreflightRun, what: tuple[str, ...]) -> str | None:
     """Why `load` cannot give the run what it needs (see READS), or None."""
     if "resume" not in what and "checkpoint" not in what:
         return None
-    load, where = neox_args.load, neox_args.config_sources.get("load", "the config")
+    load, where = run.load, run.source("load")
     if not load:
         if "checkpoint" in what:
             return ("this run loads a checkpoint, but `load` is not set: set it to the `save` folder of a training "
@@ -237,7 +237,7 @@ def load_problem(neox_args, what: tuple[str, ...]) -> str | None:
     if os.path.islink(load) and not os.path.exists(load):  # a loop or a dangling link: not a fresh start
         from megatron.checkpoint.folder import missing_why
         return f"{where}: load {load} {missing_why(load)}. Point `load` at the `save` folder of a training run."
-    starts_fresh = "resume" in what and neox_args.iteration is None and not neox_args.finetune
+    starts_fresh = "resume" in what and run.iteration is None and not run.finetune
     if starts_fresh and not (os.path.isdir(load) and os.listdir(load)):
         return None  # the first launch of a run whose `load` is its own `save`
     # Imported only now: it brings in DeepSpeed, which announces its accelerator on import.
@@ -245,33 +245,33 @@ def load_problem(neox_args, what: tuple[str, ...]) -> str | None:
     if starts_fresh and not checkpoint_steps(load) and not os.path.exists(os.path.join(load, "latest")):
         return None  # the same, with other files in the folder (as checkpointing.load_checkpoint decides)
     try:
-        resolve_tag(load, neox_args.iteration)
+        resolve_tag(load, run.iteration)
     except CheckpointError as err:
-        own = "checkpoint" in what and neox_args.save and os.path.abspath(load) == os.path.abspath(neox_args.save)
+        own = "checkpoint" in what and run.save and os.path.abspath(load) == os.path.abspath(run.save)
         hint = (" It is this config's own `save` folder: train first, `python deepy.py train.py` with the same "
                 "configs.") if own and not checkpoint_steps(load) else ""
         return f"{where}: {err}{hint}"
     return None
 
 
-def input_problems(neox_args, script: str) -> list[str]:
+def input_problems(run: PreflightRun, script: str) -> list[str]:
     """Every problem with what `script` reads, from the file system alone (fast: no file is opened)."""
-    what = reads(script, neox_args)
-    return [missing_inputs_problem(inputs(neox_args, what)), load_problem(neox_args, what)]
+    what = reads(script, run)
+    return [missing_inputs_problem(inputs(run, what)), load_problem(run, what)]
 
 
-def check_inputs(neox_args, script: str) -> list[Input]:
+def check_inputs(run: PreflightRun, script: str) -> list[Input]:
     """deepy.py's check before it launches: every input exists, and the tokenizer builds from its files
     (make_tokenizer's own errors), so a fresh clone is told what to create before any rank starts.
     Returns the files checked."""
-    problems = [p for p in input_problems(neox_args, script) if p]
+    problems = [p for p in input_problems(run, script) if p]
     if problems:
         raise PreflightError(" ".join(problems))
-    what = reads(script, neox_args)
+    what = reads(script, run)
     if "tokenizer" in what:
         from megatron.tokenizer import make_tokenizer
-        make_tokenizer(neox_args.tokenizer_type, neox_args.vocab_file, neox_args.merge_file)
-    return inputs(neox_args, what)
+        make_tokenizer(run.tokenizer_type, run.vocab_file, run.merge_file)
+    return inputs(run, what)
 
 
 # ------------------------------------------------------------------------------------------ memory
@@ -291,61 +291,61 @@ def run_parameter_count(model: ModelConfig, vocab_size: int) -> int:
     return parameter_count(dataclasses.replace(model, padded_vocab_size=vocab_size))
 
 
-def memory_problem(neox_args, training: bool, vocab_size: int) -> str | None:
+def memory_problem(run: PreflightRun, model: ModelConfig, training: bool, vocab_size: int) -> str | None:
     """A lower bound of the memory one rank needs, against what the device has free: only a run that
     certainly cannot fit is refused (the bound leaves out most activations, buffers and fragmentation).
     Training: fp32 weights, gradients and two Adam moments (16 bytes a parameter, ZeRO stages shard
     them, so they are divided by the ranks), one hidden state per layer and the logits of a micro-batch.
     Evaluation: fp32 weights and the logits of one forward at the longest length. The logits are those of
     one slice of LOSS_SLICE positions where the loss head is sliced (megatron/model/sliced_loss.py)."""
-    model = dataclasses.replace(neox_args.model, padded_vocab_size=vocab_size)
+    model = dataclasses.replace(model, padded_vocab_size=vocab_size)
     params, positional = parameter_count(model), positional_parameter_count(model)
     if training:
-        shards = neox_args.world_size if neox_args.zero_optimization.get("stage", 0) else 1
+        shards = run.world_size if run.zero_stage else 1
         state = 16 * params // shards
-        micro, length = neox_args.train_micro_batch_size_per_gpu, neox_args.seq_length
-        activations = 4 * (micro * length * neox_args.hidden_size * neox_args.num_layers
-                           + _logit_rows(neox_args, micro * length, training) * vocab_size)
+        micro, length = run.train_micro_batch_size_per_gpu, run.seq_length
+        activations = 4 * (micro * length * model.hidden_size * model.num_layers
+                           + _logit_rows(run, micro * length, training) * vocab_size)
         what = f"{params:,} parameters x 16 bytes (weights, gradients, Adam)"
     else:
         state = 4 * params
-        micro, length = neox_args.eval_micro_batch_size, max(neox_args.eval_lengths)
-        activations = 4 * (micro * length * neox_args.hidden_size
-                           + _logit_rows(neox_args, micro * length, training) * vocab_size)
+        micro, length = run.eval_micro_batch_size, max(run.eval_lengths)
+        activations = 4 * (micro * length * model.hidden_size
+                           + _logit_rows(run, micro * length, training) * vocab_size)
         what = f"{params:,} parameters x 4 bytes"
     available, kind = available_bytes()
     gib = 2 ** 30
-    if training and state + activations <= available and (tables := random_positions_table_bytes(neox_args, model)):
+    if training and state + activations <= available and (tables := random_positions_table_bytes(run, model)):
         if state + activations + tables > available:
-            key, span = drawn_position_span(neox_args)
+            key, span = drawn_position_span(run)
             name = key.replace("_", "-")
             per_position = tables // span
             largest = (available - state - activations) // per_position
-            return (f"{name} {span:,} ({neox_args.config_sources.get(key, 'the config')}) "
-                    f"cannot fit: a training step spans up to that many distances, and pos-emb {neox_args.pos_emb} "
+            return (f"{name} {span:,} ({run.source(key)}) "
+                    f"cannot fit: a training step spans up to that many distances, and pos-emb {model.pos_emb} "
                     f"builds a per-distance table over them ({per_position} bytes a distance: one float32 row per head "
                     f"and the distances themselves), {tables / gib:,.1f} GiB, with the model's {(state + activations) / gib:,.1f}"
                     f" GiB, but there are {available / gib:,.1f} GiB {kind}. The largest {name} that fits is "
-                    f"{largest:,}" + (f" (the run's seq-length {neox_args.seq_length} is its least)" if largest >= neox_args.seq_length
-                                      else f", below seq-length {neox_args.seq_length}: turn {name} off (null)")
+                    f"{largest:,}" + (f" (the run's seq-length {run.seq_length} is its least)" if largest >= run.seq_length
+                                      else f", below seq-length {run.seq_length}: turn {name} off (null)")
                     + "; or train a method without distance tables (rotary).")
     if state + activations <= available:
         return None
     return (f"this model cannot fit: it needs at least {(state + activations) / gib:,.1f} GiB ({what}: "
             f"{state / gib:,.1f} GiB; activations of {micro} sequence(s) of {length:,} tokens: "
             f"{activations / gib:,.1f} GiB), but there are {available / gib:,.1f} GiB {kind}"
-            + (f"; {positional:,} of the parameters are the positional modules' (pos-emb {neox_args.pos_emb}), so "
+            + (f"; {positional:,} of the parameters are the positional modules' (pos-emb {model.pos_emb}), so "
                "lower the positional method's sizes (e.g. cope-max-positions)" if positional > params // 2 else "")
             + ". Lower hidden-size, num-layers, the sequence length or the micro-batch size (config keys of this "
             "run).")
 
 
-def random_positions_table_bytes(neox_args, model: ModelConfig) -> int:
+def random_positions_table_bytes(run: PreflightRun, model: ModelConfig) -> int:
     """Bytes of the per-distance table a training step with random-positions N (or PoSE's target N) builds, or 0:
     drawn positions span up to N, and a method with distance tables (KERPLE, ALiBi, T5, ...) builds its float32 table over every
     distance in the span, one row per head, from a float32 vector of the distances (a lower bound: one table,
     no gradient). Rotary and the other methods without tables allocate nothing per distance."""
-    if drawn_position_span(neox_args) is None:
+    if drawn_position_span(run) is None:
         return 0
     from megatron.model.layer_pattern import layer_kinds
     from megatron.model.positional_embeddings.base import PositionalEmbedding
@@ -356,49 +356,49 @@ def random_positions_table_bytes(neox_args, model: ModelConfig) -> int:
                 or method.distance_tables_at is not PositionalEmbedding.distance_tables_at)
     if not any(has_tables(kind.pos_emb) for kind in layer_kinds(model)):
         return 0
-    return 4 * (model.num_attention_heads + 1) * drawn_position_span(neox_args)[1]
+    return 4 * (model.num_attention_heads + 1) * drawn_position_span(run)[1]
 
 
-def drawn_position_span(neox_args) -> tuple[str, int] | None:
+def drawn_position_span(run: PreflightRun) -> tuple[str, int] | None:
     """(key, N) of the training positions drawn from [0, N) (random-positions, pose-target-length), or None."""
     for key in ("random_positions", "pose_target_length"):
-        if getattr(neox_args, key) is not None:
-            return key, getattr(neox_args, key)
+        if getattr(run, key) is not None:
+            return key, getattr(run, key)
     return None
 
 
-def _logit_rows(neox_args, tokens: int, training: bool) -> int:
+def _logit_rows(run: PreflightRun, tokens: int, training: bool) -> int:
     """Positions whose logits exist at once: one slice where `loss-head` slices (auto: on CPU, and whenever no
     gradient is taken), else all of them."""
     from deepspeed.accelerator import get_accelerator
     on_cpu = get_accelerator().device_name() == "cpu"
-    head = neox_args.loss_head
+    head = run.loss_head
     if head == "sliced" or (head == "auto" and (on_cpu or not training)):
         return min(tokens, LOSS_SLICE)
     return tokens
 
 
-def _precision_problem(neox_args) -> str | None:
+def _precision_problem(run: PreflightRun) -> str | None:
     from deepspeed.accelerator import get_accelerator
     accelerator = get_accelerator()
     supported = {"fp16": accelerator.is_fp16_supported(), "bf16": accelerator.is_bf16_supported()}
-    if neox_args.precision in supported and not supported[neox_args.precision]:
-        where = neox_args.config_sources.get("precision") or neox_args.config_sources.get(neox_args.precision)
-        return (f"{where or 'the config'}: precision {neox_args.precision} is not supported on this device "
+    if run.precision in supported and not supported[run.precision]:
+        where = run.sources.get("precision") or run.sources.get(run.precision)
+        return (f"{where or 'the config'}: precision {run.precision} is not supported on this device "
                 f"({accelerator.device_name()}). Use precision: fp32"
                 + (" or bf16" if supported["bf16"] else "") + ", or run on a GPU.")
     return None
 
 
 # ------------------------------------------------------------------------------------------ checks
-def check_training(neox_args, vocab_size: int) -> SaveFolderLock:
+def check_training(run: PreflightRun, model: ModelConfig, vocab_size: int) -> SaveFolderLock:
     """Raise a PreflightError (on every rank) for anything that would stop training later; returns the
     save folder's lock, held by rank 0 (release it when the run ends)."""
-    problems = [_precision_problem(neox_args), memory_problem(neox_args, True, vocab_size),
-                *input_problems(neox_args, "train.py")]
-    lock = SaveFolderLock(neox_args.save if neox_args.rank == 0 else None)
-    if neox_args.save:
-        problems.append(folder_problem(neox_args.save, "save", neox_args.config_sources.get("save", "the config")))
+    problems = [_precision_problem(run), memory_problem(run, model, True, vocab_size),
+                *input_problems(run, "train.py")]
+    lock = SaveFolderLock(run.save if run.rank == 0 else None)
+    if run.save:
+        problems.append(folder_problem(run.save, "save", run.source("save")))
         if lock.path is not None and not problems[-1]:
             problems.append(lock.acquire())
     try:
@@ -409,14 +409,14 @@ def check_training(neox_args, vocab_size: int) -> SaveFolderLock:
     return lock
 
 
-def check_evaluation(neox_args, vocab_size: int) -> None:
+def check_evaluation(run: PreflightRun, model: ModelConfig, vocab_size: int) -> None:
     """Raise a PreflightError (on every rank) before a checkpoint is scored for nothing."""
     # `load` itself: evaluate_run checks it before this (the caller of this check: RunStart.check), and megatron.checkpoint.inference_model.load names every way a checkpoint is missing.
-    problems = [missing_inputs_problem(inputs(neox_args, reads("evaluate.py", neox_args))),
-                memory_problem(neox_args, False, vocab_size)]
-    if neox_args.rank == 0:  # only rank 0 writes the result file
-        problems.append(folder_problem(neox_args.eval_results_dir, "eval-results-dir",
-                                       neox_args.config_sources.get("eval_results_dir", "the config")))
+    problems = [missing_inputs_problem(inputs(run, reads("evaluate.py", run))),
+                memory_problem(run, model, False, vocab_size)]
+    if run.rank == 0:  # only rank 0 writes the result file
+        problems.append(folder_problem(run.eval_results_dir, "eval-results-dir",
+                                       run.source("eval_results_dir")))
     raise_together(problems)
 
 

@@ -82,7 +82,7 @@ def test_longrope_factors_whose_inverse_frequencies_leave_float32_are_refused_at
         "type": "longrope", "factor": 4, "original-max-position": 64,
         "short-factor": [factor] + [1.0] * (pairs - 1), "long-factor": [1.0] * pairs}})
     with pytest.raises(NeoXArgsError) as info:
-        memory_problem(args, True, 257)
+        memory_problem(args.preflight_run(), args.model, True, 257)
     message = str(info.value)
     for fragment in fragments + ["pos-emb 'rotary': rotary-scaling", "for pair 0, a factor between"]:
         assert fragment in message, message
@@ -93,17 +93,17 @@ def test_random_positions_whose_distance_table_cannot_fit_are_refused_with_the_l
     import psutil
     from megatron.run.preflight import memory_problem
     args = NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "random_positions": 10 ** 13})
-    message = memory_problem(args, True, 257)
+    message = memory_problem(args.preflight_run(), args.model, True, 257)
     assert message.startswith("random-positions 10,000,000,000,000 (command line) cannot fit: "), message
     assert "pos-emb kerple_log builds a per-distance table" in message and "20 bytes a distance" in message
     largest = int(message.split("The largest random-positions that fits is ")[1].split(" ")[0].replace(",", ""))
     # 4 heads + the distances, float32: the largest span is what is free (less the model) over 20 bytes.
     assert args.seq_length <= largest < psutil.virtual_memory().total // 20
-    assert memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "random_positions": 10 ** 6}),
-                          True, 257) is None  # 20 MB
+    small = NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "random_positions": 10 ** 6})
+    assert memory_problem(small.preflight_run(), small.model, True, 257) is None  # 20 MB
     # Rotary builds nothing per distance: round 3's 1e10 still trains.
-    assert memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "rotary", "random_positions": 10 ** 13}),
-                          True, 257) is None
+    rotary = NeoXArgs.from_ymls([TINY], {"pos_emb": "rotary", "random_positions": 10 ** 13})
+    assert memory_problem(rotary.preflight_run(), rotary.model, True, 257) is None
 
 
 @pytest.mark.parametrize("fmt", ["md", "tex"])

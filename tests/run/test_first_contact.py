@@ -17,7 +17,7 @@ def args(config=TINY, **overrides) -> NeoXArgs:
 
 
 def problems(neox_args, script="train.py") -> str:
-    return " ".join(p for p in input_problems(neox_args, script) if p)
+    return " ".join(p for p in input_problems(neox_args.preflight_run(), script) if p)
 
 
 def write_pair(prefix):
@@ -64,15 +64,18 @@ def test_half_a_pair_and_per_split_paths_are_named_exactly(tmp_path):
 
 def test_every_input_present_passes_and_the_tokenizer_is_built(tmp_path):
     write_pair(tmp_path / "corpus")
-    checked = check_inputs(args(data_path=str(tmp_path / "corpus"), load=str(tmp_path / "ckpt")), "train.py")
+    checked = check_inputs(args(data_path=str(tmp_path / "corpus"), load=str(tmp_path / "ckpt")).preflight_run(),
+                           "train.py")
     assert [i.key for i in checked] == ["data-path"]
-    assert check_inputs(args(data_path=str(tmp_path / "nope")), "tests/scripts/report_rank.py") == []  # unknown script
+    unknown = "tests/scripts/report_rank.py"
+    assert check_inputs(args(data_path=str(tmp_path / "nope")).preflight_run(), unknown) == []
 
 
 def test_gpt2_without_its_files_is_refused_by_the_tokenizer(tmp_path):
     write_pair(tmp_path / "corpus")
     with pytest.raises(TokenizerError, match="needs `vocab-file`"):
-        check_inputs(args(data_path=str(tmp_path / "corpus"), tokenizer_type="GPT2BPETokenizer"), "train.py")
+        check_inputs(args(data_path=str(tmp_path / "corpus"), tokenizer_type="GPT2BPETokenizer").preflight_run(),
+                     "train.py")
 
 
 def test_only_the_files_the_tokenizer_type_opens_are_checked(tmp_path):

@@ -106,9 +106,10 @@ def test_a_target_whose_distance_table_cannot_fit_is_refused_before_training():
 
     from megatron.neox_arguments import NeoXArgs
     from megatron.run.preflight import memory_problem
-    message = memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "pose_target_length": 10 ** 13}),
-                             True, 257)
+    def training_memory_problem(target):
+        args = NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "pose_target_length": target})
+        return memory_problem(args.preflight_run(), args.model, True, 257)
+    message = training_memory_problem(10 ** 13)
     assert message.startswith("pose-target-length 10,000,000,000,000 (command line) cannot fit: "), message
     assert "The largest pose-target-length that fits is " in message
-    assert memory_problem(NeoXArgs.from_ymls([TINY], {"pos_emb": "kerple_log", "pose_target_length": 10 ** 6}),
-                          True, 257) is None
+    assert training_memory_problem(10 ** 6) is None
