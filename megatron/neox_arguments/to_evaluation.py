@@ -82,7 +82,8 @@ def run_start(neox_args) -> RunStart:
 
     def check(vocab_rows):
         from megatron.run.preflight import check_evaluation
-        check_evaluation(preflight_run(neox_args), neox_args.model, vocab_rows)  # results folder writable, model fits: before anything is scored
+        # results folder writable, model fits: before anything is scored
+        check_evaluation(preflight_run(neox_args), neox_args.model, vocab_rows)
 
     def memory_problem(lengths, vocab_rows):
         from megatron.run.preflight import memory_problem

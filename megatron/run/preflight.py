@@ -321,12 +321,13 @@ def memory_problem(run: PreflightRun, model: ModelConfig, training: bool, vocab_
             name = key.replace("_", "-")
             per_position = tables // span
             largest = (available - state - activations) // per_position
-            return (f"{name} {span:,} ({run.source(key)}) "
-                    f"cannot fit: a training step spans up to that many distances, and pos-emb {model.pos_emb} "
-                    f"builds a per-distance table over them ({per_position} bytes a distance: one float32 row per head "
+            return (f"{name} {span:,} ({run.source(key)}) cannot fit: a training step spans up to that many distances, "
+                    f"and pos-emb {model.pos_emb} builds a per-distance table over them ({per_position} bytes a "
+                    "distance: one float32 row per head "
                     f"and the distances themselves), {tables / gib:,.1f} GiB, with the model's {(state + activations) / gib:,.1f}"
                     f" GiB, but there are {available / gib:,.1f} GiB {kind}. The largest {name} that fits is "
-                    f"{largest:,}" + (f" (the run's seq-length {run.seq_length} is its least)" if largest >= run.seq_length
+                    f"{largest:,}" + (f" (the run's seq-length {run.seq_length} is its least)"
+                                      if largest >= run.seq_length
                                       else f", below seq-length {run.seq_length}: turn {name} off (null)")
                     + "; or train a method without distance tables (rotary).")
     if state + activations <= available:

@@ -84,7 +84,8 @@ def pretrain(neox_args) -> TrainingResult:
     initialize_megatron(neox_args)
     watch_launcher(print if neox_args.rank == 0 else lambda *a, **k: None)
     tokenizer = build_tokenizer(neox_args)
-    lock = check_training(neox_args.preflight_run(), neox_args.model, tokenizer.padded_vocab_size)  # before any data is read or step spent; holds the save folder
+    # before any data is read or step spent; holds the save folder
+    lock = check_training(neox_args.preflight_run(), neox_args.model, tokenizer.padded_vocab_size)
     try:
         return _pretrain(neox_args, tokenizer)
     finally:
