@@ -3,16 +3,17 @@ megatron/data/ never reads the run config itself."""
 from megatron.data.run_keys import DataRun
 from megatron.length_schedule import length_schedule_of
 from megatron.probes import TrainOptions as ProbeTrainOptions
+from .values import as_tuple
 
 
 def data_run(neox_args) -> DataRun:
     """The data keys of `neox_args` as they are now: build it after the ranks are known (initialize_megatron)
     where the loaders' share matters."""
     return DataRun(
-        data_path=neox_args.data_path, train_data_paths=_tuple(neox_args.train_data_paths),
-        valid_data_paths=_tuple(neox_args.valid_data_paths), test_data_paths=_tuple(neox_args.test_data_paths),
-        train_data_weights=_tuple(neox_args.train_data_weights),
-        valid_data_weights=_tuple(neox_args.valid_data_weights), test_data_weights=_tuple(neox_args.test_data_weights),
+        data_path=neox_args.data_path, train_data_paths=as_tuple(neox_args.train_data_paths),
+        valid_data_paths=as_tuple(neox_args.valid_data_paths), test_data_paths=as_tuple(neox_args.test_data_paths),
+        train_data_weights=as_tuple(neox_args.train_data_weights),
+        valid_data_weights=as_tuple(neox_args.valid_data_weights), test_data_weights=as_tuple(neox_args.test_data_weights),
         split=neox_args.split, seq_length=neox_args.seq_length, seq_length_val=neox_args.seq_length_val,
         seed=neox_args.seed, data_cache_path=neox_args.data_cache_path, eod_mask_loss=neox_args.eod_mask_loss,
         reset_attention_mask=neox_args.reset_attention_mask, reset_position_ids=neox_args.reset_position_ids,
@@ -24,8 +25,3 @@ def data_run(neox_args) -> DataRun:
         eval_iters=neox_args.eval_iters, rank=neox_args.rank, world_size=neox_args.world_size,
         sequence_parallel_size=neox_args.sequence_parallel_size,
         micro_batch_size=neox_args.train_micro_batch_size_per_gpu, num_workers=neox_args.num_workers)
-
-
-def _tuple(values):
-    """A list key as a tuple: the record is frozen, and no reader can change a list the config still holds."""
-    return None if values is None else tuple(values)

@@ -131,3 +131,9 @@ def parse_overrides(items) -> dict:
                                 "('-' and '_' are the same in config keys); give it once.")
         out[normalise_key(key)] = parse_value(text, f"--set {quote(item)}")
     return out
+
+
+def as_tuple(values):
+    """A list key as a tuple, for the frozen records the config package builds (to_*.py): no reader can change a
+    list the config still holds."""
+    return None if values is None else tuple(values)
