@@ -23,7 +23,7 @@ import tempfile
 import time
 import typing
 
-from megatron.length_schedule import length_schedule_of
+from megatron.neox_arguments.to_length_schedule import length_schedule_of
 from megatron.model.layer_pattern import describe_layers, per_layer_modules, training_plans
 from megatron.neox_arguments import NeoXArgs, NeoXArgsError, encode_config, parse_overrides, run_cli
 from megatron.neox_arguments.run_folder import describe_outputs

@@ -20,7 +20,7 @@ def main():
     choose_cpu_threads(neox_args.rank)  # no thread cliff on a busy CPU
     from megatron.text_generation.run import generate_run
     from megatron.tokenizer import build_tokenizer
-    generate_run(neox_args.generation_run(), neox_args.inference_run(), build_tokenizer(neox_args))
+    generate_run(neox_args.generation_run(), neox_args.inference_run(), build_tokenizer(neox_args.tokenizer_run()))
 
 
 if __name__ == "__main__":

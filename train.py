@@ -30,8 +30,9 @@ def main():
             neox_args.eval_lengths = [neox_args.seq_length_val]
         evaluate_run(neox_args.evaluation_run())
         return 0
+    neox_args.join_process_group()  # the records below carry this rank's share and the config a save stores
     try:
-        result = pretrain(neox_args)
+        result = pretrain(neox_args.training_run())
     except TrainingError as err:  # every rank stops on the same shared numbers: rank 0 says why
         if neox_args.rank == 0:
             print(f"error: {err}", file=sys.stderr)

@@ -63,7 +63,7 @@ def build_forward(cli, name: str, max_length: int):
     overrides = {"max_position_embeddings": max(cli.lengths), **parse_overrides(cli.set), "save": None, "load": None}
     method, settings = ("rotary", {}) if name == PEER else method_settings(name)
     args = NeoXArgs.from_ymls(cli.configs, {**overrides, **settings, "pos_emb": method})
-    tokenizer = build_tokenizer(args)
+    tokenizer = build_tokenizer(args.tokenizer_run())
     device, dtype = inference_device_and_dtype(args.inference_run())
     if name == PEER:
         forward = build_peer_forward(args, tokenizer.padded_vocab_size, args.rotary_pct, max_length, device, dtype)

@@ -62,7 +62,7 @@ def build(cli, method: str, folder: pathlib.Path):
     overrides = {**parse_overrides(cli.set), "pos_emb": method, "save": None, "load": None,
                  "max_position_embeddings": PROMPT + max(cli.new_tokens)}
     args = NeoXArgs.from_ymls(cli.configs, overrides)
-    tokenizer = build_tokenizer(args)
+    tokenizer = build_tokenizer(args.tokenizer_run())
     torch.manual_seed(args.seed)
     ours = GPTModel(model_config(args, tokenizer.padded_vocab_size)).eval()
     export_model(Source(args, ours, tokenizer, step=0), folder / method)

@@ -200,16 +200,6 @@ class LengthSchedule:
         return rows
 
 
-def length_schedule_of(neox_args) -> LengthSchedule | None:
-    """The run's schedule (checked with the config), or None without one."""
-    if neox_args.length_schedule is None:
-        return None
-    paths = neox_args.train_data_paths or []
-    weights = neox_args.train_data_weights or [1.0] * len(paths)  # NeoX: equal weights when none are given
-    return parse_schedule(neox_args.length_schedule, neox_args.seq_length, len(paths),
-                          tuple(float(w) for w in weights) if paths else None)
-
-
 def parse_schedule(value, full_length: int, data_paths: int = 0,
                    run_weights: tuple[float, ...] | None = None) -> LengthSchedule:
     """`length-schedule` read and checked; LengthScheduleError names the entry and the key. `data_paths`: how

@@ -262,7 +262,7 @@ def test_nothing_below_the_door_imports_the_config_package():
 # another import: no parameter, variable or attribute is named `neox_args` there.
 # The string "neox_args" is data: the client-state key checkpoints have always kept the run's config under.
 TYPED_ROOMS = (MEGATRON / "checkpoint", MEGATRON / "evaluation", MEGATRON / "data", MEGATRON / "text_generation",
-               MEGATRON / "run" / "preflight.py")
+               MEGATRON / "run", MEGATRON / "training", MEGATRON / "tokenizer", MEGATRON / "length_schedule.py")
 
 
 def room_files(room: pathlib.Path):

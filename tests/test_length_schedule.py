@@ -7,18 +7,17 @@ import re
 
 import pytest
 import torch
-from tests.support.training import TINY, tiny_args
+from tests.support.training import TINY, pretrain, tiny_args
 
 from megatron.checkpoint.checkpointing import read_client_state
 from megatron.data import build_train_valid_test_datasets
 from megatron.data.fragments import split_into_fragments
-from megatron.run.initialize import initialize_megatron
-from megatron.length_schedule import length_schedule_of, parse_schedule
+from megatron.length_schedule import parse_schedule
+from megatron.neox_arguments.to_length_schedule import length_schedule_of
 from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgsError
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer
-from megatron.training.loop import pretrain
 
 
 RAMP = [{"start-step": 0, "seq-length": 16, "window": 8},
@@ -61,8 +60,8 @@ def test_dry_run_table_lists_each_span(stdlib_data, tmp_path):
 def test_a_real_batch_splits_into_fragments_that_keep_every_token(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
                      train_micro_batch_size_per_gpu=3, data_cache_path=str(tmp_path / "cache"))
-    initialize_megatron(args)
-    train, _, _ = build_train_valid_test_datasets(args.data_run(), build_tokenizer(args))
+    args.join_process_group()
+    train, _, _ = build_train_valid_test_datasets(args.data_run(), build_tokenizer(args.tokenizer_run()))
     crossing = []  # real samples that span a document boundary (on this corpus a few in a hundred)
     for index in range(len(train)):
         item = {k: torch.as_tensor(v) for k, v in train[index].items()}

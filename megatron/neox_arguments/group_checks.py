@@ -13,10 +13,11 @@ from megatron.model.layer_pattern import LayerPatternError, pattern_problem
 from megatron.model.positional_embeddings.dape import dape_problem
 from megatron.model.positional_embeddings.temperature import temperature_problem
 from megatron.model.positional_embeddings import OptionError, declared_options, lookup, make_options, option_names
-from megatron.length_schedule import LengthScheduleError, length_schedule_of, parse_schedule
+from megatron.length_schedule import LengthScheduleError, parse_schedule
 from megatron.quoting import quote
 
 from .errors import NeoXArgsError
+from .to_length_schedule import length_schedule_of
 from .groups import POS_EMB_ALIASES, POS_EMB_CHOICES
 from .owned_options import check_owned
 from .to_model import attention_config, layers_config

@@ -23,6 +23,7 @@ from .to_checkpoint import checkpoint_run, inference_run
 from .to_evaluation import evaluation_run, lm_eval_tasks, wandb_run
 from .to_preflight import preflight_run
 from .to_generation import generation_run
+from .to_tokenizer import tokenizer_run
 from .to_model import model_config
 from .upstream_compat import merge_deepspeed_extra, notice, translate
 from .values import _coerce, _set_nested, _unknown_key_message, parse_overrides  # noqa: F401 (re-exported)
@@ -199,9 +200,26 @@ class NeoXArgs(*reversed(GROUPS)):
 
     def data_run(self):
         """The keys the data package reads (megatron/data/run_keys.py's DataRun), as the run is now: its loaders'
-        share is this rank's, so build it after initialize_megatron."""
+        share is this rank's, so build it after join_process_group."""
         from .to_data import data_run  # megatron.data imports megatron-core: not before a command line is read
         return data_run(self)
+
+    def tokenizer_run(self):
+        """The keys building the run's tokenizer reads (megatron/tokenizer/run_keys.py's TokenizerRun)."""
+        return tokenizer_run(self)
+
+    def training_run(self):
+        """What train.py's pretrain() reads (megatron/training/run_keys.py's TrainingRun), as the run is now: build it
+        after join_process_group, so that the data's share and the config a save stores are this rank's."""
+        from .to_training import training_run  # the data's records import megatron-core: not before a command line
+        return training_run(self)
+
+    def join_process_group(self) -> None:
+        """Start this rank (megatron/run/initialize.py: the process group the launcher describes, or a one-process
+        group when run directly with `python train.py`; its device; every generator seeded with `seed`), and learn
+        its rank, world size and local rank, which the records built after it carry."""
+        from megatron.run.initialize import join_process_group  # imports torch and DeepSpeed
+        self.rank, self.world_size, self.local_rank = join_process_group(self.seed)
 
     def model_only_from(self) -> str | None:
         """The checkpoint folder whose model-states file alone gave this run its model (the checkpoint keeps no

@@ -2,7 +2,7 @@
 saving and resuming (`CheckpointRun`), and those of loading a trained model (`InferenceRun`), beside the
 `ModelConfig` (to_model.py). megatron/checkpoint/ never reads the run config itself."""
 from megatron.checkpoint.run_keys import CheckpointRun, InferenceRun
-from megatron.length_schedule import length_schedule_of
+from .to_length_schedule import length_schedule_of
 
 
 def checkpoint_run(neox_args) -> CheckpointRun:

@@ -1,13 +1,13 @@
 """The one place a run's config becomes what the data package reads (megatron/data/run_keys.py's `DataRun`):
 megatron/data/ never reads the run config itself."""
 from megatron.data.run_keys import DataRun
-from megatron.length_schedule import length_schedule_of
+from .to_length_schedule import length_schedule_of
 from megatron.probes import TrainOptions as ProbeTrainOptions
 from .values import as_tuple
 
 
 def data_run(neox_args) -> DataRun:
-    """The data keys of `neox_args` as they are now: build it after the ranks are known (initialize_megatron)
+    """The data keys of `neox_args` as they are now: build it after the ranks are known (join_process_group)
     where the loaders' share matters."""
     return DataRun(
         data_path=neox_args.data_path, train_data_paths=as_tuple(neox_args.train_data_paths),

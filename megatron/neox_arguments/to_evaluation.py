@@ -70,15 +70,14 @@ def run_start(neox_args) -> RunStart:
     """The start-up steps that read the config themselves, bound to `neox_args` (each imports its stack when called:
     the config is read before torch is imported)."""
     def begin(say):
-        from megatron.run.initialize import initialize_megatron
         from megatron.run.launcher_watch import watch_launcher
         if neox_args.world_size > 1:
-            initialize_megatron(neox_args)
+            neox_args.join_process_group()
         watch_launcher(say)
 
     def tokenizer():
         from megatron.tokenizer import build_tokenizer
-        return build_tokenizer(neox_args)
+        return build_tokenizer(neox_args.tokenizer_run())
 
     def check(vocab_rows):
         from megatron.run.preflight import check_evaluation

@@ -11,15 +11,10 @@ from deepspeed.accelerator import get_accelerator
 from megatron.compiled_code import keep_compiled_code_apart
 
 
-def initialize_megatron(neox_args) -> None:
-    """Join the process group the launcher describes, or a one-process group when run directly with
-    `python train.py`; pick this rank's device and seed every generator. The config learns its rank."""
-    neox_args.rank, neox_args.world_size, neox_args.local_rank = join_process_group(neox_args.seed)
-
-
 def join_process_group(seed: int) -> tuple[int, int, int]:
-    """What initialize_megatron does, for code that takes typed run keys (text generation): join the group, pick
-    this rank's device, seed every generator with `seed`; returns (rank, world size, local rank)."""
+    """Join the process group the launcher describes, or a one-process group when run directly with
+    `python train.py`; pick this rank's device and seed every generator with `seed`. Returns (rank, world size,
+    local rank); a run's config learns them through NeoXArgs.join_process_group."""
     keep_compiled_code_apart()  # before DeepSpeed JIT-builds its CPU comm op
     accelerator = get_accelerator()
     backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()

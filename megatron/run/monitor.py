@@ -14,6 +14,7 @@ import deepspeed
 import torch
 
 from megatron.progress import Progress
+from megatron.run.run_keys import MonitorRun
 from megatron.run.wandb_run import start_wandb
 
 
@@ -45,17 +46,17 @@ def _duration(seconds: float) -> str:
 class Monitor:
     """Collects per-step numbers and reports them every `log_interval` steps. Only rank 0 writes."""
 
-    def __init__(self, neox_args, start_iteration: int):
-        self.args = neox_args
-        self.active = neox_args.rank == 0
+    def __init__(self, run: MonitorRun, start_iteration: int):
+        self.run = run
+        self.active = run.rank == 0
         self.tensorboard = self.wandb = None
-        if self.active and neox_args.tensorboard_dir:
+        if self.active and run.tensorboard_dir:
             from torch.utils.tensorboard import SummaryWriter
-            self.tensorboard = SummaryWriter(log_dir=neox_args.tensorboard_dir)
-        if self.active and neox_args.use_wandb:
-            self.wandb = start_wandb(neox_args.wandb_run())
+            self.tensorboard = SummaryWriter(log_dir=run.tensorboard_dir)
+        if self.active and run.wandb is not None:
+            self.wandb = start_wandb(run.wandb)
         # A bar on a terminal only: elsewhere the report lines every log-interval steps are the progress.
-        self.progress = Progress("train", total=neox_args.train_iters, initial=start_iteration, unit="step",
+        self.progress = Progress("train", total=run.train_iters, initial=start_iteration, unit="step",
                             show=self.active, stream=sys.stdout, lines=False)
         self.start_time = self.interval_start = time.time()
         self.start_iteration = start_iteration
@@ -80,7 +81,7 @@ class Monitor:
         now = time.time()
         steps = len(self.losses) + self.interval_skipped
         per_step = (now - self.interval_start) / max(steps, 1)
-        tokens_per_sec = self.args.train_batch_size * self.args.seq_length / per_step
+        tokens_per_sec = self.run.train_batch_size * self.run.seq_length / per_step
         loss = sum(self.losses) / len(self.losses) if self.losses else float("nan")
         scalars = {"train/loss": loss, "train/ppl": perplexity(loss), "train/lr": self.last["lr"],
                    "train/tokens_per_sec": tokens_per_sec, "train/seconds_per_step": per_step,
@@ -90,8 +91,8 @@ class Monitor:
         if self.last["loss_scale"] is not None:
             scalars["train/loss_scale"] = self.last["loss_scale"]
         self.write_scalars(iteration, {**scalars, **kernel})
-        remaining = (self.args.train_iters - iteration) * per_step
-        fields = [f"step {iteration:>{len(str(self.args.train_iters))}}/{self.args.train_iters}",
+        remaining = (self.run.train_iters - iteration) * per_step
+        fields = [f"step {iteration:>{len(str(self.run.train_iters))}}/{self.run.train_iters}",
                   f"loss {loss:.4f}", f"ppl {perplexity(loss):.2f}", f"lr {self.last['lr']:.3e}"]
         if self.last["grad_norm"] is not None:
             fields.append(f"grad norm {self.last['grad_norm']:.3f}")

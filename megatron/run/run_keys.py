@@ -1,7 +1,10 @@
-"""The keys of a run's config that the start-up checks read (megatron/run/preflight.py), as one typed record the
-config package builds (megatron/neox_arguments/to_preflight.py): the checks take it and a `ModelConfig`, never the
-run config itself. No torch here: deepy.py builds it before any rank starts."""
+"""The keys of a run's config that this package reads, as typed records the config package builds: what the
+start-up checks read (megatron/run/preflight.py; megatron/neox_arguments/to_preflight.py), which take it and a
+`ModelConfig`, and where training's monitor reports (monitor.py; megatron/neox_arguments/to_training.py); never the
+run config itself. No torch here: deepy.py builds a PreflightRun before any rank starts."""
 from dataclasses import dataclass
+
+from .wandb_run import WandbRun
 
 
 @dataclass(frozen=True)
@@ -40,3 +43,14 @@ class PreflightRun:
     def source(self, key: str) -> str:
         """Where `key` was set, for an error message ('the config' when a default)."""
         return self.sources.get(key, "the config")
+
+
+@dataclass(frozen=True)
+class MonitorRun:
+    """Where training's numbers go (monitor.py) and what its report lines count against."""
+    rank: int                             # only rank 0 writes
+    tensorboard_dir: str | None           # None: no TensorBoard
+    wandb: WandbRun | None                # None: use-wandb is off
+    train_iters: int                      # the steps the progress and the ETA count to
+    train_batch_size: int                 # samples per step, all ranks: with seq_length, the tokens of a step
+    seq_length: int

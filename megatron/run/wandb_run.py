@@ -1,6 +1,6 @@
 """Weights & Biases, started one way for training's monitor (monitor.py) and evaluation's dashboards, from the
 few keys of a run that say where its numbers go: a `WandbRun`, which the config package builds
-(`neox_args.wandb_run()`). No torch here: the config package imports this module."""
+(`NeoXArgs.wandb_run()`). No torch here: the config package imports this module."""
 import os
 from dataclasses import dataclass
 

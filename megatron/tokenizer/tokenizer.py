@@ -4,12 +4,14 @@ Every tokenizer has `tokenize(text) -> list[int]`, `detokenize(ids) -> str`, `eo
 end-of-document id appended after each document), `pad` (an id no text ever maps to; samples padded
 with it are masked out of the loss) and `vocab_size` (the ids its files define). The model's
 embedding is `padded_vocab_size(tokenizer, divisor)` rows, which also covers `pad`; the tokenizer
-`build_tokenizer(neox_args)` returns carries that number as its `padded_vocab_size`.
+`build_tokenizer(run)` returns (`run`: run_keys.py's TokenizerRun) carries that number as its `padded_vocab_size`.
 BPE and SentencePiece come from the Hugging Face `tokenizers` and `sentencepiece` libraries.
 """
 import os
 
 from megatron.errors import NeoXArgsError
+
+from .run_keys import TokenizerRun
 
 
 class TokenizerError(NeoXArgsError):
@@ -223,10 +225,9 @@ def rows_for(ids: int, divisible_by: int) -> int:
     return -(-ids // divisible_by) * divisible_by
 
 
-def build_tokenizer(neox_args) -> Tokenizer:
-    """The config's tokenizer, with the model's `padded_vocab_size` (to make-vocab-size-divisible-by)."""
-    return padded_tokenizer(neox_args.tokenizer_type, neox_args.vocab_file, neox_args.merge_file,
-                            neox_args.make_vocab_size_divisible_by)
+def build_tokenizer(run: TokenizerRun) -> Tokenizer:
+    """The run's tokenizer, with the model's `padded_vocab_size` (to make-vocab-size-divisible-by)."""
+    return padded_tokenizer(run.tokenizer_type, run.vocab_file, run.merge_file, run.vocab_divisible_by)
 
 
 def padded_tokenizer(tokenizer_type: str, vocab_file, merge_file, divisible_by: int) -> Tokenizer:

@@ -1,8 +1,9 @@
 """The NeoX training loop on DeepSpeed's engine.
 
-pretrain() -> initialise -> datasets -> model, optimizer, LR schedule -> deepspeed.initialize ->
+pretrain(run) -> start-up checks -> datasets -> model, optimizer, LR schedule -> deepspeed.initialize ->
 resume -> train() (train_step() per step, evaluate() every eval-interval, save every
-checkpoint-factor) -> final checkpoint, validation and test.
+checkpoint-factor) -> final checkpoint, validation and test. `run` is the TrainingRun of run_keys.py, which
+train.py builds from the config once the process group is joined: nothing here reads the config itself.
 """
 import contextlib
 import dataclasses
@@ -20,7 +21,6 @@ from megatron.checkpoint.checkpointing import SaveFailed, fine_tune_so_far, load
 from megatron.checkpoint.run_keys import CheckpointRun
 from megatron.data import DataRun, build_data_loader, build_train_valid_test_datasets
 from megatron.data.packed_documents import samples_across_documents
-from megatron.run.initialize import initialize_megatron
 from megatron.run.launcher_watch import watch_launcher
 from megatron.model import GPTModel
 from megatron.model.transformer import compile_layers
@@ -36,6 +36,7 @@ from megatron.training.pose_positions import draw_pose_positions
 from megatron.length_schedule import LengthAt, step_scalars
 from megatron.data.fragments import split_into_fragments
 from megatron.training.banner import masking_line, model_line, run_line
+from megatron.training.run_keys import LoopRun, StepRun, TrainingRun
 
 
 class TrainingError(RuntimeError):
@@ -80,46 +81,47 @@ def masked_mean(losses: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     return (losses.flatten() * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def pretrain(neox_args) -> TrainingResult:
-    initialize_megatron(neox_args)
-    watch_launcher(print if neox_args.rank == 0 else lambda *a, **k: None)
-    tokenizer = build_tokenizer(neox_args)
+def pretrain(run: TrainingRun) -> TrainingResult:
+    """Train the run's model: `run` is built at train.py's door once this process joined its process group
+    (NeoXArgs.join_process_group, then NeoXArgs.training_run)."""
+    watch_launcher(print if run.rank == 0 else lambda *a, **k: None)
+    tokenizer = build_tokenizer(run.tokenizer)
     # before any data is read or step spent; holds the save folder
-    lock = check_training(neox_args.preflight_run(), neox_args.model, tokenizer.padded_vocab_size)
+    lock = check_training(run.preflight, run.model, tokenizer.padded_vocab_size)
     try:
-        return _pretrain(neox_args, tokenizer)
+        return _pretrain(run, tokenizer)
     finally:
         lock.release()
 
 
-def _pretrain(neox_args, tokenizer) -> TrainingResult:
-    data = neox_args.data_run()  # the data keys, with this rank's share (initialize_megatron has run)
+def _pretrain(run: TrainingRun, tokenizer) -> TrainingResult:
+    data = run.data  # the data keys, with this rank's share
     train_set, valid_set, test_set = build_train_valid_test_datasets(data, tokenizer)
-    if neox_args.rank == 0:
-        print(run_line(neox_args), flush=True)
-    engine, optimizer = setup_model_and_optimizer(neox_args, tokenizer.padded_vocab_size)
-    if neox_args.rank == 0 and train_set is not None and (masking := masking_line(
-            neox_args, *samples_across_documents(train_set))):
+    if run.rank == 0:
+        print(run_line(run.banner), flush=True)
+    engine, optimizer = setup_model_and_optimizer(run, tokenizer.padded_vocab_size)
+    if run.rank == 0 and train_set is not None and (masking := masking_line(
+            run.banner, *samples_across_documents(train_set))):
         print(masking, flush=True)
-    checkpoint = neox_args.checkpoint_run()  # what saves and the resume read of the config, as the run trains with it
+    checkpoint = run.checkpoint  # what saves and the resume read of the config, as the run trains with it
     iteration, consumed = load_checkpoint(checkpoint, engine)
-    if iteration >= data.train_iters and neox_args.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
-        held = fine_tune_so_far(checkpoint) or neox_args.load  # a relaunched fine-tune resumed its own save
+    if iteration >= data.train_iters and run.rank == 0:  # e.g. `train.py configs/tiny.yml` after the demo
+        held = fine_tune_so_far(checkpoint) or checkpoint.load  # a relaunched fine-tune resumed its own save
         print(f"the checkpoint in {held} is at step {iteration}, already train-iters "
               f"({data.train_iters}): nothing to train; the final validation runs on it. Raise train-iters "
               f"(--set train-iters=N) to train further, or name another save/load folder to start anew.", flush=True)
     with torch.random.fork_rng(devices=[]):  # starting a DataLoader draws a seed: keep dropout's stream
         train_batches = iter(build_data_loader(train_set, data, consumed))
 
-    monitor = Monitor(neox_args, iteration)
+    monitor = Monitor(run.monitor, iteration)
     try:
         with Preemption() as preemption:
-            result = train(neox_args, data, engine, optimizer, train_batches, valid_set, tokenizer.vocab_size,
-                           monitor, preemption, iteration, consumed, checkpoint)
+            result = train(run, engine, optimizer, train_batches, valid_set, tokenizer.vocab_size, monitor,
+                           preemption, iteration, consumed)
         if result.preempted:
             return result
         for split, dataset in (("valid", valid_set), ("test", test_set)):
-            loss = evaluate(neox_args, data, engine, dataset, tokenizer.vocab_size)
+            loss = evaluate(run.step, data, engine, dataset, tokenizer.vocab_size)
             if loss is not None:
                 monitor.report_evaluation(result.iteration, split, loss, data.seq_length_val)
                 setattr(result, f"{split}_loss", loss)
@@ -133,46 +135,48 @@ def _pretrain(neox_args, tokenizer) -> TrainingResult:
     return result
 
 
-def setup_model_and_optimizer(neox_args, vocab_size: int):
+def setup_model_and_optimizer(run: TrainingRun, vocab_size: int):
     """The DeepSpeed engine around the model (`vocab_size` embedding rows), our optimizer and LR
     schedule (the DeepSpeed JSON's own `optimizer` entry is dropped: the optimizer built here carries
     the weight-decay groups)."""
-    model = GPTModel(dataclasses.replace(neox_args.model, padded_vocab_size=vocab_size))
-    if neox_args.compile_blocks:
+    model = GPTModel(dataclasses.replace(run.model, padded_vocab_size=vocab_size))
+    if run.compile_blocks:
         compile_layers(model.layers)
-    optimizer = build_optimizer(neox_args, model)
-    scheduler = build_lr_scheduler(neox_args, optimizer)
-    config = {k: v for k, v in neox_args.deepspeed_config().items() if k not in ("optimizer", "scheduler")}
+    optimizer = build_optimizer(run.optimizer, model)
+    scheduler = build_lr_scheduler(run.optimizer, run.lr_schedule, optimizer)
+    config = {k: v for k, v in run.deepspeed_config.items() if k not in ("optimizer", "scheduler")}
     config["zero_allow_untested_optimizer"] = True  # ZeRO checks the exact class; ours subclasses torch's AdamW
     if not deepspeed_clips(config):
         config["gradient_clipping"] = 0.0  # train_step clips (clip_gradients), with one norm over all tensors
     mpu = None  # sequence-parallel-size > 1: the groups, so the engine sums gradients over a sequence's ranks
-    if neox_args.sequence_parallel_size > 1:
-        mpu = SequenceParallelGroups(neox_args.sequence_parallel_size)
+    if run.step.sequence_parallel_size > 1:
+        mpu = SequenceParallelGroups(run.step.sequence_parallel_size)
         model.sequence_parallel = SequenceParallel(mpu.sequence_group)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config,
                                            mpu=mpu)
-    if neox_args.rank == 0:
+    if run.rank == 0:
         count = sum(p.numel() for p in model.parameters())
-        print(model_line(neox_args, count, engine.zero_optimization_stage()), flush=True)
+        print(model_line(run.banner, count, engine.zero_optimization_stage()), flush=True)
     return engine, optimizer
 
 
-def train(neox_args, data: DataRun, engine, optimizer, train_batches, valid_set, vocab_size, monitor, preemption,
-          iteration: int, consumed: int, checkpoint: CheckpointRun) -> TrainingResult:
-    """Steps from `iteration` to train-iters; `data`: the run's data keys, its length schedule among them."""
+def train(run: TrainingRun, engine, optimizer, train_batches, valid_set, vocab_size, monitor, preemption,
+          iteration: int, consumed: int) -> TrainingResult:
+    """Steps from `iteration` to train-iters (the run's data keys, its length schedule among them)."""
+    data, checkpoint, loop, step_keys = run.data, run.checkpoint, run.loop, run.step
+    save = checkpoint.save
     result = TrainingResult(iteration)
     bad_in_a_row = 0
     last_saved = iteration or None  # the checkpoint this run resumed from, if any
     save_due = False  # a save falls due at a checkpoint-factor step; it waits for a step that was applied
-    extra_saves = set(neox_args.extra_save_iters or ())
+    extra_saves = set(loop.extra_save_iters)
     # The weights are tried on the next batch before each save (and at the end): finite but blown-up
     # weights (lr or init-method-std 1e30) only show as NaN/inf once used. Taking it and putting it
     # back leaves the data stream as it was (the sampler is endless).
     probe = next(train_batches)
     train_batches = itertools.chain([probe], train_batches)
-    weights = WeightCheck(neox_args, engine, probe, vocab_size)
-    if neox_args.save and iteration == 0 and 0 in extra_saves:  # upstream's "save the initial weights"
+    weights = WeightCheck(step_keys, engine, probe, vocab_size, save)
+    if save and iteration == 0 and 0 in extra_saves:  # upstream's "save the initial weights"
         checked_save(checkpoint, engine, weights, 0, consumed, monitor, last_saved)
         last_saved = 0
     schedule = data.length_schedule
@@ -184,7 +188,7 @@ def train(neox_args, data: DataRun, engine, optimizer, train_batches, valid_set,
             length, previous = schedule.at(iteration), length
             if previous is None or previous.stage != length.stage:  # the first step of this launch, or a new stage
                 monitor.print(f"length schedule: step {iteration + 1} is in {length.describe()}")
-        step = train_step(neox_args, engine, optimizer, train_batches, vocab_size, length)
+        step = train_step(step_keys, engine, optimizer, train_batches, vocab_size, length)
         iteration += 1
         consumed += data.train_batch_size
         result.iteration, result.losses[iteration] = iteration, step.loss
@@ -192,24 +196,24 @@ def train(neox_args, data: DataRun, engine, optimizer, train_batches, valid_set,
         bad_in_a_row = bad_in_a_row + 1 if step.skipped else 0
         scale = engine.optimizer.loss_scale if engine.fp16_enabled() else None
         monitor.record_step(step.loss, step.skipped, _current_lr(engine), step.grad_norm, scale)
-        if iteration % neox_args.log_interval == 0:
+        if iteration % loop.log_interval == 0:
             shape = step_scalars(step.shape) if step.shape else {}
             monitor.report(iteration, {**kernel_scalars(engine.module), **shape},
                            length.describe() if length else None)
-        if bad_in_a_row >= neox_args.max_consecutive_bad_steps:
+        if bad_in_a_row >= loop.max_consecutive_bad_steps:
             raise TrainingError(
                 f"stopping at step {iteration}: the last {bad_in_a_row} steps had a NaN/inf loss or fp16 "
-                f"overflow (max-consecutive-bad-steps = {neox_args.max_consecutive_bad_steps}); they were "
-                f"skipped and {_saved_so_far(neox_args, last_saved)}. {TRY_INSTEAD}")
-        if neox_args.save and neox_args.checkpoint_factor and iteration % neox_args.checkpoint_factor == 0:
+                f"overflow (max-consecutive-bad-steps = {loop.max_consecutive_bad_steps}); they were "
+                f"skipped and {_saved_so_far(save, last_saved)}. {TRY_INSTEAD}")
+        if save and loop.checkpoint_factor and iteration % loop.checkpoint_factor == 0:
             save_due = True
-        if neox_args.save and iteration in extra_saves:
+        if save and iteration in extra_saves:
             save_due = True
         if save_due and not step.skipped:
             checked_save(checkpoint, engine, weights, iteration, consumed, monitor, last_saved)
             last_saved, save_due = iteration, False
         if iteration % data.eval_interval == 0 and iteration < data.train_iters:
-            loss = evaluate(neox_args, data, engine, valid_set, vocab_size)
+            loss = evaluate(step_keys, data, engine, valid_set, vocab_size)
             if loss is not None:
                 monitor.report_evaluation(iteration, "valid", loss, data.seq_length_val)
         if preemption.requested():
@@ -217,18 +221,18 @@ def train(neox_args, data: DataRun, engine, optimizer, train_batches, valid_set,
             result.preempted = True
             result.stopped_by = preemption.received or signal.SIGTERM  # another rank's signal: as SIGTERM
             break
-        if neox_args.exit_interval and iteration % neox_args.exit_interval == 0 and iteration < data.train_iters:
-            monitor.print(f"exit-interval {neox_args.exit_interval}: stopping after step {iteration}")
+        if loop.exit_interval and iteration % loop.exit_interval == 0 and iteration < data.train_iters:
+            monitor.print(f"exit-interval {loop.exit_interval}: stopping after step {iteration}")
             result.preempted = True  # stop as a preempted run does: save, skip the final evaluation
             break
-    learned_nothing(neox_args, result, bad_in_a_row, last_saved)
-    if not neox_args.save:
+    learned_nothing(loop, save, result, bad_in_a_row, last_saved)
+    if not save:
         weights.check(iteration, last_saved)
         if result.preempted:
             monitor.print("no checkpoint written: `save` is not set")
     elif bad_in_a_row:  # fp16 overflow with a finite loss (a NaN/inf one stopped the run above)
         monitor.print(f"no final checkpoint: the last {bad_in_a_row} step(s) were skipped (fp16 overflow); "
-                      f"{_saved_so_far(neox_args, last_saved)}")
+                      f"{_saved_so_far(save, last_saved)}")
     elif iteration > (last_saved or 0):
         checked_save(checkpoint, engine, weights, iteration, consumed, monitor, last_saved)
     return result
@@ -238,15 +242,16 @@ TRY_INSTEAD = ("Lower the learning rate or init-method-std, lengthen warmup, use
                "or check the data, then resume from the last checkpoint (or start again without one).")
 
 
-def _saved_so_far(neox_args, last_saved) -> str:
-    if not neox_args.save:
+def _saved_so_far(save: str | None, last_saved) -> str:
+    """What is kept of the run so far (`save`: the folder checkpoints go to, if any)."""
+    if not save:
         return "no checkpoint was written (`save` is not set)"
     if last_saved is None:
-        return f"no checkpoint was saved in {neox_args.save}"
-    return f"the last checkpoint is step {last_saved} (`latest` in {neox_args.save})"
+        return f"no checkpoint was saved in {save}"
+    return f"the last checkpoint is step {last_saved} (`latest` in {save})"
 
 
-def learned_nothing(neox_args, result: TrainingResult, bad_in_a_row: int, last_saved) -> None:
+def learned_nothing(loop: LoopRun, save: str | None, result: TrainingResult, bad_in_a_row: int, last_saved) -> None:
     """A run that ends on a NaN/inf loss, or whose every step was skipped, has not trained: it stops with
     an error (a non-zero exit status, so a sweep counts it as failed), never as a finished run."""
     if not result.losses:
@@ -256,12 +261,12 @@ def learned_nothing(neox_args, result: TrainingResult, bad_in_a_row: int, last_s
         raise TrainingError(
             f"no step of this run was applied: all {steps} step(s) up to step {result.iteration} had a NaN/inf "
             f"loss or fp16 overflow and were skipped, so the weights did not train; "
-            f"{_saved_so_far(neox_args, last_saved)}. {TRY_INSTEAD}")
+            f"{_saved_so_far(save, last_saved)}. {TRY_INSTEAD}")
     if not math.isfinite(result.losses[result.iteration]):
         raise TrainingError(
             f"the run ended at step {result.iteration} on a NaN/inf loss ({bad_in_a_row} skipped step(s) in a "
-            f"row; max-consecutive-bad-steps = {neox_args.max_consecutive_bad_steps} was not reached before "
-            f"train-iters); no final checkpoint was saved and {_saved_so_far(neox_args, last_saved)}. "
+            f"row; max-consecutive-bad-steps = {loop.max_consecutive_bad_steps} was not reached before "
+            f"train-iters); no final checkpoint was saved and {_saved_so_far(save, last_saved)}. "
             f"{TRY_INSTEAD}")
 
 
@@ -271,16 +276,16 @@ def sequence_share(engine, loss, batch: dict):
     return loss if parallel is None else loss_share(loss, batch["loss_mask"], parallel.group)
 
 
-def packing(neox_args, batch: dict, positions=None) -> dict:
+def packing(step: StepRun, batch: dict, positions=None) -> dict:
     """The model's keyword arguments for a batch's packed documents (reset-attention-mask,
     reset-position-ids: megatron/data/packed_documents.py), or `positions` [s] (random-positions)."""
-    if not neox_args.reset_attention_mask:
+    if not step.reset_attention_mask:
         return {"position_ids": positions}
     return {"document_ids": batch["document_ids"],
-            "position_ids": batch["position_ids"] if neox_args.reset_position_ids else positions}
+            "position_ids": batch["position_ids"] if step.reset_position_ids else positions}
 
 
-def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: LengthAt | None = None) -> StepOutcome:
+def train_step(step: StepRun, engine, optimizer, train_batches, vocab_size, length: LengthAt | None = None) -> StepOutcome:
     """One optimizer step over gradient-accumulation-steps micro-batches. A step whose loss is NaN/inf
     on any rank changes nothing (fp16 overflow is DeepSpeed's to skip; the LR schedule then waits too).
     `length` (length-schedule): each sample split into sequences of its seq-length, the windows capped at its
@@ -289,7 +294,7 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
     The host reads the device once per step (loss sum, kept tokens and, where the step clips, the gradient
     norm, in one copy): each read waits for the accelerator's queue to drain, so none is taken per tensor."""
     device = get_accelerator().current_device_name()
-    accumulation = neox_args.gradient_accumulation_steps
+    accumulation = step.gradient_accumulation_steps
     total = torch.zeros((), dtype=torch.float64, device=device)
     kept = torch.zeros((), dtype=torch.float64, device=device)  # tokens the loss counts
     shape = None if length is None else {"length": length, "tokens": 0, "last_position": 0}
@@ -307,8 +312,8 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
             batch = {k: v.to(device) for k, v in batch.items()}
             if length is not None:
                 batch = split_into_fragments(batch, length.seq_length)
-            positions = training_positions(neox_args, batch["tokens"].shape[1], device)
-            arguments = packing(neox_args, batch, positions)
+            positions = training_positions(step, batch["tokens"].shape[1], device)
+            arguments = packing(step, batch, positions)
             loss = sequence_share(engine, batch_loss(engine, batch, vocab_size, arguments), batch)
             engine.backward(loss)
             total += loss.detach().double()
@@ -324,21 +329,21 @@ def train_step(neox_args, engine, optimizer, train_batches, vocab_size, length: 
             if micro < accumulation - 1:
                 engine.step()  # within the accumulation: DeepSpeed only counts the micro-step
     with torch.profiler.record_function(AFTER_BACKWARD):
-        outcome = _after_backward(neox_args, engine, optimizer, total, kept, accumulation, drawn_last)
+        outcome = _after_backward(step, engine, optimizer, total, kept, accumulation, drawn_last)
     if outcome.local is not None:
         shape["last_position"] = int(outcome.local)
     outcome.shape = shape
     return outcome
 
 
-def training_positions(neox_args, length: int, device) -> torch.Tensor | None:
+def training_positions(step: StepRun, length: int, device) -> torch.Tensor | None:
     """A training micro-batch's positions [length] shared by its sequences: random-positions' or PoSE's draw,
     or None (0..length-1, or the documents' with reset-position-ids)."""
-    if neox_args.random_positions is not None:
-        return draw_positions(length, neox_args.random_positions, device)
-    if neox_args.pose_target_length is not None:
+    if step.random_positions is not None:
+        return draw_positions(length, step.random_positions, device)
+    if step.pose_target_length is not None:
         # A length-schedule's shorter sequences keep the target window: each stage sees its distances.
-        return draw_pose_positions(length, neox_args.pose_target_length, min(neox_args.pose_chunks, length), device)
+        return draw_pose_positions(length, step.pose_target_length, min(step.pose_chunks, length), device)
     return None
 
 
@@ -350,22 +355,22 @@ def windows_for(model, length: LengthAt | None):
 AFTER_BACKWARD = "train_step: after the backward"  # its profiler label: all-reduce, clip, host read, optimizer
 
 
-def _after_backward(neox_args, engine, optimizer, total, kept, accumulation, local=None) -> StepOutcome:
+def _after_backward(step: StepRun, engine, optimizer, total, kept, accumulation, local=None) -> StepOutcome:
     """The optimizer step after the micro-batches' backward passes. `local`: a scalar of this rank's own (not
     reduced over ranks) that the caller reads with the step's one host read, returned as `outcome.local`."""
     both = torch.stack([total, kept])
     torch.distributed.all_reduce(both)  # NaN anywhere makes the sum NaN everywhere: all ranks agree
     clips_here = clips_in_step(engine)
     if clips_here:  # the gradients are all-reduced by now: the norm is the global one on every rank
-        both = torch.cat([both, clip_gradients(engine.module, neox_args.gradient_clipping).double().view(1)])
+        both = torch.cat([both, clip_gradients(engine.module, step.gradient_clipping).double().view(1)])
     if local is not None:
         both = torch.cat([both, local.view(1)])
     read = both.to("cpu", copy=True).tolist()  # the step's one host read
     local = read.pop() if local is not None else None
     total, kept = read[0], read[1]
     if kept == 0:
-        raise empty_loss_mask(neox_args, "a training step's global batch")
-    replicas = torch.distributed.get_world_size() // neox_args.sequence_parallel_size  # a sequence's ranks add up
+        raise empty_loss_mask(step, "a training step's global batch")
+    replicas = torch.distributed.get_world_size() // step.sequence_parallel_size  # a sequence's ranks add up
     mean_loss = total / (accumulation * replicas)
     grad_norm = read[2] if clips_here else None
     # A NaN/inf gradient norm skips the step as a NaN/inf loss does (the finite check is the clip's norm).
@@ -406,7 +411,7 @@ def clip_gradients(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
     return norm
 
 
-def evaluate(neox_args, data: DataRun, engine, dataset, vocab_size) -> float | None:
+def evaluate(step: StepRun, data: DataRun, engine, dataset, vocab_size) -> float | None:
     """Mean loss of the first `eval-iters` batches of `dataset` (at seq-length-val): the same
     batches at every evaluation, so the curve shows the model changing, not the sample."""
     if dataset is None or data.eval_iters == 0:
@@ -417,20 +422,20 @@ def evaluate(neox_args, data: DataRun, engine, dataset, vocab_size) -> float | N
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
         for batch in itertools.islice(build_data_loader(dataset, data, 0), data.eval_iters):
             batch = {k: v.to(device) for k, v in batch.items()}
-            stats[0] += sequence_share(engine, batch_loss(engine, batch, vocab_size, packing(neox_args, batch)),
+            stats[0] += sequence_share(engine, batch_loss(engine, batch, vocab_size, packing(step, batch)),
                                        batch).double()
             stats[1] += 1 / data.sequence_parallel_size  # a sequence's ranks hold shares of one batch
             stats[2] += batch["loss_mask"].sum().double()
     engine.train()
     torch.distributed.all_reduce(stats)
     if stats[2].item() == 0:
-        raise empty_loss_mask(neox_args, f"the {data.eval_iters} evaluation batches")
+        raise empty_loss_mask(step, f"the {data.eval_iters} evaluation batches")
     return (stats[0] / stats[1]).item()
 
 
-def empty_loss_mask(neox_args, what: str) -> TrainingError:
+def empty_loss_mask(step: StepRun, what: str) -> TrainingError:
     """An empty loss mask is not a loss of zero: no token was scored, so there is no loss to report."""
-    masks = "eod-mask-loss masks every end-of-document token" if neox_args.eod_mask_loss else "the loss mask"
+    masks = "eod-mask-loss masks every end-of-document token" if step.eod_mask_loss else "the loss mask"
     return TrainingError(
         f"every token of {what} is masked out of the loss ({masks}, and the batch holds nothing else), so there is "
         f"no loss to report or learn from; lm_loss would read 0.0, which is not a perfect score. Check the data "
@@ -441,8 +446,8 @@ class WeightCheck:
     """Whether the weights trained: finite, and giving a finite loss on `probe` (one micro-batch), on
     every rank. Weights pushed to huge but finite values pass the first test and fail the second."""
 
-    def __init__(self, neox_args, engine, probe: dict, vocab_size: int):
-        self.neox_args, self.engine, self.probe, self.vocab_size = neox_args, engine, probe, vocab_size
+    def __init__(self, step: StepRun, engine, probe: dict, vocab_size: int, save: str | None):
+        self.step, self.engine, self.probe, self.vocab_size, self.save = step, engine, probe, vocab_size, save
 
     def check(self, iteration: int, last_saved) -> None:
         """Raise TrainingError when the weights after step `iteration` diverged."""
@@ -450,7 +455,7 @@ class WeightCheck:
         batch = {k: v.to(device) for k, v in self.probe.items()}
         self.engine.eval()  # every rank runs the forward (collective under ZeRO-3), whatever its weights hold
         with torch.no_grad(), torch.random.fork_rng(devices=[]):  # leave the training randomness as it was
-            loss = batch_loss(self.engine, batch, self.vocab_size, packing(self.neox_args, batch))
+            loss = batch_loss(self.engine, batch, self.vocab_size, packing(self.step, batch))
         self.engine.train()
         parameters = self.engine.module.parameters()
         finite = torch.isfinite(loss).item() and all(torch.isfinite(p).all() for p in parameters)
@@ -459,7 +464,7 @@ class WeightCheck:
         if not flag.item():
             raise TrainingError(
                 f"training diverged: the weights after step {iteration} hold NaN/inf or give a NaN/inf loss on a "
-                f"training batch, so they are not saved; {_saved_so_far(self.neox_args, last_saved)}. "
+                f"training batch, so they are not saved; {_saved_so_far(self.save, last_saved)}. "
                 f"{TRY_INSTEAD}")
 
 

@@ -7,6 +7,7 @@ from deepspeed.accelerator import get_accelerator
 
 from megatron.model import get_params_for_weight_decay_optimization
 from megatron.errors import NeoXArgsError
+from megatron.training.run_keys import LrSchedule, OptimizerRun
 
 with warnings.catch_warnings():  # megatron.core announces at import that apex/TE are absent
     warnings.simplefilter("ignore", UserWarning)
@@ -73,19 +74,19 @@ def _adam_class(device_type: str):
     return AdamW, {"fused": True}  # torch's own fused CUDA kernel
 
 
-def build_optimizer(neox_args, model: torch.nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(run: OptimizerRun, model: torch.nn.Module) -> torch.optim.Optimizer:
     """Adam for `optimizer.type` Adam or AdamW. Both use decoupled weight decay: NeoX's "Adam" is apex's
     FusedAdam, whose default is AdamW mode. Norms, biases and kernel parameters get no decay."""
-    groups = get_params_for_weight_decay_optimization(model, neox_args.weight_decay)
+    groups = get_params_for_weight_decay_optimization(model, run.weight_decay)
     for group in groups:  # the scheduler sets weight_decay = wd * wd_mult on every step
         group["wd_mult"] = 1.0 if group["weight_decay"] > 0 else 0.0
-    params = dict(neox_args.optimizer.get("params", {}))
+    params = dict(run.params)
     params.pop("weight_decay", None)
-    params["lr"] = neox_args.lr
+    params["lr"] = run.lr
     if "betas" in params:
         params["betas"] = tuple(params["betas"])
     cls, extra = _adam_class(get_accelerator().device_name())
-    return cls(groups, weight_decay=neox_args.weight_decay, **params, **extra)
+    return cls(groups, weight_decay=run.weight_decay, **params, **extra)
 
 
 class AnnealingLR(OptimizerParamScheduler):
@@ -108,19 +109,20 @@ class AnnealingLR(OptimizerParamScheduler):
         return max(lr, self.min_lr)
 
 
-def build_lr_scheduler(neox_args, optimizer: torch.optim.Optimizer) -> AnnealingLR:
-    """NeoX's schedule over `lr_decay_iters` steps. On resume the step count comes from the checkpoint
-    and everything else from the current config, so a run can be extended by raising train-iters."""
-    decay_iters = max(1, neox_args.lr_decay_iters)
-    warmup_iters = neox_args.warmup * decay_iters  # a float, as in NeoX
+def build_lr_scheduler(run: OptimizerRun, schedule: LrSchedule, optimizer: torch.optim.Optimizer) -> AnnealingLR:
+    """NeoX's schedule over `lr_decay_iters` steps from the peak lr of `run`. On resume the step count comes
+    from the checkpoint and everything else from the current config, so a run can be extended by raising
+    train-iters."""
+    decay_iters = max(1, schedule.decay_iters)
+    warmup_iters = schedule.warmup * decay_iters  # a float, as in NeoX
     if warmup_iters >= decay_iters:
-        raise NeoXArgsError(f"warmup {neox_args.warmup} covers the whole decay ({decay_iters} steps): "
+        raise NeoXArgsError(f"warmup {schedule.warmup} covers the whole decay ({decay_iters} steps): "
                             "warmup is a fraction of lr-decay-iters; set it below 1.")
-    if neox_args.min_lr > neox_args.lr:
-        raise NeoXArgsError(f"min_lr {neox_args.min_lr} is above the peak learning rate "
-                            f"optimizer.params.lr {neox_args.lr}; lower min_lr.")
+    if schedule.min_lr > run.lr:
+        raise NeoXArgsError(f"min_lr {schedule.min_lr} is above the peak learning rate "
+                            f"optimizer.params.lr {run.lr}; lower min_lr.")
     return AnnealingLR(
-        optimizer, init_lr=0.0, max_lr=neox_args.lr, min_lr=neox_args.min_lr,
-        lr_warmup_steps=warmup_iters, lr_decay_steps=decay_iters, lr_decay_style=neox_args.lr_decay_style,
-        start_wd=neox_args.weight_decay, end_wd=neox_args.weight_decay, wd_incr_steps=decay_iters,
+        optimizer, init_lr=0.0, max_lr=run.lr, min_lr=schedule.min_lr,
+        lr_warmup_steps=warmup_iters, lr_decay_steps=decay_iters, lr_decay_style=schedule.decay_style,
+        start_wd=run.weight_decay, end_wd=run.weight_decay, wd_incr_steps=decay_iters,
         wd_incr_style="constant", use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=True)

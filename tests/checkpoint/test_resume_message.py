@@ -1,7 +1,6 @@
 """A resumed run says so once, with the step and the checkpoint it came from (issue 23); a run that
 starts fresh, or fine-tunes from weights only, does not claim to resume."""
-from megatron.training.loop import pretrain
-from tests.support.training import tiny_args
+from tests.support.training import pretrain, tiny_args
 
 
 def test_resume_prints_the_step_it_came_from_and_a_fresh_run_does_not(stdlib_data, tmp_path, capsys):

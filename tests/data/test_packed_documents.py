@@ -144,7 +144,7 @@ def test_per_row_positions_must_step_inside_documents():
 def test_every_split_carries_document_ids_and_reset_positions(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, reset_attention_mask=True, reset_position_ids=True,
                      data_cache_path=str(tmp_path / "cache"))
-    eod = build_tokenizer(args).eod
+    eod = build_tokenizer(args.tokenizer_run()).eod
     crossed = 0
     for split in build_train_valid_test_datasets(*data_of(args)):
         for index in range(min(len(split), 50)):

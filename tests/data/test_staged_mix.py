@@ -8,10 +8,9 @@ import torch
 
 from megatron.checkpoint.checkpointing import read_client_state
 from megatron.data import build_data_loader, build_train_valid_test_datasets
-from megatron.length_schedule import length_schedule_of
-from megatron.training.loop import pretrain
+from megatron.neox_arguments.to_length_schedule import length_schedule_of
 from tests.support.data import EOD, counting_documents, data_of, make_args, write_with_megatron_core
-from tests.support.training import tiny_args
+from tests.support.training import pretrain, tiny_args
 
 # Steps 0-2 the run's own weights [1, 1], 3-5 [1, 3], 6-7 only path 1, 8-9 the run's again (not the previous
 # stage's), the window stage at 8 changing nothing of the mix.

@@ -49,9 +49,9 @@ def test_build_tokenizer_gives_the_padded_vocab_size(shared_dir):
     vocab, merges = gpt2_files(shared_dir)
     args = tiny_args(tokenizer_type="GPT2BPETokenizer", vocab_file=vocab, merge_file=merges)
     # 50257 (+ pad id 50257) rounded up to a multiple of 128
-    assert build_tokenizer(args).padded_vocab_size == 50304
+    assert build_tokenizer(args.tokenizer_run()).padded_vocab_size == 50304
     args = tiny_args(tokenizer_type="ByteLevelTokenizer", make_vocab_size_divisible_by=64)
-    assert build_tokenizer(args).padded_vocab_size == 320
+    assert build_tokenizer(args.tokenizer_run()).padded_vocab_size == 320
 
 
 def test_byte_level_is_utf8_with_special_ids_outside_the_bytes():
@@ -80,7 +80,7 @@ def test_trained_bpe_loads_as_hf_tokenizer_and_matches_transformers(tmp_path):
     tokenizer = train_bpe_tokenizer(corpus, 400, str(path), show_progress=False)
     assert tokenizer.vocab_size == 400
     args = tiny_args(tokenizer_type="HFTokenizer", vocab_file=str(path))
-    tokenizer = build_tokenizer(args)
+    tokenizer = build_tokenizer(args.tokenizer_run())
     assert tokenizer.padded_vocab_size == 512
     reference = PreTrainedTokenizerFast(tokenizer_file=str(path))
     assert tokenizer.eod == reference.convert_tokens_to_ids("<|endoftext|>")

@@ -14,9 +14,9 @@ from megatron.probes.common import ProbeError
 from megatron.evaluation.driver import evaluate_run
 from megatron.run.preflight import SaveFolderLock
 from megatron.tokenizer.tokenizer import ByteLevelTokenizer
-from megatron.training.loop import TrainingError, pretrain
+from megatron.training.loop import TrainingError
 from tests.support.hostile import BLOWN_UP_LR, saved
-from tests.support.training import tiny_args
+from tests.support.training import pretrain, tiny_args
 
 
 # ----------------------------------------------------- row 8: a run that learned nothing is not finished

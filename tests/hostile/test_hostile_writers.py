@@ -196,7 +196,7 @@ def test_a_kv_cache_that_cannot_fit_is_refused_with_its_size_before_loading(tmp_
 def adapter(tmp_path, max_length, stride=None):
     args = tiny_args("unused-data", tmp_path)
     torch.manual_seed(0)
-    return NeoXLM(GPTModel(model_config(args, 258)).eval(), build_tokenizer(args), max_length=max_length, stride=stride)
+    return NeoXLM(GPTModel(model_config(args, 258)).eval(), build_tokenizer(args.tokenizer_run()), max_length=max_length, stride=stride)
 
 
 # ------------------------------------------------------ rows 22 and 5: eval.py's limit and lengths

@@ -105,7 +105,7 @@ def test_kerple_with_a_sink_decodes_with_the_cache_as_the_full_forward_does():
     """(The HF export of a sink model: tests/checkpoint/test_hf_export.py's `sink` case.)"""
     args = NeoXArgs.from_dict(tiny_config("kerple_log") | {"attention_sink": True})
     torch.manual_seed(0)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)).eval()
     sinks = [p for name, p in model.named_parameters() if name.endswith("attention.sink")]
     assert len(sinks) == args.num_layers
     with torch.no_grad():  # sinks far from 0, so that the test sees them

@@ -31,7 +31,7 @@ def args_of(name, **overrides):
 def hybrid(name, seed=0, **overrides):
     args = args_of(name, **overrides)
     torch.manual_seed(seed)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)).eval()
     with torch.no_grad():  # positional parameters away from their initial values, as a trained model's are
         for pe in model.positional_embeddings():
             for p in pe.parameters():
@@ -178,7 +178,7 @@ TYPED = {
 def test_a_literal_with_typed_layers_builds_the_model_the_config_file_does(name):
     """Same parameters (names, shapes, values from one seed) and the same float64 logits as the YAML path."""
     args = args_of(name)
-    from_file = model_config(args, build_tokenizer(args).padded_vocab_size)
+    from_file = model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)
     literal = ModelConfig(hidden_size=32, num_attention_heads=4, padded_vocab_size=from_file.padded_vocab_size,
                           tokenizer_type="ByteLevelTokenizer", **TYPED[name])
     assert literal.layers == from_file.layers

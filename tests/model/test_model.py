@@ -221,7 +221,7 @@ def test_vocabulary_is_padded_by_the_tokenizer(shared_dir):
                                "vocab_file": str(shared_dir / "data/gpt2/gpt2-vocab.json"),
                                "merge_file": str(shared_dir / "data/gpt2/gpt2-merges.txt")})
     before = args.to_dict()
-    tokenizer = build_tokenizer(args)
+    tokenizer = build_tokenizer(args.tokenizer_run())
     assert tokenizer.padded_vocab_size == 50304
     model = GPTModel(model_config(args, tokenizer.padded_vocab_size))
     assert args.to_dict() == before  # neither the tokenizer nor the model writes into the config

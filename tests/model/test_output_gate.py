@@ -85,7 +85,7 @@ def test_kerple_with_a_gate_has_one_per_layer_and_gpt_neox_cannot_hold_it(kind):
     """(Its cached decoding and export: tests/checkpoint/test_hf_export.py, cases output-gate-head and -channel.)"""
     args = NeoXArgs.from_dict(tiny_config("kerple_log") | {"attention_output_gate": kind})
     torch.manual_seed(0)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)).eval()
     assert sum(name.endswith("output_gate.gate.weight") for name, _ in model.named_parameters()) == args.num_layers
     assert any("output-gate" in problem for problem in native_problems(model.config))
 

@@ -163,7 +163,7 @@ def test_every_upstream_key_has_exactly_one_treatment():
 
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n != "kerple_ex_eval"])
 def test_a_tiny_run_starts_from_each_config(name, stdlib_data, tmp_path):
-    from megatron.training.loop import pretrain
+    from tests.support.training import pretrain
     torch.set_num_threads(1)
     args = args_of(name, data_path=stdlib_data, save=str(tmp_path / "ckpt"), load=None, **TINY)
     if args.fp16 and args.fp16.get("enabled"):  # DeepSpeed runs fp16 only on GPUs: the rest is as written
@@ -177,7 +177,7 @@ def test_a_tiny_run_starts_from_each_config(name, stdlib_data, tmp_path):
 
 
 def test_exit_interval_stops_and_saves(stdlib_data, tmp_path):
-    from megatron.training.loop import pretrain
+    from tests.support.training import pretrain
     torch.set_num_threads(1)
     args = args_of("kerple_train", data_path=stdlib_data, save=str(tmp_path / "ckpt"), load=None,
                    **{**TINY, "train_iters": 5, "exit_interval": 2, "precision": None, "fp16": None})
@@ -188,7 +188,7 @@ def test_exit_interval_stops_and_saves(stdlib_data, tmp_path):
 
 def test_train_iters_zero_evaluates_the_checkpoint(stdlib_data, tmp_path, capsys):
     """The fork's evaluation config: train 0 steps = score `load` at seq-length-val (evaluate.py's code)."""
-    from megatron.training.loop import pretrain
+    from tests.support.training import pretrain
     import train
     torch.set_num_threads(1)
     trained = args_of("kerple_train", data_path=stdlib_data, save=str(tmp_path / "ckpt"), load=None,

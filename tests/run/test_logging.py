@@ -21,7 +21,7 @@ from tests.support.training import (
 
 def test_kernel_scalars_name_each_layer_when_not_shared(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, pos_emb_per_layer=True)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))
     with torch.no_grad():
         for p in model.positional_embeddings()[1].parameters():  # make layer 1 differ from layer 0
             p.add_(1.0)

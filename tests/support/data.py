@@ -57,7 +57,7 @@ def make_args(tmp_path, **values):
 
 def data_of(args) -> tuple:
     """What a run builds its datasets from (training's loop, evaluation's stream): its data keys and tokenizer."""
-    return args.data_run(), build_tokenizer(args)
+    return args.data_run(), build_tokenizer(args.tokenizer_run())
 
 
 def first_lines_of(path, count):

@@ -17,7 +17,7 @@ TRAIN_LENGTH = 16
 
 def generate_run_of(args: NeoXArgs, stdin=None) -> list[dict]:
     """generate.py's run of `args`: its generation keys, its model's inference keys and its tokenizer."""
-    return generate_run(args.generation_run(), args.inference_run(), build_tokenizer(args), stdin)
+    return generate_run(args.generation_run(), args.inference_run(), build_tokenizer(args.tokenizer_run()), stdin)
 
 
 PROMPTS = [[5, 17, 3, 99, 41, 8, 250, 12, 64, 7, 30], [200, 4], [9, 9, 120, 33, 2, 71, 18]]  # 11, 2, 7 tokens

@@ -23,7 +23,7 @@ def tiny_source(method: str, seed: int = 0, **overrides) -> Source:
     """A model with every positional parameter (and attention sink) moved off its initial value (a trained
     model's are)."""
     args = NeoXArgs.from_dict(tiny_config(method, **overrides))
-    tokenizer = build_tokenizer(args)
+    tokenizer = build_tokenizer(args.tokenizer_run())
     torch.manual_seed(seed)
     model = GPTModel(model_config(args, tokenizer.padded_vocab_size)).eval()
     with torch.no_grad():

@@ -13,7 +13,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from megatron.checkpoint.checkpointing import load_model_weights, save_checkpoint  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.neox_arguments.to_model import model_config  # noqa: E402
-from megatron.run.initialize import initialize_megatron  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
 from megatron.training.loop import setup_model_and_optimizer  # noqa: E402
 from tools.ckpts.hf_export import export_checkpoint  # noqa: E402
@@ -48,8 +47,8 @@ def run(tmp_path_factory):
     """A kerple_log checkpoint (step 2), its config, its export, and a folder of local tasks."""
     root = tmp_path_factory.mktemp("lm_eval")
     args = tiny_args("unused-data", root, eval_results_dir=str(root / "results"), **MODEL)
-    initialize_megatron(args)
-    save_checkpoint(args.checkpoint_run(), setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0], 2, 32)
+    args.join_process_group()
+    save_checkpoint(args.checkpoint_run(), setup_model_and_optimizer(args.training_run(), build_tokenizer(args.tokenizer_run()).padded_vocab_size)[0], 2, 32)
     config = root / "run.yml"
     config.write_text(json.dumps({"num-layers": 2, "hidden-size": 32, "num-attention-heads": 2, "seq-length": 64,
                                   "pos-emb": "kerple_log", "no-weight-tying": True, "make-vocab-size-divisible-by": 2,
@@ -64,6 +63,6 @@ def run(tmp_path_factory):
     for name, (data, body) in TASKS.items():
         (tasks / f"{name}.yaml").write_text(f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
                                             f"    test: {tasks / data}\ntest_split: test\n{body}")
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)).eval()
     load_model_weights(args.inference_run(), model)
-    return {"root": root, "config": config, "tasks": tasks, "model": model, "tokenizer": build_tokenizer(args)}
+    return {"root": root, "config": config, "tasks": tasks, "model": model, "tokenizer": build_tokenizer(args.tokenizer_run())}

@@ -70,7 +70,7 @@ def model_of(method, **overrides):
     config = tiny_config(name, attention_block_size=8, max_position_embeddings=4 * LENGTH) | METHODS[method]
     args = NeoXArgs.from_dict(config | overrides)
     torch.manual_seed(0)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))
     with torch.no_grad():  # positional parameters away from their initial values, as a trained model's are
         for pe in model.positional_embeddings():
             for p in pe.parameters():

@@ -34,6 +34,14 @@ def tiny_args(data_prefix: str, folder, **overrides) -> NeoXArgs:
     return NeoXArgs.from_ymls([TINY], tiny_overrides(data_prefix, folder, **overrides))
 
 
+def pretrain(args: NeoXArgs):
+    """Train `args` as train.py does: this process joins its process group, then the run's records are built from
+    the config (NeoXArgs.training_run) and megatron/training's pretrain takes them."""
+    from megatron.training.loop import pretrain as pretrain_run
+    args.join_process_group()
+    return pretrain_run(args.training_run())
+
+
 def free_port() -> int:
     """A port nobody listens on now (runs of other people on this machine use fixed ones too)."""
     with socket.socket() as probe:
@@ -67,12 +75,12 @@ def run_script(argv: list, timeout: float = 300) -> subprocess.CompletedProcess:
 def rows_one_step_trains(args, draw) -> tuple[set, set]:
     """(the rows of a learned position table that one train_step of `args` changes, the positions `draw()` gives
     from the generator state that step starts from): a position mode trains exactly the rows it draws."""
-    from megatron.run.initialize import initialize_megatron
+    from megatron.neox_arguments.to_training import step_run
     from megatron.tokenizer import build_tokenizer
     from megatron.training.loop import setup_model_and_optimizer, train_step
-    initialize_megatron(args)
-    vocab = build_tokenizer(args).padded_vocab_size
-    engine, optimizer = setup_model_and_optimizer(args, vocab)[:2]
+    args.join_process_group()
+    vocab = build_tokenizer(args.tokenizer_run()).padded_vocab_size
+    engine, optimizer = setup_model_and_optimizer(args.training_run(), vocab)[:2]
     table = engine.module.positional_embeddings()[0].embedding.weight
     before = table.detach().clone()
     tokens = torch.randint(0, 256, (2, args.seq_length), generator=torch.Generator().manual_seed(0))
@@ -80,13 +88,12 @@ def rows_one_step_trains(args, draw) -> tuple[set, set]:
     state = torch.get_rng_state()
     expected = set(draw())
     torch.set_rng_state(state)  # the step draws from the same generator state
-    train_step(args, engine, optimizer, iter([batch]), vocab)
+    train_step(step_run(args), engine, optimizer, iter([batch]), vocab)
     return set(torch.nonzero((table.detach() != before).any(dim=1)).squeeze(1).tolist()), expected
 
 
 def four_step_losses(data_prefix: str, folder, **overrides) -> dict:
     """{step: loss} of four steps of the tiny profile, in-process, without dropout or checkpoints: runs that
     should follow the same path (ZeRO stages, gradient accumulation) compare these."""
-    from megatron.training.loop import pretrain
     return pretrain(tiny_args(data_prefix, folder, train_iters=4, log_interval=4, save=None, load=None,
                               hidden_dropout=0.0, **overrides)).losses

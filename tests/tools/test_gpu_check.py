@@ -292,15 +292,15 @@ def test_the_model_on_cuda_matches_the_model_on_the_cpu(name):
 @pytest.mark.cuda
 @CUDA
 def test_bf16_deepspeed_step_on_cuda_through_flexattention(stdlib_data, tmp_path):
-    from megatron.run.initialize import initialize_megatron
+    from megatron.neox_arguments.to_training import step_run
     from megatron.tokenizer import build_tokenizer
     from megatron.training.loop import setup_model_and_optimizer, train_step
     # `auto` would take `sdpa` at 64 tokens (its mask fits the memory budget): FlexAttention's backward is asked for.
     args = tiny_args(stdlib_data, tmp_path, precision="bf16", attention_impl="flex", warmup=0.0, save=None,
                      load=None, train_micro_batch_size_per_gpu=4)
-    initialize_megatron(args)
-    tokenizer = build_tokenizer(args)
-    engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
+    args.join_process_group()
+    tokenizer = build_tokenizer(args.tokenizer_run())
+    engine, optimizer = setup_model_and_optimizer(args.training_run(), tokenizer.padded_vocab_size)
     weights = next(engine.module.parameters())
     assert weights.device.type == "cuda" and weights.dtype == torch.bfloat16  # DeepSpeed chose CUDA
     assert optimizer.defaults.get("fused") or "Fused" in type(optimizer).__name__
@@ -308,7 +308,7 @@ def test_bf16_deepspeed_step_on_cuda_through_flexattention(stdlib_data, tmp_path
     before = [p.detach().float().clone() for p in kernel]
     tokens = torch.randint(0, 256, (4, 65), generator=torch.Generator().manual_seed(0))
     batch = {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": torch.ones(4, 64)}
-    losses = [train_step(args, engine, optimizer, iter([batch]), tokenizer.vocab_size) for _ in range(3)]
+    losses = [train_step(step_run(args), engine, optimizer, iter([batch]), tokenizer.vocab_size) for _ in range(3)]
     assert all(math.isfinite(s.loss) and not s.skipped for s in losses)
     assert losses[-1].loss < losses[0].loss  # the same batch thrice: it is being learned
     assert all(not torch.equal(b, p.detach().float()) for b, p in zip(before, kernel)), "kernel parameters never moved"

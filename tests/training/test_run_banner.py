@@ -1,12 +1,14 @@
 """train.py's banner (megatron/training/banner.py): the run's name and folder, the method with every switch that
 changes the model, and document masking's share of samples (counted: tests/data/test_packed_documents.py)."""
 from megatron.neox_arguments import NeoXArgs
+from megatron.neox_arguments.to_training import run_banner
 from megatron.training.banner import masking_line, method_and_switches, model_line, run_line
 from tests.support.training import TINY
 
 
 def args(**overrides):
-    return NeoXArgs.from_ymls([TINY], overrides)
+    """The banner's record of configs/tiny.yml with `overrides`, as train.py builds it."""
+    return run_banner(NeoXArgs.from_ymls([TINY], overrides))
 
 
 def test_every_switch_that_changes_the_model_is_named():

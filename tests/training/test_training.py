@@ -12,10 +12,10 @@ from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments import NeoXArgsError
 from megatron.training.optimizer import build_lr_scheduler, build_optimizer
-from megatron.training.loop import TrainingError, lm_loss, pretrain, setup_model_and_optimizer, train_step
-from megatron.run.initialize import initialize_megatron
+from megatron.training.loop import TrainingError, lm_loss, setup_model_and_optimizer, train_step
+from megatron.neox_arguments.to_training import lr_schedule, optimizer_run, step_run
 from megatron.tokenizer import build_tokenizer
-from tests.support.training import four_step_losses, tiny_args
+from tests.support.training import four_step_losses, pretrain, tiny_args
 
 
 # ------------------------------------------------------------------------------- LR schedule
@@ -41,7 +41,7 @@ def test_lr_schedule_is_neox(style, min_lr, stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, lr_decay_style=style, min_lr=min_lr, warmup=0.1,
                      train_iters=50, **{"optimizer.params.lr": 1e-3})
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
-    scheduler = build_lr_scheduler(args, optimizer)
+    scheduler = build_lr_scheduler(optimizer_run(args), lr_schedule(args), optimizer)
     for step in range(0, 60):
         # Past the decay NeoX's cosine climbs back up; here it stays at min_lr (megatron-core's choice).
         expected = neox_annealing_lr(min(step, 50) if style == "cosine" else step, 1e-3, 5.0, 50, style, min_lr)
@@ -52,25 +52,25 @@ def test_lr_schedule_is_neox(style, min_lr, stdlib_data, tmp_path):
 def test_lr_schedule_state_resumes(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, lr_decay_style="cosine", train_iters=40)
     first = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
-    scheduler = build_lr_scheduler(args, first)
+    scheduler = build_lr_scheduler(optimizer_run(args), lr_schedule(args), first)
     for _ in range(17):
         scheduler.step(1)
     second = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
-    build_lr_scheduler(args, second).load_state_dict(scheduler.state_dict())
+    build_lr_scheduler(optimizer_run(args), lr_schedule(args), second).load_state_dict(scheduler.state_dict())
     assert second.param_groups[0]["lr"] == first.param_groups[0]["lr"] != args.lr
 
 
 def test_lr_schedule_rejects_min_lr_above_lr(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, min_lr=1.0)
     with pytest.raises(NeoXArgsError, match="min_lr 1.0 is above the peak learning rate"):
-        build_lr_scheduler(args, torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]))
+        build_lr_scheduler(optimizer_run(args), lr_schedule(args), torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]))
 
 
 def test_weight_decay_spares_norms_biases_and_kernel_parameters(stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, weight_decay=0.1)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
-    optimizer = build_optimizer(args, model)
-    build_lr_scheduler(args, optimizer).step(1)  # the scheduler writes weight_decay into each group
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))
+    optimizer = build_optimizer(optimizer_run(args), model)
+    build_lr_scheduler(optimizer_run(args), lr_schedule(args), optimizer).step(1)  # the scheduler writes weight_decay into each group
     decay_of = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
     kernel = [p for pe in model.positional_embeddings() for p in pe.parameters()]
     assert kernel and all(decay_of[id(p)] == 0.0 for p in kernel)
@@ -131,9 +131,9 @@ def test_bf16_trains(stdlib_data, tmp_path):
 
 # -------------------------------------------------------------------------------- NaN steps
 def _engine_and_batches(args):
-    initialize_megatron(args)
-    tokenizer = build_tokenizer(args)
-    engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
+    args.join_process_group()
+    tokenizer = build_tokenizer(args.tokenizer_run())
+    engine, optimizer = setup_model_and_optimizer(args.training_run(), tokenizer.padded_vocab_size)
     b, s = args.train_micro_batch_size_per_gpu, args.seq_length
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 256, (b, s + 1), generator=generator)
@@ -153,16 +153,16 @@ def _snapshot(engine, optimizer):
 def test_nan_loss_step_changes_nothing(overrides, stdlib_data, tmp_path):
     args = tiny_args(stdlib_data, tmp_path, train_micro_batch_size_per_gpu=4, warmup=0.0, **overrides)
     engine, optimizer, vocab, batch, poisoned = _engine_and_batches(args)
-    train_step(args, engine, optimizer, iter([batch]), vocab)  # one real step: moments exist
+    train_step(step_run(args), engine, optimizer, iter([batch]), vocab)  # one real step: moments exist
     lr_steps = engine.lr_scheduler.num_steps
     weights, moments = _snapshot(engine, optimizer)
-    outcome = train_step(args, engine, optimizer, iter([poisoned]), vocab)
+    outcome = train_step(step_run(args), engine, optimizer, iter([poisoned]), vocab)
     assert outcome.skipped and math.isnan(outcome.loss)
     after_weights, after_moments = _snapshot(engine, optimizer)
     assert all(torch.equal(weights[k], after_weights[k]) for k in weights)
     assert all(torch.equal(a[k], b[k]) for a, b in zip(moments, after_moments) for k in a)
     assert engine.lr_scheduler.num_steps == lr_steps
-    outcome = train_step(args, engine, optimizer, iter([batch]), vocab)
+    outcome = train_step(step_run(args), engine, optimizer, iter([batch]), vocab)
     assert not outcome.skipped and math.isfinite(outcome.loss)
     assert not torch.equal(weights["word_embeddings.weight"], engine.module.word_embeddings.weight.float())
 

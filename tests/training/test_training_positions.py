@@ -37,7 +37,7 @@ def test_one_step_trains_exactly_the_rows_of_the_drawn_positions(stdlib_data, tm
 def test_the_loss_mask_drops_exactly_the_end_of_document_inputs(stdlib_data, tmp_path, eod_mask_loss):
     args = tiny_args(stdlib_data, tmp_path, eod_mask_loss=eod_mask_loss, data_cache_path=str(tmp_path / "cache"),
                      train_iters=2000)
-    eod = build_tokenizer(args).eod
+    eod = build_tokenizer(args.tokenizer_run()).eod
     train, _, _ = build_train_valid_test_datasets(*data_of(args))
     seen_eod = 0
     for index in range(min(len(train), 4000)):

@@ -9,7 +9,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from megatron.checkpoint.checkpointing import CheckpointError, load_checkpoint, save_checkpoint
-from megatron.run.initialize import initialize_megatron
+from megatron.neox_arguments.to_training import step_run
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import setup_model_and_optimizer, train_step
 from tests.support.training import tiny_args
@@ -47,9 +47,9 @@ def _random_batches(args, vocab, seed=0):
 
 
 def _engine(args):
-    initialize_megatron(args)
-    tokenizer = build_tokenizer(args)
-    engine, optimizer = setup_model_and_optimizer(args, tokenizer.padded_vocab_size)
+    args.join_process_group()
+    tokenizer = build_tokenizer(args.tokenizer_run())
+    engine, optimizer = setup_model_and_optimizer(args.training_run(), tokenizer.padded_vocab_size)
     return engine, optimizer, tokenizer.vocab_size
 
 
@@ -73,7 +73,7 @@ def test_one_step_reads_the_host_rarely_and_launches_no_per_tensor_kernels(preci
     args = tiny_args(stdlib_data, tmp_path, pos_emb="none", precision=precision, train_micro_batch_size_per_gpu=4)
     engine, optimizer, vocab = _engine(args)
     batches = _random_batches(args, vocab)
-    train_step(args, engine, optimizer, batches, vocab)  # the optimizer's state exists from here on
+    train_step(step_run(args), engine, optimizer, batches, vocab)  # the optimizer's state exists from here on
     count = OpCount()
     backward = engine.backward
 
@@ -84,7 +84,7 @@ def test_one_step_reads_the_host_rarely_and_launches_no_per_tensor_kernels(preci
 
     monkeypatch.setattr(engine, "backward", backward_then_step_phase)
     with count:
-        outcome = train_step(args, engine, optimizer, batches, vocab)
+        outcome = train_step(step_run(args), engine, optimizer, batches, vocab)
     assert not outcome.skipped and math.isfinite(outcome.loss) and outcome.grad_norm > 0
     print(f"{precision}: host reads {count.host_reads()}, launches forward+backward "
           f"{count.launches('forward+backward')}, after it {count.launches('step')}: {dict(count.ops['step'])}")
@@ -133,7 +133,7 @@ def test_bf16_steps_match_float64_adamw_on_the_same_gradients(stdlib_data, tmp_p
     optimizer.register_step_pre_hook(feed_reference)
     optimizer.register_step_post_hook(lambda *_: depth.__setitem__(0, depth[0] - 1))
     batches = _random_batches(args, vocab)
-    outcomes = [train_step(args, engine, optimizer, batches, vocab) for _ in range(20)]
+    outcomes = [train_step(step_run(args), engine, optimizer, batches, vocab) for _ in range(20)]
     assert len(clipped_norms) == 20 and not any(o.skipped for o in outcomes)
     for outcome, norm in zip(outcomes, clipped_norms):  # one clip over all tensors, to gradient_clipping
         assert norm == pytest.approx(min(outcome.grad_norm, args.gradient_clipping), rel=1e-5)
@@ -153,7 +153,7 @@ def test_a_bf16_engine_checkpoint_resumes_on_fp32_weights(stdlib_data, tmp_path)
     engine, optimizer, vocab = _engine(old)
     batches = _random_batches(old, vocab)
     for _ in range(2):
-        train_step(old, engine, optimizer, batches, vocab)
+        train_step(step_run(old), engine, optimizer, batches, vocab)
     assert next(engine.module.parameters()).dtype == torch.bfloat16
     save_checkpoint(old.checkpoint_run(), engine, 2, 8)
     masters = [m.detach().clone() for g in engine.optimizer.fp32_groups for m in g]
@@ -166,7 +166,7 @@ def test_a_bf16_engine_checkpoint_resumes_on_fp32_weights(stdlib_data, tmp_path)
     assert all(p.dtype == torch.float32 and torch.equal(p, m) for p, m in zip(params, masters))
     assert all(torch.equal(optimizer.state[p]["exp_avg"], m) for p, m in zip(params, moments))
     assert engine.lr_scheduler.num_steps == 2
-    outcome = train_step(new, engine, optimizer, batches, vocab)
+    outcome = train_step(step_run(new), engine, optimizer, batches, vocab)
     assert not outcome.skipped and math.isfinite(outcome.loss)
     folder = save_checkpoint(new.checkpoint_run(), engine, 3, 12)
     from megatron.checkpoint.checkpointing import read_client_state
@@ -228,10 +228,10 @@ def test_a_scheduled_step_with_drawn_positions_reads_the_host_no_more_than_a_pla
     monkeypatch.setattr(loop, "draw_positions", recorded)
     reads = {}
     for schedule in (None, length):
-        train_step(args, engine, optimizer, batches, vocab, schedule)  # the optimizer's state exists from here on
+        train_step(step_run(args), engine, optimizer, batches, vocab, schedule)  # the optimizer's state exists from here on
         drawn.clear()
         with OpCount() as count:
-            outcome = train_step(args, engine, optimizer, batches, vocab, schedule)
+            outcome = train_step(step_run(args), engine, optimizer, batches, vocab, schedule)
         reads[schedule is not None] = count.host_reads()
     assert reads[True] == reads[False], reads
     assert len(drawn) == 4 and outcome.shape["last_position"] == max(int(d.max()) for d in drawn)

@@ -25,7 +25,7 @@ import traceback
 import torch
 
 from benchmarks.train_throughput import random_batches
-from megatron.run.initialize import initialize_megatron
+from megatron.neox_arguments.to_training import step_run
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments.to_model import positional_embedding
 from megatron.training.loop import AFTER_BACKWARD, lm_loss, setup_model_and_optimizer, train_step
@@ -56,12 +56,12 @@ class OurStep:
 
     def __init__(self, profile, method, impl, device, overrides=None):
         self.args, self.vocab, padded_vocab = model_args(profile, method, attention_impl=impl, **(overrides or {}))
-        initialize_megatron(self.args)
-        self.engine, self.optimizer = setup_model_and_optimizer(self.args, padded_vocab)
+        self.args.join_process_group()
+        self.engine, self.optimizer = setup_model_and_optimizer(self.args.training_run(), padded_vocab)
         self.batches = random_batches(self.args, self.vocab, self.args.seed)
 
     def __call__(self):
-        return train_step(self.args, self.engine, self.optimizer, self.batches, self.vocab).loss
+        return train_step(step_run(self.args), self.engine, self.optimizer, self.batches, self.vocab).loss
 
 
 class PeerStep:

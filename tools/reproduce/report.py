@@ -130,7 +130,7 @@ def _parameter_count(run: Run) -> int:
     from megatron.model import GPTModel
     from megatron.tokenizer import build_tokenizer
     args = run.args({**run.training_overrides(), "pos_emb": "kerple_log"})
-    model = dataclasses.replace(args.model, padded_vocab_size=build_tokenizer(args).padded_vocab_size)
+    model = dataclasses.replace(args.model, padded_vocab_size=build_tokenizer(args.tokenizer_run()).padded_vocab_size)
     return sum(p.numel() for p in GPTModel(model).parameters())
 
 

@@ -12,14 +12,13 @@ import pytest
 import torch
 
 from megatron.checkpoint.checkpointing import CheckpointError, load_model_weights, save_checkpoint
-from megatron.run.initialize import initialize_megatron
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available, lookup
 from megatron.tokenizer import build_tokenizer
-from megatron.training.loop import pretrain, setup_model_and_optimizer
+from megatron.training.loop import setup_model_and_optimizer
 from tests.support.training import (
-    REPO_ROOT, TINY, child_environment, free_port, set_flags, tiny_args, tiny_overrides)
+    REPO_ROOT, TINY, child_environment, free_port, pretrain, set_flags, tiny_args, tiny_overrides)
 
 
 def test_resume_is_bit_exact(stdlib_data, tmp_path):
@@ -73,13 +72,13 @@ def test_signal_saves_a_checkpoint_and_exits_with_128_plus_the_signal(signum, st
     assert (tmp_path / "ckpt" / "latest").read_text() == f"global_step{stopped}"
     assert (tmp_path / "ckpt" / f"global_step{stopped}" / "configs" / "tiny.yml").read_text() == TINY.read_text()
     args = tiny_args(stdlib_data, tmp_path)
-    assert load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == stopped
+    assert load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))) == stopped
 
 
 # ------------------------------------------------------------------------------------ atomicity
 def _engine(args):
-    initialize_megatron(args)
-    return setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0]
+    args.join_process_group()
+    return setup_model_and_optimizer(args.training_run(), build_tokenizer(args.tokenizer_run()).padded_vocab_size)[0]
 
 
 def test_a_failed_save_leaves_the_previous_checkpoint_in_charge(stdlib_data, tmp_path, monkeypatch):
@@ -98,7 +97,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_in_charge(stdlib_data, tmp
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "latest").read_text() == "global_step2"
     assert not (ckpt / "global_step4").exists() and not (ckpt / ".global_step4.partial").exists()
-    fresh = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
+    fresh = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))
     assert load_model_weights(args.inference_run(), fresh) == 2
 
     monkeypatch.setattr(engine.checkpoint_engine, "save", real_save)
@@ -123,7 +122,7 @@ def test_killed_mid_run_never_leaves_latest_unloadable(stdlib_data, tmp_path):
         process.kill()
         process.wait()
         if (tmp_path / "ckpt" / "latest").exists():
-            steps.append(load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))))
+            steps.append(load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))))
     assert steps and steps == sorted(steps)
 
 
@@ -138,7 +137,7 @@ def test_relative_methods_load_at_any_length(method, stdlib_data, tmp_path):
     save_checkpoint(trained.checkpoint_run(), engine, 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb=method, hidden_size=32, num_attention_heads=2,
                        seq_length=256, seq_length_val=256)
-    model = GPTModel(model_config(longer, build_tokenizer(longer).padded_vocab_size))
+    model = GPTModel(model_config(longer, build_tokenizer(longer.tokenizer_run()).padded_vocab_size))
     assert load_model_weights(longer.inference_run(), model) == 1
     tokens = torch.randint(0, 256, (1, 200))
     trained_module = engine.module.cpu()  # on a GPU DeepSpeed put it on CUDA; bit-equal needs one device
@@ -152,9 +151,9 @@ def test_learned_needs_the_trained_table_size(stdlib_data, tmp_path):
     save_checkpoint(trained.checkpoint_run(), _engine(trained), 1, 16)
     longer = tiny_args(stdlib_data, tmp_path, pos_emb="learned", seq_length=256)
     with pytest.raises(CheckpointError, match=r"max-position-embeddings: checkpoint 64, this run 256"):
-        load_model_weights(longer.inference_run(), GPTModel(model_config(longer, build_tokenizer(longer).padded_vocab_size)))
+        load_model_weights(longer.inference_run(), GPTModel(model_config(longer, build_tokenizer(longer.tokenizer_run()).padded_vocab_size)))
     same_table = tiny_args(stdlib_data, tmp_path, pos_emb="learned", max_position_embeddings=64)
-    assert load_model_weights(same_table.inference_run(), GPTModel(model_config(same_table, build_tokenizer(same_table).padded_vocab_size))) == 1
+    assert load_model_weights(same_table.inference_run(), GPTModel(model_config(same_table, build_tokenizer(same_table.tokenizer_run()).padded_vocab_size))) == 1
 
 
 @pytest.fixture
@@ -167,7 +166,7 @@ def saved(stdlib_data, tmp_path):
 
 def _load(stdlib_data, tmp_path, **overrides):
     args = tiny_args(stdlib_data, tmp_path, **overrides)
-    return load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)))
+    return load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)))
 
 
 @pytest.mark.parametrize("overrides, message", [

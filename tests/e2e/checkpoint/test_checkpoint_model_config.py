@@ -31,7 +31,7 @@ def alibi_run(trained_tiny_alibi):
 def reference_model(stdlib_data, ckpt):
     """The trained model built from the training config itself, weights straight from the file."""
     args = tiny_args(stdlib_data, ckpt.parent, pos_emb="alibi")
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))
     model.load_state_dict(torch.load(ckpt / "global_step2" / MODEL_STATES, weights_only=False)["module"])
     return model.eval()
 
@@ -113,7 +113,7 @@ def test_checkpoints_written_before_model_config_still_load(alibi_run, stdlib_da
     old = old_layout(ckpt)
     assert "schema" not in old and ModelConfig.from_record(old).pos_emb == "alibi"
     args = tiny_args(stdlib_data, tmp_path, pos_emb="alibi")
-    assert load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))) == 2
+    assert load_model_weights(args.inference_run(), GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))) == 2
     assert_same_model(load(ckpt).model, reference)
     with pytest.raises(CheckpointError, match=r"made by a different model: pos-emb: checkpoint 'alibi', this run "
                                               r"'kerple_log'\. Load it with the config it was trained with"):

@@ -18,8 +18,7 @@ from megatron.model import GPTModel
 from megatron.neox_arguments import NeoXArgs
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer
-from megatron.training.loop import pretrain
-from tests.support.training import tiny_args
+from tests.support.training import pretrain, tiny_args
 
 
 SHORT, LONG = 64, 256
@@ -48,7 +47,7 @@ def evaluated_alone(ckpt):
 
 def in_memory_model(args):
     """The model the extension trained (its own config), with its saved weights."""
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))
     where = pathlib.Path(args.save) / resolve_tag(args.save, None)
     load_weights_of(read_client_state(args.save, where.name), where, model)
     return model.eval()

@@ -11,7 +11,6 @@ import transformers
 from megatron.checkpoint.checkpointing import load_model_weights, save_checkpoint
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
-from megatron.run.initialize import initialize_megatron
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import setup_model_and_optimizer
 from tests.support.hf_export import TRAIN_LENGTH, exported, load_export
@@ -20,8 +19,8 @@ from tests.support.training import REPO_ROOT, child_environment, tiny_args
 
 def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
     args = tiny_args("unused-data", tmp_path, hidden_size=32, num_attention_heads=2)
-    initialize_megatron(args)
-    engine = setup_model_and_optimizer(args, build_tokenizer(args).padded_vocab_size)[0]
+    args.join_process_group()
+    engine = setup_model_and_optimizer(args.training_run(), build_tokenizer(args.tokenizer_run()).padded_vocab_size)[0]
     save_checkpoint(args.checkpoint_run(), engine, 3, 48)
     config = tmp_path / "run.yml"
     config.write_text(f"{{num-layers: 2, hidden-size: 32, num-attention-heads: 2, seq-length: 64, pos-emb: kerple_log, "
@@ -36,7 +35,7 @@ def test_cli_exports_a_kerple_log_checkpoint_that_loads_and_generates(tmp_path):
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=8, do_sample=False)
     assert out.shape[1] > ids["input_ids"].shape[1]
-    ours = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
+    ours = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)).eval()
     load_model_weights(args.inference_run(), ours)
     tokens = torch.randint(0, 256, (1, 256))  # 4x the training length
     with torch.no_grad():

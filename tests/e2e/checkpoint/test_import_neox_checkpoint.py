@@ -38,7 +38,7 @@ def test_evaluate_py_scores_the_imported_checkpoint_as_the_fork_would(tmp_path, 
     document = json.loads(path.read_text())
     from megatron.data import build_evaluation_stream
     args = NeoXArgs.from_ymls([*configs, eval_config], world_size=1)
-    stream = np.asarray(build_evaluation_stream(args.data_run(), "test", build_tokenizer(args)))
+    stream = np.asarray(build_evaluation_stream(args.data_run(), "test", build_tokenizer(args.tokenizer_run())))
     for record in document["results"]:
         length = record["length"]
         for start, got in zip(record["chunk_starts"], record["chunk_losses"]):

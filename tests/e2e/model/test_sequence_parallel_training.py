@@ -10,8 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from megatron.evaluation.driver import evaluate_run
 from megatron.neox_arguments import NeoXArgs
-from megatron.training.loop import pretrain
-from tests.support.training import TINY, free_port, run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import TINY, free_port, pretrain, run_script, set_flags, tiny_args, tiny_overrides
 
 COMMON = {"train_iters": 6, "log_interval": 1, "train_micro_batch_size_per_gpu": 4, "eval_interval": 1000,
           "eval_iters": 1}

@@ -9,9 +9,8 @@ from megatron.checkpoint.checkpointing import load_model_weights
 from megatron.model import GPTModel
 from megatron.neox_arguments.to_model import model_config
 from megatron.tokenizer import build_tokenizer
-from megatron.training.loop import pretrain
 from tests.support.wandb import wandb_history
-from tests.support.training import tiny_args
+from tests.support.training import pretrain, tiny_args
 def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -21,7 +20,7 @@ def test_tensorboard_and_wandb_hold_loss_and_kernel_parameters(stdlib_data, tmp_
     interval_means = {2: (result.losses[1] + result.losses[2]) / 2, 4: (result.losses[3] + result.losses[4]) / 2}
 
     # The kernel parameters of the trained model, from its checkpoint (written at step 4).
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size))
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size))
     load_model_weights(args.inference_run(), model)
     kernel = {name: values.float() for name, values in model.positional_embeddings()[0].kernel_parameters().items()}
     assert set(kernel) == {"r1", "r2"}  # KERPLE-log

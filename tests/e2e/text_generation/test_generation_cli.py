@@ -10,9 +10,8 @@ from megatron.neox_arguments import NeoXArgsError
 from megatron.text_generation import GenerationError, generate_tokens
 from megatron.checkpoint.inference_model import load
 from megatron.tokenizer import build_tokenizer
-from megatron.training.loop import pretrain
 from tests.support.generation import generate_run_of
-from tests.support.training import REPO_ROOT, TINY, run_script, set_flags, tiny_args, tiny_overrides
+from tests.support.training import REPO_ROOT, TINY, pretrain, run_script, set_flags, tiny_args, tiny_overrides
 
 GENERATION = REPO_ROOT / "configs" / "text_generation.yml"
 PROMPTS = ["def main(", "import os", "class Foo(object):"]
@@ -58,7 +57,7 @@ def test_input_file_writes_upstream_records_of_the_continuation_only(trained):
     assert [r["context"] for r in records] == PROMPTS
     assert all(set(r) == {"context", "text", "length", "finished", "message"} for r in records)
     # The same continuations straight from generate_tokens on the same checkpoint, each prompt alone.
-    tokenizer = build_tokenizer(args)
+    tokenizer = build_tokenizer(args.tokenizer_run())
     model = load(args.load, args.inference_run()).model
     for record, prompt in zip(records, PROMPTS):
         tokens = generate_tokens(model, [tokenizer.tokenize(prompt)], max_new_tokens=40, eos=tokenizer.eod)[0]

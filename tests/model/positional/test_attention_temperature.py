@@ -92,7 +92,7 @@ def test_ssmax_starts_at_the_plain_softmax_at_the_training_length():
 def model_with(temperature, method="kerple_log", seed=0):
     args = NeoXArgs.from_dict(tiny_config(method) | {"attention_temperature": temperature})
     torch.manual_seed(seed)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)).eval()
     with torch.no_grad():
         for pe in model.positional_embeddings():
             for p in pe.parameters():

@@ -79,12 +79,12 @@ def test_irope_the_temperature_changes_the_nope_layers_logits():
     nope = {"pos-emb": "none", "attention-temperature": {"type": "llama4", "scale": SCALE, "floor": 16}}
     args = NeoXArgs.from_dict(tiny_config("rotary") | {"layer_pattern": [{"pos-emb": "rotary"}, nope]})
     torch.manual_seed(0)
-    model = GPTModel(model_config(args, build_tokenizer(args).padded_vocab_size)).eval()
+    model = GPTModel(model_config(args, build_tokenizer(args.tokenizer_run()).padded_vocab_size)).eval()
     tokens = torch.randint(0, 256, (2, 4 * TRAIN_LENGTH), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         untempered = NeoXArgs.from_dict(tiny_config("rotary") | {"layer_pattern": [{"pos-emb": "rotary"},
                                                                                      {"pos-emb": "none"}]})
         torch.manual_seed(0)
-        plain = GPTModel(model_config(untempered, build_tokenizer(untempered).padded_vocab_size)).eval()
+        plain = GPTModel(model_config(untempered, build_tokenizer(untempered.tokenizer_run()).padded_vocab_size)).eval()
         plain.load_state_dict(model.state_dict())  # the same weights: the temperature alone differs
         assert (plain(tokens) - model(tokens)).abs().max() > 1e-4
