@@ -25,7 +25,6 @@ import torch  # noqa: E402
 from benchmarks.hf_peer import PEER, build_peer  # noqa: E402
 from benchmarks.measure import METHODS_HELP, PROCESS_TIME_HELP, alternating_rounds, clock, method_settings  # noqa: E402
 
-from megatron.neox_arguments.to_training import step_run  # noqa: E402
 from megatron.model.positional_embeddings import available  # noqa: E402
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
@@ -62,8 +61,9 @@ def main():
         args = NeoXArgs.from_ymls(cli.configs, {**overrides, **settings, "pos_emb": name})
         args.join_process_group()
         tokenizer = build_tokenizer(args.tokenizer_run())
-        engine, optimizer = setup_model_and_optimizer(args.training_run(), tokenizer.padded_vocab_size)
-        runs[method] = (args, engine, optimizer, random_batches(args, tokenizer.vocab_size, args.seed),
+        run = args.training_run()
+        engine, optimizer = setup_model_and_optimizer(run, tokenizer.padded_vocab_size)
+        runs[method] = (run.step, engine, optimizer, random_batches(args, tokenizer.vocab_size, args.seed),
                         tokenizer.vocab_size)
     tokens_per_step = args.train_batch_size * args.seq_length
     peer = None
@@ -77,9 +77,9 @@ def main():
             for _ in range(steps):
                 peer()
             return now() - start
-        args, engine, optimizer, batches, vocab = runs[method]
+        step, engine, optimizer, batches, vocab = runs[method]
         for _ in range(steps):
-            train_step(step_run(args), engine, optimizer, batches, vocab)
+            train_step(step, engine, optimizer, batches, vocab)
         return now() - start
 
     per_step = alternating_rounds(run, methods, rounds=cli.rounds, steps=cli.steps, warmup=cli.warmup)

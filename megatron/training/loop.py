@@ -285,7 +285,8 @@ def packing(step: StepRun, batch: dict, positions=None) -> dict:
             "position_ids": batch["position_ids"] if step.reset_position_ids else positions}
 
 
-def train_step(step: StepRun, engine, optimizer, train_batches, vocab_size, length: LengthAt | None = None) -> StepOutcome:
+def train_step(step: StepRun, engine, optimizer, train_batches, vocab_size,
+               length: LengthAt | None = None) -> StepOutcome:
     """One optimizer step over gradient-accumulation-steps micro-batches. A step whose loss is NaN/inf
     on any rank changes nothing (fp16 overflow is DeepSpeed's to skip; the LR schedule then waits too).
     `length` (length-schedule): each sample split into sequences of its seq-length, the windows capped at its

@@ -25,7 +25,6 @@ import traceback
 import torch
 
 from benchmarks.train_throughput import random_batches
-from megatron.neox_arguments.to_training import step_run
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments.to_model import positional_embedding
 from megatron.training.loop import AFTER_BACKWARD, lm_loss, setup_model_and_optimizer, train_step
@@ -57,11 +56,13 @@ class OurStep:
     def __init__(self, profile, method, impl, device, overrides=None):
         self.args, self.vocab, padded_vocab = model_args(profile, method, attention_impl=impl, **(overrides or {}))
         self.args.join_process_group()
-        self.engine, self.optimizer = setup_model_and_optimizer(self.args.training_run(), padded_vocab)
+        run = self.args.training_run()
+        self.engine, self.optimizer = setup_model_and_optimizer(run, padded_vocab)
+        self.step = run.step
         self.batches = random_batches(self.args, self.vocab, self.args.seed)
 
     def __call__(self):
-        return train_step(step_run(self.args), self.engine, self.optimizer, self.batches, self.vocab).loss
+        return train_step(self.step, self.engine, self.optimizer, self.batches, self.vocab).loss
 
 
 class PeerStep:
