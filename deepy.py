@@ -17,7 +17,6 @@ import pathlib
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -256,8 +255,7 @@ def launch(runner_argv):
     from megatron.run.launcher_watch import VARIABLE, launcher_identity
     from megatron.run.process_group import living_members
 
-    child = subprocess.Popen([sys.executable, "-m", "deepspeed.launcher.runner", *runner_argv],
-                             start_new_session=True, env={**os.environ, VARIABLE: launcher_identity()})
+    child = _start_runner(runner_argv, {VARIABLE: launcher_identity()})
     forwarded = []
 
     def forward(signum, _frame):
@@ -265,7 +263,8 @@ def launch(runner_argv):
         a SIGINT of their own would print a KeyboardInterrupt traceback beside the ranks' clean message."""
         forwarded.append(signum)
         group = living_members(child.pid)
-        ranks = [p for p in group if "deepspeed.launcher" not in " ".join(p.info["cmdline"] or [])]
+        ranks = [p for p in group
+                 if p.pid != child.pid and "deepspeed.launcher" not in " ".join(p.info["cmdline"] or [])]
         try:
             if ranks:
                 for rank in ranks:
@@ -290,6 +289,42 @@ def launch(runner_argv):
               file=sys.stderr, flush=True)
         return 128 + forwarded[0]
     return code
+
+
+class _Runner:
+    """DeepSpeed's runner in a forked copy of this process, in a session of its own: the same
+    `deepspeed.launcher.runner.main` as `python -m deepspeed.launcher.runner ARGV`, without a second interpreter
+    importing torch and DeepSpeed again before every launch (this process has imported torch already, to check
+    the config). `wait()` returns its exit status as `subprocess.Popen.wait` would."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def wait(self) -> int:
+        return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])  # retried after a signal's handler (PEP 475)
+
+
+def _start_runner(runner_argv, env: dict) -> _Runner:
+    import deepspeed.launcher.runner as runner  # before the fork: the child starts with it imported
+
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return _Runner(pid)
+    code = 1
+    try:  # the child: never returns into deepy.py's own code
+        os.setsid()
+        os.environ.update(env)
+        runner.main(list(runner_argv))
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
 
 
 def failed(code):
