@@ -33,16 +33,14 @@ def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
     length is scored: the plan, the data, the modes, the model's positions and the result file.
     `evaluation`: what the run's config asks (`NeoXArgs.evaluation_run()`, megatron/neox_arguments/to_evaluation.py)."""
     settings = evaluation.settings
-    start = evaluation.start
     lengths, modes = checked_plan(settings)
     say = print if settings.rank == 0 else (lambda *args, **kwargs: None)
     if settings.world_size > 1:
-        join_process_group(start.seed)
+        join_process_group(evaluation.start.seed)
     watch_launcher(say)
     tokenizer = run_tokenizer(evaluation.inference)
-    # results folder writable, model fits: before anything is scored
-    check_evaluation(start.preflight, evaluation.inference.model, tokenizer.padded_vocab_size)
-    stream = evaluation_stream(start, settings.split, tokenizer)
+    check_evaluation(evaluation.start.preflight, evaluation.inference.model, tokenizer.padded_vocab_size)
+    stream = evaluation_stream(evaluation.start, settings.split, tokenizer)
     plan = {length: planned_starts(stream, length, settings, tokenizer.eod) for length in lengths}
     for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
         if mode.check:
@@ -69,8 +67,6 @@ def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
                 context = ModeContext(scorer, stream, plan[length], length, settings,
                                       tokenizer.vocab_size, network=model, tokenizer=tokenizer)
                 records += [scored_record(mode, context, device, say) for mode in todo]
-    for record in records:  # another chunk count is another record of the same file (merge.py)
-        record["eval_chunks"] = settings.chunks
     if settings.rank == 0 and write_results(path, scoring, run, records, say):
         logged = log_evaluation(evaluation.dashboards, records)  # after the file: a logging failure loses no result
         if logged:

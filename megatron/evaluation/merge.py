@@ -142,8 +142,10 @@ def modes_to_score(modes, length, held, path, say) -> list:
 
 
 def write_results(path, evaluation, run, records, say) -> bool:
-    """Rank 0: merge the new records into the file (read again under its lock) and write it; False when there
-    was nothing new to write."""
+    """Rank 0: merge the new records, each with the eval-chunks it was scored with (`evaluation`'s), into the file
+    (read again under its lock) and write it; False when there was nothing new to write."""
+    for record in records:  # another chunk count is another record of the same file
+        record["eval_chunks"] = evaluation["eval_chunks"]
     if not records:
         say(f"nothing new to score: {path} holds every length and mode asked for", flush=True)
         return False
