@@ -68,8 +68,7 @@ def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
                                       tokenizer.vocab_size, network=model, tokenizer=tokenizer)
                 records += [scored_record(mode, context, device, say) for mode in todo]
     if settings.rank == 0 and write_results(path, scoring, run, records, say):
-        logged = log_evaluation(evaluation.dashboards, records)  # after the file: a logging failure loses no result
-        if logged:
+        if logged := log_evaluation(evaluation.dashboards, records):  # after the file: a logging failure loses none
             say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
     if settings.world_size > 1:
         torch.distributed.barrier()  # no rank returns before the file exists
