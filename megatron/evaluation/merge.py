@@ -6,7 +6,9 @@ both were scored the same way (same split, token stream, chunk seed, stride, dty
 the earlier (length, mode, eval-chunks) records the new evaluation does not redo are kept, the ones it
 redoes (eval-force) are replaced, and what it need not redo is skipped before scoring (`already_scored`).
 Each record carries the eval-chunks it was scored with, so another chunk count is another record in the
-same file. Otherwise the evaluation stops before scoring anything and says what differs.
+same file. Otherwise the evaluation stops before scoring anything and says what differs; so it does when the
+run's run-name already names another run in the folder (`name_taken`). evaluate.py's driver asks here what is held
+(`held_or_refused`), what is left to score (`modes_to_score`), and writes its records (`write_results`).
 """
 import datetime
 import json
