@@ -75,11 +75,12 @@ def stored_model_config(state: dict, where) -> ModelConfig:
                               "Load another checkpoint (`iteration`), or one train.py wrote.") from None
 
 
-def check_compatible(state: dict, run: ModelConfig, where, fine_tune: bool = False, config_read_from=()) -> None:
-    """The checkpoint records the model `run` is. `fine_tune`: train.py starting a fine-tune from its weights,
-    which may also change the keys that shape no parameter (extension_keys: rotary-emb-base).
-    `config_read_from`: the files the run's config was read from (run_keys.py), () where there is none."""
-    mismatches = differences(stored_model_config(state, where), run, fine_tune)
+def check_compatible(saved: ModelConfig, run: ModelConfig, where, fine_tune: bool = False, config_read_from=()) -> None:
+    """The checkpoint `where`, whose record is `saved` (stored_model_config's), is the model `run` is. `fine_tune`:
+    train.py starting a fine-tune from its weights, which may also change the keys that shape no parameter
+    (extension_keys: rotary-emb-base). `config_read_from`: the files the run's config was read from (run_keys.py),
+    () where there is none."""
+    mismatches = differences(saved, run, fine_tune)
     if mismatches and _config_came_from(config_read_from, pathlib.Path(where) / RESOLVED_NAME):
         # The advice below would send the user back to the file this run already used.
         raise CheckpointError(f"the checkpoint {where} contradicts itself: the model its model-states file records "
@@ -166,12 +167,23 @@ def load_weights_of(state: dict, where, model: torch.nn.Module, run: ModelConfig
     """load_model_weights for checkpoint folder `where` whose model-states file was read already (`state`:
     read_client_state's): checked against the run's model `run` (default: the model's own config), loaded
     exactly; returns the step. `config_read_from`: as check_compatible's."""
+    check_compatible(stored_model_config(state, where), run or model.config, where, config_read_from=config_read_from)
+    return load_weights(state, where, model)
+
+
+def load_weights(state: dict, where, model: torch.nn.Module) -> int:
+    """The weights of checkpoint folder `where` (its model-states file read already: `state`) loaded exactly into
+    `model`, built as the model its record describes (check_compatible's); returns the step."""
     where = pathlib.Path(where)
-    check_compatible(state, run or model.config, where, config_read_from=config_read_from)
     if state.get("ds_config", {}).get("zero_optimization", {}).get("stage", 0) == 3:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-        verify_folder(where)  # zero_to_fp32 unpickles every file it reads
-        weights = get_fp32_state_dict_from_zero_checkpoint(str(where.parent), tag=where.name)
+        try:  # the partitions are read now, after the model states: a step pruned in between is said so
+            verify_folder(where)  # zero_to_fp32 unpickles every file it reads
+            weights = get_fp32_state_dict_from_zero_checkpoint(str(where.parent), tag=where.name)
+        except (CheckpointError, OSError, ValueError):
+            if where.is_dir():
+                raise
+            raise CheckpointError(removed_while_read(where)) from None
     else:
         weights = state["module"]
     _load_exactly(model, weights, where)
@@ -384,7 +396,7 @@ def load_checkpoint(run: CheckpointRun, engine) -> tuple[int, int]:
     tag = resolve_tag(load, iteration)
     where = pathlib.Path(load) / tag
     client_state = read_client_state(load, tag)
-    check_compatible(client_state, engine.module.config, where, fine_tune=weights_only,
+    check_compatible(stored_model_config(client_state, where), engine.module.config, where, fine_tune=weights_only,
                      config_read_from=run.config_read_from)
     _check_weights_dtype(client_state, run, engine, where)
     verify_folder(where)  # DeepSpeed unpickles its files (model states, optimizer partitions) itself

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from megatron.checkpoint.folder import RESOLVED_NAME, CheckpointError, read_pruning_aware, split_checkpoint_path
-from megatron.checkpoint.checkpointing import check_compatible, load_weights_of, read_client_state, stored_model_config
+from megatron.checkpoint.checkpointing import check_compatible, load_weights, read_client_state, stored_model_config
 from megatron.checkpoint.run_keys import InferenceRun
 from megatron.model import GPTModel
 from megatron.errors import NeoXArgsError
@@ -74,46 +74,38 @@ class LoadedModel:
 
 
 def load(checkpoint, run: InferenceRun | None = None, device=None, dtype: torch.dtype | None = None) -> LoadedModel:
-    """The model of `checkpoint`: a `save` folder (its `latest`, or `run.iteration`), one `global_stepN`
-    folder, or an OpenCheckpoint already read. The model is the one the checkpoint records, with a run's own
-    choices (attention-window, rotary-scaling, attention-impl, ...) applied to it: those of `run` (a config's
-    model and keys) where one is given, whose model must agree with the checkpoint's (a CheckpointError
-    names every difference), else those of the run that trained it. `device` and `dtype` default to
-    `inference_device_and_dtype`'s rule (the training run's precision where no run is given)."""
-    if isinstance(checkpoint, OpenCheckpoint):
-        return _build(checkpoint, run, device, dtype)
-    load_dir, iteration = split_checkpoint_path(checkpoint, run.iteration if run else None)
-    # The step's own config is read after its model-states file: a step pruned between them is read again
-    return read_pruning_aware(load_dir, iteration, lambda where: _build(_open_step(where), run, device, dtype))
-
-
-def _build(opened: OpenCheckpoint, run: InferenceRun | None, device, dtype) -> LoadedModel:
+    """The model of `checkpoint`: an OpenCheckpoint already read, a `save` folder (its `latest`, or
+    `run.iteration`) or one `global_stepN` folder. One pass: the checkpoint's record (read once), a run's own
+    choices (attention-window, rotary-scaling, attention-impl, ...) applied to it with `dataclasses.replace`, the
+    model built, its weights loaded exactly. The choices are those of `run` (a config's model and keys) where one
+    is given, whose model must agree with the record (a CheckpointError names every difference), else those of
+    the run that trained it. `device` and `dtype` default to `inference_device_and_dtype`'s rule (the training
+    run's precision where no run is given)."""
+    opened = checkpoint
+    if not isinstance(opened, OpenCheckpoint):
+        opened = open_checkpoint(checkpoint, run.iteration if run else None)
     saved = opened.config
-    # The recorded model with a run's choices: the config's (its lengths and tokenizer files too: a run may
-    # score lengths the training never saw), else those the training run stored with the checkpoint.
-    wanted = None  # the run's model, checked against the record: the config's, else the record itself
-    if run is not None:
-        tokenizer = _run_tokenizer(run)
+    if run is not None:  # the config's choices, its lengths and tokenizer files too (it may score longer lengths)
+        tokenizer = run_tokenizer(run)
         wanted = replace(run.model, padded_vocab_size=tokenizer.padded_vocab_size)
         choices = {f.name: getattr(wanted, f.name) for f in fields(ModelConfig) if not f.compare}
         choices.update(lengths=wanted.lengths, tokenizer_files=wanted.tokenizer_files)
         precision, local_rank = run.precision, run.local_rank
-        # before a model of the wrong kind is built
-        check_compatible(opened.state, wanted, opened.where, config_read_from=run.config_read_from)
-    else:
+    else:  # those the training run stored with the checkpoint
         tokenizer = _recorded_tokenizer(opened)
         trained = opened.trained.config if isinstance(opened.trained.config, dict) else {}
         choices = _trained_choices(saved, trained, opened.where)
         precision, local_rank = trained.get("precision"), int(os.environ.get("LOCAL_RANK", 0))
-    model = GPTModel(replace(saved, padded_vocab_size=tokenizer.padded_vocab_size, **choices))
-    step = load_weights_of(opened.state, opened.where, model, wanted,
-                           config_read_from=run.config_read_from if run else ())
     device, default_dtype = _device_and_dtype(precision, local_rank, device)
-    model = model.to(device=device, dtype=dtype or default_dtype).eval()
-    return LoadedModel(model, tokenizer, run, saved, step, opened.trained)
+    if run is not None:  # before a model of the wrong kind is built
+        check_compatible(saved, wanted, opened.where, config_read_from=run.config_read_from)
+    model = GPTModel(replace(saved, padded_vocab_size=tokenizer.padded_vocab_size, **choices))
+    step = load_weights(opened.state, opened.where, model)
+    return LoadedModel(model.to(device=device, dtype=dtype or default_dtype).eval(), tokenizer, run, saved, step,
+                       opened.trained)
 
 
-def _run_tokenizer(run: InferenceRun) -> Tokenizer:
+def run_tokenizer(run: InferenceRun) -> Tokenizer:
     """The tokenizer of the run's model, its embedding rows padded to make-vocab-size-divisible-by."""
     files = run.model.tokenizer_files
     return padded_tokenizer(run.model.tokenizer_type, files.get("vocab_file"), files.get("merge_file"),

@@ -1,10 +1,8 @@
 """Evaluate one trained run at several lengths and write its result file (what evaluate.py calls, and
 train.py with `train-iters: 0`).
 
-It takes the typed records the config package builds (run_keys.py); the start-up steps that still read the run's
-config (the ranks, the tokenizer, the start-up checks, the evaluation stream from megatron/data) come bound to
-it in their `RunStart`."""
-import datetime
+It takes the typed records the config package builds (run_keys.py), its start's among them: the ranks' seed, the
+start-up checks' keys (megatron/run/preflight.py) and the evaluated data's (megatron/data)."""
 import hashlib
 import pathlib
 
@@ -12,18 +10,19 @@ import numpy as np
 import torch
 
 from megatron.evaluation.context import ModeContext
-from megatron.evaluation.merge import already_scored, earlier_records, merged, write_merged
-from megatron.evaluation.results import SCHEMA, ResultFileError
-from megatron.evaluation.run import (EvaluationError, checked_plan, name_taken, open_run, planned_starts,
+from megatron.evaluation.merge import held_or_refused, modes_to_score, write_results
+from megatron.evaluation.run import (EvaluationError, checked_plan, evaluation_stream, open_run, planned_starts,
                                      scored_record, skipped_records)
 from megatron.evaluation.dashboards import log_evaluation
 from megatron.evaluation.run_keys import EvaluationRun
 from megatron.evaluation.settings import EvaluationSettings
-from megatron.checkpoint.inference_model import load
+from megatron.checkpoint.inference_model import load, run_tokenizer
 from megatron.model.sequence_parallel import SequenceParallel
 from megatron.parallel import SequenceParallelGroups
 from megatron.parallel.sequence_scoring import SequenceParallelScorer
-from megatron.run.preflight import raise_together
+from megatron.run.initialize import join_process_group
+from megatron.run.launcher_watch import watch_launcher
+from megatron.run.preflight import check_evaluation
 
 
 def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
@@ -33,13 +32,15 @@ def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
     gathers the losses and writes the file. Everything that can be refused is refused before the first
     length is scored: the plan, the data, the modes, the model's positions and the result file.
     `evaluation`: what the run's config asks (`NeoXArgs.evaluation_run()`, megatron/neox_arguments/to_evaluation.py)."""
-    settings, start = evaluation.settings, evaluation.start
+    settings = evaluation.settings
     lengths, modes = checked_plan(settings)
     say = print if settings.rank == 0 else (lambda *args, **kwargs: None)
-    start.begin(say)  # the ranks' process group and the launcher's watch
-    tokenizer = start.tokenizer()
-    start.check(tokenizer.padded_vocab_size)  # results folder writable, model fits: before anything is scored
-    stream = start.stream(tokenizer)
+    if settings.world_size > 1:
+        join_process_group(evaluation.start.seed)
+    watch_launcher(say)
+    tokenizer = run_tokenizer(evaluation.inference)
+    check_evaluation(evaluation.start.preflight, evaluation.inference.model, tokenizer.padded_vocab_size)
+    stream = evaluation_stream(evaluation.start, settings.split, tokenizer)
     plan = {length: planned_starts(stream, length, settings, tokenizer.eod) for length in lengths}
     for mode in modes:  # a length a mode cannot score is found before any is scored (or the model loaded)
         if mode.check:
@@ -52,7 +53,7 @@ def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
     check_position_range(model, lengths, dtype)
     path = pathlib.Path(settings.results_dir) / f"{run['name']}.json"
     scoring = _evaluation_record(settings, stream, tokenizer, device, dtype)
-    held = _held_or_refused(settings, path, scoring, run)
+    held = held_or_refused(settings, path, scoring, run)
     say(f"evaluating {run['name']} ({settings.load}, step {loaded.step}) on the {settings.split} "
         f"split: {len(stream):,} tokens, lengths {lengths}, modes {[m.name for m in modes]}", flush=True)
 
@@ -66,11 +67,8 @@ def evaluate_run(evaluation: EvaluationRun) -> pathlib.Path:
                 context = ModeContext(scorer, stream, plan[length], length, settings,
                                       tokenizer.vocab_size, network=model, tokenizer=tokenizer)
                 records += [scored_record(mode, context, device, say) for mode in todo]
-    for record in records:  # another chunk count is another record of the same file (merge.py)
-        record["eval_chunks"] = settings.chunks
-    if settings.rank == 0 and _write_results(path, scoring, run, records, say):
-        logged = log_evaluation(evaluation.dashboards, records)  # after the file: a logging failure loses no result
-        if logged:
+    if settings.rank == 0 and write_results(path, scoring, run, records, say):
+        if logged := log_evaluation(evaluation.dashboards, records):  # after the file: a logging failure loses none
             say(f"logged perplexity against length to {' and '.join(logged)}", flush=True)
     if settings.world_size > 1:
         torch.distributed.barrier()  # no rank returns before the file exists
@@ -111,38 +109,6 @@ def _evaluation_record(settings: EvaluationSettings, stream, tokenizer, device, 
     }
 
 
-def _held_or_refused(settings: EvaluationSettings, path, evaluation, run) -> set:
-    """The (length, mode) pairs the result file already holds (held_records); an existing file this
-    evaluation cannot merge with, or a run-name another run holds there, is refused on every rank before
-    anything is scored."""
-    earlier, problem = [], None
-    if settings.rank == 0:
-        try:
-            earlier = earlier_records(path, evaluation, run)
-        except ResultFileError as err:
-            problem = str(err)
-        problem = problem or name_taken(path.parent, run)
-    raise_together([problem])
-    return held_records(settings, path, evaluation, run, earlier)
-
-
-def _write_results(path, evaluation, run, records, say) -> bool:
-    """Rank 0: merge the new records into the file (read again under its lock) and write it; False when there
-    was nothing new to write."""
-    if not records:
-        say(f"nothing new to score: {path} holds every length and mode asked for", flush=True)
-        return False
-
-    def merge():
-        document_records, kept = merged(earlier_records(path, evaluation, run), records)
-        evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        return {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": document_records}, kept
-    kept = write_merged(path, merge, "the results (printed above)")
-    say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
-                           "checkpoint, scored the same way)" if kept else ""), flush=True)
-    return True
-
-
 def check_position_range(model, lengths, dtype) -> None:
     """Every length's positions fit what each positional module can compute in `dtype` (xpos's decay
     factors overflow past a position), found before any length is scored: not after the first lengths'
@@ -156,22 +122,3 @@ def check_position_range(model, lengths, dtype) -> None:
                                       f"{type(module).__name__} computes in {str(dtype).removeprefix('torch.')} "
                                       "(its scale factors overflow there); nothing was scored. Evaluate at lengths up "
                                       f"to {fits}, or train with a larger scale base (xpos-scale-base).")
-
-
-def held_records(settings: EvaluationSettings, path, evaluation, run, earlier) -> set:
-    """The (length, mode) pairs the result file already holds for this checkpoint and these settings
-    (none with eval-force). Every rank reads the file, so all skip the same lengths."""
-    if settings.force:
-        return set()
-    if settings.rank != 0:
-        earlier = earlier_records(path, evaluation, run)  # rank 0 found it mergeable (raise_together)
-    return already_scored(earlier, settings.chunks)
-
-
-def modes_to_score(modes, length, held, path, say) -> list:
-    """The modes still to score at `length`; one line names those skipped."""
-    done = [mode.name for mode in modes if (length, mode.name) in held]
-    if done:
-        say(f"L={length}: {', '.join(done)} already in {path.name} (same checkpoint and settings): skipped; "
-            "--force scores again", flush=True)
-    return [mode for mode in modes if (length, mode.name) not in held]

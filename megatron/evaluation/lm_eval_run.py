@@ -7,6 +7,7 @@ A result file that already exists is never overwritten (as evaluate.py's, megatr
 when it holds the same checkpoint scored the same way (same length, stride, limit, few-shot count, seed
 and lm-eval version), the new tasks merge into it — the earlier tasks not run again are kept, the ones
 run again replaced; otherwise eval.py stops before loading anything and says what differs."""
+import dataclasses
 import datetime
 import difflib
 import json
@@ -14,7 +15,7 @@ import pathlib
 
 from megatron.checkpoint.inference_model import inference_device_and_dtype, load
 from megatron.evaluation.driver import check_position_range
-from megatron.run.preflight import folder_problem
+from megatron.run.preflight import folder_problem, memory_problem
 from megatron.quoting import quote
 from .lm_eval_adapter import NeoXLM
 from .lm_eval_log import lm_eval_output_to
@@ -22,7 +23,7 @@ from .merge import CHECKPOINT_FIELDS, differences, write_merged
 from .results import ResultFileError
 from .ruler import RulerRun, ruler_table, ruler_tasks
 from .run import EvaluationError, checked_plan, open_run
-from .run_keys import EvaluationRun, LmEvalTasks, RunStart
+from .run_keys import EvaluationRun, LmEvalTasks
 
 SCHEMA = "neox-lm-eval/1"
 # `evaluation` fields that decide what a task's numbers mean; results scored under different values do not mix.
@@ -123,17 +124,21 @@ def merged_tasks(earlier: dict | None, document: dict) -> tuple[dict, list[str]]
     return out, kept
 
 
-def check_ruler_lengths_fit(keys: LmEvalTasks, start: RunStart, lengths: list[int], vocab_rows: int) -> None:
+def check_ruler_lengths_fit(keys: LmEvalTasks, evaluation: EvaluationRun, lengths: list[int], vocab_rows: int) -> None:
     """RULER's lengths against memory with evaluate.py's start-up check (preflight.memory_problem at the longest
     length, one sequence a forward), before lm-eval builds any sample: a length nothing could score (10^8
     tokens) otherwise had lm-eval build its haystack until the process was killed."""
-    problem = start.memory_problem(lengths, vocab_rows)
+    def problem_at(asked):
+        sized = dataclasses.replace(evaluation.start.preflight, eval_lengths=tuple(asked), eval_micro_batch_size=1)
+        return memory_problem(sized, evaluation.inference.model, False, vocab_rows)
+
+    problem = problem_at(lengths)
     if problem is None:
         return
     low, high = 0, max(lengths)  # the longest length that fits: memory_problem is monotone in the length
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if start.memory_problem([middle], vocab_rows) is None else (low, middle)
+        low, high = (middle, high) if problem_at([middle]) is None else (low, middle)
     key = ("eval_task_metadata" if (keys.task_metadata or {}).get("max_seq_lengths") else
            "eval_lengths" if keys.eval_lengths else None)  # ruler_lengths' order; None: its ladder
     source = {"eval_task_metadata": "eval-task-metadata max_seq_lengths", "eval_lengths": "eval-lengths (RULER's "
@@ -164,7 +169,7 @@ def evaluate_tasks(evaluation: EvaluationRun, keys: LmEvalTasks) -> pathlib.Path
                               f"(eval.py then uses {ruler.longest}) or set it to at least {ruler.longest}.")
     opened, run = open_run(settings, evaluation.evaluated)
     if ruler:  # before lm-eval builds a haystack of each length, and before the model loads
-        check_ruler_lengths_fit(keys, evaluation.start, ruler.lengths, opened.config.padded_vocab_size)
+        check_ruler_lengths_fit(keys, evaluation, ruler.lengths, opened.config.padded_vocab_size)
     path = results_dir / f"{run['name']}.json"
     import lm_eval
     scoring = {"max_length": length, "stride": settings.stride or length, "limit": keys.task_limit,

@@ -6,13 +6,20 @@ both were scored the same way (same split, token stream, chunk seed, stride, dty
 the earlier (length, mode, eval-chunks) records the new evaluation does not redo are kept, the ones it
 redoes (eval-force) are replaced, and what it need not redo is skipped before scoring (`already_scored`).
 Each record carries the eval-chunks it was scored with, so another chunk count is another record in the
-same file. Otherwise the evaluation stops before scoring anything and says what differs.
+same file. Otherwise the evaluation stops before scoring anything and says what differs; so it does when the
+run's run-name already names another run in the folder (`name_taken`). evaluate.py's driver asks here what is held
+(`held_or_refused`), what is left to score (`modes_to_score`), and writes its records (`write_results`).
 """
+import datetime
+import json
 import pathlib
 from typing import Callable
 
 from megatron.output_paths import reported_write
-from .results import ResultFileError, folder_locked, load_result, write_atomic
+from megatron.quoting import quote
+from megatron.run.preflight import raise_together
+from .results import SCHEMA, ResultFileError, folder_locked, load_result, write_atomic
+from .settings import EvaluationSettings
 
 # `run` fields that say which checkpoint was evaluated; results of different checkpoints never mix.
 CHECKPOINT_FIELDS = ("checkpoint_step", "config_hash", "method", "seed", "dataset")
@@ -82,3 +89,74 @@ def write_merged(path: pathlib.Path, merge: Callable[[], tuple[dict, list]], wha
         with reported_write(path, what, "eval-results-dir"):
             write_atomic(path, document)
     return kept
+
+
+def held_or_refused(settings: EvaluationSettings, path, evaluation, run) -> set:
+    """The (length, mode) pairs the result file already holds (held_records); an existing file this
+    evaluation cannot merge with, or a run-name another run holds there, is refused on every rank before
+    anything is scored."""
+    earlier, problem = [], None
+    if settings.rank == 0:
+        try:
+            earlier = earlier_records(path, evaluation, run)
+        except ResultFileError as err:
+            problem = str(err)
+        problem = problem or name_taken(path.parent, run)
+    raise_together([problem])
+    return held_records(settings, path, evaluation, run, earlier)
+
+
+def held_records(settings: EvaluationSettings, path, evaluation, run, earlier) -> set:
+    """The (length, mode) pairs the result file already holds for this checkpoint and these settings
+    (none with eval-force). Every rank reads the file, so all skip the same lengths."""
+    if settings.force:
+        return set()
+    if settings.rank != 0:
+        earlier = earlier_records(path, evaluation, run)  # rank 0 found it mergeable (raise_together)
+    return already_scored(earlier, settings.chunks)
+
+
+def name_taken(folder, run: dict) -> str | None:
+    """The problem when another run (another config hash) already has result files under this run's
+    run-name in `folder`: a name labels one run in every table, so the second is refused before scoring."""
+    if not run.get("run_name"):
+        return None
+    for path in sorted(pathlib.Path(folder).glob("*.json")):
+        try:
+            other = json.loads(path.read_text()).get("run", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # not a result file this check can read; the tables say what is wrong with it
+        if other.get("run_name") == run["run_name"] and other.get("config_hash") != run["config_hash"]:
+            return (f"run-name {quote(run['run_name'])} already names another run in {folder}: {path.name} "
+                    f"(config hash {str(other.get('config_hash'))[:8]}, this run's {run['config_hash'][:8]}). A name "
+                    "labels one run in every table and figure: train this run under another run-name, or evaluate "
+                    "it into another eval-results-dir and tell the two apart there with --rename.")
+    return None
+
+
+def modes_to_score(modes, length, held, path, say) -> list:
+    """The modes still to score at `length`; one line names those skipped."""
+    done = [mode.name for mode in modes if (length, mode.name) in held]
+    if done:
+        say(f"L={length}: {', '.join(done)} already in {path.name} (same checkpoint and settings): skipped; "
+            "--force scores again", flush=True)
+    return [mode for mode in modes if (length, mode.name) not in held]
+
+
+def write_results(path, evaluation, run, records, say) -> bool:
+    """Rank 0: merge the new records, each with the eval-chunks it was scored with (`evaluation`'s), into the file
+    (read again under its lock) and write it; False when there was nothing new to write."""
+    for record in records:  # another chunk count is another record of the same file
+        record["eval_chunks"] = evaluation["eval_chunks"]
+    if not records:
+        say(f"nothing new to score: {path} holds every length and mode asked for", flush=True)
+        return False
+
+    def merge():
+        document_records, kept = merged(earlier_records(path, evaluation, run), records)
+        evaluation["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return {"schema": SCHEMA, "run": run, "evaluation": evaluation, "results": document_records}, kept
+    kept = write_merged(path, merge, "the results (printed above)")
+    say(f"wrote {path}" + (f" (kept the {len(kept)} earlier records there it did not score again: same "
+                           "checkpoint, scored the same way)" if kept else ""), flush=True)
+    return True

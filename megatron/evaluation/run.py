@@ -1,13 +1,14 @@
-"""The pieces of one run's evaluation that evaluate.py (megatron/evaluation/driver.py) and eval.py
-(lm_eval_run.py) share: the checked plan, opening the run (its checkpoint, read once, and the result file's
-`run`), one (length, mode) record."""
-import json
+"""The pieces of one run's evaluation: the checked plan, the token stream and its chunks, opening the run (its
+checkpoint, read once, and the result file's `run`), one (length, mode) record. evaluate.py's driver
+(megatron/evaluation/driver.py) uses them all; eval.py's (lm_eval_run.py) the plan and opening the run."""
 import pathlib
 import resource
 
+import numpy as np
 import torch
 
 from megatron.checkpoint.folder import missing_why
+from megatron.data import DataError, build_evaluation_stream
 from megatron.errors import NeoXArgsError
 from megatron.checkpoint.inference_model import OpenCheckpoint, TrainingRecord, open_checkpoint
 from megatron.quoting import quote
@@ -15,7 +16,7 @@ from .chunks import chunk_starts
 from .identity import RunIdentity, config_hash, variant
 from .labels import evaluated_parts, readable_label, trained_parts
 from .modes import get_mode
-from .run_keys import EvaluatedRun
+from .run_keys import EvaluatedRun, RunStart
 from .settings import EvaluationSettings
 
 
@@ -36,6 +37,20 @@ def checked_plan(settings: EvaluationSettings):
         raise EvaluationError(f"checkpoint folder {settings.load} (key `load`) {problem}; point `load` "
                               "at the `save` folder of a finished training run")
     return lengths, modes
+
+
+def evaluation_stream(start: RunStart, split: str, tokenizer) -> np.ndarray:
+    """The eval split's tokens; where no data is set and the model came from a checkpoint that keeps only
+    its model (no resolved_config.yml), the error says why the checkpoint could not give the data."""
+    try:
+        return np.asarray(build_evaluation_stream(start.data, split, tokenizer))
+    except DataError as err:
+        if start.model_only_from is None:
+            raise
+        raise DataError(f"{err} The model came from {start.model_only_from}, which keeps no resolved_config.yml "
+                        "(written before checkpoints kept their config): its model-states file records the model, "
+                        "not the run's data. Give the data the run was trained on, e.g. --set data-path=PREFIX (and "
+                        "its split), or the run's own config files.") from None
 
 
 def planned_starts(stream, length, settings: EvaluationSettings, eod: int | None = None):
@@ -140,21 +155,3 @@ def training_budget(record: TrainingRecord) -> dict:
     if samples is None:  # a checkpoint that does not count them: every step took one global batch
         samples = int(iteration) * int(trained.get("train_batch_size") or 0)
     return {"train_steps": int(iteration), "train_tokens": int(samples) * int(trained["seq_length"])}
-
-
-def name_taken(folder, run: dict) -> str | None:
-    """The problem when another run (another config hash) already has result files under this run's
-    run-name in `folder`: a name labels one run in every table, so the second is refused before scoring."""
-    if not run.get("run_name"):
-        return None
-    for path in sorted(pathlib.Path(folder).glob("*.json")):
-        try:
-            other = json.loads(path.read_text()).get("run", {})
-        except (OSError, ValueError, AttributeError):
-            continue  # not a result file this check can read; the tables say what is wrong with it
-        if other.get("run_name") == run["run_name"] and other.get("config_hash") != run["config_hash"]:
-            return (f"run-name {quote(run['run_name'])} already names another run in {folder}: {path.name} "
-                    f"(config hash {str(other.get('config_hash'))[:8]}, this run's {run['config_hash'][:8]}). A name "
-                    "labels one run in every table and figure: train this run under another run-name, or evaluate "
-                    "it into another eval-results-dir and tell the two apart there with --rename.")
-    return None

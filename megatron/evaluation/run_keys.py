@@ -3,17 +3,16 @@ package builds (megatron/neox_arguments/to_evaluation.py: `NeoXArgs.evaluation_r
 below the entry points, evaluation reads these, never the run config itself. No torch here: the config package
 imports this module."""
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from megatron.checkpoint.run_keys import InferenceRun
+from megatron.run.run_keys import PreflightRun
 from megatron.run.wandb_run import WandbRun
 
 from .settings import EvaluationSettings
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from megatron.tokenizer import Tokenizer
+    from megatron.data.run_keys import DataRun  # megatron.data imports megatron-core: the config package does not
 
 
 @dataclass(frozen=True)
@@ -41,14 +40,13 @@ class Dashboards:
 
 @dataclass(frozen=True)
 class RunStart:
-    """The steps of an evaluation's start that still read the run's config itself (start-up of the ranks, the
-    tokenizer, the start-up checks, the data), bound to it by the config package, so that the evaluation package
-    calls them in its own order without holding the config."""
-    begin: Callable[[Callable], None]                 # this rank's start: the process group (several ranks), the launcher's watch; takes `say`
-    tokenizer: Callable[[], "Tokenizer"]              # the run's tokenizer
-    check: Callable[[int], None]                      # the start-up checks (megatron/run/preflight.py) at this padded vocabulary
-    stream: Callable[["Tokenizer"], "np.ndarray"]     # the eval-split's tokens (megatron/data)
-    memory_problem: Callable[[list, int], "str | None"]  # what cannot fit one forward at the longest of these lengths, at this vocabulary
+    """What the start of an evaluation reads besides its settings, before the checkpoint is opened: the ranks'
+    seed, the start-up checks' keys and the evaluated data's."""
+    seed: int                            # the run's seed: every rank's generators, once the ranks have joined
+    preflight: PreflightRun              # the start-up checks (megatron/run/preflight.py): results folder, memory
+    data: "DataRun"                      # where the eval-split's documents are (megatron/data)
+    model_only_from: str | None          # the checkpoint folder that alone gave the model, data-path unset: its
+                                         # run's data is not known (None: the config gave the data, or its run)
 
 
 @dataclass(frozen=True)
@@ -56,9 +54,9 @@ class EvaluationRun:
     """Everything one evaluation of a trained run takes: what evaluate_run (driver.py) and eval.py's run read."""
     settings: EvaluationSettings         # the evaluation keys (settings.py)
     evaluated: EvaluatedRun              # for the result file's `run`
-    inference: InferenceRun              # the model and the keys that load it (megatron/checkpoint/run_keys.py)
+    inference: InferenceRun              # the model, its tokenizer and the keys that load it (megatron/checkpoint)
+    start: RunStart                      # the ranks, the start-up checks and the data
     dashboards: Dashboards
-    start: RunStart
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,8 @@
 """The one place a run's config becomes what evaluation reads (megatron/evaluation/run_keys.py): its settings, what
-the evaluating config says of the run for the result file, the keys that load the model (to_checkpoint.py), the
-dashboards, the lm-eval keys, and, bound to the config, the start-up steps (the ranks' start and the tokenizer, which
-still read it themselves; the start-up checks, on the keys they read: to_preflight.py; the data). megatron/evaluation/
-never reads the run config itself."""
+the evaluating config says of the run for the result file, the keys that load the model (to_checkpoint.py), what its
+start reads (the start-up checks' keys: to_preflight.py; the data's: to_data.py), the dashboards and the lm-eval keys.
+megatron/evaluation/ never reads the run config itself."""
 import dataclasses
-import functools
 import pathlib
 
 from megatron.evaluation.modes import mode_options
@@ -20,8 +18,7 @@ from .to_preflight import preflight_run
 def evaluation_run(neox_args) -> EvaluationRun:
     """What one evaluation of the run `load` names takes from `neox_args` (evaluate.py, train.py's `train-iters: 0`, eval.py)."""
     return EvaluationRun(settings=evaluation_settings(neox_args), evaluated=evaluated_run(neox_args),
-                         inference=inference_run(neox_args), dashboards=dashboards(neox_args),
-                         start=run_start(neox_args))
+                         inference=inference_run(neox_args), start=run_start(neox_args), dashboards=dashboards(neox_args))
 
 
 def evaluation_settings(neox_args) -> EvaluationSettings:
@@ -67,47 +64,9 @@ def dashboards(neox_args) -> Dashboards:
 
 
 def run_start(neox_args) -> RunStart:
-    """The start-up steps that read the config themselves, bound to `neox_args` (each imports its stack when called:
-    the config is read before torch is imported)."""
-    def begin(say):
-        from megatron.run.launcher_watch import watch_launcher
-        if neox_args.world_size > 1:
-            neox_args.join_process_group()
-        watch_launcher(say)
-
-    def tokenizer():
-        from megatron.tokenizer import build_tokenizer
-        return build_tokenizer(neox_args.tokenizer_run())
-
-    def check(vocab_rows):
-        from megatron.run.preflight import check_evaluation
-        # results folder writable, model fits: before anything is scored
-        check_evaluation(preflight_run(neox_args), neox_args.model, vocab_rows)
-
-    def memory_problem(lengths, vocab_rows):
-        from megatron.run.preflight import memory_problem
-        sized = dataclasses.replace(preflight_run(neox_args), eval_lengths=tuple(lengths), eval_micro_batch_size=1)
-        return memory_problem(sized, neox_args.model, False, vocab_rows)
-
-    return RunStart(begin=begin, tokenizer=tokenizer, check=check, stream=functools.partial(evaluation_stream, neox_args),
-                    memory_problem=memory_problem)
-
-
-def evaluation_stream(neox_args, tokenizer):
-    """The eval split's tokens; where no data is set and the model came from a checkpoint that keeps only
-    its model (no resolved_config.yml), the error says why the checkpoint could not give the data."""
-    import numpy as np
-    from megatron.data import DataError, build_evaluation_stream
-    try:
-        return np.asarray(build_evaluation_stream(neox_args.data_run(), neox_args.eval_split, tokenizer))
-    except DataError as err:
-        folder = neox_args.model_only_from()
-        if folder is None or neox_args.data_path:
-            raise
-        raise DataError(f"{err} The model came from {folder}, which keeps no resolved_config.yml (written before "
-                        "checkpoints kept their config): its model-states file records the model, not the run's "
-                        "data. Give the data the run was trained on, e.g. --set data-path=PREFIX (and its split), "
-                        "or the run's own config files.") from None
+    """What the evaluation's start reads: the ranks' seed, the start-up checks' keys and the data's."""
+    return RunStart(seed=neox_args.seed, preflight=preflight_run(neox_args), data=neox_args.data_run(),
+                    model_only_from=None if neox_args.data_path else neox_args.model_only_from())
 
 
 def lm_eval_tasks(neox_args) -> LmEvalTasks:

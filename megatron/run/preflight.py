@@ -412,7 +412,8 @@ def check_training(run: PreflightRun, model: ModelConfig, vocab_size: int) -> Sa
 
 def check_evaluation(run: PreflightRun, model: ModelConfig, vocab_size: int) -> None:
     """Raise a PreflightError (on every rank) before a checkpoint is scored for nothing."""
-    # `load` itself: evaluate_run checks it before this (the caller of this check: RunStart.check), and megatron.checkpoint.inference_model.load names every way a checkpoint is missing.
+    # `load` itself: evaluate_run, which calls this check, checks it first, and megatron.checkpoint.inference_model.load
+    # names every way a checkpoint is missing.
     problems = [missing_inputs_problem(inputs(run, reads("evaluate.py", run))),
                 memory_problem(run, model, False, vocab_size)]
     if run.rank == 0:  # only rank 0 writes the result file

@@ -48,3 +48,18 @@ def test_one_device_and_dtype_rule(tmp_path):
     assert inference_device_and_dtype(fp32.inference_run(), "cuda:1") == (torch.device("cuda:1"), torch.float32)
     if not torch.cuda.is_available():
         assert inference_device_and_dtype(bf16.inference_run()) == (torch.device("cpu"), torch.float32)
+
+
+def test_a_zero3_step_pruned_before_its_partitions_are_read_is_called_pruned(tmp_path):
+    """load() reads a ZeRO-3 step's partitions (DeepSpeed's zero_to_fp32) after its model-states file: a step that
+    is gone by then was pruned by the run saving into that folder, and is called so, not a raw FileNotFoundError."""
+    from megatron.checkpoint.checkpointing import load_weights
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    (save / "latest").write_text("global_step3")  # the run saved step 3 and pruned step 2
+    state = {"ds_config": {"zero_optimization": {"stage": 3}}, "iteration": 2}  # step 2's model states, read before
+    with pytest.raises(CheckpointError) as info:
+        load_weights(state, save / "global_step2", torch.nn.Linear(2, 2))
+    assert str(info.value) == (f"{save / 'global_step2'} was removed while it was being read: the run writing {save} "
+                               "keeps only its newest checkpoints (keep-last-n-checkpoints) and pruned it. Run again to "
+                               "load the newest ('global_step3'), or set `iteration` to a step that is kept.")
