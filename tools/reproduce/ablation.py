@@ -21,8 +21,7 @@ verdict words); tests/reproduce/test_reproduce_ablation.py makes each verdict co
 import numpy as np
 
 from tools.analysis.significance import compare, mcnemar
-from .claims import LONG_RATIO
-from .verdicts import ALPHA, Accuracy, Perplexity, against_anchor, by_dataset, direction, p_text
+from .verdicts import ALPHA, LONG_RATIO, Accuracy, Perplexity, against_anchor, by_dataset, direction, p_text
 
 DEGRADE_RATIO = 1.25   # rule 1: mean ppl(L) / ppl(T) at a long length; DAPE-V2's KERPLE: 1.49 at 8x, 1.99 at 16x
 REFERENCE, ANCHOR = "kerple_log", "alibi"

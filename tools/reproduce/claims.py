@@ -8,9 +8,10 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
+from .verdicts import LONG_RATIO, verdict_table
+
 BOUNDED_RATIO = 2.0    # claim 1: "blows up" = perplexity at the longest length >= 2x that at the train length
 COMPETITIVE = 0.03     # claim 3: T5 within 3% of KERPLE-log's perplexity at the train length
-LONG_RATIO = 8         # "long lengths": at least 8x the train length (the paper's 4096+ at 512)
 
 
 @dataclasses.dataclass
@@ -167,7 +168,6 @@ CLAIM_RULES = (
 
 
 def claims_section(scale, table, documents, position_length=None, windowed_baseline=None) -> str:
-    from .verdicts import verdict_table  # verdicts.py reads LONG_RATIO from here
     verdicts = claim_verdicts(table, documents, position_length, windowed_baseline)
     lines = ["## The paper's four claims at this scale\n",
              f"_Scale: {scale}_\n",
