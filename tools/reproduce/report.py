@@ -36,7 +36,8 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
     out = sweep.report_dir
     out.mkdir(parents=True, exist_ok=True)
     paper_map = {d.name: d.paper for d in sweep.data.values() if d.paper}
-    reference = "kerple_log" if "kerple_log" in sweep.methods else sweep.methods[0]
+    reference = (sweep.claims["reference"] if sweep.claims else
+                 "kerple_log" if "kerple_log" in sweep.methods else sweep.methods[0])
     figures = lambda fig, stem: [p.unlink() for p in save_figure(fig, out / stem) if p.suffix != ".png"]  # noqa: E731
 
     try:
@@ -58,7 +59,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
     trained = [r for r in runs if not r.base]
     sections = [_header(sweep, runs, inputs, command, rerendered), ablation_section(sweep, documents, figures),
                 variants_section(sweep, documents, figures), extensions_section(sweep, everything, figures),
-                claims_section(sweep.scale, table3, documents, sweep.position_length, sweep.windowed_baseline),
+                claims_section(sweep, table3, documents),
                 "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n", render_markdown(table3),
                 "![perplexity versus length](ablation_ppl.png)\n" if sweep.ablation else
                 "![perplexity versus length](ppl_vs_length.png)\n"]

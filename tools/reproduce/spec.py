@@ -50,6 +50,7 @@ class Sweep:
     extensions: dict              # method -> {label: NeoX keys of a fine-tune of the method's plain run}
     chunk_subsets: list           # chunk counts the ablation report re-reads the scored chunks at
     ablation: dict | None         # {method, anchor, measure}: judge the training variants by ablation.py's rules
+    claims: dict | None           # {reference, anchor, competitive, blow_up, bounded}: the methods claims.py judges
     ruler: dict | None            # {tasks, limit}: RULER tasks eval.py runs on every run at evaluation.eval-lengths
     kernel_figures: list
     position_length: int | None
@@ -64,7 +65,7 @@ class Sweep:
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
               "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
               "report_dir", "commentary", "jobs", "threads", "training_variants", "extensions", "chunk_subsets", "ablation",
-              "ruler"}
+              "ruler", "claims"}
 REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
 DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
 
@@ -120,12 +121,13 @@ def load_sweep(path) -> Sweep:
              "drawn from the chunks every run scored)")
     ablation = _ablation(spec.get("ablation"), spec["methods"], training_variants, evaluation, fail)
     ruler = _ruler(spec.get("ruler"), evaluation, fail)
+    claims = _claims(spec.get("claims"), spec["methods"], POS_EMB_CHOICES, fail)
     return Sweep(
         path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
         windowed_baseline=windowed, variants=variants, training_variants=training_variants, extensions=extensions,
-        chunk_subsets=sorted(chunk_subsets), ablation=ablation, ruler=ruler, kernel_figures=list(spec.get("kernel_figures") or []),
+        chunk_subsets=sorted(chunk_subsets), ablation=ablation, claims=claims, ruler=ruler, kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
         report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
@@ -287,6 +289,35 @@ def _ablation(given, methods, training_variants, evaluation, fail) -> dict | Non
         fail("ablation.measure", f"{measure} is read from the {ABLATION_MEASURES[measure]} records: add "
              f"{ABLATION_MEASURES[measure]} to evaluation.eval-modes")
     return {**given, "measure": measure}
+
+
+CLAIM_ROLES = {"reference": str, "anchor": str, "competitive": str, "blow_up": list, "bounded": list}
+
+
+def _claims(given, methods, pos_embs, fail) -> dict | None:
+    """`claims: {reference: kerple_log, anchor: alibi, competitive: t5, blow-up: [sinusoidal, rotary], bounded:
+    [alibi, t5, kerple_log, kerple_power]}`: the report judges the paper's four claims (claims.py) with these
+    methods in their roles; a method the grid lacks makes its claim *not assessed*. Without it, no claims."""
+    if given is None:
+        return None
+    example = ("{reference: kerple_log, anchor: alibi, competitive: t5, blow-up: [sinusoidal, rotary], "
+               "bounded: [alibi, t5, kerple_log, kerple_power]}")
+    if not isinstance(given, dict) or set(map(normalise_key, given)) != set(CLAIM_ROLES):
+        fail("claims", f"must be a mapping with the keys {', '.join(k.replace('_', '-') for k in CLAIM_ROLES)}, "
+             f"e.g. {example}")
+    given = {normalise_key(k): v for k, v in given.items()}
+    for role, kind in CLAIM_ROLES.items():
+        named = given[role] if kind is list else [given[role]]
+        if not isinstance(given[role], kind) or not named:
+            fail(f"claims.{role.replace('_', '-')}", f"must be {'a non-empty list of methods' if kind is list else 'one method'}, "
+                 f"e.g. {example}")
+        for method in named:
+            if method not in pos_embs:
+                fail(f"claims.{role.replace('_', '-')}", f"{quote(method)} is not a pos-emb; choose from {', '.join(pos_embs)}")
+    if given["reference"] not in methods:
+        fail("claims.reference", f"{quote(given['reference'])} must be one of the grid's methods ({', '.join(methods)}): "
+             "Table 3 and the claims compare every method with it")
+    return {role: tuple(v) if isinstance(v, list) else v for role, v in given.items()}
 
 
 RULER_LIMIT = 20  # samples per length when `ruler.limit` is not given
