@@ -141,11 +141,12 @@ def switch_verdict(study: Ablation, data: Perplexity, variant) -> tuple[str, str
         f"{variant} vs {reference} ppl: " + "; ".join(parts)
 
 
-def anchor_verdict(study: Ablation, data: Perplexity, method) -> tuple[str, str]:
-    """Rule 3: one model of the method against the anchor."""
+def anchor_verdict(study: Ablation, data, method) -> tuple[str, str]:
+    """Rule 3 (R3 by accuracy): one model of the method against the anchor."""
     better, worse, parts = data.at_long_lengths(method, study.anchor, (method, study.anchor))
-    return (against_anchor(better, worse, data.long, study.anchor_name, "better"),
-            f"{method} vs {study.anchor} ppl: " + "; ".join(parts))
+    word, measure = ("better", "ppl") if isinstance(data, Perplexity) else ("more accurate", "accuracy")
+    return (against_anchor(better, worse, data.long, study.anchor_name, word),
+            f"{method} vs {study.anchor} {measure}: " + "; ".join(parts))
 
 
 def _judge(study: Ablation, documents, measure, mode, rules) -> dict:
@@ -266,13 +267,6 @@ def retrieval_switch_verdict(study: Ablation, data: Accuracy, variant) -> tuple[
         f"{variant} vs {reference} accuracy: " + "; ".join(parts)
 
 
-def retrieval_anchor_verdict(study: Ablation, data: Accuracy, method) -> tuple[str, str]:
-    """Rule R3: one model of the method against the anchor."""
-    better, worse, parts = data.at_long_lengths(method, study.anchor, (method, study.anchor))
-    return (against_anchor(better, worse, data.long, study.anchor_name, "more accurate"),
-            f"{method} vs {study.anchor} accuracy: " + "; ".join(parts))
-
-
 def retrieval_verdicts(study: Ablation, documents, mode: str = "kv-retrieval") -> dict:
     """{dataset: [(question, verdict, numbers)]} for rules R1-R3 on the `mode` probe records."""
     def rules(data, variants, anchor):
@@ -282,7 +276,7 @@ def retrieval_verdicts(study: Ablation, documents, mode: str = "kv-retrieval") -
                                                    if study.method in trained and m in trained
                                                    else ("not compared", "a model that did not learn the task")))
                    for m in variants[1:]]
-                + [(f"R3. {m} against {study.anchor_name}", *retrieval_anchor_verdict(study, data, m))
+                + [(f"R3. {m} against {study.anchor_name}", *anchor_verdict(study, data, m))
                    for m in (trained if anchor and learned(data, study.anchor) else [])])
     return _judge(study, documents, Accuracy, mode, rules)
 

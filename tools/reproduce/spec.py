@@ -194,13 +194,7 @@ def _training_variants(given, methods, fail) -> dict:
             fail(f"training_variants.{method}", "must map a label to a non-empty mapping of NeoX keys")
         variants[method] = {}
         for label, entry in entries.items():
-            if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
-                fail(f"training_variants.{method}", f"label {label!r}: letters, digits, '-' and '+' only "
-                     "(it names the run's folder and result file)")
-            entry = {normalise_key(k): v for k, v in entry.items()}
-            unknown = sorted(set(entry) - keys)
-            if unknown:
-                fail(f"training_variants.{method}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
+            entry = _run_keys(f"training_variants.{method}", label, entry, keys, fail)
             if "pos_emb" in entry or "seed" in entry:
                 fail(f"training_variants.{method}.{label}", "pos-emb and seed are the grid's own axes")
             if owned := sorted(set(entry) & SWEEP_OWNED_KEYS):
@@ -210,6 +204,17 @@ def _training_variants(given, methods, fail) -> dict:
                      "so a variant's value would be replaced; leave them out")
             variants[method][label] = entry
     return variants
+
+
+def _run_keys(where, label, entry, keys, fail) -> dict:
+    """A training variant's or an extension's label and NeoX keys (normalised), checked alike: both are runs
+    of their own, named by the label."""
+    if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
+        fail(where, f"label {label!r}: letters, digits, '-' and '+' only (it names the run's folder and result file)")
+    entry = {normalise_key(k): v for k, v in entry.items()}
+    if unknown := sorted(set(entry) - keys):
+        fail(f"{where}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
+    return entry
 
 
 def _extensions(given, methods, training_variants, fail) -> dict:
@@ -233,16 +238,10 @@ def _extensions(given, methods, training_variants, fail) -> dict:
         extensions[method] = {}
         for label, entry in entries.items():
             label = str(label) if isinstance(label, int) and not isinstance(label, bool) else label  # `256:`
-            if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
-                fail(where, f"label {label!r}: letters, digits, '-' and '+' only (it names the run's folder and "
-                     "result file)")
+            entry = _run_keys(where, label, entry, keys, fail)
             if label in training_variants.get(method, {}):
                 fail(where, f"label {label!r} is also a training variant of {method}: both would be reported as "
                      f"`{method}+{label}`; give the extension another label")
-            entry = {normalise_key(k): v for k, v in entry.items()}
-            unknown = sorted(set(entry) - keys)
-            if unknown:
-                fail(f"{where}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
             if "pos_emb" in entry or "seed" in entry:
                 fail(f"{where}.{label}", "pos-emb and seed are those of the run it extends (the grid's own axes)")
             if owned := sorted(set(entry) & (SWEEP_OWNED_KEYS | {"finetune"})):
