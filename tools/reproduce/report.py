@@ -36,8 +36,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
     out = sweep.report_dir
     out.mkdir(parents=True, exist_ok=True)
     paper_map = {d.name: d.paper for d in sweep.data.values() if d.paper}
-    reference = (sweep.claims["reference"] if sweep.claims else
-                 "kerple_log" if "kerple_log" in sweep.methods else sweep.methods[0])
+    reference = sweep.reference
     figures = lambda fig, stem: [p.unlink() for p in save_figure(fig, out / stem) if p.suffix != ".png"]  # noqa: E731
 
     try:

@@ -61,6 +61,14 @@ class Sweep:
     jobs: int
     threads: int
 
+    @property
+    def reference(self) -> str:
+        """The method Table 3, the probe and RULER tables and the claims compare every other with: the claims'
+        reference, else kerple_log where the grid has it (the runner's first study), else the first method."""
+        if self.claims:
+            return self.claims["reference"]
+        return "kerple_log" if "kerple_log" in self.methods else self.methods[0]
+
 
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
               "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
