@@ -97,7 +97,7 @@ def _header(sweep, runs, inputs, command, rerendered) -> str:
         f"- Sweep: `{sweep.path}`; profile {', '.join(f'`{p}`' for p in sweep.profile)}; inputs beside this "
         "report in `inputs/`",
         f"- Model: {args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
-        f"{_parameter_count(runs[0]):,} parameters (kerple_log), {args.precision}",
+        f"{_parameter_count(runs[0], sweep.reference):,} parameters ({sweep.reference}), {args.precision}",
         f"- Training: {args.train_iters:,} steps x {args.train_batch_size} sequences x {args.seq_length} tokens "
         f"= {args.train_iters * args.train_batch_size * args.seq_length:,} tokens per run; lr {args.lr:g} "
         f"({args.lr_decay_style}, warmup {args.warmup:g}); seeds {', '.join(map(str, sweep.seeds))}",
@@ -126,10 +126,10 @@ def _dataset_line(dataset, inputs) -> str:
     return f"`{dataset.name}` ({tokens:,} tokens, {dataset.tokenizer.get('tokenizer-type')}{paper})"
 
 
-def _parameter_count(run: Run) -> int:
+def _parameter_count(run: Run, method: str) -> int:
     from megatron.model import GPTModel
     from megatron.tokenizer import build_tokenizer
-    args = run.args({**run.training_overrides(), "pos_emb": "kerple_log"})
+    args = run.args({**run.training_overrides(), "pos_emb": method})
     model = dataclasses.replace(args.model, padded_vocab_size=build_tokenizer(args).padded_vocab_size)
     return sum(p.numel() for p in GPTModel(model).parameters())
 
