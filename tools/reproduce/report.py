@@ -83,11 +83,15 @@ def _header(sweep, runs, inputs, command, rerendered) -> str:
     evaluation = sweep.evaluation
     datasets = sorted({d["run"]["dataset"] for d in inputs.documents})
     trained_at = inputs.trained_commits
+    # A study that judges the KERPLE paper's claims is its reproduction; another study is titled by its name
+    # alone, and speaks of the paper's numbers only where a dataset names the paper's (`paper:`).
+    paper = sweep.claims or any(d.paper for d in sweep.data.values())
     lines = [
-        f"# KERPLE reproduction: `{sweep.name}`\n",
-        f"**Scale: {sweep.scale}** These are this reproduction's numbers; wherever the paper's numbers "
-        "appear they sit in columns labelled *paper* and come from the KERPLE paper (162M model, 512 "
-        "tokens, Pile subsets), not from this run.\n",
+        f"# KERPLE reproduction: `{sweep.name}`\n" if sweep.claims else f"# Study: `{sweep.name}`\n",
+        f"**Scale: {sweep.scale}**" + (" These are this reproduction's numbers; wherever the paper's numbers "
+                                       "appear they sit in columns labelled *paper* and come from the KERPLE paper "
+                                       "(162M model, 512 tokens, Pile subsets), not from this run." if paper else "")
+        + "\n",
         f"- Command: `{command}`" + (" (this file was re-rendered from the inputs beside it with `--report-only`)"
                                      if rerendered else ""),
         f"- Commit: `{commit}`" + (" (with uncommitted changes to tracked files)" if dirty else "")
