@@ -79,8 +79,9 @@ def retrieval_ablation_section(sweep, study, documents, figures, mode: str = "kv
     if study.theirs:  # their degradation is one of perplexity: the same models' perplexity, beside theirs
         figures(_figure(documents, sweep, study), "ablation_ppl")
         lines += [f"### The same models' perplexity on plain text, beside {study.theirs.name}'s\n",
-                  "Not judged by any rule here (the perplexity rules are those of configs/reproduce/cpu-mini-ablation.yml, "
-                  f"whose models trained on plain text); shown because {study.theirs.name}'s degradation is one of "
+                  "Not judged by any rule here (the perplexity rules are those of "
+                  "configs/reproduce/cpu-mini-ablation.yml, whose models trained on plain text); shown because "
+                  f"{study.theirs.name}'s degradation is one of "
                   f"perplexity. {sweep.evaluation.get('eval_chunks')} chunks per length.\n",
                   _theirs_table(documents, study.method), _figure_line(study)]
     return "\n".join(lines)

@@ -36,7 +36,8 @@ class Claims:
 
 
 def _families(methods) -> list:
-    """Names for a list of methods, each family once (KERPLE-log and KERPLE-power: KERPLE), as the paper words claim 1."""
+    """Names for a list of methods, each family once (KERPLE-log and KERPLE-power: KERPLE), as the paper words
+    claim 1."""
     return list(dict.fromkeys(method_name(m).split("-")[0] for m in methods))
 
 
@@ -211,7 +212,8 @@ def claims_section(sweep, table, documents) -> str:
     verdicts = claim_verdicts(claims, table, documents, sweep.position_length, sweep.windowed_baseline)
     lines = ["## The paper's four claims at this scale\n",
              f"_Scale: {sweep.scale}_\n",
-             "Judged by fixed rules, written into tools/reproduce/claims.py before the runs: " + rules_text(claims) + "\n"]
+             "Judged by fixed rules, written into tools/reproduce/claims.py before the runs: "
+             + rules_text(claims) + "\n"]
     for dataset, rows in verdicts.items():
         lines += verdict_table(f"**{dataset}**\n", rows, first="claim")
     return "\n".join(lines)

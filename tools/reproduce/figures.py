@@ -1,7 +1,8 @@
 """The study reports' figure of a measure against length: one column per dataset, the measure against the
 evaluation length on top and its ratio to the value at the training length below, a colour per method.
 
-The ablation (with another paper's curve of the method, theirs.py, and rule 1's threshold), the retrieval ablation (accuracy, each seed
+The ablation (with another paper's curve of the method, theirs.py, and rule 1's threshold), the retrieval
+ablation (accuracy, each seed
 drawn thin) and the training variants beside their parents (variants dashed, log axes) are this one figure
 with other data: what differs is passed in (`PerplexityStyle`), the drawing is written once.
 """

@@ -90,8 +90,8 @@ def retrieval_section(sweep, documents, figures) -> str:
              "Synthetic prompts made from eval-seed alone (byte-identical for every run) with filler from the "
              "evaluation split; the models were trained with the same task mixed into training, at the "
              f"training length only ({_mix(sweep.overrides)}). Evaluation-only variants (e.g. RoPE scaling) "
-             "re-score the plain checkpoints. " + NEAR_FAR + (claim_rule(sweep.claims["reference"]) if sweep.claims else "")
-             + "\n"]
+             "re-score the plain checkpoints. " + NEAR_FAR
+             + (claim_rule(sweep.claims["reference"]) if sweep.claims else "") + "\n"]
     for mode in modes:
         index = index_results(documents, mode)
         lines.append(probe_tables(documents, mode, sweep.reference, ALPHA))
@@ -113,7 +113,8 @@ def retrieval_section(sweep, documents, figures) -> str:
                       "depths, samples and seeds)\n", *rows, ""]
             if sweep.claims:
                 claim, verdict, evidence = retrieval_claim(sweep.claims["reference"], index, dataset, T, mode)
-                lines += ["| claim | verdict | numbers |", "|---|---|---|", f"| {claim} | **{verdict}** | {evidence} |", ""]
+                lines += ["| claim | verdict | numbers |", "|---|---|---|",
+                          f"| {claim} | **{verdict}** | {evidence} |", ""]
             lines.append(f"![{mode} accuracy by length and depth on {dataset}]({stem}.png)\n")
     return "\n".join(lines)
 

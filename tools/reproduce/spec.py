@@ -135,7 +135,8 @@ def load_sweep(path) -> Sweep:
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
         windowed_baseline=windowed, variants=variants, training_variants=training_variants, extensions=extensions,
-        chunk_subsets=sorted(chunk_subsets), ablation=ablation, claims=claims, ruler=ruler, kernel_figures=list(spec.get("kernel_figures") or []),
+        chunk_subsets=sorted(chunk_subsets), ablation=ablation, claims=claims, ruler=ruler,
+        kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
         report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
@@ -314,16 +315,15 @@ def _claims(given, methods, pos_embs, fail) -> dict | None:
              f"e.g. {example}")
     given = {normalise_key(k): v for k, v in given.items()}
     for role, kind in CLAIM_ROLES.items():
-        named = given[role] if kind is list else [given[role]]
+        where, named = f"claims.{role.replace('_', '-')}", given[role] if kind is list else [given[role]]
         if not isinstance(given[role], kind) or not named:
-            fail(f"claims.{role.replace('_', '-')}", f"must be {'a non-empty list of methods' if kind is list else 'one method'}, "
-                 f"e.g. {example}")
+            fail(where, f"must be {'a non-empty list of methods' if kind is list else 'one method'}, e.g. {example}")
         for method in named:
             if method not in pos_embs:
-                fail(f"claims.{role.replace('_', '-')}", f"{quote(method)} is not a pos-emb; choose from {', '.join(pos_embs)}")
+                fail(where, f"{quote(method)} is not a pos-emb; choose from {', '.join(pos_embs)}")
     if given["reference"] not in methods:
-        fail("claims.reference", f"{quote(given['reference'])} must be one of the grid's methods ({', '.join(methods)}): "
-             "Table 3 and the claims compare every method with it")
+        fail("claims.reference", f"{quote(given['reference'])} must be one of the grid's methods "
+             f"({', '.join(methods)}): Table 3 and the claims compare every method with it")
     return {role: tuple(v) if isinstance(v, list) else v for role, v in given.items()}
 
 
