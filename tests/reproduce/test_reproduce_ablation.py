@@ -11,11 +11,15 @@ import pytest
 from megatron.evaluation.results import load_result, write_atomic
 from tests.support.ablation import FLAT, RISING, SLIGHTLY_WORSE, SWEEP, T, documents
 from tools.reproduce import ablation
-from tools.reproduce.ablation import DEGRADE_RATIO
+from tools.reproduce.ablation import DEGRADE_RATIO, Ablation
+
+
+def kerple(*switches) -> Ablation:
+    return Ablation("kerple_log", "alibi", switches)
 
 
 def rows(levels, switches=("per-layer",)) -> dict:
-    return {q: v for q, v, _ in ablation.verdicts(documents(levels), list(switches))["code"]}
+    return {q: v for q, v, _ in ablation.verdicts(kerple(*switches), documents(levels))["code"]}
 
 
 def test_a_rising_variant_reproduces_the_degradation_and_loses_to_alibi():
@@ -26,8 +30,8 @@ def test_a_rising_variant_reproduces_the_degradation_and_loses_to_alibi():
     assert verdict["2. switch `per-layer`"] == "reproduces the degradation"
     assert verdict["3. kerple_log against ALiBi"] == "better"
     assert verdict["3. kerple_log+per-layer against ALiBi"].startswith("worse (ALiBi significantly better at L = [512")
-    assert ablation.answer({"code": ablation.verdicts(documents(
-        {"kerple_log": FLAT, "kerple_log+per-layer": RISING}), ["per-layer"])["code"]}) == \
+    assert ablation.answer(kerple("per-layer"), {"code": ablation.verdicts(kerple("per-layer"), documents(
+        {"kerple_log": FLAT, "kerple_log+per-layer": RISING}))["code"]}) == \
         "Reproduces the DAPE-V2 degradation: `per-layer` on code."
 
 
@@ -36,11 +40,11 @@ def test_worse_better_none_and_the_plain_answer():
         "makes KERPLE-log worse at L = [512, 1024] (not the DAPE-V2 degradation)"
     assert rows({"kerple_log": SLIGHTLY_WORSE, "kerple_log+per-layer": FLAT})["2. switch `per-layer`"] == \
         "makes KERPLE-log better at L = [512, 1024]"
-    same = ablation.verdicts(documents({"kerple_log": FLAT, "kerple_log+bf16": FLAT, "alibi": FLAT}), ["bf16"])
+    same = ablation.verdicts(kerple("bf16"), documents({"kerple_log": FLAT, "kerple_log+bf16": FLAT, "alibi": FLAT}))
     verdict = {q: v for q, v, _ in same["code"]}
     assert verdict["2. switch `bf16`"] == "no significant effect"
     assert verdict["3. kerple_log+bf16 against ALiBi"] == "not significantly different"
-    assert ablation.answer(same) == "No switch reproduces the degradation at this scale."
+    assert ablation.answer(kerple("bf16"), same) == "No switch reproduces the degradation at this scale."
 
 
 def test_a_reference_that_degrades_too_is_not_reproduced_by_the_switch():
@@ -66,7 +70,7 @@ def test_a_verdict_that_needs_many_chunks_flips_at_few():
     # 40 chunks shows it (significant over the seeds), the mean of 5 does not.
     docs = documents({"kerple_log": FLAT, "kerple_log+per-layer": lambda L: 2.0 + (0.02 if L >= 8 * T else 0)},
                      run_noise=0.0, chunk_noise=0.03)
-    by_count = ablation.chunk_verdicts(docs, ["per-layer"], [5], 40)
+    by_count = ablation.chunk_verdicts(kerple("per-layer"), docs, [5], 40)
     assert {q: v for q, v, _ in by_count[40]["code"]}["2. switch `per-layer`"].startswith("makes KERPLE-log worse")
     flips = ablation.flips(by_count, 40)
     assert set(flips) == {5}
@@ -139,7 +143,7 @@ def test_the_reports_copy_of_a_variants_result_carries_its_label(tmp_path):
 
 def test_one_seed_gives_no_test_rather_than_an_error():
     docs = [d for d in documents({"kerple_log": FLAT, "kerple_log+per-layer": FLAT}) if d["run"]["seed"] == 1]
-    verdict = {q: (v, e) for q, v, e in ablation.verdicts(docs, ["per-layer"])["code"]}
+    verdict = {q: (v, e) for q, v, e in ablation.verdicts(kerple("per-layer"), docs)["code"]}
     assert verdict["1. kerple_log degrades"][0] == "does not degrade"
     assert "(no test: one seed)" in verdict["1. kerple_log degrades"][1]
     assert verdict["2. switch `per-layer`"][0] == "no significant effect"
@@ -156,3 +160,49 @@ def test_a_training_variant_with_a_switch_is_found_by_the_label_evaluate_py_writ
     assert str(hybrid.label) == "rotary+nope-alternate" and hybrid.directory.parts[-2] == "rotary+nope-alternate"
     written = evaluation_variant(hybrid.args())  # as evaluate.py computes it from the run's config
     assert written.startswith("layers-") and str(hybrid.written_label) == f"rotary+{written}"
+
+
+# ------------------------------------------------------------------ any method, against any anchor
+ROTARY = Ablation("rotary", "t5", ("big-base",))
+
+
+def test_another_method_against_another_anchor_is_judged_by_the_same_rules_in_its_own_words():
+    """rotary with a switch, against T5: the verdicts name those two, and no other paper's numbers are cited
+    (theirs.py has none for rotary)."""
+    docs = documents({"rotary": FLAT, "rotary+big-base": RISING, "t5": lambda L: 2.05})
+    verdict = {q: v for q, v, _ in ablation.verdicts(ROTARY, docs)["code"]}
+    assert verdict["1. rotary degrades"] == "does not degrade"
+    assert verdict["1. rotary+big-base degrades"] == "degrades"
+    assert verdict["1. t5 degrades"] == "does not degrade"
+    assert verdict["2. switch `big-base`"] == "reproduces the degradation"
+    assert verdict["3. rotary against T5"] == "better"
+    assert verdict["3. rotary+big-base against T5"].startswith("worse (T5 significantly better at L = [512")
+    assert ablation.answer(ROTARY, ablation.verdicts(ROTARY, docs)) == "Reproduces the degradation: `big-base` on code."
+    worse = {q: v for q, v, _ in ablation.verdicts(ROTARY, documents(
+        {"rotary": FLAT, "rotary+big-base": SLIGHTLY_WORSE}))["code"]}
+    assert worse["2. switch `big-base`"] == "makes rotary worse at L = [512, 1024]"
+    rules = ablation.rules_text(ROTARY, 20)
+    assert "**3. Against T5**" in rules and "a training variant of rotary, against rotary)" in rules
+    assert "DAPE-V2" not in rules + ablation.retrieval_rules_text(ROTARY)
+    assert "DAPE-V2's KERPLE-log: 1.49 at 8x, 1.99 at 16x" in ablation.rules_text(kerple(), 20)  # theirs.py's numbers
+
+
+def test_an_ablation_of_another_method_loads_and_its_section_cites_no_other_paper(tmp_path):
+    from tools.analysis.plot_common import save_figure
+    from tools.reproduce.ablation_report import ablation_section
+    text = (SWEEP.replace("methods: [kerple_log, alibi]", "methods: [rotary, t5]")
+            .replace("  kerple_log:\n    per-layer: {pos-emb-per-layer: true}\n    per-layer+bf16: {pos-emb-per-layer: true, "
+                     "precision: bf16}\n", "  rotary:\n    big-base: {rotary-emb-base: 500000}\n")
+            .replace("ablation: {method: kerple_log, anchor: alibi}", "ablation: {method: rotary, anchor: t5}"))
+    sweep = load(tmp_path, text)
+    assert sweep.ablation == {"method": "rotary", "anchor": "t5", "measure": "perplexity"}
+    docs = documents({"rotary": FLAT, "rotary+big-base": RISING, "t5": FLAT})
+    drawn = []
+    section = ablation_section(sweep, docs, lambda fig, stem: drawn.append(save_figure(fig, tmp_path / stem)))
+    assert section.startswith("## The ablation: which switch makes rotary degrade?")
+    assert "**Answer (40 chunks per length): Reproduces the degradation: `big-base` on code.**" in section
+    assert "the reference is `rotary`, the anchor T5. The rules" in section
+    assert "| 2. switch `big-base` | **reproduces the degradation** |" in section
+    assert "DAPE-V2" not in section and "CABLE" not in section and "theirs" not in section
+    assert "read from 5 and 40 chunks](ablation_chunks.png)" in section
+    assert (tmp_path / "ablation_ppl.png").is_file() and (tmp_path / "ablation_chunks.png").is_file()

@@ -40,23 +40,24 @@ def test_retrieval_claim_confirmed_partly_and_not():
     far_nll_low, far_nll_high = [0.5] * 4, [3.0] * 4
     # Retrieves every far needle the windowed run misses, with a lower NLL: confirmed, and the windowed
     # run's far accuracy is 0: the falls-to-chance prediction holds.
-    claim, verdict, evidence = retrieval_claim(index([1] * 4, [0] * 4, far_nll_low, far_nll_high), "code", T, "kv-retrieval")
+    claim, verdict, evidence = retrieval_claim("kerple_log", index([1] * 4, [0] * 4, far_nll_low, far_nll_high), "code", T,
+                                               "kv-retrieval")
     assert verdict == "confirmed" and "prediction holds" in evidence
     # Lower NLL but no more exact answers (both miss): partly.
-    assert retrieval_claim(index([0] * 4, [0] * 4, far_nll_low, far_nll_high), "code", T, "kv")[1] == "partly confirmed"
+    assert retrieval_claim("kerple_log", index([0] * 4, [0] * 4, far_nll_low, far_nll_high), "code", T, "kv")[1] == "partly confirmed"
     # The windowed run is as good: not confirmed, and its far accuracy 1.0 means the prediction fails.
-    claim, verdict, evidence = retrieval_claim(index([1] * 4, [1] * 4, far_nll_high, far_nll_high), "code", T, "kv")
+    claim, verdict, evidence = retrieval_claim("kerple_log", index([1] * 4, [1] * 4, far_nll_high, far_nll_high), "code", T, "kv")
     assert verdict == "not confirmed" and "prediction fails" in evidence
 
 
 def test_retrieval_claim_needs_both_runs_and_distances():
     full_only = {"code": {Method("kerple_log"): {128: {1: record(128, [1] * 8, [0.5] * 8)}}}}
-    assert retrieval_claim(full_only, "code", T, "kv")[1] == "not assessed"
+    assert retrieval_claim("kerple_log", full_only, "code", T, "kv")[1] == "not assessed"
     data = index([1] * 4, [0] * 4, [0.5] * 4, [3.0] * 4)
     for by_seed in data["code"][Method("kerple_log")].values():
         for r in by_seed.values():
             del r["probe_distance"]
-    assert "lack probe_distance" in retrieval_claim(data, "code", T, "kv")[2]
+    assert "lack probe_distance" in retrieval_claim("kerple_log", data, "code", T, "kv")[2]
 
 
 def test_pairs_are_by_seed_and_sample_and_need_the_same_prompts():
@@ -130,9 +131,15 @@ def test_retrieval_section_tables_claim_and_heatmap(tmp_path):
     documents += [document(T, s, [0] * 4 + [1] * 4, [3.0 + 0.1 * s] * 4 + [0.4] * 4) for s in (1, 2)]
     drawn = []
     sweep = SimpleNamespace(scale="hand-made", overrides={"probe_train_task": "kv-retrieval", "probe_train_kv_pairs": 1,
-                                                          "train_iters": 10})
+                                                          "train_iters": 10},
+                            reference="kerple_log", claims={"reference": "kerple_log"})
     text = retrieval_section(sweep, documents, lambda fig, stem: drawn.append(stem))
     assert "(`probe-train-kv-pairs: 1`, `probe-train-task: kv-retrieval`)" in text  # the mix, as the sweep set it
     assert "| kerple_log | 1.00 | 1.00 | 16 |" in text and "| kerple_log+window64 | 1.00 | 0.00 | 16 |" in text
     assert "| **confirmed** |" in text and "prediction holds" in text
     assert drawn == ["kv-retrieval_code"] and "![kv-retrieval accuracy by length and depth on code]" in text
+    # A study that judges no claims (no `claims:`) gets the tables and the heatmap, without claim 4.
+    sweep.claims = None
+    text = retrieval_section(sweep, documents, lambda fig, stem: drawn.append(stem))
+    assert "| kerple_log+window64 | 1.00 | 0.00 | 16 |" in text and "accuracy by length and depth on code]" in text
+    assert "| claim |" not in text and "Claim 4" not in text

@@ -1,5 +1,5 @@
 """The sweep's `ablation:` key (a sweep's training variants are judged as an ablation's switches only when
-it says so) and the retrieval ablation's pre-registered rules (ablation.RETRIEVAL_ABLATION_RULES) on
+it says so) and the retrieval ablation's pre-registered rules (ablation.retrieval_rules_text) on
 hand-made probe records whose McNemar p-values are worked out by hand: 2 x 0.5^n when n discordant pairs
 all go one way. In-process (the report, whose header asks git for the commit:
 tests/e2e/reproduce/test_reproduce_retrieval_ablation.py)."""
@@ -10,10 +10,15 @@ import pytest
 from tests.support.retrieval_ablation import SAMPLES, SWEEP, at, documents, first
 from tools.analysis.significance import mcnemar
 from tools.reproduce import ablation
+from tools.reproduce.ablation import Ablation
+
+
+def kerple(*switches) -> Ablation:
+    return Ablation("kerple_log", "alibi", switches)
 
 
 def verdicts(hits, switches=("per-layer", "bf16", "per-layer+bf16")) -> dict:
-    return {q: (v, e) for q, v, e in ablation.retrieval_verdicts(documents(hits), list(switches))["code"]}
+    return {q: (v, e) for q, v, e in ablation.retrieval_verdicts(kerple(*switches), documents(hits))["code"]}
 
 
 def test_mcnemar_is_the_exact_binomial_test_on_the_discordant_pairs():
@@ -57,8 +62,8 @@ def test_r2_each_verdict_and_the_answer():
     assert "L=1024: 0.75 vs 0.75 (no test)" in v["R2. switch `bf16`"][1]
     assert v["R2. switch `per-layer+bf16`"][0] == "makes retrieval better at L = [512]"
     assert v["R2. switch `mixed`"][0] == "mixed"
-    by_dataset = ablation.retrieval_verdicts(documents(hits), ["per-layer", "bf16"])
-    assert ablation.retrieval_answer(by_dataset) == \
+    by_dataset = ablation.retrieval_verdicts(kerple("per-layer", "bf16"), documents(hits))
+    assert ablation.retrieval_answer(kerple("per-layer", "bf16"), by_dataset) == \
         "Makes KERPLE-log's retrieval worse at every long length: `per-layer` on code."
 
 
@@ -90,7 +95,7 @@ def test_probes_that_differ_between_runs_are_refused():
     docs = documents({"kerple_log": at(first(40), lambda L: first(30)), "kerple_log+per-layer": at(first(40), lambda L: first(30))})
     docs[-1]["results"][2]["probe_keys"] = list(range(SAMPLES))
     with pytest.raises(ValueError, match="the probes at length 512 differ"):
-        ablation.retrieval_verdicts(docs, ["per-layer"])
+        ablation.retrieval_verdicts(kerple("per-layer"), docs)
 
 
 # ------------------------------------------------------------------------------------ the `ablation:` key
@@ -112,9 +117,9 @@ def test_the_ablation_key_is_optional_and_measure_defaults_to_perplexity(tmp_pat
 @pytest.mark.parametrize("text,message", [
     (SWEEP + "ablation: [kerple_log, alibi]\n", "`ablation`: must be a mapping with keys method, anchor and (optional) measure"),
     (SWEEP + "ablation: {method: kerple_log, anchor: alibi, reference: t5}\n", "must be a mapping with keys"),
-    (SWEEP + "ablation: {method: alibi, anchor: kerple_log}\n",
-     "rules (tools/reproduce/ablation.py) are written for method kerple_log against anchor alibi; got method 'alibi'"),
-    (SWEEP + "ablation: {method: kerple_log}\n", "got method 'kerple_log', anchor None"),
+    (SWEEP + "ablation: {method: alibi, anchor: kerple_log}\n", "`ablation.method`: 'alibi' has no training_variants"),
+    (SWEEP + "ablation: {method: kerple_log}\n", "`ablation`: names no anchor: give the method"),
+    (SWEEP + "ablation: {method: kerple_log, anchor: kerple_log}\n", "`ablation.anchor`: 'kerple_log' is the ablation's method"),
     (SWEEP.replace("methods: [kerple_log, alibi]", "methods: [kerple_log]") + "ablation: {method: kerple_log, anchor: alibi}\n",
      "`ablation.anchor`: 'alibi' must be one of the grid's methods (kerple_log)"),
     (SWEEP.replace("    per-layer: {pos-emb-per-layer: true}\n", "").replace("training_variants:\n  kerple_log:\n", "")

@@ -64,6 +64,8 @@ def handmade_sweep_file(tmp_path) -> pathlib.Path:
             "data": {"code": {"prefix": str(tmp_path / "absent" / "code_text_document"), "paper": "GitHub"}},
             "evaluation": {"eval-lengths": list(LENGTHS), "eval-modes": ["nonoverlap", "position"]},
             "windowed_baseline": "kerple_log", "position_length": 128, "position_methods": ["kerple_log"],
+            "claims": {"reference": "kerple_log", "anchor": "alibi", "competitive": "t5", "blow-up": ["sinusoidal", "rotary"],
+                       "bounded": ["alibi", "t5", "kerple_log", "kerple_power"]},
             "work_dir": str(tmp_path / "work"), "report_dir": str(tmp_path / "report")}
     path = tmp_path / "sweep.yml"
     path.write_text(yaml.safe_dump(spec))

@@ -37,3 +37,11 @@ TABLE4 = {"kerple_log": 0.307, "kerple_power": 0.321, "alibi": 0.302, "t5": 0.34
 def paper_cell(paper_dataset: str, ratio: float, method: str) -> tuple[float, float] | None:
     """The paper's (mean, std) at the same extrapolation ratio (L / train length), if it printed one."""
     return TABLE3.get((paper_dataset, round(ratio * PAPER_TRAIN_LENGTH), method))
+
+
+# The paper's names of its methods, for sentences; a method it does not name is called by its pos-emb.
+NAMES = {"kerple_log": "KERPLE-log", "kerple_power": "KERPLE-power", "alibi": "ALiBi", "t5": "T5"}
+
+
+def method_name(method: str) -> str:
+    return NAMES.get(method, method)

@@ -22,8 +22,10 @@ first (plan.py): corpora present or missing and what prepares them, runs done an
 spec.py reads the sweep, runs.py plans the runs and knows what is finished, execute.py runs them,
 data.py plans and prepares the corpora, plan.py prints the plan, inputs.py and report.py (with sections.py)
 write the report. verdicts.py is the one verdict engine (which of two methods is significantly better at a
-length, and the verdict words) under claims.py (the paper's claims), ablation.py (the ablation's rules)
-and variants.py (variants beside their parents, extensions beside their base models); figures.py draws their measure-against-length figures.
+length, what a long length is, and the verdict words) under claims.py (the paper's claims, with the methods
+the study file's `claims:` names), ablation.py (the ablation's rules, for the method and anchor its `ablation:`
+names; other papers' numbers of a method are data in theirs.py) and variants.py (variants beside their
+parents, extensions beside their base models); figures.py draws their measure-against-length figures.
 """
 import pathlib
 

@@ -1,12 +1,13 @@
-"""The ablation's section of the report (issue 28): the answer, the verdicts of ablation.py's rules, DAPE-V2's
-numbers beside ours (labelled as theirs), and what the evaluation's chunk count changes."""
+"""The ablation's section of the report: the answer, the verdicts of ablation.py's rules, other papers'
+numbers of the method beside ours (theirs.py, labelled as theirs), and what the evaluation's chunk count changes."""
 import numpy as np
 
 from tools.analysis.probe_table import correct
 from tools.analysis.results_index import index_results, method_sort_key
 from . import ablation
-from .ablation import CABLE, DAPE_V2, REFERENCE
+from .ablation import Ablation
 from .figures import PerplexityStyle, accuracy_figure, perplexity_figure, ppl_ratios
+from .theirs import reports
 from .variants import variant_keys
 from .verdicts import verdict_table
 
@@ -17,40 +18,46 @@ def ablation_section(sweep, documents, figures) -> str:
     """Only for a sweep that says it is an ablation (`ablation:`); its `measure` picks the rules."""
     if not sweep.ablation:
         return ""
+    method = sweep.ablation["method"]
+    study = Ablation(method, sweep.ablation["anchor"], tuple(sweep.training_variants.get(method, {})))
     if sweep.ablation["measure"] == "kv-retrieval":
-        return retrieval_ablation_section(sweep, documents, figures)
-    switches = list(sweep.training_variants.get(REFERENCE, {}))
+        return retrieval_ablation_section(sweep, study, documents, figures)
     full = sweep.evaluation.get("eval_chunks")
-    by_count = ablation.chunk_verdicts(documents, switches, sweep.chunk_subsets, full)
+    by_count = ablation.chunk_verdicts(study, documents, sweep.chunk_subsets, full)
     main = by_count[full]
-    keys = variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
-    lines = ["## The ablation: which switch makes KERPLE-log degrade?\n", f"_Scale: {sweep.scale}_\n",
-             f"**Answer ({full} chunks per length): {ablation.answer(main)}**\n",
-             f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` as the "
-             "paper trains it (one set of kernel parameters shared by the layers, fp32), the anchor ALiBi. "
-             "The rules were written into tools/reproduce/ablation.py and committed before the runs: "
-             + ablation.ABLATION_RULES + "\n"]
+    lines = [f"## The ablation: which switch makes {study.name} degrade?\n", f"_Scale: {sweep.scale}_\n",
+             f"**Answer ({full} chunks per length): {ablation.answer(study, main)}**\n",
+             _switches(sweep, study) + ablation.rules_text(study, min(sweep.chunk_subsets, default=None)) + "\n"]
     for dataset, rows in main.items():
         lines += verdict_table(f"**{dataset}** ({full} chunks per length)\n", rows)
-    figures(_figure(documents, sweep), "ablation_ppl")
-    lines += [_dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n"]
+    figures(_figure(documents, sweep, study), "ablation_ppl")
+    lines += [_theirs_table(documents, study.method), _figure_line(study)]
     if sweep.chunk_subsets:
-        lines.append(_chunk_section(documents, by_count, sweep.chunk_subsets, full, figures))
+        lines.append(_chunk_section(documents, study, by_count, sweep.chunk_subsets, full, figures))
     return "\n".join(lines)
 
 
-def retrieval_ablation_section(sweep, documents, figures, mode: str = "kv-retrieval") -> str:
-    """The ablation judged by kv-retrieval accuracy (ablation.RETRIEVAL_ABLATION_RULES), with each seed's
-    accuracy (no seed is dropped), the accuracy figure, and the same models' perplexity beside DAPE-V2's."""
-    switches = list(sweep.training_variants.get(REFERENCE, {}))
-    main = ablation.retrieval_verdicts(documents, switches, mode)
-    keys = variant_keys({REFERENCE: sweep.training_variants[REFERENCE]})
-    lines = ["## The ablation by retrieval: which switch makes KERPLE-log's retrieval degrade?\n",
-             f"_Scale: {sweep.scale}_\n", f"**Answer: {ablation.retrieval_answer(main)}**\n",
-             f"The switches, each trained as a run of its own: {keys}; the reference is `{REFERENCE}` "
-             "as the paper trains it (one set of kernel parameters shared by the layers, fp32), the anchor ALiBi. "
-             "The rules were written into tools/reproduce/ablation.py and committed before the runs: "
-             + ablation.RETRIEVAL_ABLATION_RULES + "\n"]
+def _switches(sweep, study) -> str:
+    keys = variant_keys({study.method: sweep.training_variants[study.method]})
+    return (f"The switches, each trained as a run of its own: {keys}; the reference is `{study.method}`"
+            + (f" {study.theirs.plain_long}" if study.theirs and study.theirs.plain_long else "")
+            + f", the anchor {study.anchor_name}. The rules were written into tools/reproduce/ablation.py and "
+            "committed before the runs: ")
+
+
+def _figure_line(study) -> str:
+    theirs = f", with {study.theirs.name}'s" if study.theirs else ""
+    return f"![perplexity and its ratio to the training length{theirs}](ablation_ppl.png)\n"
+
+
+def retrieval_ablation_section(sweep, study, documents, figures, mode: str = "kv-retrieval") -> str:
+    """The ablation judged by kv-retrieval accuracy (ablation.retrieval_rules_text), with each seed's accuracy
+    (no seed is dropped), the accuracy figure, and, where other papers report the method's perplexity, the same
+    models' perplexity beside theirs."""
+    main = ablation.retrieval_verdicts(study, documents, mode)
+    lines = [f"## The ablation by retrieval: which switch makes {study.name}'s retrieval degrade?\n",
+             f"_Scale: {sweep.scale}_\n", f"**Answer: {ablation.retrieval_answer(study, main)}**\n",
+             _switches(sweep, study) + ablation.retrieval_rules_text(study) + "\n"]
     index = index_results(documents, mode)
     for dataset, rows in main.items():
         lines += verdict_table(f"**{dataset}** (`{mode}`)\n", rows)
@@ -68,63 +75,82 @@ def retrieval_ablation_section(sweep, documents, figures, mode: str = "kv-retrie
     figures(accuracy_figure(index, mode, f"{sweep.name}: retrieval at CPU mini scale (ours; neither paper has a "
                             "retrieval probe)", (ablation.LOSE_RATIO, f"rule R1's threshold ({ablation.LOSE_RATIO:g}x)")),
             "ablation_retrieval")
-    figures(_figure(documents, sweep), "ablation_ppl")
-    lines += ["![retrieval accuracy and its ratio to the training length](ablation_retrieval.png)\n",
-              "### The same models' perplexity on plain text, beside DAPE-V2's\n",
-              "Not judged by any rule here (the perplexity rules are those of configs/reproduce/cpu-mini-ablation.yml, "
-              "whose models trained on plain text); shown because DAPE-V2's degradation is one of perplexity. "
-              f"{sweep.evaluation.get('eval_chunks')} chunks per length.\n",
-              _dape_table(documents), "![perplexity and its ratio to the training length, with DAPE-V2's](ablation_ppl.png)\n"]
+    lines.append("![retrieval accuracy and its ratio to the training length](ablation_retrieval.png)\n")
+    if study.theirs:  # their degradation is one of perplexity: the same models' perplexity, beside theirs
+        figures(_figure(documents, sweep, study), "ablation_ppl")
+        lines += [f"### The same models' perplexity on plain text, beside {study.theirs.name}'s\n",
+                  "Not judged by any rule here (the perplexity rules are those of "
+                  "configs/reproduce/cpu-mini-ablation.yml, whose models trained on plain text); shown because "
+                  f"{study.theirs.name}'s degradation is one of "
+                  f"perplexity. {sweep.evaluation.get('eval_chunks')} chunks per length.\n",
+                  _theirs_table(documents, study.method), _figure_line(study)]
     return "\n".join(lines)
 
 
-def _figure(documents, sweep):
-    """Perplexity and its ratio to the training length, with DAPE-V2's curve and rule 1's threshold."""
+def _figure(documents, sweep, study):
+    """Perplexity and its ratio to the training length, with the cited report's curve and rule 1's threshold."""
+    theirs = study.theirs
     return perplexity_figure(documents, PerplexityStyle(
-        suptitle=f"{sweep.name}: CPU mini scale (ours) — DAPE-V2's curve is theirs, at 125M / 512 tokens",
+        suptitle=f"{sweep.name}: CPU mini scale (ours)" + (f" — {theirs.name}'s curve is theirs, {theirs.scale}"
+                                                          if theirs else ""),
         top_title="{dataset} (ours; shaded: min-max over seeds)",
-        bottom_title="{dataset}: ppl(L) / ppl(T), with DAPE-V2's (theirs)", theirs=DAPE_V2,
-        theirs_label="DAPE-V2 KERPLE-log (theirs: 125M, ArXiv, T=512)",
+        bottom_title="{dataset}: ppl(L) / ppl(T)" + (f", with {theirs.name}'s (theirs)" if theirs else ""),
+        theirs=theirs and theirs.ppl[study.method][1], theirs_label=theirs.label if theirs else "",
         threshold=(ablation.DEGRADE_RATIO, f"rule 1's threshold ({ablation.DEGRADE_RATIO:g}x)")))
 
 
-def _dape_table(documents) -> str:
-    T = DAPE_V2["train_length"]
-    theirs = {L // T: ppl for L, ppl in DAPE_V2["ppl"].items()}
-    cable_kerple, cable_alibi = CABLE["kerple_ppl"], CABLE["alibi_ppl"]
+def _theirs_table(documents, method) -> str:
+    """ppl(L) / ppl(T) of our runs beside every report of `method` in theirs.py; empty where there is none.
+    The first report shows its perplexity and ratio, the others their ratio with the perplexity in brackets, for
+    every method they report."""
+    if not reports(method):
+        return ""
+    first, *others = reports(method)
+    first_name, first_curve = first.ppl[method]
+    columns_theirs = [(r, m) for r in others for m in r.ppl]
     ratios = ppl_ratios(documents)
-    factors = sorted(set(theirs) | set(cable_kerple) | {f for d in ratios.values() for m in d.values() for f in m})
+    factors = sorted(set(first_curve) | {f for r, m in columns_theirs for f in r.ppl[m][1] if m == method}
+                     | {f for d in ratios.values() for m in d.values() for f in m})
     columns = [(d, m) for d in ratios for m in ratios[d]]
-    head = ("| L / T | DAPE-V2 KERPLE-log ppl (theirs) | DAPE-V2 ppl / ppl(T) (theirs) | CABLE's KERPLE ppl / "
-            "ppl(T) (theirs) | CABLE's ALiBi ppl / ppl(T) (theirs) | "
+    head = (f"| L / T | {first.name} {first_name} ppl (theirs) | {first.name} ppl / ppl(T) (theirs) | "
+            + "".join(f"{r.name}'s {r.ppl[m][0]} ppl / ppl(T) (theirs) | " for r, m in columns_theirs)
             + " | ".join(f"{m} on {d}" for d, m in columns) + " |")
-    rows = [head, "|" + "---|" * (5 + len(columns))]
+    rows = [head, "|" + "---|" * (3 + len(columns_theirs) + len(columns))]
 
-    def ratio(table, f):
-        return f"{table[f] / table[1]:.3f} ({table[f]:.2f})" if f in table else ""
+    def ratio(curve, f):
+        return f"{curve[f] / curve[1]:.3f} ({curve[f]:.2f})" if f in curve else ""
 
     for f in factors:
-        dape = theirs.get(f)
-        rows.append(f"| {f}× | {f'{dape:.2f} (L = {f * T})' if dape else ''} | {f'{dape / theirs[1]:.3f}' if dape else ''} | "
-                    f"{ratio(cable_kerple, f)} | {ratio(cable_alibi, f)} | "
+        ppl = first_curve.get(f)
+        rows.append(f"| {f}× | {f'{ppl:.2f} (L = {f * first.train_length})' if ppl else ''} | "
+                    f"{f'{ppl / first_curve[1]:.3f}' if ppl else ''} | "
+                    + "".join(f"{ratio(r.ppl[m][1], f)} | " for r, m in columns_theirs)
                     + " | ".join(f"{ratios[d][m][f]:.3f}" if f in ratios[d][m] else "" for d, m in columns) + " |")
+    names = [r.name for r in (first, *others)]
+    possessive = " and ".join(f"{name}'s" for name in names)
+    tokenizers = ", ".join(dict.fromkeys(r.tokenizer for r in (first, *others)))
+    ours = max((f for d in ratios.values() for m in d.values() for f in m), default=1)
     return "\n".join([
-        "### DAPE-V2's and CABLE's KERPLE-log beside ours\n",
-        f"The DAPE-V2 and CABLE columns are **theirs**, not this project's: {DAPE_V2['source']}; and "
-        f"{CABLE['source']} (perplexity in brackets; 15× is their longest length). Both at other scales than "
-        "ours (GPT-2 BPE, 125M and GPT-2 Medium); to compare the shape of the curves, each is divided by its own "
-        "perplexity at the training length T. Our columns: mean over seeds of ppl(L) / ppl(T), non-overlapping "
-        "chunks. DAPE-V2 evaluated up to 16×, CABLE to 15×; we evaluate up to 32×.\n", *rows, ""])
+        f"### {possessive} {first_name} beside ours\n",
+        f"The {' and '.join(names)} columns are **theirs**, not this project's: {first.source}"
+        + "".join(f"; and {r.source} (perplexity in brackets; {max(r.ppl[method][1])}× is their longest length)"
+                  for r in others)
+        + f". {'Both at other scales' if len(names) == 2 else 'All at other scales' if others else 'At another scale'} "
+        f"than ours ({tokenizers}, "
+        f"{' and '.join(r.model for r in (first, *others))}); to compare the shape of the curves, each is divided by "
+        "its own perplexity at the training length T. Our columns: mean over seeds of ppl(L) / ppl(T), "
+        f"non-overlapping chunks. {first.name} evaluated up to {max(first_curve)}×"
+        + "".join(f", {r.name} to {max(r.ppl[method][1])}×" for r in others) + f"; we evaluate up to {ours}×.\n",
+        *rows, ""])
 
 
-def _chunk_figure(documents, counts, full):
-    """ppl(L) / ppl(T) of every KERPLE-log model and ALiBi read from N chunks: one panel per chunk count."""
+def _chunk_figure(documents, study, counts, full):
+    """ppl(L) / ppl(T) of every model of the method and the anchor read from N chunks: one panel per chunk count."""
     from tools.analysis.plot_common import plt
     ratios = {n: ppl_ratios(documents if n == full else ablation.subset(documents, n)) for n in counts}
     datasets = sorted(ratios[full])
     methods = list(dict.fromkeys(m for d in datasets for m in ratios[full][d]))  # Table 3's order, as _figure
     colours = dict(zip(methods, plt.get_cmap("tab10").colors))
-    T = DAPE_V2["train_length"]
     fig, axes = plt.subplots(len(datasets), len(counts), figsize=(4.2 * len(counts), 3.4 * len(datasets)),
                              squeeze=False, sharey=True)
     for row, dataset in enumerate(datasets):
@@ -134,11 +160,13 @@ def _chunk_figure(documents, counts, full):
                 curve = ratios[n][dataset].get(method, {})
                 ax.plot(sorted(curve), [curve[f] for f in sorted(curve)], marker="o", markersize=3,
                         color=colours[method], linestyle="--" if "bf16" in method else "-", label=method)
-            ax.plot([L // T for L in DAPE_V2["ppl"]], [p / DAPE_V2["ppl"][T] for p in DAPE_V2["ppl"].values()],
-                    color="black", linestyle=":", marker="s", markersize=3, label="DAPE-V2 (theirs)")
+            if study.theirs:
+                curve = study.theirs.ppl[study.method][1]
+                ax.plot(list(curve), [p / curve[1] for p in curve.values()], color="black", linestyle=":", marker="s",
+                        markersize=3, label=f"{study.theirs.name} (theirs)")
             ax.axhline(ablation.DEGRADE_RATIO, color="grey", linewidth=0.8, linestyle="--")
             ax.axhline(1.0, color="grey", linewidth=0.8)
-            factors = sorted(ratios[full][dataset][REFERENCE])
+            factors = sorted(ratios[full][dataset][study.method])
             ax.set_xscale("log", base=2)
             ax.set_xticks(factors, [f"{f}x" for f in factors])
             ax.minorticks_off()
@@ -149,12 +177,13 @@ def _chunk_figure(documents, counts, full):
             if row == len(datasets) - 1:
                 ax.set_xlabel("L / training length T")
     axes[0][-1].legend(fontsize=6)
-    fig.suptitle("The same runs read from fewer chunks (ours, CPU mini scale; DAPE-V2's curve is theirs)", fontsize=10)
+    theirs = f"; {study.theirs.name}'s curve is theirs" if study.theirs else ""
+    fig.suptitle(f"The same runs read from fewer chunks (ours, CPU mini scale{theirs})", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def _chunk_section(documents, by_count, counts, full, figures) -> str:
+def _chunk_section(documents, study, by_count, counts, full, figures) -> str:
     counts = [*counts, full]
     index = {n: index_results(documents if n == full else ablation.subset(documents, n), "nonoverlap") for n in counts}
     lines = ["### The evaluation's chunk count\n",
@@ -189,8 +218,9 @@ def _chunk_section(documents, by_count, counts, full, figures) -> str:
     for n, changed in flipped.items():
         lines.append(f"- At {n} chunks: " + (f"{len(changed)} verdict{'s flip' if len(changed) > 1 else ' flips'}: " + "; ".join(
             f"{d}, {q}: {v} (at {full}: {w})" for d, q, v, w in changed) if changed else "no verdict flips") + ".")
-    figures(_chunk_figure(documents, counts, full), "ablation_chunks")
-    lines.append("\n![ppl(L) / ppl(T) read from 20, 64 and 320 chunks](ablation_chunks.png)\n")
+    figures(_chunk_figure(documents, study, counts, full), "ablation_chunks")
+    lines.append(f"\n![ppl(L) / ppl(T) read from {', '.join(map(str, counts[:-1]))} and {counts[-1]} chunks]"
+                 "(ablation_chunks.png)\n")
     decides = bool(flipped.get(min(counts)))
     lines.append(f"\n**Does the chunk count decide a verdict?** {'Yes' if decides else 'No'}: at {min(counts)} chunks "
                  f"{'some verdicts differ from those' if decides else 'every verdict is the same as'} at {full}.\n")

@@ -11,7 +11,6 @@ def effective_section(sweep, inputs, figures) -> str:
         return ""
     from tools.analysis.plot_effective_length import plot_effective_length  # matplotlib: only when drawing
     from tools.analysis.plot_ruler import plot_ruler
-    reference = "kerple_log" if "kerple_log" in sweep.methods else sweep.methods[0]
     lines = ["## RULER and the effective length of every method\n", f"_Scale: {sweep.scale}_\n",
              f"RULER's {', '.join(sweep.ruler['tasks'])} (lm-eval 0.4.13, made with the run's own tokenizer, "
              f"{sweep.ruler['limit']} samples per length, the same samples for every run) at "
@@ -26,7 +25,7 @@ def effective_section(sweep, inputs, figures) -> str:
         lines.append(f"### {dataset}\n")
         if ruler:
             figures(plot_ruler(ruler), f"ruler_{dataset}")
-            lines += ["```", ruler_tables(ruler, reference).rstrip(), "```", "",
+            lines += ["```", ruler_tables(ruler, sweep.reference).rstrip(), "```", "",
                       f"![RULER score against length on {dataset}](ruler_{dataset}.png)\n"]
         else:
             lines.append("No RULER results yet (eval.py has not finished on any run of this dataset).\n")

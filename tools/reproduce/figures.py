@@ -1,7 +1,8 @@
 """The study reports' figure of a measure against length: one column per dataset, the measure against the
 evaluation length on top and its ratio to the value at the training length below, a colour per method.
 
-The ablation (with DAPE-V2's curve and rule 1's threshold), the retrieval ablation (accuracy, each seed
+The ablation (with another paper's curve of the method, theirs.py, and rule 1's threshold), the retrieval
+ablation (accuracy, each seed
 drawn thin) and the training variants beside their parents (variants dashed, log axes) are this one figure
 with other data: what differs is passed in (`PerplexityStyle`), the drawing is written once.
 """
@@ -66,7 +67,7 @@ class PerplexityStyle:
     bottom_ylabel: str = "ppl(L) / ppl(T)"
     dashed: str = "bf16"                   # a method whose label contains this is drawn dashed
     palette: tuple = ("tab10",)
-    theirs: dict | None = None             # a published curve {source, train_length, ppl: {L: ppl}} on the ratios
+    theirs: dict | None = None             # a published curve {L / T: ppl} (theirs.py), drawn on the ratios
     theirs_label: str = ""
     threshold: tuple | None = None         # (ratio, label): a rule's threshold on the ratios
     log_scale: bool = False                # log y on top (and below when a ratio passes 10), plain numbers
@@ -91,8 +92,7 @@ def perplexity_figure(documents, style: PerplexityStyle):
             factors = sorted(by_factor[dataset][str(method)])
             bottom.plot(factors, [by_factor[dataset][str(method)][f] for f in factors], label=str(method), **line)
         if theirs:
-            T = theirs["train_length"]
-            bottom.plot([L // T for L in theirs["ppl"]], [p / theirs["ppl"][T] for p in theirs["ppl"].values()],
+            bottom.plot(list(theirs), [p / theirs[1] for p in theirs.values()],
                         color="black", linestyle=":", marker="s", label=style.theirs_label)
         top.set_title(style.top_title.format(dataset=dataset))
         top.set_xlabel("evaluation length L (tokens)")
@@ -106,7 +106,7 @@ def perplexity_figure(documents, style: PerplexityStyle):
         if style.threshold:
             bottom.axhline(style.threshold[0], color="grey", linewidth=0.8, linestyle="--", label=style.threshold[1])
         lengths = sorted({L for m in index[dataset].values() for L in m})
-        factors = sorted(({L // theirs["train_length"] for L in theirs["ppl"]} if theirs else set())
+        factors = sorted((set(theirs) if theirs else set())
                          | {f for m in by_factor[dataset].values() for f in m})
         if style.log_scale and max(v for m in by_factor[dataset].values() for v in m.values()) > 10:
             bottom.set_yscale("log")  # a method that blows up

@@ -36,7 +36,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
     out = sweep.report_dir
     out.mkdir(parents=True, exist_ok=True)
     paper_map = {d.name: d.paper for d in sweep.data.values() if d.paper}
-    reference = "kerple_log" if "kerple_log" in sweep.methods else sweep.methods[0]
+    reference = sweep.reference
     figures = lambda fig, stem: [p.unlink() for p in save_figure(fig, out / stem) if p.suffix != ".png"]  # noqa: E731
 
     try:
@@ -58,7 +58,7 @@ def write_report(sweep: Sweep, runs: list[Run], inputs: ReportInputs, failures: 
     trained = [r for r in runs if not r.base]
     sections = [_header(sweep, runs, inputs, command, rerendered), ablation_section(sweep, documents, figures),
                 variants_section(sweep, documents, figures), extensions_section(sweep, everything, figures),
-                claims_section(sweep.scale, table3, documents, sweep.position_length, sweep.windowed_baseline),
+                claims_section(sweep, table3, documents),
                 "## Table 3: perplexity by evaluation length\n", f"_Scale: {sweep.scale}_\n", render_markdown(table3),
                 "![perplexity versus length](ablation_ppl.png)\n" if sweep.ablation else
                 "![perplexity versus length](ppl_vs_length.png)\n"]
@@ -83,11 +83,15 @@ def _header(sweep, runs, inputs, command, rerendered) -> str:
     evaluation = sweep.evaluation
     datasets = sorted({d["run"]["dataset"] for d in inputs.documents})
     trained_at = inputs.trained_commits
+    # A study that judges the KERPLE paper's claims is its reproduction; another study is titled by its name
+    # alone, and speaks of the paper's numbers only where a dataset names the paper's (`paper:`).
+    paper = sweep.claims or any(d.paper for d in sweep.data.values())
     lines = [
-        f"# KERPLE reproduction: `{sweep.name}`\n",
-        f"**Scale: {sweep.scale}** These are this reproduction's numbers; wherever the paper's numbers "
-        "appear they sit in columns labelled *paper* and come from the KERPLE paper (162M model, 512 "
-        "tokens, Pile subsets), not from this run.\n",
+        f"# KERPLE reproduction: `{sweep.name}`\n" if sweep.claims else f"# Study: `{sweep.name}`\n",
+        f"**Scale: {sweep.scale}**" + (" These are this reproduction's numbers; wherever the paper's numbers "
+                                       "appear they sit in columns labelled *paper* and come from the KERPLE paper "
+                                       "(162M model, 512 tokens, Pile subsets), not from this run." if paper else "")
+        + "\n",
         f"- Command: `{command}`" + (" (this file was re-rendered from the inputs beside it with `--report-only`)"
                                      if rerendered else ""),
         f"- Commit: `{commit}`" + (" (with uncommitted changes to tracked files)" if dirty else "")
@@ -97,7 +101,7 @@ def _header(sweep, runs, inputs, command, rerendered) -> str:
         f"- Sweep: `{sweep.path}`; profile {', '.join(f'`{p}`' for p in sweep.profile)}; inputs beside this "
         "report in `inputs/`",
         f"- Model: {args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
-        f"{_parameter_count(runs[0]):,} parameters (kerple_log), {args.precision}",
+        f"{_parameter_count(runs[0], sweep.reference):,} parameters ({sweep.reference}), {args.precision}",
         f"- Training: {args.train_iters:,} steps x {args.train_batch_size} sequences x {args.seq_length} tokens "
         f"= {args.train_iters * args.train_batch_size * args.seq_length:,} tokens per run; lr {args.lr:g} "
         f"({args.lr_decay_style}, warmup {args.warmup:g}); seeds {', '.join(map(str, sweep.seeds))}",
@@ -126,10 +130,10 @@ def _dataset_line(dataset, inputs) -> str:
     return f"`{dataset.name}` ({tokens:,} tokens, {dataset.tokenizer.get('tokenizer-type')}{paper})"
 
 
-def _parameter_count(run: Run) -> int:
+def _parameter_count(run: Run, method: str) -> int:
     from megatron.model import GPTModel
     from megatron.tokenizer import build_tokenizer
-    args = run.args({**run.training_overrides(), "pos_emb": "kerple_log"})
+    args = run.args({**run.training_overrides(), "pos_emb": method})
     model = dataclasses.replace(args.model, padded_vocab_size=build_tokenizer(args.tokenizer_run()).padded_vocab_size)
     return sum(p.numel() for p in GPTModel(model).parameters())
 

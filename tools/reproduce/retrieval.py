@@ -1,25 +1,31 @@
 """The report's retrieval section (issue 15): probe accuracy per method and length, near and far needles,
-heatmaps, and claim 4 stated again with retrieval evidence by a fixed rule (`retrieval_claim`, a pure
-function of the probe records, unit-tested in tests/reproduce/test_reproduce_claims.py)."""
+heatmaps, and, for a study that judges the paper's claims (`claims:`), claim 4 stated again with retrieval
+evidence by a fixed rule (`retrieval_claim`, a pure function of the probe records, unit-tested in
+tests/reproduce/test_reproduce_retrieval.py)."""
 import numpy as np
 
 from megatron.evaluation.identity import Method
+from tools.analysis.paper_numbers import method_name
 from tools.analysis.probe_table import correct, paired, paired_p, probe_modes, probe_tables, scored_by
 from tools.analysis.results_index import index_results, method_sort_key, train_lengths
 from tools.analysis.significance import mcnemar
+from .verdicts import ALPHA
 
-ALPHA = 0.05
 CHANCE = 0.05   # "falls to chance": a 4-digit answer is guessed with p = 1e-4; 5% allows a few lucky copies
 
-RETRIEVAL_RULE = (
-    "A needle is *far* when every one of its tokens lies at least T (the training length) tokens before the "
-    "last prompt token (the record's `probe_distance` >= T), so a model windowed at T cannot see it; *near* "
-    "otherwise. Claim 4 by retrieval: over the far needles of every length, KERPLE-log's answer NLL is "
-    "significantly lower than the windowed run's (paired t-test over (seed, length, sample)) *and* its "
-    "accuracy is significantly higher (exact McNemar test on the same pairs), both at α = 0.05: *confirmed* "
-    f"when both hold, *partly confirmed* when one does. The prediction that the windowed run's accuracy falls "
-    f"to chance on far needles holds when its far accuracy is at most {CHANCE:.0%}."
-)
+NEAR_FAR = ("A needle is *far* when every one of its tokens lies at least T (the training length) tokens before the "
+            "last prompt token (the record's `probe_distance` >= T), so a model windowed at T cannot see it; *near* "
+            "otherwise.")
+
+
+def claim_rule(reference: str) -> str:
+    return (
+        f" Claim 4 by retrieval: over the far needles of every length, {method_name(reference)}'s answer NLL is "
+        "significantly lower than the windowed run's (paired t-test over (seed, length, sample)) *and* its "
+        f"accuracy is significantly higher (exact McNemar test on the same pairs), both at α = {ALPHA}: *confirmed* "
+        f"when both hold, *partly confirmed* when one does. The prediction that the windowed run's accuracy falls "
+        f"to chance on far needles holds when its far accuracy is at most {CHANCE:.0%}."
+    )
 
 
 def far_mask(T):
@@ -37,12 +43,14 @@ def near_far(by_length: dict, T: int):
     return np.array(near), np.array(far)
 
 
-def retrieval_claim(index: dict, dataset: str, T: int, mode: str):
-    """(claim, verdict, evidence) for {dataset: {method: {length: {seed: record}}}} of one probe mode."""
-    claim = f"4. KERPLE-log retrieves needles farther than the training length ({mode}), where the windowed run cannot"
-    full, windowed = index.get(dataset, {}).get(Method("kerple_log")), index.get(dataset, {}).get(Method("kerple_log", T))
+def retrieval_claim(reference: str, index: dict, dataset: str, T: int, mode: str):
+    """(claim, verdict, evidence) for {dataset: {method: {length: {seed: record}}}} of one probe mode: the claims'
+    reference against its run windowed at T."""
+    R = method_name(reference)
+    claim = f"4. {R} retrieves needles farther than the training length ({mode}), where the windowed run cannot"
+    full, windowed = index.get(dataset, {}).get(Method(reference)), index.get(dataset, {}).get(Method(reference, T))
     if not full or not windowed:
-        return claim, "not assessed", f"needs {mode} results of kerple_log and kerple_log{Method('', T)}"
+        return claim, "not assessed", f"needs {mode} results of {reference} and {reference}{Method('', T)}"
     if any("probe_distance" not in r for by_seed in full.values() for r in by_seed.values()):
         return claim, "not assessed", "the result files lack probe_distance; re-evaluate with this version"
     ref_nll, win_nll, ref_hit, win_hit = [], [], [], []
@@ -62,7 +70,7 @@ def retrieval_claim(index: dict, dataset: str, T: int, mode: str):
     lower = p_nll is not None and p_nll < ALPHA and ref_nll.mean() < win_nll.mean()
     higher = p_acc is not None and p_acc < ALPHA and only_ref > only_win
     _, windowed_far = near_far(windowed, T)
-    evidence = (f"{len(ref_nll)} far needles: accuracy KERPLE-log {ref_hit.mean():.2f} vs windowed "
+    evidence = (f"{len(ref_nll)} far needles: accuracy {R} {ref_hit.mean():.2f} vs windowed "
                 f"{win_hit.mean():.2f} (McNemar {_p(p_acc)}); answer NLL {ref_nll.mean():.3f} vs "
                 f"{win_nll.mean():.3f} (paired t, {_p(p_nll)}). Windowed far accuracy {windowed_far.mean():.2f}: "
                 f"the falls-to-chance prediction {'holds' if windowed_far.mean() <= CHANCE else 'fails'}")
@@ -82,10 +90,11 @@ def retrieval_section(sweep, documents, figures) -> str:
              "Synthetic prompts made from eval-seed alone (byte-identical for every run) with filler from the "
              "evaluation split; the models were trained with the same task mixed into training, at the "
              f"training length only ({_mix(sweep.overrides)}). Evaluation-only variants (e.g. RoPE scaling) "
-             "re-score the plain checkpoints. " + RETRIEVAL_RULE + "\n"]
+             "re-score the plain checkpoints. " + NEAR_FAR
+             + (claim_rule(sweep.claims["reference"]) if sweep.claims else "") + "\n"]
     for mode in modes:
         index = index_results(documents, mode)
-        lines.append(probe_tables(documents, mode, "kerple_log", ALPHA))
+        lines.append(probe_tables(documents, mode, sweep.reference, ALPHA))
         for dataset in sorted(index):
             T = train_lengths(documents)[dataset]
             if T is None:
@@ -98,13 +107,15 @@ def retrieval_section(sweep, documents, figures) -> str:
                              if all("probe_distance" in r for s in index[dataset][method].values() for r in s.values())
                              else (np.array([]), np.array([])))
                 rows.append(f"| {method} | {_mean(near)} | {_mean(far)} | {len(far)} |")
-            claim, verdict, evidence = retrieval_claim(index, dataset, T, mode)
             stem = f"{mode}_{dataset}"
             figures(plot_method_heatmaps(index[dataset], methods, f"{dataset}: {mode}"), stem)
             lines += [f"**{dataset}, `{mode}`: near and far needles** (T = {T}; pooled over lengths, "
-                      "depths, samples and seeds)\n", *rows, "",
-                      "| claim | verdict | numbers |", "|---|---|---|", f"| {claim} | **{verdict}** | {evidence} |", "",
-                      f"![{mode} accuracy by length and depth on {dataset}]({stem}.png)\n"]
+                      "depths, samples and seeds)\n", *rows, ""]
+            if sweep.claims:
+                claim, verdict, evidence = retrieval_claim(sweep.claims["reference"], index, dataset, T, mode)
+                lines += ["| claim | verdict | numbers |", "|---|---|---|",
+                          f"| {claim} | **{verdict}** | {evidence} |", ""]
+            lines.append(f"![{mode} accuracy by length and depth on {dataset}]({stem}.png)\n")
     return "\n".join(lines)
 
 

@@ -50,6 +50,7 @@ class Sweep:
     extensions: dict              # method -> {label: NeoX keys of a fine-tune of the method's plain run}
     chunk_subsets: list           # chunk counts the ablation report re-reads the scored chunks at
     ablation: dict | None         # {method, anchor, measure}: judge the training variants by ablation.py's rules
+    claims: dict | None           # {reference, anchor, competitive, blow_up, bounded}: the methods claims.py judges
     ruler: dict | None            # {tasks, limit}: RULER tasks eval.py runs on every run at evaluation.eval-lengths
     kernel_figures: list
     position_length: int | None
@@ -60,11 +61,19 @@ class Sweep:
     jobs: int
     threads: int
 
+    @property
+    def reference(self) -> str:
+        """The method Table 3, the probe and RULER tables and the claims compare every other with: the claims'
+        reference, else kerple_log where the grid has it (the runner's first study), else the first method."""
+        if self.claims:
+            return self.claims["reference"]
+        return "kerple_log" if "kerple_log" in self.methods else self.methods[0]
+
 
 SWEEP_KEYS = {"name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation", "set",
               "windowed_baseline", "variants", "kernel_figures", "position_length", "position_methods", "work_dir",
               "report_dir", "commentary", "jobs", "threads", "training_variants", "extensions", "chunk_subsets", "ablation",
-              "ruler"}
+              "ruler", "claims"}
 REQUIRED = ("name", "scale", "profile", "methods", "seeds", "datasets", "data", "evaluation")
 DATASET_KEYS = {"prefix", "tokenizer", "builder", "source", "stand_in", "paper"}
 
@@ -120,12 +129,14 @@ def load_sweep(path) -> Sweep:
              "drawn from the chunks every run scored)")
     ablation = _ablation(spec.get("ablation"), spec["methods"], training_variants, evaluation, fail)
     ruler = _ruler(spec.get("ruler"), evaluation, fail)
+    claims = _claims(spec.get("claims"), spec["methods"], POS_EMB_CHOICES, fail)
     return Sweep(
         path=path, name=spec["name"], scale=" ".join(str(spec["scale"]).split()), profile=list(spec["profile"]),
         methods=list(spec["methods"]), seeds=list(spec["seeds"]), datasets=list(spec["datasets"]), data=data,
         evaluation=evaluation, overrides={normalise_key(k): v for k, v in (spec.get("set") or {}).items()},
         windowed_baseline=windowed, variants=variants, training_variants=training_variants, extensions=extensions,
-        chunk_subsets=sorted(chunk_subsets), ablation=ablation, ruler=ruler, kernel_figures=list(spec.get("kernel_figures") or []),
+        chunk_subsets=sorted(chunk_subsets), ablation=ablation, claims=claims, ruler=ruler,
+        kernel_figures=list(spec.get("kernel_figures") or []),
         position_length=position_length, position_methods=list(spec.get("position_methods") or []),
         work_dir=pathlib.Path(spec.get("work_dir", f"runs/reproduce/{spec['name']}")),
         report_dir=pathlib.Path(spec.get("report_dir", f"runs/reproduce/{spec['name']}/report")),
@@ -192,13 +203,7 @@ def _training_variants(given, methods, fail) -> dict:
             fail(f"training_variants.{method}", "must map a label to a non-empty mapping of NeoX keys")
         variants[method] = {}
         for label, entry in entries.items():
-            if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
-                fail(f"training_variants.{method}", f"label {label!r}: letters, digits, '-' and '+' only "
-                     "(it names the run's folder and result file)")
-            entry = {normalise_key(k): v for k, v in entry.items()}
-            unknown = sorted(set(entry) - keys)
-            if unknown:
-                fail(f"training_variants.{method}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
+            entry = _run_keys(f"training_variants.{method}", label, entry, keys, fail)
             if "pos_emb" in entry or "seed" in entry:
                 fail(f"training_variants.{method}.{label}", "pos-emb and seed are the grid's own axes")
             if owned := sorted(set(entry) & SWEEP_OWNED_KEYS):
@@ -208,6 +213,17 @@ def _training_variants(given, methods, fail) -> dict:
                      "so a variant's value would be replaced; leave them out")
             variants[method][label] = entry
     return variants
+
+
+def _run_keys(where, label, entry, keys, fail) -> dict:
+    """A training variant's or an extension's label and NeoX keys (normalised), checked alike: both are runs
+    of their own, named by the label."""
+    if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
+        fail(where, f"label {label!r}: letters, digits, '-' and '+' only (it names the run's folder and result file)")
+    entry = {normalise_key(k): v for k, v in entry.items()}
+    if unknown := sorted(set(entry) - keys):
+        fail(f"{where}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
+    return entry
 
 
 def _extensions(given, methods, training_variants, fail) -> dict:
@@ -231,16 +247,10 @@ def _extensions(given, methods, training_variants, fail) -> dict:
         extensions[method] = {}
         for label, entry in entries.items():
             label = str(label) if isinstance(label, int) and not isinstance(label, bool) else label  # `256:`
-            if not isinstance(label, str) or not label.replace("-", "").replace("+", "").isalnum():
-                fail(where, f"label {label!r}: letters, digits, '-' and '+' only (it names the run's folder and "
-                     "result file)")
+            entry = _run_keys(where, label, entry, keys, fail)
             if label in training_variants.get(method, {}):
                 fail(where, f"label {label!r} is also a training variant of {method}: both would be reported as "
                      f"`{method}+{label}`; give the extension another label")
-            entry = {normalise_key(k): v for k, v in entry.items()}
-            unknown = sorted(set(entry) - keys)
-            if unknown:
-                fail(f"{where}.{label}", f"{unknown[0].replace('_', '-')} is not a config key")
             if "pos_emb" in entry or "seed" in entry:
                 fail(f"{where}.{label}", "pos-emb and seed are those of the run it extends (the grid's own axes)")
             if owned := sorted(set(entry) & (SWEEP_OWNED_KEYS | {"finetune"})):
@@ -260,20 +270,23 @@ ABLATION_MEASURES = {"perplexity": "nonoverlap", "kv-retrieval": "kv-retrieval"}
 def _ablation(given, methods, training_variants, evaluation, fail) -> dict | None:
     """`ablation: {method: kerple_log, anchor: alibi, measure: perplexity}`: the report judges `method`'s
     training variants as switches of an ablation by the rules written before the runs (ablation.py), against
-    `anchor`; without it a sweep's training variants are compared with their parent method, with no verdicts."""
-    from .ablation import ANCHOR, REFERENCE
+    `anchor`, another method of the grid; without it a sweep's training variants are compared with their parent
+    method, with no verdicts."""
     if given is None:
         return None
-    example = f"{{method: {REFERENCE}, anchor: {ANCHOR}, measure: perplexity}}"
+    example = "{method: kerple_log, anchor: alibi, measure: perplexity}"
     if not isinstance(given, dict) or set(map(normalise_key, given)) - {"method", "anchor", "measure"}:
         fail("ablation", f"must be a mapping with keys method, anchor and (optional) measure, e.g. {example}")
     given = {normalise_key(k): v for k, v in given.items()}
-    if (given.get("method"), given.get("anchor")) != (REFERENCE, ANCHOR):
-        fail("ablation", f"the ablation's rules (tools/reproduce/ablation.py) are written for method {REFERENCE} "
-             f"against anchor {ANCHOR}; got method {given.get('method')!r}, anchor {given.get('anchor')!r}")
     for key in ("method", "anchor"):
+        if key not in given:
+            fail("ablation", f"names no {key}: give the method whose training variants are judged and the anchor "
+                 f"they are set against, e.g. {example}")
         if given[key] not in methods:
             fail(f"ablation.{key}", f"{given[key]!r} must be one of the grid's methods ({', '.join(methods)})")
+    if given["anchor"] == given["method"]:
+        fail("ablation.anchor", f"{given['anchor']!r} is the ablation's method: the anchor is another method of "
+             "the grid that every variant is set against")
     if not training_variants.get(given["method"]):
         fail("ablation.method", f"{given['method']!r} has no training_variants: an ablation compares its "
              "training variants (the switches) with its plain run")
@@ -284,6 +297,34 @@ def _ablation(given, methods, training_variants, evaluation, fail) -> dict | Non
         fail("ablation.measure", f"{measure} is read from the {ABLATION_MEASURES[measure]} records: add "
              f"{ABLATION_MEASURES[measure]} to evaluation.eval-modes")
     return {**given, "measure": measure}
+
+
+CLAIM_ROLES = {"reference": str, "anchor": str, "competitive": str, "blow_up": list, "bounded": list}
+
+
+def _claims(given, methods, pos_embs, fail) -> dict | None:
+    """`claims: {reference: kerple_log, anchor: alibi, competitive: t5, blow-up: [sinusoidal, rotary], bounded:
+    [alibi, t5, kerple_log, kerple_power]}`: the report judges the paper's four claims (claims.py) with these
+    methods in their roles; a method the grid lacks makes its claim *not assessed*. Without it, no claims."""
+    if given is None:
+        return None
+    example = ("{reference: kerple_log, anchor: alibi, competitive: t5, blow-up: [sinusoidal, rotary], "
+               "bounded: [alibi, t5, kerple_log, kerple_power]}")
+    if not isinstance(given, dict) or set(map(normalise_key, given)) != set(CLAIM_ROLES):
+        fail("claims", f"must be a mapping with the keys {', '.join(k.replace('_', '-') for k in CLAIM_ROLES)}, "
+             f"e.g. {example}")
+    given = {normalise_key(k): v for k, v in given.items()}
+    for role, kind in CLAIM_ROLES.items():
+        where, named = f"claims.{role.replace('_', '-')}", given[role] if kind is list else [given[role]]
+        if not isinstance(given[role], kind) or not named:
+            fail(where, f"must be {'a non-empty list of methods' if kind is list else 'one method'}, e.g. {example}")
+        for method in named:
+            if method not in pos_embs:
+                fail(where, f"{quote(method)} is not a pos-emb; choose from {', '.join(pos_embs)}")
+    if given["reference"] not in methods:
+        fail("claims.reference", f"{quote(given['reference'])} must be one of the grid's methods "
+             f"({', '.join(methods)}): Table 3 and the claims compare every method with it")
+    return {role: tuple(v) if isinstance(v, list) else v for role, v in given.items()}
 
 
 RULER_LIMIT = 20  # samples per length when `ruler.limit` is not given
