@@ -146,7 +146,7 @@ def test_refused_schedules_say_why(schedule, path, words, stdlib_data, tmp_path)
 
 def test_a_scheduled_run_has_its_own_identity(stdlib_data, tmp_path):
     """Evaluation groups runs by their switches: a schedule (however its keys are spelled) is one."""
-    from megatron.evaluation.identity import switch_labels
+    from megatron.evaluation.labels import switch_labels
     plain = switch_labels(tiny_args(stdlib_data, tmp_path))
     dashed = switch_labels(tiny_args(stdlib_data, tmp_path, length_schedule=[{"start-step": 0, "window": 8}]))
     underscored = switch_labels(tiny_args(stdlib_data, tmp_path, length_schedule=[{"start_step": 0, "window": 8}]))

@@ -1,4 +1,4 @@
-"""Which trained run a result belongs to: one identity, one label, one config hash.
+"""Which trained run a result belongs to: one identity (its method, with the variant labels.py makes), one config hash.
 
 evaluate.py writes these into the result file's `run`, tables and figures group and colour by them,
 and tools/reproduce plans its runs and recognises their finished results with them.
@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 import json
 
-from .labels import value_of
+from .labels import value_of, variant
 
 WINDOW_MARK = "+window"
 
@@ -64,67 +64,6 @@ def evaluation_variant(config, trained=None) -> str | None:
 
     options = {name: value_of(config, name) for name in per_run_options(value_of(config, "pos_emb"))}
     return variant(config if trained is None else trained, options)
-
-
-def variant(trained, per_run_options: dict) -> str | None:
-    """The switches that change the model a method's name stands for (`switch_labels` of `trained`, the training
-    config) and the method's per-run options that are set ({key: value}, e.g. rotary-scaling: `yarn8`), as a short
-    label, so a run scored with them never shares a result file or a table row with the plain run."""
-    parts = []
-    for name, value in per_run_options.items():
-        if value is None:
-            continue
-        if isinstance(value, dict) and "type" in value:
-            factor = value.get("factor", "")
-            text = f"{value['type']}{factor:g}" if isinstance(factor, (int, float)) else f"{value['type']}{factor}"
-            rest = {k: v for k, v in value.items() if k not in ("type", "factor")}
-            if rest:  # other settings: distinct runs get distinct labels
-                text += "-" + hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:6]
-        else:
-            text = f"{name.replace('_', '-')}={value}"
-        parts.append(text)
-    return "+".join(switch_labels(trained) + parts) or None
-
-
-def _short_hash(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:6]
-
-
-def switch_labels(config) -> list[str]:
-    """Labels of the switches that change what a method's name stands for: hybrid layers (`layers-1a2b3c`),
-    an attention temperature (`ssmax`, `head_scale`, with a hash when `init` is set), an output gate
-    (`gate-head`), p-RoPE
-    (`prope0.75`: rotary-unrotated-fraction 0.25), randomized
-    training positions (`randpos256`), PoSE positions (`pose256x2`: target window, chunks), a length-schedule
-    (`lensched-1a2b3c`) and document masking in training (`docmask`; `docpos` with
-    positions restarting in each document). `config`: NeoXArgs or the config dict a checkpoint stores."""
-    labels = []
-    if pattern := value_of(config, "layer_pattern"):
-        labels.append("layers-" + _short_hash(pattern))
-    if temperature := value_of(config, "attention_temperature"):
-        given = {str(k).replace("-", "_"): v for k, v in temperature.items()}
-        labels.append(str(given.get("type")) + ("" if set(given) <= {"type"} else "-" + _short_hash(given)))
-    if dape := value_of(config, "dape"):
-        given = {str(k).replace("-", "_"): v for k, v in dape.items()}
-        labels.append(f"dape{given.get('version')}-" + _short_hash(given))
-    if gate := value_of(config, "attention_output_gate"):
-        labels.append(f"gate-{gate}")
-    if value_of(config, "attention_sink"):
-        labels.append("sink")
-    if fraction := value_of(config, "rotary_unrotated_fraction"):  # p-RoPE, p the rotated fraction
-        labels.append(f"prope{1 - fraction:.4g}")
-    if limit := value_of(config, "random_positions"):
-        labels.append(f"randpos{limit}")
-    if target := value_of(config, "pose_target_length"):
-        labels.append(f"pose{target}x{value_of(config, 'pose_chunks') or 2}")
-    if schedule := value_of(config, "length_schedule"):  # lengths and windows over training time
-        labels.append("lensched-" + _short_hash([{str(k).replace("-", "_"): v for k, v in stage.items()}
-                                                 if isinstance(stage, dict) else stage for stage in schedule]))
-    from megatron.model.positional_embeddings import option_labels
-    labels += option_labels(value_of(config, "pos_emb"), lambda key: value_of(config, key))  # e.g. forget-gate
-    if value_of(config, "reset_attention_mask"):  # trained on documents masked from each other
-        labels.append("docpos" if value_of(config, "reset_position_ids") else "docmask")
-    return labels
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ from megatron.errors import NeoXArgsError
 from megatron.checkpoint.inference_model import OpenCheckpoint, TrainingRecord, open_checkpoint
 from megatron.quoting import quote
 from .chunks import chunk_starts
-from .identity import RunIdentity, config_hash, variant
-from .labels import evaluated_parts, readable_label, trained_parts
+from .identity import RunIdentity, config_hash
+from .labels import evaluated_parts, readable_label, trained_parts, variant
 from .modes import get_mode
 from .run_keys import EvaluatedRun, RunStart
 from .settings import EvaluationSettings

@@ -12,7 +12,7 @@ from tests.support.hf_export import greedy_reference, tiny_config
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
 from megatron.errors import NeoXArgsError
-from megatron.evaluation.identity import switch_labels
+from megatron.evaluation.labels import switch_labels
 from megatron.model import GPTModel
 from megatron.model.attention import AttentionRun, plan_attention
 from megatron.model.attention.choice import StrategyCannotRun

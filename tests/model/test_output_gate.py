@@ -13,8 +13,7 @@ from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextCon
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextAttention
 
 from megatron.errors import NeoXArgsError
-from megatron.evaluation.identity import switch_labels
-from megatron.evaluation.labels import trained_parts
+from megatron.evaluation.labels import switch_labels, trained_parts
 from megatron.model import GPTModel
 from megatron.model.model_config import ModelConfig, differences
 from megatron.model.transformer import OutputGate

@@ -94,8 +94,7 @@ def test_refused_settings_say_why(overrides, key, words, stdlib_data, tmp_path):
 
 
 def test_a_pose_run_has_its_own_identity(stdlib_data, tmp_path):
-    from megatron.evaluation.identity import switch_labels
-    from megatron.evaluation.labels import trained_parts
+    from megatron.evaluation.labels import switch_labels, trained_parts
     args = tiny_args(stdlib_data, tmp_path, pose_target_length=256, pose_chunks=3)
     assert switch_labels(args) == ["pose256x3"] and trained_parts(args) == ["PoSE <256 (3 chunks)"]
 
