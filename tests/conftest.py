@@ -103,17 +103,21 @@ def stdlib_data(tmp_path_factory) -> str:
     return str(folder / "stdlib_text_document")
 
 
-# The work units that take longest, longest first, each a test file or an xdist group (`make test
-# --durations` in CI, 2026-11-29: the docs commands 378 s when they were one test, then 144, 137, 80, 156 in
-# three tests and 120 s). Started last
-# (xdist's default orders units by their number of tests), one of them kept one worker busy for minutes after
-# the other had finished. The docs' pages are one group each (tests/e2e/docs/test_docs_commands.py): the README's,
-# whose demo the other pages start from, goes first, the RULER sweep (which needs no demo) beside it while
-# the demo is built, then the other pages ("docs:" stands for every page not named before it).
-LONGEST = ("docs:README.md", "tests/e2e/reproduce/test_reproduce_ruler.py", "docs:",
-           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/reproduce/test_reproduce.py",
-           "tests/e2e/tools/test_gpu_check.py",
-           "tests/e2e/reproduce/test_study_example.py")
+# The work units that take longest, longest first, each a test file or an xdist group. Started last (xdist's
+# default orders units by their number of tests), one of them kept one worker busy for minutes after the other
+# had finished. The docs' pages are one group each (tests/e2e/docs/test_docs_commands.py): the README's, whose
+# demo the other pages start from, goes first; the GPU check's file and the RULER sweep (which need no demo) beside
+# it while the demo is built; then the rest by their time ("docs:" stands for every page not named before it).
+# Their times in `make test` (CI of 2026-11-29, 2 cores; the sum of a unit's phases among the 30 slowest): the GPU
+# check 161 s, the README's demo 77, the RULER sweep 86, length-schedules.md 69, flex 95 (before it lost a length
+# and a process), the published reports 74, sequence parallelism 71, the example study 67, extensions 58,
+# ruler.md 53, the sweep 52. A worker takes its next unit while it still has two tests to run, so the order
+# says roughly who starts what; every other unit that starts processes follows, then the in-process ones.
+LONGEST = ("docs:README.md", "tests/e2e/tools/test_gpu_check.py", "tests/e2e/reproduce/test_reproduce_ruler.py",
+           "docs:docs/length-schedules.md", "tests/e2e/model/attention/test_flex_cpu_end_to_end.py",
+           "tests/e2e/reproduce/test_reproduce_report.py", "tests/e2e/model/test_sequence_parallel_training.py",
+           "tests/e2e/reproduce/test_study_example.py", "tests/e2e/reproduce/test_reproduce_extensions.py",
+           "docs:docs/ruler.md", "tests/e2e/reproduce/test_reproduce.py", "docs:")
 
 
 def work_unit(item) -> str:
