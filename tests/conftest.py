@@ -120,26 +120,42 @@ LONGEST = ("docs:README.md", "tests/e2e/tools/test_gpu_check.py", "tests/e2e/rep
            "docs:docs/ruler.md", "tests/e2e/reproduce/test_reproduce.py", "docs:")
 
 
-def work_unit(item) -> str:
-    """The name of the unit of work `make test` gives one worker whole (`--dist loadgroup`): the test's
-    xdist_group if it has one, else its file, so a file's module fixtures (a training, a compiled kernel)
-    are set up by one worker once, as under `--dist loadfile`."""
-    marked = item.get_closest_marker("xdist_group")
-    if marked:
-        return str(marked.args[0] if marked.args else marked.kwargs.get("name", "default"))
-    return item.path.relative_to(REPO_ROOT).as_posix() if item.path.is_relative_to(REPO_ROOT) else str(item.path)
+# Tests whose every case is a work unit of its own, named by a prefix and the case's id: the docs' pages (one case
+# per page, each a minute or more of commands).
+UNIT_PER_CASE = {"tests/e2e/docs/test_docs_commands.py::test_documented_commands_work_as_written": "docs:"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups into the test ids
+def work_unit(nodeid: str) -> str:
+    """The unit of work `make test` gives one worker whole: the test's file, so a file's module fixtures (a training,
+    a compiled kernel) are set up by one worker once, as under `--dist loadfile`; or one case of UNIT_PER_CASE.
+    From the test's id alone: xdist's scheduler, in the process that starts the workers, sees ids, not markers."""
+    test, _, case = nodeid.partition("[")
+    if case and test in UNIT_PER_CASE:
+        return UNIT_PER_CASE[test] + case[:-1]
+    return nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (`make test`) with work_unit's units. pytest-xdist 3.8 puts a test's xdist_group into its
+    id (item._nodeid), which pytest 9 no longer reads (Node.nodeid comes from item._id): every test was a unit of its
+    own, a file's tests ran on both workers and its module fixtures were built on each (the last CI built the
+    published reports' 37 s re-rendering twice)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+    return WorkUnitScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Every test gets its work unit as its xdist_group, and units run in the order a 2-worker run finishes
-    soonest (`make test` passes --no-loadscope-reorder, so xdist keeps it): LONGEST, then the other units that
-    start processes (`launches`: seconds a test), then the rest. A stable sort on whole units: a unit's tests
-    stay together, in their order."""
-    units = {item: work_unit(item) for item in items}
-    for item, unit in units.items():
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(unit))
+    """Units run in the order a 2-worker run finishes soonest (`make test` passes --no-loadscope-reorder, so xdist
+    keeps it): LONGEST, then the other units that start processes (`launches`: seconds a test), then the rest. A
+    stable sort on whole units: a unit's tests stay together, in their order."""
+    units = {item: work_unit(item.nodeid) for item in items}
     launching = {unit for item, unit in units.items() if item.get_closest_marker("launches")}
 
     def rank(item):
