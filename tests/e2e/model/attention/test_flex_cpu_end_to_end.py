@@ -58,7 +58,8 @@ def test_flex_evaluation_natively_then_under_forced_avx2_gives_sdpas_perplexity_
     avx2 = {**env, "ATEN_CPU_CAPABILITY": "avx2"}
     # The reference: the same evaluation on the `sdpa` path, in this process (no compile; a process start saved).
     from megatron.evaluation.driver import evaluate_run
-    evaluate_run(NeoXArgs.from_ymls([TINY], settings(checkpoint, stdlib_data, tmp_path / "sdpa", "sdpa")).evaluation_run())
+    reference = NeoXArgs.from_ymls([TINY], settings(checkpoint, stdlib_data, tmp_path / "sdpa", "sdpa"))
+    evaluate_run(reference.evaluation_run())
     expected = perplexities(tmp_path / "sdpa")
 
     outcomes = {}
