@@ -65,10 +65,10 @@ reproduce: venv  ## the KERPLE paper's experiment at CPU scale (7 methods x 3 se
 # inductor's cache in a folder of its own CPU code path (megatron/compiled_code.py).
 # Test files are spread over TEST_WORKERS processes (pytest-xdist), one file to one process, since
 # most tests wait on single-threaded child processes; TEST_WORKERS=0 runs them in this one. A file is one
-# xdist group (tests/conftest.py marks it; `--dist loadgroup`), so its module fixtures are built once, as
-# under loadfile, while a file may split itself into groups of its own (the docs commands: one per page).
-# Groups run in tests/conftest.py's order (longest first; --no-loadscope-reorder keeps xdist from
-# reordering them), and the 30 slowest tests are listed at the end: where CI time goes.
+# work unit (`--dist loadgroup` with tests/conftest.py's units), so its module fixtures are built once, as
+# under loadfile, while the docs commands are a unit a page. Units run in tests/conftest.py's order (longest
+# first; --no-loadscope-reorder keeps xdist from reordering them), and the 30 slowest tests are listed at the
+# end: where CI time goes.
 # The AVX2 run collects only the test files that name the marker (CPU_ISA_FILES): collecting the whole suite to
 # select them took 39-41 s, these files 5-8 s (one after the other on the shared 2-core machine at load 5-6,
 # 2026-11-29). A test marked cpu_isa other than in its own file (a folder's conftest) would need its file listed.

@@ -103,39 +103,59 @@ def stdlib_data(tmp_path_factory) -> str:
     return str(folder / "stdlib_text_document")
 
 
-# The work units that take longest, longest first, each a test file or an xdist group (`make test
-# --durations` in CI, 2026-11-29: the docs commands 378 s when they were one test, then 144, 137, 80, 156 in
-# three tests and 120 s). Started last
-# (xdist's default orders units by their number of tests), one of them kept one worker busy for minutes after
-# the other had finished. The docs' pages are one group each (tests/e2e/docs/test_docs_commands.py): the README's,
-# whose demo the other pages start from, goes first, the RULER sweep (which needs no demo) beside it while
-# the demo is built, then the other pages ("docs:" stands for every page not named before it).
-LONGEST = ("docs:README.md", "tests/e2e/reproduce/test_reproduce_ruler.py", "docs:",
-           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/reproduce/test_reproduce.py",
-           "tests/e2e/tools/test_gpu_check.py",
-           "tests/e2e/reproduce/test_study_example.py")
+# The work units that take longest, longest first, each a test file or an xdist group. Started last (xdist's
+# default orders units by their number of tests), one of them kept one worker busy for minutes after the other
+# had finished. The docs' pages are one group each (tests/e2e/docs/test_docs_commands.py): the README's, whose
+# demo the other pages start from, goes first; the GPU check's file and the RULER sweep (which need no demo) beside
+# it while the demo is built; then the rest by their time ("docs:" stands for every page not named before it).
+# Their times in `make test` (CI of 2026-11-29, 2 cores; the sum of a unit's phases among the 30 slowest): the GPU
+# check 161 s, the README's demo 77, the RULER sweep 86, length-schedules.md 69, flex 95 (before it lost a length
+# and a process), the published reports 74, sequence parallelism 71, the example study 67, extensions 58,
+# ruler.md 53, the sweep 52. A worker takes its next unit while it still has two tests to run, so the order
+# says roughly who starts what; every other unit that starts processes follows, then the in-process ones.
+LONGEST = ("docs:README.md", "tests/e2e/tools/test_gpu_check.py", "tests/e2e/reproduce/test_reproduce_ruler.py",
+           "docs:docs/length-schedules.md", "tests/e2e/model/attention/test_flex_cpu_end_to_end.py",
+           "tests/e2e/reproduce/test_reproduce_report.py", "tests/e2e/model/test_sequence_parallel_training.py",
+           "tests/e2e/reproduce/test_study_example.py", "tests/e2e/reproduce/test_reproduce_extensions.py",
+           "docs:docs/ruler.md", "tests/e2e/reproduce/test_reproduce.py", "docs:")
 
 
-def work_unit(item) -> str:
-    """The name of the unit of work `make test` gives one worker whole (`--dist loadgroup`): the test's
-    xdist_group if it has one, else its file, so a file's module fixtures (a training, a compiled kernel)
-    are set up by one worker once, as under `--dist loadfile`."""
-    marked = item.get_closest_marker("xdist_group")
-    if marked:
-        return str(marked.args[0] if marked.args else marked.kwargs.get("name", "default"))
-    return item.path.relative_to(REPO_ROOT).as_posix() if item.path.is_relative_to(REPO_ROOT) else str(item.path)
+# Tests whose every case is a work unit of its own, named by a prefix and the case's id: the docs' pages (one case
+# per page, each a minute or more of commands).
+UNIT_PER_CASE = {"tests/e2e/docs/test_docs_commands.py::test_documented_commands_work_as_written": "docs:"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups into the test ids
+def work_unit(nodeid: str) -> str:
+    """The unit of work `make test` gives one worker whole: the test's file, so a file's module fixtures (a training,
+    a compiled kernel) are set up by one worker once, as under `--dist loadfile`; or one case of UNIT_PER_CASE.
+    From the test's id alone: xdist's scheduler, in the process that starts the workers, sees ids, not markers."""
+    test, _, case = nodeid.partition("[")
+    if case and test in UNIT_PER_CASE:
+        return UNIT_PER_CASE[test] + case[:-1]
+    return nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (`make test`) with work_unit's units. pytest-xdist 3.8 puts a test's xdist_group into its
+    id (item._nodeid), which pytest 9 no longer reads (Node.nodeid comes from item._id): every test was a unit of its
+    own, a file's tests ran on both workers and its module fixtures were built on each (the last CI built the
+    published reports' 37 s re-rendering twice)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+    return WorkUnitScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Every test gets its work unit as its xdist_group, and units run in the order a 2-worker run finishes
-    soonest (`make test` passes --no-loadscope-reorder, so xdist keeps it): LONGEST, then the other units that
-    start processes (`launches`: seconds a test), then the rest. A stable sort on whole units: a unit's tests
-    stay together, in their order."""
-    units = {item: work_unit(item) for item in items}
-    for item, unit in units.items():
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(unit))
+    """Units run in the order a 2-worker run finishes soonest (`make test` passes --no-loadscope-reorder, so xdist
+    keeps it): LONGEST, then the other units that start processes (`launches`: seconds a test), then the rest. A
+    stable sort on whole units: a unit's tests stay together, in their order."""
+    units = {item: work_unit(item.nodeid) for item in items}
     launching = {unit for item, unit in units.items() if item.get_closest_marker("launches")}
 
     def rank(item):

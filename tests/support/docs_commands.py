@@ -133,7 +133,8 @@ RULES = [
     (r"^python -m tools\.reproduce configs/studies/example\.yml --dry-run$", Run(output="Trainings: 4: 0 done, 4 to do")),
     (r"^python -m tools\.reproduce configs/studies/example\.yml$",
      NotRun("4 trainings of 300 steps and their evaluations: minutes of CPU; "
-            "tests/e2e/reproduce/test_study_example.py runs this study through the runner at 4 steps")),
+            "tests/e2e/reproduce/test_study_example.py runs this study through the runner at 4 steps, "
+            "its first seed")),
     (r"^python deepy\.py train\.py -d ", NotRun("needs a GPT-NeoX or KERPLE-fork config folder; "
                                                "tests/neox_arguments/test_neox_compat_configs.py runs the fork's configs")),
     (r"tools[./]ckpts[./]import_neox|imported/RUN",

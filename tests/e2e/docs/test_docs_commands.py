@@ -134,14 +134,13 @@ def demo(tmp_path_factory, worker_id) -> pathlib.Path:
     return shared / "repo"
 
 
-# One case per page with commands to run, so a parallel run spreads the pages over its workers (each
-# case its own xdist group; tests/conftest.py groups every other test by its file).
+# One case per page with commands to run, so a parallel run spreads the pages over its workers (each case a work
+# unit of its own: tests/conftest.py's UNIT_PER_CASE; every other test goes with its file).
 PAGES = [name for name in doc_pages() if {command for command, _ in to_run(name)} - {DEMO} - {
     command for command, _ in shared_commands()}]
 
 
-@pytest.mark.parametrize("page", [pytest.param(name, marks=pytest.mark.xdist_group(f"docs:{name}"))
-                                  for name in PAGES])
+@pytest.mark.parametrize("page", PAGES)
 def test_documented_commands_work_as_written(page, demo, tmp_path):
     """The page's commands, in order, as a reader who has done the quick start (`make demo`) runs them:
     each page in a copy of the demo's folder of its own."""

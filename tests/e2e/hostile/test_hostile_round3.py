@@ -40,12 +40,14 @@ def test_an_empty_loss_mask_is_an_error_not_a_loss_of_zero(masking, tmp_path):
 
 
 # ------------------------------------------------------------------- checkpoints: step and weights
+# train.py's checkpoint of configs/tiny.yml, trained once per test run (tests/e2e/conftest.py) and only read here:
+# a test that changes it changes a copy.
+STEP = "global_step4"  # trained_tiny's one checkpoint
+
+
 @pytest.fixture(scope="module")
-def trained(stdlib_data, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("trained")
-    result = train(stdlib_data, folder)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return folder / "ckpt"
+def trained(trained_tiny):
+    return trained_tiny
 
 
 def copied(trained, tmp_path):
@@ -56,26 +58,26 @@ def copied(trained, tmp_path):
 
 def test_a_step_is_the_one_its_folder_names(trained, tmp_path):
     ckpt = copied(trained, tmp_path)
-    (ckpt / "global_step2").rename(ckpt / "global_step600")
+    (ckpt / STEP).rename(ckpt / "global_step600")
     (ckpt / "latest").write_text("global_step600")
     resolved = ckpt / "global_step600" / "resolved_config.yml"
     result = evaluate(resolved, load=str(ckpt), eval_results_dir=str(tmp_path / "results"))
     assert_clear_error(result, f"{ckpt / 'global_step600'} is the folder of step 600, but its model-states file "
-                               "says iteration 2")
+                               "says iteration 4")
     assert not list(tmp_path.rglob("*.json"))
 
 
 def test_weights_holding_nan_are_refused_not_scored(trained, tmp_path):
     import torch
     ckpt = copied(trained, tmp_path)
-    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    path = ckpt / STEP / "mp_rank_00_model_states.pt"
     state = torch.load(path, weights_only=False)
     name = next(k for k, v in state["module"].items() if v.is_floating_point())
     state["module"][name][0] = float("nan")
     torch.save(state, path)
-    result = evaluate(ckpt / "global_step2" / "resolved_config.yml", load=str(ckpt),
+    result = evaluate(ckpt / STEP / "resolved_config.yml", load=str(ckpt),
                       eval_results_dir=str(tmp_path / "results"))
-    assert_clear_error(result, f"the weights in {ckpt / 'global_step2'} hold NaN or inf (['{name}'])")
+    assert_clear_error(result, f"the weights in {ckpt / STEP} hold NaN or inf (['{name}'])")
     assert not list((tmp_path).rglob("*.json"))
 
 
@@ -84,12 +86,12 @@ def test_finite_weights_that_overflow_to_a_nan_loss_are_not_written_as_a_result(
     embedding at 1e38 overflows float32 in the first layer; the loss is NaN or inf, and never a result."""
     import torch
     ckpt = copied(trained, tmp_path)
-    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    path = ckpt / STEP / "mp_rank_00_model_states.pt"
     state = torch.load(path, weights_only=False)
     name = next(k for k in state["module"] if "word_embeddings" in k)
     state["module"][name].fill_(1e38)
     torch.save(state, path)
-    result = evaluate(ckpt / "global_step2" / "resolved_config.yml", load=str(ckpt),
+    result = evaluate(ckpt / STEP / "resolved_config.yml", load=str(ckpt),
                       eval_results_dir=str(tmp_path / "results"))
     message = assert_clear_error(result, "L=64 nonoverlap: the loss is ", ", not a result (NaN/inf logits",
                                  "nothing was written")
@@ -101,13 +103,13 @@ def test_a_model_config_that_is_not_a_mapping_or_names_an_unknown_method_blames_
                                                                                               stdlib_data):
     import torch
     ckpt = copied(trained, tmp_path)
-    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    path = ckpt / STEP / "mp_rank_00_model_states.pt"
     state = torch.load(path, weights_only=False)
     for record, fragment in (([1, 2], "'it is a list, not a mapping of config keys'"),
                              ({**state["model_config"], "pos_emb": "bogus"}, "unknown positional embedding 'bogus'")):
         torch.save({**state, "model_config": record}, path)
         result = evaluate(TINY, load=str(ckpt), data_path=stdlib_data, eval_results_dir=str(tmp_path / "r"))
-        message = assert_clear_error(result, f"the checkpoint {ckpt / 'global_step2'} records a model_config this "
+        message = assert_clear_error(result, f"the checkpoint {ckpt / STEP} records a model_config this "
                                              "project cannot read (", fragment)
         assert "Set `pos-emb`" not in message
 
@@ -203,7 +205,7 @@ def fill(disk):
 
 def test_a_disk_that_fills_up_under_the_results_is_one_paragraph(trained, full_disk, tmp_path, stdlib_data):
     fill(full_disk)
-    resolved = trained / "global_step2" / "resolved_config.yml"
+    resolved = trained / STEP / "resolved_config.yml"
     result = evaluate(resolved, load=str(trained), eval_results_dir=str(full_disk / "results"))
     assert_clear_error(result, "the results (printed above) could not be written to "
                                f"{full_disk / 'results'}", "no space left on the device",
@@ -219,13 +221,13 @@ def test_a_disk_that_fills_up_under_the_results_is_one_paragraph(trained, full_d
 def test_a_checkpoint_that_contradicts_itself_says_so(trained, tmp_path):
     import torch
     ckpt = copied(trained, tmp_path)
-    path = ckpt / "global_step2" / "mp_rank_00_model_states.pt"
+    path = ckpt / STEP / "mp_rank_00_model_states.pt"
     state = torch.load(path, weights_only=False)
     state["model_config"]["num_layers"] = 3
     torch.save(state, path)
-    resolved = ckpt / "global_step2" / "resolved_config.yml"
+    resolved = ckpt / STEP / "resolved_config.yml"
     message = assert_clear_error(evaluate(resolved, load=str(ckpt), eval_results_dir=str(tmp_path / "r")),
-                                 f"the checkpoint {ckpt / 'global_step2'} contradicts itself", "num-layers: checkpoint 3")
+                                 f"the checkpoint {ckpt / STEP} contradicts itself", "num-layers: checkpoint 3")
     assert "Load it with the config it was trained with" not in message  # the advice that repeats the error
 
 
@@ -236,11 +238,11 @@ def test_a_checkpoint_keeping_only_its_model_config_is_loaded_alike_by_every_ent
     which also needs the run's data (not recorded there), says so in one paragraph."""
     import json
     ckpt = copied(trained, tmp_path)
-    (ckpt / "global_step2" / "resolved_config.yml").unlink()
-    shutil.rmtree(ckpt / "global_step2" / "configs")
+    (ckpt / STEP / "resolved_config.yml").unlink()
+    shutil.rmtree(ckpt / STEP / "configs")
     eval_config = REPO_ROOT / "configs" / "eval" / "tiny.yml"
     message = assert_clear_error(evaluate(eval_config, load=str(ckpt), eval_results_dir=str(tmp_path / "r")),
-                                 "no test data: set data-path", f"The model came from {ckpt / 'global_step2'}, "
+                                 "no test data: set data-path", f"The model came from {ckpt / STEP}, "
                                  "which keeps no resolved_config.yml", "--set data-path=PREFIX")
     assert "give the run's own config files too" not in message
     scores = []
