@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.support.hostile import assert_clear_error
-from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags
 from tests.support.hostile import script, train, evaluate
 
 
