@@ -291,13 +291,18 @@ def decode_config(text: str) -> dict:
 def run_cli(main):
     """Run an entry point, printing a config mistake as one paragraph instead of a traceback: on rank 0
     only, since every rank reads the same config and raises the same error (a launch of N ranks would
-    print it N times); the other ranks exit with the same status."""
+    print it N times); the other ranks exit with the same status. A script's own `main` (the process's entry
+    point) ends the process when it returns, without Python's teardown (megatron/run/process_exit.py)."""
     name_the_cpu_accelerator()  # before anything imports DeepSpeed
     try:
         from megatron.neox_arguments.inductor_dir import check_inductor_dir_writable
         check_inductor_dir_writable()  # before megatron-core imports torch's compiler, which makes the folder
-        return main()
+        code = main()
     except NeoXArgsError as err:
         if int(os.environ.get("RANK", 0)) == 0:
             print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if getattr(main, "__module__", None) == "__main__":  # this process runs the entry point: end it now
+        from megatron.run.process_exit import leave
+        leave(code)
+    return code
