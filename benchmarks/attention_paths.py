@@ -25,7 +25,7 @@ from tqdm import tqdm
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.measure import PeakMemory  # noqa: E402
+from megatron.device_memory import PeakMemory  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.attention import AttentionRun, attend, plan_attention  # noqa: E402

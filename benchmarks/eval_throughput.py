@@ -10,11 +10,11 @@ builds it: on this device in its evaluation dtype (megatron/checkpoint/inference
 the configured `attention-impl` (`auto` by default), scoring one sequence of L random tokens per
 forward (evaluate.py's eval-micro-batch-size 1) under torch.inference_mode. At each length the
 methods and the peer row (Hugging Face GPTNeoXForCausalLM at the same shape, benchmarks/hf_peer.py;
-off with --no-peer) take turns for several rounds (benchmarks/measure.py); each figure is its median
+off with --no-peer) take turns for several rounds (megatron/device_memory.py); each figure is its median
 round, and `vs none` is its time per forward over `none`'s.
 
 Peak memory (off with --no-memory): each (method, length) again in a fresh process, one untimed
-forward, then the rise of the peak memory during a second one (benchmarks/measure.py's PeakMemory:
+forward, then the rise of the peak memory during a second one (megatron/device_memory.py's PeakMemory:
 the process's peak RSS on CPU, CUDA's max allocated on a GPU): what a forward needs beyond the
 weights and the tokens.
 """
@@ -30,10 +30,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.hf_peer import PEER, build_peer_forward  # noqa: E402
-from benchmarks.measure import (METHODS_HELP, PROCESS_TIME_HELP, PeakMemory, alternating_rounds, clock,  # noqa: E402
-                                method_settings)
+from benchmarks.measure import METHODS_HELP, PROCESS_TIME_HELP, alternating_rounds, clock, method_settings  # noqa: E402
 
 from megatron.checkpoint.inference_model import inference_device_and_dtype  # noqa: E402
+from megatron.device_memory import PeakMemory  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.neox_arguments.to_model import model_config
 from megatron.model.positional_embeddings import available  # noqa: E402

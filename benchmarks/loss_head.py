@@ -5,7 +5,7 @@ forward and backward (and of an evaluation forward) of a model whose output laye
     OMP_NUM_THREADS=1 python benchmarks/loss_head.py --tokens 4096
 
 The two heads take turns for several rounds on the same weights and tokens; each figure is the median round.
-Peak memory is benchmarks/measure.py's PeakMemory: on CPU the rise of the process's peak RSS (VmHWM) during
+Peak memory is megatron/device_memory.py's PeakMemory: on CPU the rise of the process's peak RSS (VmHWM) during
 the block, which sees torch's allocations (tracemalloc would not); on CUDA torch's max allocated."""
 import argparse
 import pathlib
@@ -17,7 +17,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks.measure import PeakMemory  # noqa: E402
+from megatron.device_memory import PeakMemory  # noqa: E402
 from megatron.model import GPTModel  # noqa: E402
 from megatron.neox_arguments import NeoXArgs  # noqa: E402
 from megatron.neox_arguments.to_model import model_config  # noqa: E402

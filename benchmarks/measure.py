@@ -1,9 +1,8 @@
-"""What the benchmarks share: timing configurations in alternating rounds, and peak memory."""
-import pathlib
+"""What the benchmarks share: timing configurations in alternating rounds (peak memory is
+megatron/device_memory.py's PeakMemory, which the GPU check uses too)."""
 import statistics
 import time
 
-import torch
 from tqdm import tqdm
 
 
@@ -40,38 +39,3 @@ def alternating_rounds(run, names, *, rounds: int, steps: int, warmup: int) -> d
         for name in names:
             seconds[name].append(run(name, steps) / steps)
     return {name: statistics.median(s) for name, s in seconds.items()}
-
-
-def read_status_kb(field: str) -> int:
-    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} missing from /proc/self/status")
-
-
-class PeakMemory:
-    """Peak memory (MB) of the block that runs inside it, above what was allocated when it began:
-    CUDA's max allocated, or on CPU the rise of the process's peak RSS (Linux VmHWM, reset on entry).
-
-    On CPU, run with MALLOC_MMAP_THRESHOLD_=65536 so that glibc hands large blocks back to the OS
-    when they are freed: otherwise memory freed before the block is reused without raising the RSS."""
-
-    def __init__(self, device):
-        self.device = device
-
-    def __enter__(self):
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-        else:
-            pathlib.Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
-            self.base = read_status_kb("VmRSS") * 1024
-        return self
-
-    def __exit__(self, *exc):
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-            self.peak_mb = (torch.cuda.max_memory_allocated() - self.base) / 2**20
-        else:
-            self.peak_mb = (read_status_kb("VmHWM") * 1024 - self.base) / 2**20

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.measure import PeakMemory  # noqa: E402
+from megatron.device_memory import PeakMemory  # noqa: E402
 
 MODEL = {"num_layers": 2, "hidden_size": 128, "num_attention_heads": 8, "train_micro_batch_size_per_gpu": 1}
 VOCAB = 256

@@ -25,18 +25,11 @@ import torch  # noqa: E402
 from benchmarks.hf_peer import PEER, build_peer  # noqa: E402
 from benchmarks.measure import METHODS_HELP, PROCESS_TIME_HELP, alternating_rounds, clock, method_settings  # noqa: E402
 
+from megatron.data.random_tokens import random_batches  # noqa: E402
 from megatron.model.positional_embeddings import available  # noqa: E402
 from megatron.neox_arguments import NeoXArgs, parse_overrides, run_cli  # noqa: E402
 from megatron.tokenizer import build_tokenizer  # noqa: E402
 from megatron.training.loop import setup_model_and_optimizer, train_step  # noqa: E402
-
-
-def random_batches(args, vocab_size: int, seed: int):
-    generator = torch.Generator().manual_seed(seed)
-    b, s = args.train_micro_batch_size_per_gpu, args.seq_length
-    while True:
-        tokens = torch.randint(0, vocab_size, (b, s + 1), generator=generator)
-        yield {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": torch.ones(b, s)}
 
 
 def main():
@@ -63,8 +56,8 @@ def main():
         tokenizer = build_tokenizer(args.tokenizer_run())
         run = args.training_run()
         engine, optimizer = setup_model_and_optimizer(run, tokenizer.padded_vocab_size)
-        runs[method] = (run.step, engine, optimizer, random_batches(args, tokenizer.vocab_size, args.seed),
-                        tokenizer.vocab_size)
+        batches = random_batches(args.train_micro_batch_size_per_gpu, args.seq_length, tokenizer.vocab_size, args.seed)
+        runs[method] = (run.step, engine, optimizer, batches, tokenizer.vocab_size)
     tokens_per_step = args.train_batch_size * args.seq_length
     peer = None
     if not cli.no_peer:

@@ -9,6 +9,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from megatron.checkpoint.checkpointing import CheckpointError, load_checkpoint, save_checkpoint
+from megatron.data.random_tokens import random_batches
 from megatron.neox_arguments.to_training import step_run
 from megatron.tokenizer import build_tokenizer
 from megatron.training.loop import setup_model_and_optimizer, train_step
@@ -38,14 +39,6 @@ class OpCount(TorchDispatchMode):
         return sum(n for op, n in self.ops[phase].items() if op not in VIEWS)
 
 
-def _random_batches(args, vocab, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    b, s = args.train_micro_batch_size_per_gpu, args.seq_length
-    while True:
-        tokens = torch.randint(0, vocab, (b, s + 1), generator=generator)
-        yield {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": torch.ones(b, s)}
-
-
 def _engine(args):
     args.join_process_group()
     tokenizer = build_tokenizer(args.tokenizer_run())
@@ -72,7 +65,7 @@ def test_one_step_reads_the_host_rarely_and_launches_no_per_tensor_kernels(preci
                                                                             monkeypatch):
     args = tiny_args(stdlib_data, tmp_path, pos_emb="none", precision=precision, train_micro_batch_size_per_gpu=4)
     engine, optimizer, vocab = _engine(args)
-    batches = _random_batches(args, vocab)
+    batches = random_batches(args.train_micro_batch_size_per_gpu, args.seq_length, vocab, 0)
     train_step(step_run(args), engine, optimizer, batches, vocab)  # the optimizer's state exists from here on
     count = OpCount()
     backward = engine.backward
@@ -132,7 +125,7 @@ def test_bf16_steps_match_float64_adamw_on_the_same_gradients(stdlib_data, tmp_p
 
     optimizer.register_step_pre_hook(feed_reference)
     optimizer.register_step_post_hook(lambda *_: depth.__setitem__(0, depth[0] - 1))
-    batches = _random_batches(args, vocab)
+    batches = random_batches(args.train_micro_batch_size_per_gpu, args.seq_length, vocab, 0)
     outcomes = [train_step(step_run(args), engine, optimizer, batches, vocab) for _ in range(20)]
     assert len(clipped_norms) == 20 and not any(o.skipped for o in outcomes)
     for outcome, norm in zip(outcomes, clipped_norms):  # one clip over all tensors, to gradient_clipping
@@ -151,7 +144,7 @@ def test_a_bf16_engine_checkpoint_resumes_on_fp32_weights(stdlib_data, tmp_path)
     old = tiny_args(stdlib_data, tmp_path, pos_emb="none", precision="bf16", bf16_weights="bf16",
                     train_micro_batch_size_per_gpu=4)
     engine, optimizer, vocab = _engine(old)
-    batches = _random_batches(old, vocab)
+    batches = random_batches(old.train_micro_batch_size_per_gpu, old.seq_length, vocab, 0)
     for _ in range(2):
         train_step(step_run(old), engine, optimizer, batches, vocab)
     assert next(engine.module.parameters()).dtype == torch.bfloat16
@@ -217,7 +210,7 @@ def test_a_scheduled_step_with_drawn_positions_reads_the_host_no_more_than_a_pla
     args = tiny_args(stdlib_data, tmp_path, pos_emb="rotary", random_positions=512, gradient_accumulation_steps=4,
                      train_micro_batch_size_per_gpu=2, train_batch_size=8)
     engine, optimizer, vocab = _engine(args)
-    batches = _random_batches(args, vocab)
+    batches = random_batches(args.train_micro_batch_size_per_gpu, args.seq_length, vocab, 0)
     length = parse_schedule([{"start-step": 0, "seq-length": args.seq_length // 2}], args.seq_length).at(0)
     drawn, draw = [], loop.draw_positions
 

@@ -7,7 +7,7 @@ tokens the way evaluate.py does (no autograd, bf16 on CUDA, megatron.evaluation.
 at each length for `auto` (`sdpa` while its L x L mask fits in a quarter of the GPU's memory, then
 FlexAttention), `sdpa` (the [H, L, L] bias materialised) and on CUDA `triton` (the bias inside a flash kernel). Per (path, L): tokens/s of the timed
 pass after an untimed one (FlexAttention compiles per length), and the peak memory of the timed pass:
-CUDA's max allocated, or on CPU the rise of the process's peak RSS (benchmarks/measure.py). `sdpa` is
+CUDA's max allocated, or on CPU the rise of the process's peak RSS (megatron/device_memory.py). `sdpa` is
 skipped where its estimate (megatron/model/attention/choice.py's sdpa_bytes) exceeds the free memory.
 Lengths run shortest first; a length is skipped when its expected time (the last one's, scaled as L^2)
 would overrun the budget, and a length that runs out of memory says so in its row.
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from benchmarks.measure import PeakMemory
+from megatron.device_memory import PeakMemory
 from megatron.evaluation.scoring import window_losses
 from megatron.model import GPTModel
 from megatron.model.attention.choice import sdpa_bytes

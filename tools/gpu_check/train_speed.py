@@ -3,7 +3,7 @@
     python -m tools.gpu_check.train_speed --json OUT.json [--profile 162M|tiny] [--budget SECONDS]
 
 Each configuration is a DeepSpeed engine built as train.py builds it, running the real train_step()
-(forward, backward, clipping, optimizer) on random tokens (benchmarks/train_throughput.py's batches).
+(forward, backward, clipping, optimizer) on random tokens (megatron/data/random_tokens.py).
 Configurations take turns for several rounds, so drift on the machine spreads over all of them; a
 configuration's figure is its median round. Besides `attention-impl: auto` (what a user gets), the
 distance-only methods also run with `flex` on CUDA, and the distance-table methods (KERNEL_METHODS) with
@@ -24,7 +24,7 @@ import traceback
 
 import torch
 
-from benchmarks.train_throughput import random_batches
+from megatron.data.random_tokens import random_batches
 from megatron.model.positional_embeddings import available
 from megatron.neox_arguments.to_model import positional_embedding
 from megatron.training.loop import AFTER_BACKWARD, lm_loss, setup_model_and_optimizer, train_step
@@ -59,7 +59,8 @@ class OurStep:
         run = self.args.training_run()
         self.engine, self.optimizer = setup_model_and_optimizer(run, padded_vocab)
         self.step = run.step
-        self.batches = random_batches(self.args, self.vocab, self.args.seed)
+        self.batches = random_batches(self.args.train_micro_batch_size_per_gpu, self.args.seq_length, self.vocab,
+                                      self.args.seed)
 
     def __call__(self):
         return train_step(self.step, self.engine, self.optimizer, self.batches, self.vocab).loss
@@ -85,7 +86,7 @@ class PeerStep:
         fused = {"fused": True} if self.device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=a.lr, weight_decay=0.0, **fused)
         self.autocast = a.precision == "bf16" and self.device.type == "cuda"
-        self.batches = random_batches(a, self.vocab, a.seed)
+        self.batches = random_batches(a.train_micro_batch_size_per_gpu, a.seq_length, self.vocab, a.seed)
 
     def __call__(self):
         batch = {k: v.to(self.device) for k, v in next(self.batches).items()}
