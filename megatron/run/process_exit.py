@@ -9,6 +9,7 @@ are closed by the code that writes them, and a run's other processes have been w
 (Freezing the garbage collector instead would be as quick, but the objects it then never frees make Triton's
 bindings print a list of "leaked" ones at every exit.)"""
 import atexit
+import ctypes
 import os
 import sys
 import threading
@@ -31,4 +32,7 @@ def leave(code) -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
+    # And C's own buffered streams, which exit() would flush and os._exit does not: what libraries print from C or
+    # C++ (NCCL_DEBUG's lines, for one) into a log file or a pipe.
+    ctypes.CDLL(None).fflush(None)
     os._exit(exit_status(code))
