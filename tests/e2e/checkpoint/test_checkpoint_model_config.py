@@ -170,11 +170,13 @@ def test_eval_needs_only_the_checkpoint(alibi_run, tmp_path):
     assert (document["run"]["pos_emb"], document["run"]["checkpoint_step"]) == ("alibi", 2)
     assert "local_mc" in document["results"]
 def test_convert_to_hf_needs_only_the_checkpoint(alibi_run, tmp_path):
-    for where, out in ((alibi_run, tmp_path / "latest"), (alibi_run / "global_step2", tmp_path / "step2")):
-        result = script("tools/ckpts/convert_to_hf.py", "--input_dir", where, "--output_dir", out)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        config = json.loads((out / "config.json").read_text())
-        assert "alibi" in json.dumps(config), config
+    # A step folder here; the save folder (its latest step) of the same checkpoint, given alone too:
+    # tests/e2e/checkpoint/test_export_inputs.py::test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_command_line.
+    out = tmp_path / "step2"
+    result = script("tools/ckpts/convert_to_hf.py", "--input_dir", alibi_run / "global_step2", "--output_dir", out)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    config = json.loads((out / "config.json").read_text())
+    assert "alibi" in json.dumps(config), config
 def test_plot_kernels_needs_only_the_checkpoint(alibi_run, tmp_path, capsys):
     from tools.analysis.plot_kernels import main
     main(["--set", f"load={alibi_run}", "--out", str(tmp_path / "kernel")])
