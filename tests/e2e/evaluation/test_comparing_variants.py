@@ -20,7 +20,7 @@ from tools.analysis.plot_lengths import BOOTSTRAP_SAMPLES, chunk_bootstrap, plot
 from tools.analysis.result_selection import read_paths
 
 
-STEPS = {"docpos": 12, "plain": 12, "alibi": 6}  # ALiBi trained for another budget
+STEPS = {"docpos": 4, "plain": 4, "alibi": 2}  # ALiBi trained for another budget
 BATCH, SEQ = 16, 64  # configs/tiny.yml: train_micro_batch_size_per_gpu and seq-length, one rank
 TRAINED = {  # what each run is trained with beyond configs/tiny.yml
     "docpos": {"reset_attention_mask": True, "reset_position_ids": True, "eval_lengths": "[64, 128]"},
@@ -66,8 +66,8 @@ def evaluate_alone(checkpoint, *flags, env=None, **overrides):
 def evaluate_here(checkpoint, **overrides):
     """What evaluate.py runs, given the same keys, in this process (a process start is most of a tiny evaluation):
     the config package's NeoXArgs and the evaluation driver's evaluate_run. For the behaviours after the entry point
-    has started (what the result file holds, refusals of the driver); each is also shown through evaluate.py by
-    the `evaluated` fixture or a launch beside it."""
+    has started (what the result file holds, refusals of the driver); evaluate.py itself is launched by the
+    `evaluated` fixture on the other two runs and for a refusal beside it."""
     import torch
 
     from megatron.evaluation.driver import evaluate_run
@@ -79,10 +79,10 @@ def evaluate_here(checkpoint, **overrides):
 
 @pytest.fixture(scope="module")
 def evaluated(runs):
-    """Each run evaluated from its checkpoint alone, once; the ALiBi run into a second folder; the plain run's
-    evaluation also to W&B (offline, into its log-dir), besides its TensorBoard."""
-    result = evaluate_alone(runs / "docpos" / "ckpt")
-    assert result.returncode == 0, result.stderr[-3000:]
+    """Each run evaluated from its checkpoint alone, once, by evaluate.py (docpos by its code in this process); the
+    ALiBi run into a second folder; the plain run's evaluation also to W&B (offline, into its log-dir), besides its
+    TensorBoard."""
+    evaluate_here(runs / "docpos" / "ckpt")  # what evaluate.py runs, without a process of its own
     result = evaluate_alone(runs / "plain" / "ckpt", use_wandb=True, wandb_project="tests", log_dir=runs / "logs",
                             env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -157,8 +157,8 @@ def test_labels_spell_out_patterns_wrappers_and_scalings():
 
 
 def test_evaluating_again_skips_what_the_file_holds(evaluated, capsys):
-    """evaluate.py's driver run again on the docpos run's checkpoint, in this process (the fixture launched
-    evaluate.py on it): what the file holds is skipped, new settings are a new entry, --force scores again."""
+    """evaluate.py's driver run again on the docpos run's checkpoint, in this process: what the file holds is
+    skipped, new settings are a new entry, --force scores again."""
     folder = evaluated / "docpos" / "results"
     path = only_file(folder)
     before = path.read_bytes()
@@ -196,8 +196,8 @@ def test_one_table_over_two_folders_shows_names_budgets_and_refuses_tests_across
     assert header == "| L | kerple_log | kerple_log + docpos | ALiBi short |"
     trained = next(line for line in text.splitlines() if line.startswith("| trained |"))
     tokens = {name: f"{STEPS[name] * BATCH * SEQ / 1000:.3g}k" for name in STEPS}
-    assert trained == (f"| trained | 12 steps, {tokens['plain']} tokens | 12 steps, {tokens['docpos']} tokens | "
-                       f"6 steps, {tokens['alibi']} tokens |")
+    assert trained == (f"| trained | 4 steps, {tokens['plain']} tokens | 4 steps, {tokens['docpos']} tokens | "
+                       f"2 steps, {tokens['alibi']} tokens |")
     assert "Not tested against kerple_log + docpos: ALiBi short, trained for another budget" in text
 
     rows = list(csv.DictReader(io.StringIO(table(*folders, "--reference", "kerple_log + docpos", "--format", "csv"))))
