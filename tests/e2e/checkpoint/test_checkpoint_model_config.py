@@ -137,16 +137,20 @@ def script(*argv):
     import sys
     return subprocess.run([sys.executable, *map(str, argv)], cwd=REPO_ROOT, env=child_environment(),
                           capture_output=True, text=True, timeout=600)
-def test_evaluate_needs_only_the_checkpoint(alibi_run, tmp_path):
+def test_evaluate_needs_only_the_checkpoint(alibi_run, tmp_path, capsys):
     result = script("evaluate.py", EVAL_TINY, "--set", f"load={alibi_run}", "--set", f"eval-results-dir={tmp_path}",
                     "--set", "eval-lengths=[64, 128]", "--set", "eval-modes=[nonoverlap]", "--set", "eval-chunks=2")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (path,) = tmp_path.glob("*.json")
     run = json.loads(path.read_text())["run"]
     assert (run["pos_emb"], run["checkpoint_step"], run["train_length"], run["num_layers"]) == ("alibi", 2, 64, 2)
-    dry = script("deepy.py", "evaluate.py", EVAL_TINY, "--set", f"load={alibi_run / 'global_step2'}", "--dry-run")
-    assert dry.returncode == 0, dry.stderr[-2000:]
-    assert f"checkpoint {alibi_run / 'global_step2' / 'resolved_config.yml'}:" in dry.stdout + dry.stderr
+    # deepy.py's dry run in this process (it launches nothing; tests/e2e/run/test_deepy.py launches one).
+    import deepy
+    capsys.readouterr()
+    assert deepy.main([str(REPO_ROOT / "evaluate.py"), str(EVAL_TINY), "--set", f"load={alibi_run / 'global_step2'}",
+                       "--dry-run"]) == 0
+    dry = capsys.readouterr()
+    assert f"checkpoint {alibi_run / 'global_step2' / 'resolved_config.yml'}:" in dry.out + dry.err
 def test_generate_needs_only_the_checkpoint(alibi_run):
     config = REPO_ROOT / "configs" / "text_generation.yml"
     result = script("generate.py", config, "--set", f"load={alibi_run / 'global_step2'}", "--set", "num-samples=1",
@@ -170,11 +174,13 @@ def test_eval_needs_only_the_checkpoint(alibi_run, tmp_path):
     assert (document["run"]["pos_emb"], document["run"]["checkpoint_step"]) == ("alibi", 2)
     assert "local_mc" in document["results"]
 def test_convert_to_hf_needs_only_the_checkpoint(alibi_run, tmp_path):
-    for where, out in ((alibi_run, tmp_path / "latest"), (alibi_run / "global_step2", tmp_path / "step2")):
-        result = script("tools/ckpts/convert_to_hf.py", "--input_dir", where, "--output_dir", out)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        config = json.loads((out / "config.json").read_text())
-        assert "alibi" in json.dumps(config), config
+    # A step folder here; the save folder (its latest step) of the same checkpoint, given alone too:
+    # tests/e2e/checkpoint/test_export_inputs.py::test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_command_line.
+    out = tmp_path / "step2"
+    result = script("tools/ckpts/convert_to_hf.py", "--input_dir", alibi_run / "global_step2", "--output_dir", out)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    config = json.loads((out / "config.json").read_text())
+    assert "alibi" in json.dumps(config), config
 def test_plot_kernels_needs_only_the_checkpoint(alibi_run, tmp_path, capsys):
     from tools.analysis.plot_kernels import main
     main(["--set", f"load={alibi_run}", "--out", str(tmp_path / "kernel")])

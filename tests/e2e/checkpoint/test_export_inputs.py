@@ -11,7 +11,7 @@ import transformers
 
 from megatron.checkpoint.inference_model import load
 
-from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
+from tests.support.training import REPO_ROOT, child_environment, pretrain, tiny_args
 
 
 def run(args):
@@ -20,12 +20,11 @@ def run(args):
 
 
 def train(stdlib_data, folder, **overrides):
-    save = folder / "ckpt"
-    values = tiny_overrides(stdlib_data, folder, train_iters=2, eval_iters=0, checkpoint_factor=2, save=str(save),
-                            load=str(save), **overrides)
-    done = run(["train.py", str(TINY), *set_flags(values)])
-    assert done.returncode == 0, done.stderr[-3000:]
-    return save
+    """Two steps of configs/tiny.yml with `overrides`, as train.py trains them (tests/support/training.py's
+    pretrain, in this process: the export, not the training, is what these tests launch)."""
+    values = dict(train_iters=2, eval_iters=0, checkpoint_factor=2, **overrides)
+    pretrain(tiny_args(stdlib_data, folder, **values))
+    return folder / "ckpt"
 
 
 def test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_command_line(trained_tiny_alibi, tmp_path):
@@ -39,7 +38,7 @@ def test_a_save_folder_exports_its_latest_step_with_the_method_set_on_the_comman
 def test_rotary_scaling_is_exported_with_the_run_not_dropped(stdlib_data, tmp_path):
     """The run's rotary-scaling reaches the export: as transformers' rope_parameters where it has the type
     (linear here), and the export's logits are those of the scaled model, not of plain rotary."""
-    save = train(stdlib_data, tmp_path, pos_emb="rotary", rotary_scaling="{type: linear, factor: 2.0}")
+    save = train(stdlib_data, tmp_path, pos_emb="rotary", rotary_scaling={"type": "linear", "factor": 2.0})
     done = run(["tools/ckpts/convert_to_hf.py", "--input_dir", str(save / "global_step2"),
                 "--output_dir", str(tmp_path / "hf")])
     assert done.returncode == 0, done.stderr[-3000:]

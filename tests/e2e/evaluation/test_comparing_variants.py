@@ -20,7 +20,7 @@ from tools.analysis.plot_lengths import BOOTSTRAP_SAMPLES, chunk_bootstrap, plot
 from tools.analysis.result_selection import read_paths
 
 
-STEPS = {"docpos": 12, "plain": 12, "alibi": 6}  # ALiBi trained for another budget
+STEPS = {"docpos": 4, "plain": 4, "alibi": 2}  # ALiBi trained for another budget
 BATCH, SEQ = 16, 64  # configs/tiny.yml: train_micro_batch_size_per_gpu and seq-length, one rank
 TRAINED = {  # what each run is trained with beyond configs/tiny.yml
     "docpos": {"reset_attention_mask": True, "reset_position_ids": True, "eval_lengths": "[64, 128]"},
@@ -52,18 +52,41 @@ def runs(stdlib_data, tmp_path_factory):
     return root
 
 
-def evaluate_alone(checkpoint, *flags, **overrides):
+def evaluate_alone(checkpoint, *flags, env=None, **overrides):
     """evaluate.py given the checkpoint and nothing else about the run."""
-    return run_script(["evaluate.py", "--set", f"load={checkpoint}", *set_flags({"eval_chunks": 3, **overrides}),
-                       *flags])
+    import subprocess
+    import sys
+
+    from tests.support.training import REPO_ROOT, child_environment
+    argv = ["evaluate.py", "--set", f"load={checkpoint}", *set_flags({"eval_chunks": 3, **overrides}), *flags]
+    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env={**child_environment(), **(env or {})},
+                          capture_output=True, text=True, timeout=600)
+
+
+def evaluate_here(checkpoint, **overrides):
+    """What evaluate.py runs, given the same keys, in this process (a process start is most of a tiny evaluation):
+    the config package's NeoXArgs and the evaluation driver's evaluate_run. For the behaviours after the entry point
+    has started (what the result file holds, refusals of the driver); evaluate.py itself is launched by the
+    `evaluated` fixture on the other two runs and for a refusal beside it."""
+    import torch
+
+    from megatron.evaluation.driver import evaluate_run
+    from megatron.neox_arguments import NeoXArgs
+    torch.set_num_threads(1)  # as the launched entry point takes (OMP_NUM_THREADS=1)
+    return evaluate_run(NeoXArgs.from_ymls([], {"load": str(checkpoint), "eval_chunks": 3, **overrides})
+                        .evaluation_run())
 
 
 @pytest.fixture(scope="module")
 def evaluated(runs):
-    """Each run evaluated from its checkpoint alone, once; the ALiBi run into a second folder."""
-    for name in ("docpos", "plain"):
-        result = evaluate_alone(runs / name / "ckpt")
-        assert result.returncode == 0, result.stderr[-3000:]
+    """Each run evaluated from its checkpoint alone, once, by evaluate.py (docpos by its code in this process); the
+    ALiBi run into a second folder; the plain run's evaluation also to W&B (offline, into its log-dir), besides its
+    TensorBoard."""
+    evaluate_here(runs / "docpos" / "ckpt")  # what evaluate.py runs, without a process of its own
+    result = evaluate_alone(runs / "plain" / "ckpt", use_wandb=True, wandb_project="tests", log_dir=runs / "logs",
+                            env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert " and W&B project tests" in result.stdout, result.stdout[-3000:]
     result = evaluate_alone(runs / "alibi" / "ckpt", eval_results_dir=str(runs / "second"))
     assert result.returncode == 0, result.stderr[-3000:]
     return runs
@@ -96,38 +119,32 @@ def test_evaluation_goes_to_the_runs_tensorboard_as_perplexity_against_length(ev
     np.testing.assert_allclose([v for _, v in points], [ppl for _, ppl in records], rtol=1e-6)  # float32 events
 
 
-def test_evaluation_goes_to_wandb_as_perplexity_against_length(evaluated, tmp_path):
+def test_evaluation_goes_to_wandb_as_perplexity_against_length(evaluated):
     import glob
-    import subprocess
-    import sys
 
     from tests.support.wandb import wandb_history
-    from tests.support.training import REPO_ROOT, child_environment
-    flags = set_flags({"load": evaluated / "plain" / "ckpt", "eval_chunks": 3, "use_wandb": True,
-                       "wandb_project": "tests", "log_dir": tmp_path / "logs", "eval_results_dir": tmp_path / "results"})
-    done = subprocess.run([sys.executable, "evaluate.py", *flags], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={**child_environment(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run_file,) = glob.glob(str(tmp_path / "logs" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    (run_file,) = glob.glob(str(evaluated / "logs" / "wandb" / "offline-run-*" / "run-*.wandb"))
     rows = [row for row in wandb_history(run_file) if "eval/nonoverlap/ppl" in row]
-    records = load_result(only_file(tmp_path / "results"))["results"]
+    records = load_result(only_file(evaluated / "plain" / "results"))["results"]
     assert [row["eval/length"] for row in rows] == [r["length"] for r in records] == [64, 128]
     assert [row["eval/nonoverlap/ppl"] for row in rows] == pytest.approx([r["ppl"] for r in records], rel=1e-12)
 
 
-def test_a_named_run_keeps_its_name_and_refuses_another(evaluated):
+def test_a_named_run_keeps_its_name_and_refuses_another(evaluated, capsys):
     run = load_result(only_file(evaluated / "second"))["run"]
     assert (run["run_name"], run["label"], run["readable_label"]) == ("ALiBi short", "ALiBi short", "alibi")
     result = evaluate_alone(evaluated / "alibi" / "ckpt", eval_results_dir=str(evaluated / "second"),
                             run_name="Other")
     assert_clear_error(result, "run-name 'Other' (command line) differs from the name 'ALiBi short' the checkpoint",
                        "--rename OLD=NEW")
-    # An unnamed run given the name at evaluation, into the folder where another run has it: refused.
-    taken = evaluate_alone(evaluated / "plain" / "ckpt", eval_results_dir=str(evaluated / "second"),
-                           run_name="ALiBi short")
-    assert_clear_error(taken, f"run-name 'ALiBi short' already names another run in {evaluated / 'second'}: ",
-                       "train this run under another run-name")
-    assert "L=64" not in taken.stdout and len(list((evaluated / "second").glob("*.json"))) == 1
+    # An unnamed run given the name at evaluation, into the folder where another run has it: refused (by the same
+    # driver, in this process: the launch above shows how evaluate.py prints the driver's refusals).
+    from megatron.run.preflight import PreflightError
+    with pytest.raises(PreflightError) as taken:
+        evaluate_here(evaluated / "plain" / "ckpt", eval_results_dir=str(evaluated / "second"), run_name="ALiBi short")
+    assert str(taken.value).startswith(f"run-name 'ALiBi short' already names another run in {evaluated / 'second'}: ")
+    assert "train this run under another run-name" in str(taken.value)
+    assert "L=64" not in capsys.readouterr().out and len(list((evaluated / "second").glob("*.json"))) == 1
 
 
 def test_labels_spell_out_patterns_wrappers_and_scalings():
@@ -139,24 +156,27 @@ def test_labels_spell_out_patterns_wrappers_and_scalings():
     assert readable_label("rotary", [], ["yarn ×8"], "RoPE") == "RoPE + yarn ×8"
 
 
-def test_evaluating_again_skips_what_the_file_holds(evaluated):
+def test_evaluating_again_skips_what_the_file_holds(evaluated, capsys):
+    """evaluate.py's driver run again on the docpos run's checkpoint, in this process: what the file holds is
+    skipped, new settings are a new entry, --force scores again."""
     folder = evaluated / "docpos" / "results"
     path = only_file(folder)
     before = path.read_bytes()
-    again = evaluate_alone(evaluated / "docpos" / "ckpt")
-    assert again.returncode == 0, again.stderr[-3000:]
-    skipped = [line for line in again.stdout.splitlines() if "already in" in line]
+    capsys.readouterr()
+    evaluate_here(evaluated / "docpos" / "ckpt")
+    again = capsys.readouterr().out
+    skipped = [line for line in again.splitlines() if "already in" in line]
     assert [line.split(":")[0] for line in skipped] == ["L=64", "L=128"]  # one line per length
-    assert "nothing new to score" in again.stdout and path.read_bytes() == before
+    assert "nothing new to score" in again and path.read_bytes() == before
 
-    more_chunks = evaluate_alone(evaluated / "docpos" / "ckpt", eval_chunks=4)  # a new entry, not a refusal
-    assert more_chunks.returncode == 0, more_chunks.stderr[-3000:]
+    evaluate_here(evaluated / "docpos" / "ckpt", eval_chunks=4)  # a new entry, not a refusal
     records = load_result(path)["results"]
     assert sorted((r["length"], r["eval_chunks"], r["chunks"]) for r in records) == [
         (64, 3, 3), (64, 4, 4), (128, 3, 3), (128, 4, 4)]
 
-    forced = evaluate_alone(evaluated / "docpos" / "ckpt", "--force")
-    assert forced.returncode == 0 and "L=64 nonoverlap: loss" in forced.stdout, forced.stderr[-3000:]
+    capsys.readouterr()
+    evaluate_here(evaluated / "docpos" / "ckpt", eval_force=True)  # evaluate.py's --force
+    assert "L=64 nonoverlap: loss" in capsys.readouterr().out
     rescored = {(r["length"], r["eval_chunks"]): r["loss"] for r in load_result(path)["results"]}
     assert rescored == {(r["length"], r["eval_chunks"]): r["loss"] for r in records}  # same chunks, same model
 
@@ -176,8 +196,8 @@ def test_one_table_over_two_folders_shows_names_budgets_and_refuses_tests_across
     assert header == "| L | kerple_log | kerple_log + docpos | ALiBi short |"
     trained = next(line for line in text.splitlines() if line.startswith("| trained |"))
     tokens = {name: f"{STEPS[name] * BATCH * SEQ / 1000:.3g}k" for name in STEPS}
-    assert trained == (f"| trained | 12 steps, {tokens['plain']} tokens | 12 steps, {tokens['docpos']} tokens | "
-                       f"6 steps, {tokens['alibi']} tokens |")
+    assert trained == (f"| trained | 4 steps, {tokens['plain']} tokens | 4 steps, {tokens['docpos']} tokens | "
+                       f"2 steps, {tokens['alibi']} tokens |")
     assert "Not tested against kerple_log + docpos: ALiBi short, trained for another budget" in text
 
     rows = list(csv.DictReader(io.StringIO(table(*folders, "--reference", "kerple_log + docpos", "--format", "csv"))))

@@ -36,13 +36,13 @@ def run(args, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(stdlib_data, tmp_path_factory):
+    """kerple_log and sinusoidal trained 120 steps by train.py side by side (each a single-threaded process) on the
+    stdlib_data slice (the corpus command itself: tests/e2e/data/test_data_corpus.py); learned, for its 2 steps,
+    meanwhile in this process as train.py trains (tests/support/training.py's pretrain)."""
+    from tests.support.training import pretrain
     root = tmp_path_factory.mktemp("extrapolation")
-    built = run(["tools/datasets/build_default_corpus.py", "--max-bytes", "2000000", "--output-dir",
-                 str(root / "data"), "--no-progress"], cwd=REPO)
-    assert built.returncode == 0, built.stderr[-3000:]
-    common = {"data-path": str(root / "data" / "stdlib_text_document"), "split": "90,5,5",
-              "eval-results-dir": str(root / "results")}
+    common = {"data-path": stdlib_data, "split": "90,5,5", "eval-results-dir": str(root / "results")}
     configs = {}
     for method in METHODS + ("learned",):
         overrides = {**common, "pos-emb": method, "save": str(root / method), "load": str(root / method),
@@ -50,11 +50,11 @@ def workspace(tmp_path_factory):
                      "eval-iters": 0, "log-interval": STEPS}
         configs[method] = root / f"{method}.yml"
         configs[method].write_text(json.dumps(overrides))
-    # The three trainings run side by side (each is a single-threaded process).
-    trainings = {m: subprocess.Popen([sys.executable, "train.py", "configs/tiny.yml", str(c)], cwd=REPO,
+    trainings = {m: subprocess.Popen([sys.executable, "train.py", "configs/tiny.yml", str(configs[m])], cwd=REPO,
                                      env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
-                 for m, c in configs.items()}
+                 for m in METHODS}
+    pretrain(neox_args(configs["learned"]))
     for method, process in trainings.items():
         output = process.communicate()[0]
         assert process.returncode == 0, f"training {method} failed:\n{output[-3000:]}"
