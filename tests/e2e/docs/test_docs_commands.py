@@ -9,9 +9,10 @@ follows the page (one case per page, so a parallel run spreads them).
 
 Each command is handled by the first rule of tests/support/docs_commands.py's RULES its text matches, and a command
 no rule matches fails tests/docs/test_docs_commands.py: a new documented command needs a rule (run it, or say why
-not). Commands are changed only to be cheap: `--set` values replaced or added (TINY sizes), a free rendezvous port
-for deepy.py (the machine is shared). Commands that read the paper's data (configs/kerple_log.yml) must fail with
-the message naming tools/datasets/prepare_data.py. A command already run earlier on its page (a training that
+not). Commands are changed only in their sizes: `--set` values replaced or added (TINY sizes) or a size option
+appended (the demo's steps, a corpus's bytes), and a free rendezvous port for deepy.py (the machine is shared).
+Commands that read the paper's data (configs/kerple_log.yml) must fail with the message naming
+tools/datasets/prepare_data.py. A command already run earlier on its page (a training that
 differs only in what was cheapened) is not run twice; a command two pages share runs once, after the demo, in the
 folder the pages' copies start from.
 """
