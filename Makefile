@@ -35,6 +35,8 @@ $(DEMO_DATA).bin:
 # few steps).
 # One torch thread per process: on a busy 2-core machine two threads made the same evaluation 4-5x slower
 # (L=2048, 128 chunks: 18-22 s with 2 threads, 3.4-5.3 s with 1, alternating runs at load ~4).
+# train.py trains in one process: deepy.py's launcher adds two more processes, and their start-up doubled the CPU
+# time of a short training (8 steps: 4.1 s with train.py, 8.2 s through deepy.py) for bit-identical weights.
 DEMO_METHODS := kerple_log sinusoidal
 DEMO_FIGURE := eval_results/tiny/ppl_vs_length
 DEMO_TRAIN_ARGS :=
@@ -42,7 +44,7 @@ DEMO_EVAL_ARGS :=
 DEMO_THREADS := 1
 demo: data  ## train tiny KERPLE-log and sinusoidal models, evaluate them at 1x-32x, print the table, draw the figure
 	for method in $(DEMO_METHODS); do \
-	  OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) deepy.py train.py configs/tiny.yml --set pos-emb=$$method \
+	  OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) train.py configs/tiny.yml --set pos-emb=$$method \
 	    --set save=checkpoints/tiny/$$method --set load=checkpoints/tiny/$$method \
 	    --set tensorboard-dir=tensorboard/tiny/$$method $(DEMO_TRAIN_ARGS) || exit 1; \
 	  OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) evaluate.py configs/tiny.yml configs/eval/tiny.yml \

@@ -58,3 +58,11 @@ def test_every_make_target_has_its_help_line():
     phony = re.search(r"^\.PHONY: (.+)$", makefile, flags=re.M).group(1).split()
     described = set(re.findall(r"^([a-z-]+):.*## \S", makefile, flags=re.M))
     assert set(phony) == described, set(phony) ^ described
+
+
+def test_the_config_reference_is_current(monkeypatch, capsys):
+    """docs/config-reference.md holds what `python tools/docs/config_reference.py --check` generates from the
+    typed config groups (its main, in this process: the check reads no more than the groups and the page)."""
+    from tools.docs.config_reference import main
+    monkeypatch.setattr("sys.argv", ["config_reference.py", "--check"])
+    assert main() == 0, capsys.readouterr().err

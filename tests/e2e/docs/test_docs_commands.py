@@ -9,14 +9,16 @@ follows the page (one case per page, so a parallel run spreads them).
 
 Each command is handled by the first rule of tests/support/docs_commands.py's RULES its text matches, and a command
 no rule matches fails tests/docs/test_docs_commands.py: a new documented command needs a rule (run it, or say why
-not). Commands are changed only to be cheap: `--set` values replaced or added (TINY sizes), a free rendezvous port
-for deepy.py (the machine is shared). Commands that read the paper's data (configs/kerple_log.yml) must fail with
-the message naming tools/datasets/prepare_data.py. A command already run earlier on its page (a training that
+not). Commands are changed only in their sizes: `--set` values replaced or added (TINY sizes) or a size option
+appended (the demo's steps, a corpus's bytes), and a free rendezvous port for deepy.py (the machine is shared).
+Commands that read the paper's data (configs/kerple_log.yml) must fail with the message naming
+tools/datasets/prepare_data.py. A command already run earlier on its page (a training that
 differs only in what was cheapened) is not run twice; a command two pages share runs once, after the demo, in the
 folder the pages' copies start from.
 """
 import os
 import pathlib
+import resource
 import shlex
 import shutil
 import subprocess
@@ -50,15 +52,19 @@ def tracked_files() -> list[str]:
                                             capture_output=True, text=True, check=True).stdout.split("\0")))
 
 
-def run_command(root: pathlib.Path, command: str, action) -> tuple[float, subprocess.CompletedProcess]:
+def run_command(root: pathlib.Path, command: str, action) -> tuple[str, subprocess.CompletedProcess]:
+    """Run the command in `root`; also what it took: wall seconds and the CPU seconds of its processes (user +
+    sys, which a busy machine disturbs less), printed beside each command to show where the time goes."""
     env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "OMP_NUM_THREADS": "1", "NEOX_PROGRESS": "0"}
     if "deepy.py" in command:
         command = with_sets(command, {"master_port": free_port()})
-    began = time.time()
+    began, cpu = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(["bash", "-c", command], cwd=root, env=env, input=getattr(action, "stdin", None),
                           capture_output=True, text=True, timeout=900)
-    return time.time() - began, done
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    return f"{time.time() - began:5.1f} s wall {cpu_seconds:5.1f} s CPU", done
 
 
 def failure(where: str, action, done: subprocess.CompletedProcess) -> str | None:
@@ -100,15 +106,15 @@ def build_demo(root: pathlib.Path) -> None:
             shutil.copy2(source, root / name)
     (root / ".venv").symlink_to(REPO / ".venv")
     (root / "prompts.txt").write_text("def main():\nclass Config:\n")  # what the input-file example reads
-    seconds, done = run_command(root, DEMO, rule("make demo"))
-    print(f"{seconds:5.1f} s  {DEMO}")
+    took, done = run_command(root, DEMO, rule("make demo"))
+    print(f"{took}  {DEMO}")
     wrong = failure(f"[README.md] {DEMO}", rule("make demo"), done)
     assert wrong is None, wrong
     assert (root / "eval_results/tiny/ppl_vs_length.png").stat().st_size > 10_000
     shared, failures = shared_commands(), []
     for command, action in shared:
-        seconds, done = run_command(root, command, action)
-        print(f"{seconds:5.1f} s  {command}")
+        took, done = run_command(root, command, action)
+        print(f"{took}  {command}")
         wrong = failure(f"[shared by two pages] {command}", action, done)
         if wrong:
             failures.append(wrong)
@@ -151,8 +157,8 @@ def test_documented_commands_work_as_written(page, demo, tmp_path):
     for command, action in to_run(page, all_commands(copy)):
         if command in done_before:
             continue
-        seconds, done = run_command(copy, command, action)
-        ran.append(f"{seconds:5.1f} s  {command}")
+        took, done = run_command(copy, command, action)
+        ran.append(f"{took}  {command}")
         wrong = failure(f"[{page}] {command}", action, done)
         if wrong:
             failures.append(wrong)
