@@ -21,10 +21,10 @@ def exit_status(code) -> int:
 
 def leave(code) -> None:
     """End this process with `code`'s status once its threads, atexit handlers and output are done."""
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
-            thread.join()
+    # Python's own first step: the threading module's exit callbacks (concurrent.futures' wakes its pools' idle
+    # workers, which are not daemons: inductor's compile pool, after a `flex` evaluation, waited forever for a
+    # job), then the join of every thread that is not a daemon.
+    threading._shutdown()
     atexit._run_exitfuncs()  # what Python calls at exit; a handler's error is printed and the rest still run
     for stream in (sys.stdout, sys.stderr):
         try:
