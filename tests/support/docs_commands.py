@@ -109,8 +109,8 @@ RULES = [
     (r"^\.venv/bin/python -c .*prepare_data\(load_sweep\('configs/reproduce/gpu-mini\.yml'\)",
      NotRun("tokenizes with GPT-2's BPE, whose files `prepare_data.py gpt2` downloads (needs the internet)")),
     (r"sequence-parallel-size=", NotRun("2 or 4 ranks for minutes on CPU; tests/e2e/model/test_sequence_parallel_training.py "
-                                        "runs them reduced (2 ranks x 2 steps resumed both ways and an evaluation; "
-                                        "2 replicas x 2 shards x 3 steps, marked slow; against one process)")),
+                                        "runs them reduced (2 replicas x 2 shards, 2 steps resumed both ways, and a "
+                                        "2-rank evaluation; against one process)")),
     (r"^python (deepy\.py )?train\.py configs/tiny\.yml", Run(sets=TRAIN)),
     (r"^python evaluate\.py (configs/tiny\.yml )?configs/eval/tiny\.yml", Run(sets={"eval-chunks": 2})),
     (r"^python evaluate\.py --set load=(checkpoints/variants|runs)/", Run(sets={"eval-chunks": 2})),  # a checkpoint alone

@@ -31,9 +31,13 @@ def float64_reference(q, k, v, x, w, bias, window=None):
     length = q.shape[2]
     log_f = torch.nn.functional.logsigmoid(torch.einsum("bld,hd->bhl", x, w) + bias[None, :, None])  # [b, H, L]
     forget = torch.zeros(q.shape[0], q.shape[1], length, length, dtype=torch.float64)
-    for i in range(length):
-        for j in range(i):
-            forget[:, :, i, j] = log_f[:, :, j + 1:i + 1].sum(dim=-1)
+    # One diagonal (j = i - d) at a time, each sum one term longer than the last: sum_{l=i-d+1..i} log f_l is the
+    # previous diagonal's sum plus log f_{i-d+1}. Term by term, never a difference of running totals (the
+    # code under test's F_i - F_j); a loop over (i, j) pairs took 15 s at 2,000 tokens.
+    running = torch.zeros_like(log_f)  # d = 0: the empty sum, for i = 0..L-1
+    for d in range(1, length):
+        running = running[..., 1:] + log_f[..., 1:length - d + 1]  # i = d..L-1
+        torch.diagonal(forget, offset=-d, dim1=-2, dim2=-1).copy_(running)
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + forget
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
     visible = (j <= i) if window is None else (j <= i) & (i - j < window)

@@ -1,6 +1,7 @@
-"""`sequence-parallel-size: 2` through the real entry points: `deepy.py train.py` on two ranks, each holding half
-of every sequence, resumes a one-process checkpoint and trains the losses one process trains, and its checkpoint
-resumes in one process; `deepy.py evaluate.py` on two ranks scores every chunk as one process does."""
+"""`sequence-parallel-size: 2` through the real entry points: `deepy.py train.py` on four ranks, two replicas each
+holding half of every sequence on two ranks, resumes a one-process checkpoint and trains the losses one process
+trains, and its checkpoint resumes in one process; `deepy.py evaluate.py` on two ranks scores every chunk as one
+process does."""
 import glob
 import json
 
@@ -31,24 +32,31 @@ def assert_same_steps(logged: dict, reference: dict, steps: list[int]) -> None:
         assert logged[step] == pytest.approx(reference[step], rel=1e-5), (step, logged[step], reference[step])
 
 
-# two two-rank deepy.py launches, three in-process runs: 35-70 s on the busy 2-core machine
-def test_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_ways(stdlib_data, tmp_path):
-    # The uninterrupted one-process run, which also keeps its step-2 checkpoint: P = 1 -> P = 2 -> P = 1.
+# a four-rank and a two-rank deepy.py launch, three in-process runs
+def test_two_replicas_of_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_ways(stdlib_data,
+                                                                                                  tmp_path):
+    """num-gpus 4, sequence-parallel-size 2: two data-parallel replicas (micro-batch 2 each), each sequence split
+    over a replica's two ranks, resume a one-process checkpoint and train the losses and gradient norms of one
+    process with the same global batch of 4 (DeepSpeed sums the gradients over all four ranks and divides by the
+    two replicas); their checkpoint resumes in one process. Then `deepy.py evaluate.py` on two ranks, each holding
+    half of every window, scores every chunk as one process does."""
+    # The uninterrupted one-process run, which also keeps its step-2 checkpoint: P = 1 -> P = 2 x 2 -> P = 1.
     one = pretrain(tiny_args(stdlib_data, tmp_path / "one", extra_save_iters=[2], tensorboard_dir=str(tmp_path / "tb1"),
                              **COMMON))
 
     port = free_port()
-    overrides = tiny_overrides(stdlib_data, tmp_path / "sp", num_gpus=2, sequence_parallel_size=2, exit_interval=4,
-                               load=str(tmp_path / "one" / "ckpt"), iteration=2, tensorboard_dir=str(tmp_path / "tb2"),
-                               master_port=port, **COMMON)
+    overrides = tiny_overrides(stdlib_data, tmp_path / "sp", **{**COMMON, "train_micro_batch_size_per_gpu": 2},
+                               num_gpus=4, sequence_parallel_size=2, exit_interval=4,
+                               load=str(tmp_path / "one" / "ckpt"), iteration=2, tensorboard_dir=str(tmp_path / "tb4"),
+                               master_port=port)
     done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # DeepSpeed's CPU allreduce buffers (67 MB of RAM a rank in /dev/shm) are gone with the run.
     assert not glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*")
-    assert "2 rank(s)" in done.stdout and "resumed from step 2" in done.stdout, done.stdout
-    assert_same_steps(logged_steps(tmp_path / "tb2"), logged_steps(tmp_path / "tb1"), [3, 4])
+    assert "4 rank(s)" in done.stdout and "resumed from step 2" in done.stdout, done.stdout
+    assert_same_steps(logged_steps(tmp_path / "tb4"), logged_steps(tmp_path / "tb1"), [3, 4])
 
-    resumed = pretrain(tiny_args(stdlib_data, tmp_path / "sp", **COMMON))  # sequence-parallel-size 1 now
+    resumed = pretrain(tiny_args(stdlib_data, tmp_path / "sp", **COMMON))  # one process, micro-batch 4 again
     assert sorted(resumed.losses) == [5, 6]
     for step in (5, 6):
         assert resumed.losses[step] == pytest.approx(one.losses[step], rel=1e-5), step
@@ -69,20 +77,3 @@ def test_two_sequence_shards_train_as_one_process_and_checkpoints_resume_both_wa
     for a, b in zip(one_file["results"], two_file["results"]):
         assert (a["mode"], a["length"]) == (b["mode"], b["length"])
         np.testing.assert_allclose(b["chunk_losses"], a["chunk_losses"], rtol=1e-5)
-
-
-# four deepy.py ranks and a 3-step in-process run: 24 s on the shared 2-core machine
-def test_two_replicas_of_two_sequence_shards_train_as_one_process(stdlib_data, tmp_path):
-    """num-gpus 4, sequence-parallel-size 2: two data-parallel replicas (micro-batch 2 each), each sequence split
-    over a replica's two ranks, train the losses and gradient norms of one process with the same global batch of 4:
-    DeepSpeed sums the gradients over all four ranks and divides by the two replicas."""
-    steps = {**COMMON, "train_iters": 3}
-    pretrain(tiny_args(stdlib_data, tmp_path / "one", tensorboard_dir=str(tmp_path / "tb1"), **steps))
-
-    overrides = tiny_overrides(stdlib_data, tmp_path / "2x2", **{**steps, "train_micro_batch_size_per_gpu": 2},
-                               num_gpus=4, sequence_parallel_size=2, tensorboard_dir=str(tmp_path / "tb4"),
-                               master_port=free_port())
-    done = run_script(["deepy.py", "train.py", str(TINY), *set_flags(overrides)])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "4 rank(s)" in done.stdout, done.stdout
-    assert_same_steps(logged_steps(tmp_path / "tb4"), logged_steps(tmp_path / "tb1"), [1, 2, 3])

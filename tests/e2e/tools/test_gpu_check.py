@@ -90,14 +90,16 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert "| path_fox | 128 | sdpa_written_out |" in report and "fla's Triton kernels need CUDA; " in report
 
 
-def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, stdlib_data, tmp_path):
-    import pathlib
+def test_the_training_loop_part_tokenizes_trains_saves_and_resumes(shared_dir, tmp_path):
     import shutil
+    from megatron.data.stdlib_corpus import write_stdlib_corpus
     data = tmp_path / "staged"
     data.mkdir()
     for name in ("gpt2-vocab.json", "gpt2-merges.txt"):
         shutil.copy(shared_dir / "data" / "gpt2" / name, data / name)
-    shutil.copy(pathlib.Path(stdlib_data).parent / "stdlib.jsonl.zst", data / "stdlib.jsonl.zst")
+    # 1 MB of the corpus (`--stage` copies all of it): eight steps of 4 x 64 tokens need far less, and tokenizing
+    # takes time in proportion to the bytes.
+    write_stdlib_corpus(str(data / "stdlib.jsonl.zst"), max_bytes=1_000_000)
     done = subprocess.run([sys.executable, "-m", "tools.gpu_check.train_loop", "--json", tmp_path / "loop.json",
                            "--profile", "tiny", "--device", "cpu", "--data", data, "--budget", "400"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=500)
@@ -131,7 +133,9 @@ def test_the_tests_part_stopped_at_its_limit_still_reports_why_tests_failed(tmp_
                      f"def test_outlives_the_limit():\n    pathlib.Path({str(worker_pid)!r}).write_text(str(os.getpid()))\n"
                      "    time.sleep(600)\n")
     monkeypatch.setattr(tests_part, "WORKERS", 2)
-    result = tests_part.run(False, 1, dict(os.environ), 20, tmp_path / "tests.log", files=(str(suite),))
+    # The limit is waited out in full: 12 s, over twice the 5.5 s the workers took to fail the one test and start
+    # the other on the 2-core machine at load 7.
+    result = tests_part.run(False, 1, dict(os.environ), 12, tmp_path / "tests.log", files=(str(suite),))
     log = (tmp_path / "tests.log").read_text()
     assert result["timed_out"]
     assert not running(int(worker_pid.read_text())), "the xdist worker outlived the tests part's time limit"

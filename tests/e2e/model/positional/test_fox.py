@@ -39,6 +39,7 @@ def test_evaluation_gives_the_kernel_the_gate_as_one_row_per_block(length):
     assert folded_error <= max(masked_error + 2**-23 * spread, 2e-5), (folded_error, masked_error, spread)
 
 
+def test_the_compiled_flex_kernel_gives_the_float64_formula():
     _, _, pe = theirs_and_ours(seed=4)
     b, length = 2, 130  # two tiles, the second partial
     x = torch.randn(b, length, H * D)
