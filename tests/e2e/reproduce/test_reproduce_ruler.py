@@ -27,9 +27,26 @@ def reproduce(*argv) -> subprocess.CompletedProcess:
 
 
 def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
+    """One run trained and evaluated first without `ruler`; RULER added to the finished run runs eval.py only (not
+    train.py or evaluate.py again), the report shows it, a re-run launches nothing and --report-only renders it from
+    the inputs beside the report. (A fresh run with `ruler` takes the same steps in one invocation: training,
+    evaluate.py, then eval.py, each skipped when done; eval.py itself on a fresh checkpoint:
+    tests/e2e/evaluation/test_ruler.py.)"""
     sweep = ruler_sweep(tmp_path, {"tasks": ["niah_single_1"], "limit": 2})
+    spec = yaml.safe_load(sweep.read_text())
+    ruler = spec.pop("ruler")
+    sweep.write_text(yaml.safe_dump(spec))
     first = reproduce(sweep)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert "RULER" not in (tmp_path / "report/report.md").read_text()
+    sweep.write_text(yaml.safe_dump({**spec, "ruler": ruler}))
+
+    # RULER added to (or missing from) a finished run: only eval.py runs, not training or evaluate.py
+    added = reproduce(sweep)
+    assert added.returncode == 0, added.stdout + added.stderr
+    logs = {name: (tmp_path / "work/code/kerple_log/seed7" / name).read_text().count("\n$ ")
+            for name in ("train.log", "evaluate.log", "ruler.log")}
+    assert logs == {"train.log": 1, "evaluate.log": 1, "ruler.log": 1}
     written = {}
     for path in (tmp_path / "work/code").glob("*/seed7/eval/lm_eval/*.json"):
         document = json.loads(path.read_text())
@@ -53,18 +70,10 @@ def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     assert "code/kerple_log/seed7: already finished" in second.stdout
     assert (tmp_path / "work/code/kerple_log/seed7/ruler.log").read_text().count("\n$ ") == 1
+    (tmp_path / "report/report.md").unlink()
     rerendered = reproduce(sweep, "--report-only")  # from the inputs beside the report
     assert rerendered.returncode == 0, rerendered.stdout + rerendered.stderr
     assert "| niah_single_1 |" in (tmp_path / "report/report.md").read_text()
-
-    # RULER added to (or missing from) a finished run: only eval.py runs, not training or evaluate.py
-    for path in (tmp_path / "work/code/kerple_log/seed7/eval/lm_eval").glob("*.json"):
-        path.unlink()
-    third = reproduce(sweep)
-    assert third.returncode == 0, third.stdout + third.stderr
-    logs = {name: (tmp_path / "work/code/kerple_log/seed7" / name).read_text().count("\n$ ")
-            for name in ("train.log", "evaluate.log", "ruler.log")}
-    assert logs == {"train.log": 1, "evaluate.log": 1, "ruler.log": 2}
 
 
 def test_dry_run_says_the_ruler_tasks(tmp_path):
