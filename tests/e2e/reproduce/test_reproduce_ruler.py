@@ -1,24 +1,12 @@
 """The reproduction sweep with RULER among its measures (`ruler:` in the sweep YAML): eval.py runs the tasks on
 every run, the report shows the RULER table and the effective lengths, and a re-run skips the finished work
-(bad `ruler` entries: tests/reproduce/test_reproduce_ruler.py)."""
+(bad `ruler` entries and the plan's line: tests/reproduce/test_reproduce_ruler.py)."""
 import json
 import subprocess
-import sys
 
 import yaml
 
-from tests.support.reproduce import REPO_ROOT, reproduce as reproduce_in, sweep_file
-
-
-def ruler_sweep(tmp_path, ruler) -> object:
-    path = sweep_file(tmp_path)
-    spec = yaml.safe_load(path.read_text())
-    spec["evaluation"]["eval-lengths"] = [64, 512]  # niah_single_1 fits no sample at 64 byte-level tokens, 512 does
-    spec["position_length"] = 512
-    spec["ruler"] = ruler
-    del spec["windowed_baseline"]  # one run: training, evaluate.py and eval.py
-    path.write_text(yaml.safe_dump(spec))
-    return path
+from tests.support.reproduce import reproduce as reproduce_in, reproduce_here, ruler_sweep_file as ruler_sweep
 
 
 def reproduce(*argv) -> subprocess.CompletedProcess:
@@ -29,7 +17,7 @@ def reproduce(*argv) -> subprocess.CompletedProcess:
 def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
     """One run trained and evaluated first without `ruler`; RULER added to the finished run runs eval.py only (not
     train.py or evaluate.py again), the report shows it, a re-run launches nothing and --report-only renders it from
-    the inputs beside the report. (A fresh run with `ruler` takes the same steps in one invocation: training,
+    the inputs beside the report (these two launch nothing: main() in this process). (A fresh run with `ruler` takes the same steps in one invocation: training,
     evaluate.py, then eval.py, each skipped when done; eval.py itself on a fresh checkpoint:
     tests/e2e/evaluation/test_ruler.py.)"""
     sweep = ruler_sweep(tmp_path, {"tasks": ["niah_single_1"], "limit": 2})
@@ -66,19 +54,11 @@ def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
     saved = sorted(p.name.split("_seed")[0] for p in (tmp_path / "report/inputs/lm_eval").glob("*.json"))
     assert saved == ["code_kerple_log"]
 
-    second = reproduce(sweep)  # finished: neither evaluate.py nor eval.py runs again
+    second = reproduce_here(sweep)  # finished: neither evaluate.py nor eval.py runs again
     assert second.returncode == 0, second.stdout + second.stderr
     assert "code/kerple_log/seed7: already finished" in second.stdout
     assert (tmp_path / "work/code/kerple_log/seed7/ruler.log").read_text().count("\n$ ") == 1
     (tmp_path / "report/report.md").unlink()
-    rerendered = reproduce(sweep, "--report-only")  # from the inputs beside the report
+    rerendered = reproduce_here(sweep, "--report-only")  # from the inputs beside the report
     assert rerendered.returncode == 0, rerendered.stdout + rerendered.stderr
     assert "| niah_single_1 |" in (tmp_path / "report/report.md").read_text()
-
-
-def test_dry_run_says_the_ruler_tasks(tmp_path):
-    planned = subprocess.run([sys.executable, "-m", "tools.reproduce", str(ruler_sweep(tmp_path, {"tasks": [
-        "niah_single_1", "ruler_fwe"]})), "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    assert planned.returncode == 0, planned.stdout + planned.stderr
-    assert ("RULER: niah_single_1, ruler_fwe by eval.py after each evaluation, 20 samples per length at [64, 512]"
-            in planned.stdout)
