@@ -1,12 +1,18 @@
 """The reproduction sweep with RULER among its measures (`ruler:` in the sweep YAML): eval.py runs the tasks on
-every run, the report shows the RULER table and the effective lengths, and a re-run skips the finished work
+every run, the report shows the RULER table and the effective lengths, ruler_table and make_tables print eval.py's
+results, and a re-run skips the finished work
 (bad `ruler` entries and the plan's line: tests/reproduce/test_reproduce_ruler.py)."""
+import argparse
 import json
+import re
 import subprocess
+import sys
 
+import pytest
 import yaml
 
-from tests.support.reproduce import reproduce as reproduce_in, reproduce_here, ruler_sweep_file as ruler_sweep
+from tests.support.reproduce import REPO_ROOT, reproduce as reproduce_in, reproduce_here
+from tests.support.reproduce import ruler_sweep_file as ruler_sweep
 
 
 def reproduce(*argv) -> subprocess.CompletedProcess:
@@ -14,12 +20,12 @@ def reproduce(*argv) -> subprocess.CompletedProcess:
     return reproduce_in(*argv, timeout=1200)
 
 
-def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
+def test_sweep_runs_ruler_reports_effective_lengths_and_the_tools_print_them(tmp_path):
     """One run trained and evaluated first without `ruler`; RULER added to the finished run runs eval.py only (not
-    train.py or evaluate.py again), the report shows it, a re-run launches nothing and --report-only renders it from
-    the inputs beside the report (these two launch nothing: main() in this process). (A fresh run with `ruler` takes the same steps in one invocation: training,
-    evaluate.py, then eval.py, each skipped when done; eval.py itself on a fresh checkpoint:
-    tests/e2e/evaluation/test_ruler.py.)"""
+    train.py or evaluate.py again), the report shows it, ruler_table's command and make_tables' selection print its
+    results, a re-run launches nothing and --report-only renders the report from the inputs beside it (these two
+    launch nothing: main() in this process). A fresh run with `ruler` takes the same steps in one invocation:
+    training, evaluate.py, then eval.py, each skipped when done."""
     sweep = ruler_sweep(tmp_path, {"tasks": ["niah_single_1"], "limit": 2})
     spec = yaml.safe_load(sweep.read_text())
     ruler = spec.pop("ruler")
@@ -42,8 +48,11 @@ def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
     assert sorted(written) == ["kerple_log"]
     for document in written.values():
         assert document["evaluation"]["limit"] == 2 and document["evaluation"]["ruler"]["lengths"] == [64, 512]
-        assert document["ruler"]["niah_single_1"]["64"]["score"] is None
-        assert document["ruler"]["niah_single_1"]["512"]["n"] == 2
+        assert document["evaluation"]["max_length"] == 512
+        measured = document["ruler"]["niah_single_1"]
+        assert measured["64"]["score"] is None and "no sample fits" in measured["64"]["note"]
+        assert measured["512"]["n"] == 2 and len(measured["512"]["scores"]) == 2
+        assert "512,none" in document["results"]["niah_single_1"]
     report = (tmp_path / "report/report.md").read_text()
     assert "## RULER and the effective length of every method" in report
     assert "RULER niah_single_1: score" in report and "| 64 (1×) | no sample fits |" in report
@@ -53,6 +62,25 @@ def test_sweep_runs_ruler_and_reports_effective_lengths(tmp_path):
         assert f"({stem}.png)" in report and (tmp_path / f"report/{stem}.png").stat().st_size > 0
     saved = sorted(p.name.split("_seed")[0] for p in (tmp_path / "report/inputs/lm_eval").glob("*.json"))
     assert saved == ["code_kerple_log"]
+
+    # eval.py's results as the tools print them: the ruler_table command, and make_tables' selection of them
+    results = tmp_path / "work/code/kerple_log/seed7/eval"
+    table = subprocess.run([sys.executable, "-m", "tools.analysis.ruler_table", str(results)], cwd=REPO_ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert re.search(r"\| 64 \(1×\) \| no sample fits \|", table.stdout)
+    assert re.search(r"\| 512 \(8×\) \| \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=2 \|", table.stdout)
+    # make_tables' selection applies to them: --length, --rename (the label shown), --ruler-task
+    from megatron.evaluation.results import ResultFileError
+    from tools.analysis.long_context_tables import long_context_tables
+    selection = dict(results=[str(results)], method=None, name=None, seed=None, keep_lengths=[512],
+                     rename=["kerple_log=KERPLE"], ruler_task=["niah_*"], reference="KERPLE", alpha=0.05)
+    shown = long_context_tables(argparse.Namespace(**selection), [])
+    assert "RULER niah_single_1" in shown and "| length | KERPLE |" in shown and "| 64 (1×)" not in shown
+    assert re.search(r"\| niah_single_1 \| (none \(score 0 at 512\)|512 \(8×\)) \|", shown)
+    with pytest.raises(ResultFileError, match=r"--ruler-task 'ruler_cwe': no RULER result of these tasks in the runs "
+                       r"selected \(their tasks: niah_single_1\)"):
+        long_context_tables(argparse.Namespace(**{**selection, "ruler_task": ["ruler_cwe"]}), [])
 
     second = reproduce_here(sweep)  # finished: neither evaluate.py nor eval.py runs again
     assert second.returncode == 0, second.stdout + second.stderr
