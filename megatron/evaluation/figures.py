@@ -11,11 +11,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 __all__ = ["plt", "save_figure"]
 
 
-def save_figure(fig, stem) -> list[pathlib.Path]:
-    """Write `stem`.png and `stem`.pdf; return both paths."""
+def save_figure(fig, stem, suffixes=(".png", ".pdf")) -> list[pathlib.Path]:
+    """Write `stem`.png and `stem`.pdf (or the `suffixes` asked for); return the paths."""
     stem = pathlib.Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    paths = [stem.with_suffix(suffix) for suffix in suffixes]
     for path in paths:
         fig.savefig(path, dpi=150, bbox_inches="tight")
     return paths

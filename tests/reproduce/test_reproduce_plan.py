@@ -5,10 +5,12 @@ goes: tests/e2e/reproduce/test_reproduce_plan.py)."""
 import pathlib
 
 import pytest
+import yaml
 
 from tests.support.reproduce import planned_sweep_file as sweep_file, write_inputs
 from tools.reproduce.__main__ import main
 from tools.reproduce.plan import LAUNCH_SECONDS
+from tools.reproduce.spec import SweepError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -77,3 +79,15 @@ def test_the_estimate_says_what_it_was_computed_from(tmp_path, capsys, monkeypat
     (tmp_path / "work/code/kerple_log/seed1/checkpoints/global_step10").mkdir(parents=True)
     plan, _ = dry_run(capsys, monkeypatch, sweep)
     assert "Trainings: 4: 1 done, 3 to do" in plan and "Evaluations: 6: 0 done, 6 to do" in plan
+
+
+def test_bad_sweep_is_one_clear_error(tmp_path, monkeypatch):
+    """Read before anything is planned; how the command prints such a refusal (one paragraph, status 2, no
+    traceback): tests/e2e/reproduce/test_reproduce_report.py::test_report_only_without_inputs_says_how_to_get_them."""
+    sweep = tmp_path / "sweep.yml"
+    sweep.write_text(yaml.safe_dump({"name": "x", "scale": "x", "profile": ["configs/tiny.yml"],
+                                     "methods": ["kerple_log", "kerple"], "seeds": [1], "datasets": ["d"],
+                                     "data": {"d": {"builder": "stdlib"}}, "evaluation": {"eval-lengths": [64]}}))
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SweepError, match=r"`methods`: 'kerple' is not a pos-emb"):
+        main([str(sweep), "--dry-run"])

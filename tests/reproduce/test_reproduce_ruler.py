@@ -1,8 +1,10 @@
-"""Bad `ruler` entries of a sweep YAML are one clear error (the sweep that runs RULER:
-tests/e2e/reproduce/test_reproduce_ruler.py)."""
+"""Bad `ruler` entries of a sweep YAML are one clear error, and --dry-run names the RULER tasks (the sweep that runs
+RULER: tests/e2e/reproduce/test_reproduce_ruler.py)."""
 import pytest
 import yaml
 
+from tests.support.reproduce import REPO_ROOT, ruler_sweep_file
+from tools.reproduce.__main__ import main
 from tools.reproduce.spec import SweepError, load_sweep
 
 
@@ -27,3 +29,11 @@ def test_bad_ruler_entry_is_one_clear_error(tmp_path, ruler, message):
                                     "evaluation": {"eval-lengths": [64]}, "ruler": ruler}))
     with pytest.raises(SweepError, match=message):
         load_sweep(path)
+
+
+
+def test_dry_run_says_the_ruler_tasks(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)  # main() moves to the repository root; monkeypatch moves back
+    assert main([str(ruler_sweep_file(tmp_path, {"tasks": ["niah_single_1", "ruler_fwe"]})), "--dry-run"]) == 0
+    assert ("RULER: niah_single_1, ruler_fwe by eval.py after each evaluation, 20 samples per length at [64, 512]"
+            in capsys.readouterr().out)

@@ -47,11 +47,41 @@ def sweep_file(tmp_path: pathlib.Path, methods=("kerple_log",)) -> pathlib.Path:
     return path
 
 
+def ruler_sweep_file(tmp_path: pathlib.Path, ruler: dict) -> pathlib.Path:
+    """sweep_file's kerple_log run alone (no windowed baseline) with `ruler`, evaluated at 64 and 512 tokens."""
+    path = sweep_file(tmp_path)
+    spec = yaml.safe_load(path.read_text())
+    spec["evaluation"]["eval-lengths"] = [64, 512]  # niah_single_1 fits no sample at 64 byte-level tokens, 512 does
+    spec["position_length"] = 512
+    spec["ruler"] = ruler
+    del spec["windowed_baseline"]  # one run: training, evaluate.py and eval.py
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def reproduce(*argv, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m tools.reproduce ARGV --publish`: these sweeps' report_dir is tmp_path/report (the plan's tests
     check that without --publish the report goes to <work_dir>/report)."""
     return subprocess.run([sys.executable, "-m", "tools.reproduce", *map(str, argv), "--publish"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def reproduce_here(*argv) -> subprocess.CompletedProcess:
+    """`main(ARGV --publish)` of tools.reproduce in this process: for an invocation that launches nothing (a re-run
+    of a finished sweep, --report-only, --dry-run), the function `python -m tools.reproduce` runs, without a Python
+    start-up and its imports (~4 s of CPU each); each test's first invocation is the command itself. Its status and
+    output as `reproduce` returns them. A refusal (SweepError) is raised, for the test to check its message."""
+    import contextlib
+    import io
+    import os
+    from tools.reproduce.__main__ import main
+    out, err, cwd = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([*map(str, argv), "--publish"])
+    finally:
+        os.chdir(cwd)  # main() works from the repository root
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 # Hand-made report inputs: a sweep's name, its runs' result files, training scalars and facts.

@@ -1,9 +1,8 @@
 """RULER through eval.py (megatron/evaluation/ruler.py) and the effective length (tools/analysis/effective_length.py):
 every sample lm-eval makes is as long as asked, measured with this project's tokenizer; the project's
 scores are lm-eval's scoring of the generations; the effective length of a hand-worked example; data
-that is not here is refused in one paragraph; eval.py writes RULER results that make_tables prints."""
-import argparse
-import json
+that is not here is refused in one paragraph (eval.py's RULER results on a trained run, and the tools that print
+them: tests/e2e/reproduce/test_reproduce_ruler.py)."""
 import re
 import subprocess
 import sys
@@ -92,44 +91,21 @@ def test_scores_and_intervals_are_lm_evals_scoring_of_the_generations(run, tmp_p
         assert record["ci95"][0] <= record["score"] <= record["ci95"][1]
 
 
-def test_eval_py_writes_ruler_results_and_make_tables_prints_them(run, tmp_path):  # noqa: F811
+def test_eval_py_refuses_a_ruler_task_whose_data_is_not_here_before_making_any(run, tmp_path):  # noqa: F811
+    """eval.py's refusals, in one paragraph with status 2. (eval.py's RULER results on a trained run, and the
+    ruler_table command and make_tables printing them: tests/e2e/reproduce/test_reproduce_ruler.py, whose sweep
+    launches eval.py with RULER.)"""
     results = tmp_path / "results"
     base = [sys.executable, "eval.py", str(run["config"]), "--set", f"eval-results-dir={results}"]
-    env = child_environment()
-    refused = subprocess.run(base + ["--eval_tasks", "niah_single_1", "ruler_qa_hotpot"], cwd=REPO_ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(base + ["--eval_tasks", "niah_single_1", "ruler_qa_hotpot"], cwd=REPO_ROOT,
+                             env=child_environment(), capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "ruler_qa_hotpot cannot run here" in refused.stderr
     assert "Traceback" not in refused.stderr and "Generating" not in refused.stderr  # before any data is made
-    bad = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-metadata={tokenizer: gpt2}"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2
-    assert "eval-task-metadata: sets tokenizer, but eval.py hands lm-eval the run's own tokenizer" in bad.stderr
-    done = subprocess.run(base + ["--eval_tasks", "niah_single_1", "--set", "eval-task-limit=2",
-                                  "--set", "eval-task-metadata={max_seq_lengths: [256, 512]}"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (written,) = (results / "lm_eval").glob("*.json")
-    document = json.loads(written.read_text())
-    assert document["evaluation"]["max_length"] == 512 and document["evaluation"]["ruler"]["lengths"] == [256, 512]
-    ruler = document["ruler"]["niah_single_1"]
-    assert ruler["256"]["score"] is None and "no sample fits" in ruler["256"]["note"]
-    assert ruler["512"]["n"] == 2 and len(ruler["512"]["scores"]) == 2
-    assert "512,none" in document["results"]["niah_single_1"]
-    table = subprocess.run([sys.executable, "-m", "tools.analysis.ruler_table", str(results)], cwd=REPO_ROOT, env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert table.returncode == 0, table.stderr
-    assert re.search(r"\| 256 \(4×\) \| no sample fits \|", table.stdout)
-    assert re.search(r"\| 512 \(8×\) \| \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=2 \|", table.stdout)
-    # make_tables' selection applies to them: --length, --rename (the label shown), --ruler-task
-    from megatron.evaluation.results import ResultFileError
-    from tools.analysis.long_context_tables import long_context_tables
-    selection = dict(results=[str(results)], method=None, name=None, seed=None, keep_lengths=[512],
-                     rename=["kerple_log=KERPLE"], ruler_task=["niah_*"], reference="KERPLE", alpha=0.05)
-    shown = long_context_tables(argparse.Namespace(**selection), [])
-    assert "RULER niah_single_1" in shown and "| length | KERPLE |" in shown and "| 256 (4×)" not in shown
-    assert re.search(r"\| niah_single_1 \| (none \(score 0 at 512\)|512 \(8×\)) \|", shown)
-    with pytest.raises(ResultFileError, match=r"--ruler-task 'ruler_cwe': no RULER result of these tasks in the runs "
-                       r"selected \(their tasks: niah_single_1\)"):
-        long_context_tables(argparse.Namespace(**{**selection, "ruler_task": ["ruler_cwe"]}), [])
-
-
+    # A config refusal happens while the config is read, before eval.py imports lm-eval: the same reading of the same
+    # file and --set values in-process (the launch above shows how eval.py prints a refusal and exits).
+    from megatron.errors import NeoXArgsError
+    from megatron.neox_arguments import NeoXArgs
+    with pytest.raises(NeoXArgsError, match=r"eval-task-metadata: sets tokenizer, but eval.py hands lm-eval the "
+                                            r"run's own tokenizer"):
+        NeoXArgs.from_ymls([str(run["config"])], {"eval-results-dir": str(results), "eval_tasks": ["niah_single_1"],
+                                                  "eval-task-metadata": {"tokenizer": "gpt2"}})

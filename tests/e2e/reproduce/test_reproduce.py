@@ -1,6 +1,6 @@
 """tools/reproduce end to end on a few-step grid: real data preparation, deepy.py training and
 evaluation, the report with its tables and figures, a re-run that skips the finished work, and (slow)
-a failed run reported while the rest go on."""
+a failed run reported while the rest go on (a bad sweep YAML: tests/reproduce/test_reproduce_plan.py)."""
 import csv
 import json
 import shutil
@@ -8,10 +8,12 @@ import shutil
 import pytest
 import yaml
 
-from tests.support.reproduce import reproduce, sweep_file
+from tests.support.reproduce import REPO_ROOT, reproduce, reproduce_here, sweep_file
 
 
-def test_sweep_end_to_end_then_resume(tmp_path):
+def test_sweep_end_to_end_then_resume(tmp_path, capsys, monkeypatch):
+    """The command trains and evaluates; its re-run, --report-only and the refusal of a changed config launch
+    nothing, so they call the same main() in this process (tests/support/reproduce.py: reproduce_here)."""
     sweep = sweep_file(tmp_path)
     first = reproduce(sweep)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -39,7 +41,7 @@ def test_sweep_end_to_end_then_resume(tmp_path):
 
     checkpoint = tmp_path / "work/code/kerple_log/seed7/checkpoints/global_step6"
     stamp = checkpoint.stat().st_mtime_ns
-    second = reproduce(sweep)
+    second = reproduce_here(sweep)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "code/kerple_log/seed7: already finished" in second.stdout
     assert "code/kerple_log+window64/seed7: already finished" in second.stdout
@@ -54,7 +56,7 @@ def test_sweep_end_to_end_then_resume(tmp_path):
     table = (report_dir / "table3.csv").read_text()
     shutil.move(tmp_path / "work", tmp_path / "work-away")
     (report_dir / "table3.csv").unlink()
-    rerendered = reproduce(sweep, "--report-only")
+    rerendered = reproduce_here(sweep, "--report-only")
     assert rerendered.returncode == 0, rerendered.stdout + rerendered.stderr
     assert (report_dir / "table3.csv").read_text() == table
     report = (report_dir / "report.md").read_text()
@@ -66,10 +68,14 @@ def test_sweep_end_to_end_then_resume(tmp_path):
     spec = yaml.safe_load(sweep.read_text())
     spec["set"]["min-lr"] = 1.0e-5
     sweep.write_text(yaml.safe_dump(spec))
-    third = reproduce(sweep)
-    assert third.returncode == 2
-    assert "FAILED code/kerple_log/seed7:" in third.stdout and "different training config" in third.stdout
-    assert "error: no finished runs" in third.stderr  # the old results are not reported as the new config's
+    from tools.reproduce.__main__ import main
+    from tools.reproduce.spec import SweepError
+    monkeypatch.chdir(REPO_ROOT)  # main() works from the repository root
+    capsys.readouterr()
+    with pytest.raises(SweepError, match="no finished runs"):  # the old results are not reported as the new config's
+        main([str(sweep), "--publish"])
+    third = capsys.readouterr().out
+    assert "FAILED code/kerple_log/seed7:" in third and "different training config" in third
     assert checkpoint.stat().st_mtime_ns == stamp
 
 
@@ -88,14 +94,3 @@ def test_failed_run_is_reported_and_the_rest_continue(tmp_path):
     report = (tmp_path / "report/report.md").read_text()
     assert "**failed** code/sinusoidal/seed7" in report
     assert "2 of 3 planned runs have results" in report
-
-
-def test_bad_sweep_is_one_clear_error(tmp_path):
-    sweep = tmp_path / "sweep.yml"
-    sweep.write_text(yaml.safe_dump({"name": "x", "scale": "x", "profile": ["configs/tiny.yml"],
-                                     "methods": ["kerple_log", "kerple"], "seeds": [1], "datasets": ["d"],
-                                     "data": {"d": {"builder": "stdlib"}}, "evaluation": {"eval-lengths": [64]}}))
-    result = reproduce(sweep, "--dry-run")
-    assert result.returncode == 2
-    assert "`methods`: 'kerple' is not a pos-emb" in result.stderr
-    assert "Traceback" not in result.stderr

@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from tests.support.reproduce import REPO_ROOT, YARN, write_corpus
+from tests.support.reproduce import REPO_ROOT, YARN, reproduce_here, write_corpus
 
 
 def test_a_base_run_and_its_extension_end_to_end_then_skipped(tmp_path):
@@ -41,7 +41,7 @@ def test_a_base_run_and_its_extension_end_to_end_then_skipped(tmp_path):
     assert "## Extensions beside their base model's zero-shot result" in report
     assert "| rotary+yarn-256 | rotary | 256 |" in report and "2 of 2 planned runs have results" in report
 
-    second = reproduce()
+    second = reproduce_here(tmp_path / "sweep.yml")  # launches nothing: main() in this process
     assert second.returncode == 0, second.stdout + second.stderr
     assert "code/rotary/seed7: already finished" in second.stdout
     assert "code/rotary+yarn-256/seed7: already finished" in second.stdout
