@@ -39,13 +39,35 @@ def entry_point_in_process(monkeypatch, capsys, *argv) -> subprocess.CompletedPr
     module = importlib.import_module(".".join(script.with_suffix("").parts))  # train, evaluate, deepy, tools.x.y
     monkeypatch.setattr(sys, "argv", [str(REPO_ROOT / script), *map(str, argv[1:])])
     monkeypatch.setitem(sys.modules, "__main__", module)
+    with capsys.disabled():
+        # DeepSpeed's logger keeps the sys.stdout of its import: this test's capture, closed after it, would make
+        # every later DeepSpeed log line in this worker a "--- Logging error ---" traceback.
+        import deepspeed  # noqa: F401
     capsys.readouterr()  # only what this run prints
+    import torch
+    threads = torch.get_num_threads()  # train.py and evaluate.py choose their own (megatron/run/cpu_threads.py)
     try:
         code = run_cli(module.main)
     except SystemExit as stopped:
         code = stopped.code
+    finally:
+        torch.set_num_threads(threads)
     out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, code, out, err)
+    return subprocess.CompletedProcess(argv, code or 0, out, err)  # None: the process's exit status 0
+
+
+def train_in_process(monkeypatch, capsys, data, folder, **overrides) -> subprocess.CompletedProcess:
+    """train() run by train.py's own main in this process (entry_point_in_process): for what it refuses at start-up
+    (the config, the start-up checks, the data) before anything is trained."""
+    values = tiny_overrides(data, folder, **{"train_iters": 2, **overrides})
+    return entry_point_in_process(monkeypatch, capsys, "train.py", TINY, *set_flags(values))
+
+
+def evaluate_in_process(monkeypatch, capsys, *configs, **overrides) -> subprocess.CompletedProcess:
+    """evaluate() run by evaluate.py's own main in this process (entry_point_in_process): for what it refuses
+    before the first length is scored (the config, the checkpoint, the result file)."""
+    values = {"eval_lengths": "[64]", "eval_chunks": 4, **overrides}
+    return entry_point_in_process(monkeypatch, capsys, "evaluate.py", *configs, *set_flags(values))
 
 
 def script(*argv, umask=None):
