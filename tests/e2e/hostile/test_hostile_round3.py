@@ -1,9 +1,9 @@
 """Hostile inputs, round 3 (issue 40): the rows about runs, results and config values -- an empty loss
 mask is not a loss of zero, a NaN result is not a result, a step is the one its folder names, config
 values are checked before anything is allocated from them, every message quotes at most 200
-characters, a link loop is called one. evaluate.py's refusals here run its own main in this process
-(tests/support/hostile.py evaluate_in_process); one launch, a checkpoint that contradicts itself, shows such a
-refusal reaching the terminal."""
+characters, a link loop is called one. evaluate.py's and generate.py's runs here are their own main in this
+process (tests/support/hostile.py entry_point_in_process), but for one launch of evaluate.py (a checkpoint that
+contradicts itself) which shows such a refusal reaching the terminal."""
 import os
 import shutil
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.hostile import assert_clear_error
 from tests.support.training import REPO_ROOT, TINY, set_flags, tiny_args
-from tests.support.hostile import evaluate, evaluate_in_process, script, train
+from tests.support.hostile import entry_point_in_process, evaluate, evaluate_in_process, script, train
 
 
 def eod_only_data(folder):
@@ -213,9 +213,10 @@ def test_a_disk_that_fills_up_under_the_results_is_one_paragraph(trained, full_d
                                f"{full_disk / 'results'}", "no space left on the device",
                        "(or set eval-results-dir to a folder on another disk)")
     assert "L=64 nonoverlap: loss" in result.stdout  # the scores are not lost
-    result = script("generate.py", str(resolved), str(REPO_ROOT / "configs" / "text_generation.yml"),
-                    "--set", f"load={trained}", "--set", "maximum_tokens=4",
-                    "--set", f"sample-output-file={full_disk / 'samples.jsonl'}")
+    result = entry_point_in_process(monkeypatch, capsys, "generate.py", resolved,
+                                    REPO_ROOT / "configs" / "text_generation.yml", "--set", f"load={trained}",
+                                    "--set", "maximum_tokens=4",
+                                    "--set", f"sample-output-file={full_disk / 'samples.jsonl'}")
     assert_clear_error(result, "samples could not be written to", "no space left on the device",
                        "(or set sample-output-file to a folder on another disk)")
 
@@ -260,8 +261,10 @@ def test_a_checkpoint_keeping_only_its_model_config_is_loaded_alike_by_every_ent
     assert scores[0] == scores[1]
     samples = []
     for where, name in ((trained, "intact"), (ckpt, "model_config only")):
-        result = script("generate.py", str(REPO_ROOT / "configs" / "text_generation.yml"), "--set", f"load={where}",
-                        "--set", "maximum_tokens=8", "--set", f"sample-output-file={tmp_path / name}.jsonl")
+        result = entry_point_in_process(monkeypatch, capsys, "generate.py",
+                                        REPO_ROOT / "configs" / "text_generation.yml", "--set", f"load={where}",
+                                        "--set", "maximum_tokens=8",
+                                        "--set", f"sample-output-file={tmp_path / name}.jsonl")
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         samples.append([json.loads(line)["text"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()])
     assert samples[0] == samples[1] and len(samples[0]) == 2
