@@ -1,8 +1,8 @@
 """Hostile inputs, round 2 (issue 24), config side: YAML that repeats keys at any depth, merge keys,
 "billion laughs" aliases, non-finite and out-of-range numbers, optimizer parameters torch refuses,
 and path names too long for the filesystem. Each is one NeoXArgsError naming the file, line and key
-path, raised while loading the config (the entry point's one paragraph:
-tests/e2e/hostile/test_hostile_config_values.py)."""
+path, raised while loading the config (the entry point's one paragraph: through deepy.py's main here, and a launch
+in tests/e2e/hostile/test_hostile_config_values.py)."""
 import os
 import time
 
@@ -12,6 +12,7 @@ from megatron.neox_arguments import NeoXArgs, NeoXArgsError
 from megatron.quoting import QUOTE_LIMIT, quote
 from megatron.neox_arguments.yaml_loader import load_config_files
 from tests.support.config_files import BASE, OPTIMIZER, billion_laughs, write
+from tests.support.hostile import entry_point_in_process
 
 
 def refused(tmp_path, text, *fragments, overrides=None):
@@ -321,3 +322,18 @@ def test_nested_lines_survive_the_trip_to_the_ranks_and_a_nested_set(tmp_path):
     assert again.where("optimizer.params.betas[1]") == f"{path}:9" and again.lr == 2.0e-3
     with pytest.raises(NeoXArgsError, match=r"^command line: optimizer.params.betas\[1\]: must lie in \[0, 1\)"):
         NeoXArgs.from_ymls([path], parse_overrides(["optimizer.params.lr=2.0e-3", "optimizer.params.betas=[0.9, 1.5]"]))
+
+
+@pytest.mark.parametrize("case", ["nested-repeat", "long-name"])
+def test_deepy_dry_run_prints_one_paragraph_and_no_traceback(case, tmp_path, monkeypatch, capsys):
+    text, fragments = {
+        "nested-repeat": (BASE + OPTIMIZER + "    lr: 5.0\n", ["line 9: key 'optimizer.params.lr' is given twice"]),
+        "long-name": (BASE + f"save: {tmp_path / ('s' * 300)}\n", [":5: save: the name 'sss", "(NAME_MAX)"]),
+    }[case]
+    done = entry_point_in_process(monkeypatch, capsys, "deepy.py", "train.py", write(tmp_path, text), "--dry-run")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip() and "[WARNING]" not in line]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

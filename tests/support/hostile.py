@@ -1,8 +1,10 @@
 """The bad-input tests' shared checks: an entry point's one-paragraph error (exit 2, one `error:` line, no
 traceback), train.py and evaluate.py as processes, folders no one can write to or with no room left, a vocabulary
 that cannot encode a corpus, a fork checkpoint's sizes, and generate.py's config with no checkpoint to load."""
+import importlib
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -22,6 +24,50 @@ def assert_clear_error(result, *fragments):
     for fragment in fragments:
         assert fragment in message[0], message[0]
     return message[0]
+
+
+def entry_point_in_process(monkeypatch, capsys, *argv) -> subprocess.CompletedProcess:
+    """`python *argv` run in this process: the script's own `main` under run_cli (which prints a config refusal as
+    one paragraph and exits 2), with sys.argv and __main__ (whose file name picks the script's flags) as that
+    process has them. For what the config package decides before anything is launched (a refusal, deepy.py's
+    --dry-run); one launch of each entry point shows the paragraph reaching a terminal. As a CompletedProcess,
+    for assert_clear_error."""
+    from megatron.neox_arguments import run_cli
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")  # run_cli would otherwise set it in this process for good
+    monkeypatch.delenv("RANK", raising=False)  # rank 0 prints the paragraph
+    script = pathlib.Path(argv[0])
+    module = importlib.import_module(".".join(script.with_suffix("").parts))  # train, evaluate, deepy, tools.x.y
+    monkeypatch.setattr(sys, "argv", [str(REPO_ROOT / script), *map(str, argv[1:])])
+    monkeypatch.setitem(sys.modules, "__main__", module)
+    with capsys.disabled():
+        # DeepSpeed's logger keeps the sys.stdout of its import: this test's capture, closed after it, would make
+        # every later DeepSpeed log line in this worker a "--- Logging error ---" traceback.
+        import deepspeed  # noqa: F401
+    capsys.readouterr()  # only what this run prints
+    import torch
+    threads = torch.get_num_threads()  # train.py and evaluate.py choose their own (megatron/run/cpu_threads.py)
+    try:
+        code = run_cli(module.main)
+    except SystemExit as stopped:
+        code = stopped.code
+    finally:
+        torch.set_num_threads(threads)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code or 0, out, err)  # None: the process's exit status 0
+
+
+def train_in_process(monkeypatch, capsys, data, folder, **overrides) -> subprocess.CompletedProcess:
+    """train() run by train.py's own main in this process (entry_point_in_process): for what it refuses at start-up
+    (the config, the start-up checks, the data) before anything is trained."""
+    values = tiny_overrides(data, folder, **{"train_iters": 2, **overrides})
+    return entry_point_in_process(monkeypatch, capsys, "train.py", TINY, *set_flags(values))
+
+
+def evaluate_in_process(monkeypatch, capsys, *configs, **overrides) -> subprocess.CompletedProcess:
+    """evaluate() run by evaluate.py's own main in this process (entry_point_in_process): for what it refuses
+    before the first length is scored (the config, the checkpoint, the result file)."""
+    values = {"eval_lengths": "[64]", "eval_chunks": 4, **overrides}
+    return entry_point_in_process(monkeypatch, capsys, "evaluate.py", *configs, *set_flags(values))
 
 
 def script(*argv, umask=None):
@@ -75,6 +121,16 @@ def full_disk(tmp_path):
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def long_config(tmp_path):
+    """A config file whose one value is 2 MB of incompressible text: (its path, the value)."""
+    import base64
+    value = base64.b64encode(os.urandom(1_500_000)).decode()
+    path = tmp_path / "long.yml"
+    path.write_text(f'{{"wandb_group": "{value}"}}\n')
+    return path, value
 
 
 # A corpus, and a GPT-2 vocabulary that cannot encode it: preprocessing's refusal, in-process and through the tool.

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.support import neox_fork as fork
-from tests.support.hostile import assert_clear_error
+from tests.support.hostile import assert_clear_error, entry_point_in_process
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
 
@@ -37,7 +37,7 @@ def plant(path: pathlib.Path, marker: pathlib.Path) -> None:
     assert not marker.exists()
 
 
-def script(*argv, timeout=300):
+def launched(*argv, timeout=300):
     return subprocess.run([sys.executable, *map(str, argv)], cwd=REPO_ROOT, env=child_environment(),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -47,7 +47,7 @@ def trained(stdlib_data, tmp_path_factory):
     """Two steps of the tiny profile with ZeRO stage 1, so the optimizer has a file of its own."""
     folder = tmp_path_factory.mktemp("trained")
     overrides = tiny_overrides(stdlib_data, folder, train_iters=2, zero_optimization="{stage: 1}")
-    result = script("train.py", TINY, *set_flags(overrides))
+    result = launched("train.py", TINY, *set_flags(overrides))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert (folder / "ckpt" / "global_step2" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").is_file()
     return folder / "ckpt", stdlib_data
@@ -66,8 +66,17 @@ def received(trained, tmp_path, file="mp_rank_00_model_states.pt"):
 REFUSAL = ["holds an object of type 'os.makedirs', not plain data", "it was not read"]
 
 
-def entry_point(name, ckpt, data, tmp_path):
+# evaluate.py and train.py run their own main in this process (tests/support/hostile.py entry_point_in_process):
+# other launches of theirs show a refusal reaching the terminal; generate.py, eval.py and the tools are launched.
+IN_PROCESS = ("evaluate.py", "train.py resume", "train.py finetune")
+
+
+def entry_point(name, ckpt, data, tmp_path, in_process=None):
     resolved = ckpt / "global_step2" / "resolved_config.yml"
+    if name in IN_PROCESS:
+        script = lambda *argv: entry_point_in_process(*in_process, *argv)  # noqa: E731
+    else:
+        script = launched
     if name == "evaluate.py":
         return script("evaluate.py", resolved, "--set", f"load={ckpt}", "--set", "eval_lengths=[64]",
                       "--set", "eval_chunks=2", "--set", f"eval_results_dir={tmp_path / 'results'}")
@@ -95,20 +104,21 @@ ENTRY_POINTS = ["evaluate.py", "generate.py", "eval.py", "convert_to_hf.py", "tr
 
 
 @pytest.mark.parametrize("name", ENTRY_POINTS)
-def test_an_object_planted_in_the_model_states_is_never_constructed(name, trained, tmp_path):
+def test_an_object_planted_in_the_model_states_is_never_constructed(name, trained, tmp_path, monkeypatch, capsys):
     ckpt, marker = received(trained, tmp_path)
-    result = entry_point(name, ckpt, trained[1], tmp_path)
+    result = entry_point(name, ckpt, trained[1], tmp_path, (monkeypatch, capsys))
     assert not marker.exists(), f"{name} ran the planted code"
     assert_clear_error(result, str(ckpt / "global_step2" / "mp_rank_00_model_states.pt"), *REFUSAL)
 
 
 @pytest.mark.parametrize("name", ["train.py resume", "evaluate.py"])
-def test_an_object_planted_in_deepspeeds_optimizer_file_is_never_constructed(name, trained, tmp_path):
+def test_an_object_planted_in_deepspeeds_optimizer_file_is_never_constructed(name, trained, tmp_path, monkeypatch,
+                                                                               capsys):
     """Only DeepSpeed reads this file (when resuming): it is checked as data before DeepSpeed opens it.
     evaluate.py never reads it, and so evaluates the weights as usual."""
     optimizer_file = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
     ckpt, marker = received(trained, tmp_path, optimizer_file)
-    result = entry_point(name, ckpt, trained[1], tmp_path)
+    result = entry_point(name, ckpt, trained[1], tmp_path, (monkeypatch, capsys))
     assert not marker.exists(), f"{name} ran the planted code"
     if name == "evaluate.py":
         assert result.returncode == 0, result.stderr[-3000:]
@@ -122,7 +132,8 @@ def test_a_resume_reads_every_file_deepspeed_wrote_as_data(trained, tmp_path):
     ZeRO-1 checkpoint still loads everything (model, optimizer, RNG) and goes on."""
     source, data = trained
     shutil.copytree(source, tmp_path / "ckpt")
-    result = entry_point("train.py resume", tmp_path / "ckpt", data, tmp_path)
+    result = launched("train.py", TINY, *set_flags(tiny_overrides(data, tmp_path, train_iters=4,
+                                                                  zero_optimization="{stage: 1}")))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from step 2" in result.stdout and "step 4/4" in result.stdout
 
@@ -134,14 +145,14 @@ def test_import_neox_refuses_a_planted_object(tmp_path):
     marker = tmp_path / "code-ran"
     states = tmp_path / "fork" / "global_step7" / "mp_rank_00_model_states.pt"
     plant(states, marker)
-    result = script("-m", "tools.ckpts.import_neox", tmp_path / "fork", tmp_path / "ours")
+    result = launched("-m", "tools.ckpts.import_neox", tmp_path / "fork", tmp_path / "ours")
     assert not marker.exists(), "import_neox.py ran the planted code"
     assert_clear_error(result, str(states), *REFUSAL)
     assert not (tmp_path / "ours").exists()
 
 
 # ------------------------------------------------------------------ row 4: a stored config is data
-def test_a_checkpoints_stored_config_does_not_choose_where_evaluate_writes(trained, tmp_path, monkeypatch):
+def test_a_checkpoints_stored_config_does_not_choose_where_evaluate_writes(trained, tmp_path, monkeypatch, capsys):
     source, _ = trained
     ckpt = tmp_path / "received"
     shutil.copytree(source, ckpt)
@@ -154,9 +165,9 @@ def test_a_checkpoints_stored_config_does_not_choose_where_evaluate_writes(train
                         f"save: {json.dumps(str(elsewhere / 'save'))}\n")
     workdir = tmp_path / "work"
     workdir.mkdir()
-    result = subprocess.run([sys.executable, REPO_ROOT / "evaluate.py", resolved, "--set", "eval_lengths=[64]",
-                             "--set", "eval_chunks=2"], cwd=workdir, capture_output=True, text=True, timeout=300,
-                            env={**child_environment(), "PYTHONPATH": str(REPO_ROOT)})
+    monkeypatch.chdir(workdir)  # evaluate.py run from another folder than the repository's
+    result = entry_point_in_process(monkeypatch, capsys, "evaluate.py", resolved, "--set", "eval_lengths=[64]",
+                                    "--set", "eval_chunks=2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert not elsewhere.exists()
     note = [line for line in result.stderr.splitlines() if line.startswith("note: ")]

@@ -13,13 +13,10 @@ TINY = REPO_ROOT / "configs" / "tiny.yml"
 
 
 @pytest.fixture(scope="module")
-def trained(stdlib_data, tmp_path_factory):
-    """A tiny run of 2 steps (kerple_log, 64 tokens): save/global_step2."""
-    from tests.support.hostile import train
-    folder = tmp_path_factory.mktemp("trained")
-    result = train(stdlib_data, folder)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return folder / "ckpt"
+def trained(trained_tiny):
+    """The tiny profile trained 4 steps by train.py once per test run (kerple_log, 64 tokens; tests/e2e/conftest.py),
+    only read here: save/global_step4."""
+    return trained_tiny
 
 
 # the checkpoint is trained by train.py
@@ -28,26 +25,28 @@ def test_a_renamed_step_folder_says_the_one_way_that_loads_it_and_that_way_works
     from megatron.checkpoint.inference_model import load
     ckpt = tmp_path / "ckpt"
     shutil.copytree(trained, ckpt)
-    (ckpt / "global_step2").rename(ckpt / "global_step7")
+    (ckpt / "global_step4").rename(ckpt / "global_step7")
     (ckpt / "latest").write_text("global_step7")
     with pytest.raises(CheckpointError) as info:
         load(ckpt)
     assert str(info.value) == (
-        f"{ckpt / 'global_step7'} is the folder of step 7, but its model-states file says iteration 2: the folder was "
-        f"renamed or the file copied from another step. To load it, rename the folder back to {ckpt / 'global_step2'} "
-        "(and, if `latest` names it, write global_step2 into `latest`); or use a checkpoint train.py wrote.")
-    (ckpt / "global_step7").rename(ckpt / "global_step2")  # what it says
-    (ckpt / "latest").write_text("global_step2")
-    assert load(ckpt).step == 2
+        f"{ckpt / 'global_step7'} is the folder of step 7, but its model-states file says iteration 4: the folder was "
+        f"renamed or the file copied from another step. To load it, rename the folder back to {ckpt / 'global_step4'} "
+        "(and, if `latest` names it, write global_step4 into `latest`); or use a checkpoint train.py wrote.")
+    (ckpt / "global_step7").rename(ckpt / "global_step4")  # what it says
+    (ckpt / "latest").write_text("global_step4")
+    assert load(ckpt).step == 4
 
 
 # ------------------------------------------------------------------- row 4: RULER lengths that cannot fit
-def test_a_ruler_length_nothing_could_score_is_refused_before_lm_eval_builds_it(trained, tmp_path):
-    from tests.support.hostile import assert_clear_error
-    from tests.support.hostile import script
-    result = script("eval.py", str(trained / "global_step2" / "resolved_config.yml"), "--set", f"load={trained}",
-                    "--set", f"eval-results-dir={tmp_path / 'results'}", "--eval_tasks", "niah_single_1",
-                    "--set", "eval-task-metadata={max_seq_lengths: [100000000]}")
+def test_a_ruler_length_nothing_could_score_is_refused_before_lm_eval_builds_it(trained, tmp_path, monkeypatch,
+                                                                                 capsys):
+    # eval.py's own main in this process (entry_point_in_process); its launches: test_hostile_writers.py.
+    from tests.support.hostile import assert_clear_error, entry_point_in_process
+    result = entry_point_in_process(monkeypatch, capsys, "eval.py", trained / "global_step4" / "resolved_config.yml",
+                                    "--set", f"load={trained}", "--set", f"eval-results-dir={tmp_path / 'results'}",
+                                    "--eval_tasks", "niah_single_1",
+                                    "--set", "eval-task-metadata={max_seq_lengths: [100000000]}")
     message = assert_clear_error(result, "command line: eval-task-metadata max_seq_lengths [100000000] cannot be "
                                          "scored here, at the longest: this model cannot fit: it needs at least ",
                                  "activations of 1 sequence(s) of 100,000,000 tokens",
@@ -71,7 +70,7 @@ def test_convert_to_hf_on_a_full_disk_is_one_paragraph_and_leaves_nothing(traine
     with open(full_disk / "filler", "wb") as filler:
         filler.write(b"\0" * (space.f_bavail * space.f_frsize - 200_000))
     with pytest.raises(WriteFailed) as info:
-        convert_to_hf.main(["--input_dir", str(trained / "global_step2"), "--output_dir", str(full_disk / "hf")])
+        convert_to_hf.main(["--input_dir", str(trained / "global_step4"), "--output_dir", str(full_disk / "hf")])
     assert str(info.value) == (f"the Hugging Face export could not be written to {full_disk / 'hf'}: 'no space left "
                                "on the device'. Free space there (or set --output_dir to a folder on another disk) "
                                "and run again.")

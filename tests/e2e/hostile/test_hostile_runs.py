@@ -1,13 +1,16 @@
 """Hostile inputs, part 2: what train.py and evaluate.py find at start-up (before any data is read or
-any step is spent), data too small or damaged, the config a checkpoint keeps, and result files that
-are merged or refused but never overwritten. Issue 17."""
+any step is spent), the config a checkpoint keeps, and result files that are merged or refused but never
+overwritten. Issue 17. One launch of train.py shows a start-up refusal reaching the terminal, and one of evaluate.py
+a `load` that is a file; the other refusals run the entry point's own main in this process (train.py's:
+tests/hostile/test_hostile_runs.py, and here the one whose folder chattr makes unwritable)."""
 import json
 import os
 import stat
 
 import pytest
 
-from tests.support.hostile import assert_clear_error, evaluate, train, unwritable_folder  # noqa: F401 (fixture)
+from tests.support.hostile import assert_clear_error, evaluate, evaluate_in_process, train, train_in_process
+from tests.support.hostile import unwritable_folder  # noqa: F401 (fixture)
 from tests.support.training import TINY
 
 
@@ -25,62 +28,18 @@ def test_save_that_is_a_file_is_found_before_training(stdlib_data, tmp_path):
     assert blocker.read_text() == "not a folder"
 
 
-def test_save_folder_nobody_can_write_is_found_before_training(stdlib_data, tmp_path, unwritable_folder):
-    result = train(stdlib_data, tmp_path, save=str(unwritable_folder / "run"), load=None)
+def test_save_folder_nobody_can_write_is_found_before_training(stdlib_data, tmp_path, unwritable_folder,
+                                                               monkeypatch, capsys):
+    result = train_in_process(monkeypatch, capsys, stdlib_data, tmp_path, save=str(unwritable_folder / "run"),
+                              load=None)
     assert_clear_error(result, f"save {unwritable_folder / 'run'} is not writable by this process")
     assert_no_training(result)
 
 
-def test_load_that_is_a_file_is_called_a_file(stdlib_data, tmp_path):
+def test_load_that_is_a_file_is_called_a_file_by_evaluate_py(tmp_path):  # train.py's: tests/hostile/
     blocker = tmp_path / "ckpt-file"
     blocker.write_text("x")
-    assert_clear_error(train(stdlib_data, tmp_path, load=str(blocker)), f"load {blocker} is a file, not a checkpoint folder")
     assert_clear_error(evaluate(TINY, load=str(blocker)), f"{blocker} (key `load`) is a file, not a folder")
-
-
-@pytest.mark.parametrize("overrides, fragments", [
-    ({"seq_length": "1e11"}, ["this model cannot fit", "activations of 16 sequence(s) of 100,000,000,000 tokens"]),
-    ({"hidden_size": 1_000_000, "num_attention_heads": 1},
-     ["this model cannot fit", "24,000,768,000,002 parameters x 16 bytes"]),  # + kerple_log's 2 (issue 40)
-])
-def test_a_model_that_cannot_fit_is_refused_up_front(overrides, fragments, stdlib_data, tmp_path):
-    result = train(stdlib_data, tmp_path, **overrides)
-    assert_clear_error(result, *fragments, "Lower hidden-size, num-layers, the sequence length")
-    assert_no_training(result)
-
-
-def test_fp16_on_a_device_without_it(stdlib_data, tmp_path):
-    from deepspeed.accelerator import get_accelerator
-    if get_accelerator().is_fp16_supported():
-        pytest.skip(f"{get_accelerator().device_name()} supports fp16")
-    result = train(stdlib_data, tmp_path, precision="fp16")
-    assert_clear_error(result, "precision fp16 is not supported on this device (cpu). Use precision: fp32")
-
-
-# ----------------------------------------------------------------------------------------- data
-def _dataset(folder, text):
-    from megatron.data.preprocess import preprocess
-    from megatron.tokenizer import make_tokenizer
-
-    (folder / "docs.jsonl").write_text(json.dumps({"text": text}) + "\n")
-    preprocess([str(folder / "docs.jsonl")], str(folder / "small"), make_tokenizer("ByteLevelTokenizer", None, None),
-               append_eod=True, show_progress=False)
-    return str(folder / "small_text_document")
-
-
-def test_a_corpus_shorter_than_one_sample_is_refused(tmp_path):
-    prefix = _dataset(tmp_path, "def f(x):\n    return x + 1\n")  # 27 bytes + EOD
-    result = train(prefix, tmp_path, split="100,0,0")
-    assert_clear_error(result, f"the train split of {prefix} holds 28 tokens, fewer than one sample of 65")
-    assert_no_training(result)
-
-
-def test_an_empty_bin_beside_a_valid_idx_blames_the_bin(tmp_path):
-    prefix = _dataset(tmp_path, "some text " * 20)
-    open(prefix + ".bin", "w").close()
-    result = train(prefix, tmp_path)
-    assert_clear_error(result, f"{prefix}.bin is empty (0 bytes), but {prefix}.idx describes 1 documents")
-    assert "AttributeError" not in result.stderr
 
 
 # ------------------------------------------------------------------- checkpoints and their config
@@ -93,11 +52,13 @@ def three_layer_run(stdlib_data, tmp_path_factory):
     return folder / "ckpt"
 
 
-def test_the_checkpoint_config_includes_the_overrides_and_loads_it(three_layer_run, stdlib_data, tmp_path):
+def test_the_checkpoint_config_includes_the_overrides_and_loads_it(three_layer_run, stdlib_data, tmp_path,
+                                                                   monkeypatch, capsys):
     resolved = three_layer_run / "global_step2" / "resolved_config.yml"
     assert "num_layers: 3" in resolved.read_text() and "# command line" in resolved.read_text()
     # The files alone give the wrong model; the error points at the file that gives the right one.
-    result = evaluate(TINY, load=str(three_layer_run), data_path=stdlib_data, eval_results_dir=str(tmp_path))
+    result = evaluate_in_process(monkeypatch, capsys, TINY, load=str(three_layer_run), data_path=stdlib_data,
+                                 eval_results_dir=str(tmp_path))
     assert_clear_error(result, "num-layers: checkpoint 3, this run 2", f"the config it was trained with: {resolved}")
     # Following that advice works.
     result = evaluate(resolved, eval_results_dir=str(tmp_path))
@@ -105,7 +66,7 @@ def test_the_checkpoint_config_includes_the_overrides_and_loads_it(three_layer_r
     assert len(list(tmp_path.glob("*.json"))) == 1
 
 
-def test_evaluating_again_merges_or_refuses_never_overwrites(three_layer_run, tmp_path):
+def test_evaluating_again_merges_or_refuses_never_overwrites(three_layer_run, tmp_path, monkeypatch, capsys):
     resolved = three_layer_run / "global_step2" / "resolved_config.yml"
     results = tmp_path / "results"
     first = evaluate(resolved, eval_results_dir=str(results), eval_lengths="[64]", umask=0o027)
@@ -123,21 +84,22 @@ def test_evaluating_again_merges_or_refuses_never_overwrites(three_layer_run, tm
 
     # Scored differently (other chunks of the stream): refused before scoring, the file untouched.
     before = path.read_bytes()
-    third = evaluate(resolved, eval_results_dir=str(results), eval_lengths="[128]", eval_seed=5)
+    third = evaluate_in_process(monkeypatch, capsys, resolved, eval_results_dir=str(results), eval_lengths="[128]",
+                                eval_seed=5)
     assert_clear_error(third, f"{path} already holds results of this checkpoint, scored differently "
                               "(eval_seed: earlier 0, now 5)", "It is never overwritten")
     assert "L=128" not in third.stdout and path.read_bytes() == before
 
 
 def test_results_folder_that_is_a_file_or_unwritable_is_found_before_scoring(three_layer_run, tmp_path,
-                                                                            unwritable_folder):
+                                                                            unwritable_folder, monkeypatch, capsys):
     resolved = three_layer_run / "global_step2" / "resolved_config.yml"
     blocker = tmp_path / "results-file"
     blocker.write_text("x")
-    result = evaluate(resolved, eval_results_dir=str(blocker))
+    result = evaluate_in_process(monkeypatch, capsys, resolved, eval_results_dir=str(blocker))
     assert_clear_error(result, f"eval-results-dir {blocker} is a file, not a folder")
     assert "evaluating" not in result.stdout
-    result = evaluate(resolved, eval_results_dir=str(unwritable_folder))
+    result = evaluate_in_process(monkeypatch, capsys, resolved, eval_results_dir=str(unwritable_folder))
     assert_clear_error(result, f"eval-results-dir {unwritable_folder} is not writable by this process")
     assert "evaluating" not in result.stdout
 
@@ -146,12 +108,12 @@ def test_results_folder_that_is_a_file_or_unwritable_is_found_before_scoring(thr
     ("", "should name a checkpoint folder like global_step100 but holds ''"),
     ("../../../etc", "should name a checkpoint folder like global_step100 but holds '../../../etc'"),
 ])
-def test_a_damaged_latest_is_named_as_such(content, fragment, three_layer_run, tmp_path):
+def test_a_damaged_latest_is_named_as_such(content, fragment, three_layer_run, tmp_path, monkeypatch, capsys):
     folder = tmp_path / "ckpt"
     folder.mkdir()
     os.symlink(three_layer_run / "global_step2", folder / "global_step2")
     (folder / "latest").write_text(content)
     resolved = three_layer_run / "global_step2" / "resolved_config.yml"
-    result = evaluate(resolved, load=str(folder), eval_results_dir=str(tmp_path / "r"))
+    result = evaluate_in_process(monkeypatch, capsys, resolved, load=str(folder), eval_results_dir=str(tmp_path / "r"))
     assert_clear_error(result, fragment, "It holds checkpoints for steps [2]")
     assert "contains no model states" not in result.stderr
