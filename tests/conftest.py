@@ -106,18 +106,20 @@ def stdlib_data(tmp_path_factory) -> str:
 # The work units that take longest, longest first, each a test file or an xdist group. Started last (xdist's
 # default orders units by their number of tests), one of them kept one worker busy for minutes after the other
 # had finished. The docs' pages are one group each (tests/e2e/docs/test_docs_commands.py): the README's, whose
-# demo the other pages start from, goes first; the GPU check's file and the RULER sweep (which need no demo) beside
-# it while the demo is built; then the rest by their time ("docs:" stands for every page not named before it).
-# Their times in `make test` (CI of 2026-11-29, 2 cores; the sum of a unit's phases among the 30 slowest): the GPU
-# check 161 s, the README's demo 77, the RULER sweep 86, length-schedules.md 69, flex 95 (before it lost a length
-# and a process), the published reports 74, sequence parallelism 71, the example study 67, extensions 58,
-# ruler.md 53, the sweep 52. A worker takes its next unit while it still has two tests to run, so the order
-# says roughly who starts what; every other unit that starts processes follows, then the in-process ones.
-LONGEST = ("docs:README.md", "tests/e2e/tools/test_gpu_check.py", "tests/e2e/reproduce/test_reproduce_ruler.py",
-           "docs:docs/length-schedules.md", "tests/e2e/model/attention/test_flex_cpu_end_to_end.py",
-           "tests/e2e/reproduce/test_reproduce_report.py", "tests/e2e/model/test_sequence_parallel_training.py",
-           "tests/e2e/reproduce/test_study_example.py", "tests/e2e/reproduce/test_reproduce_extensions.py",
-           "docs:docs/ruler.md", "tests/e2e/reproduce/test_reproduce.py", "docs:")
+# demo the other pages start from, goes first; the GPU check's file (which needs no demo) beside it while the demo
+# is built; then the rest by their time ("docs:" stands for every page not named before it). Their seconds in a
+# whole `make test` run with --durations=0 (2026-11-29, 2 cores, 736 s in all): the GPU check 131, sequence
+# parallelism 82, flex 68, hostile round 3 55, the RULER sweep 50, the README's demo 46, ruler.md 45, extensions
+# 37, length-schedules.md 36, the published reports 34, the sweep 33, comparing-variants.md 31, test_deepy 30, the
+# example study 26. A worker takes its next unit while it still has two tests to run, so the order says roughly
+# who starts what; every other unit that starts processes follows, then the in-process ones.
+LONGEST = ("docs:README.md", "tests/e2e/tools/test_gpu_check.py", "tests/e2e/model/test_sequence_parallel_training.py",
+           "tests/e2e/model/attention/test_flex_cpu_end_to_end.py", "tests/e2e/hostile/test_hostile_round3.py",
+           "tests/e2e/reproduce/test_reproduce_ruler.py", "docs:docs/ruler.md",
+           "tests/e2e/reproduce/test_reproduce_extensions.py", "docs:docs/length-schedules.md",
+           "tests/e2e/reproduce/test_reproduce_report.py", "tests/e2e/reproduce/test_reproduce.py",
+           "docs:docs/comparing-variants.md", "tests/e2e/run/test_deepy.py",
+           "tests/e2e/reproduce/test_study_example.py", "docs:")
 
 
 # Tests whose every case is a work unit of its own, named by a prefix and the case's id: the docs' pages (one case
