@@ -15,12 +15,16 @@ from tests.support.neox_fork import config as fork_config
 from tests.support.training import REPO_ROOT, TINY, child_environment, set_flags, tiny_overrides
 
 
-def assert_clear_error(result, *fragments):
-    """Exit 2, the message on stderr as one `error:` line, and no traceback."""
+def assert_clear_error(result, *fragments, alone=False):
+    """Exit 2, the message on stderr as one `error:` line, and no traceback; `alone`: and nothing else on stderr
+    but DeepSpeed's accelerator warning."""
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     message = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(message) == 1, result.stderr[-3000:]
+    if alone:
+        said = [line for line in result.stderr.splitlines() if line.strip() and "[WARNING]" not in line]
+        assert said == message, result.stderr[-3000:]
     for fragment in fragments:
         assert fragment in message[0], message[0]
     return message[0]
