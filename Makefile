@@ -36,7 +36,7 @@ $(DEMO_DATA).bin:
 # One torch thread per process: on a busy 2-core machine two threads made the same evaluation 4-5x slower
 # (L=2048, 128 chunks: 18-22 s with 2 threads, 3.4-5.3 s with 1, alternating runs at load ~4).
 # train.py trains in one process: deepy.py's launcher adds two more processes, and their start-up doubled the CPU
-# time of a short training (8 steps: 4.1 s with train.py, 8.2 s through deepy.py) for bit-identical weights.
+# time of a short training (8 steps: 4.1 s with train.py, 8.2 s through deepy.py; the same weights, torch.equal).
 DEMO_METHODS := kerple_log sinusoidal
 DEMO_FIGURE := eval_results/tiny/ppl_vs_length
 DEMO_TRAIN_ARGS :=

@@ -15,13 +15,9 @@ import sys
 import threading
 
 
-def exit_status(code) -> int:
-    """The status `sys.exit(code)` gives: 0 for None, the number for an int (True is 1)."""
-    return 0 if code is None else int(code)
-
-
-def leave(code) -> None:
-    """End this process with `code`'s status once its threads, atexit handlers and output are done."""
+def leave(code: int | None) -> None:
+    """End this process with the status `sys.exit(code)` would give (None: 0), once its threads, atexit handlers
+    and output are done."""
     # Python's own first step: the threading module's exit callbacks (concurrent.futures' wakes its pools' idle
     # workers, which are not daemons: inductor's compile pool, after a `flex` evaluation, waited forever for a
     # job), then the join of every thread that is not a daemon.
@@ -35,4 +31,4 @@ def leave(code) -> None:
     # And C's own buffered streams, which exit() would flush and os._exit does not: what libraries print from C or
     # C++ (NCCL_DEBUG's lines, for one) into a log file or a pipe.
     ctypes.CDLL(None).fflush(None)
-    os._exit(exit_status(code))
+    os._exit(0 if code is None else int(code))
