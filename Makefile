@@ -92,7 +92,7 @@ clean:  ## remove what make data and make demo wrote (never runs/, your own runs
 	rm -rf data/stdlib checkpoints/tiny eval_results/tiny tensorboard/tiny
 
 # GPU machines (docs/gpu/README.md). Here: the wheels an offline GPU node lacks, into .whl/ (never committed).
-# There: install them, run the CUDA tests and benchmarks (parts' limits: about 15 minutes), report in runs/gpu-check/<device>-...
+# There: install them, run the CUDA tests and benchmarks (parts' limits: about 19 minutes), report in runs/gpu-check/<device>-...
 # (or GPU_CHECK_ARGS="--out DIR"; a folder holding another device's report is refused without --force).
 # Without CUDA gpu-check says so in one line and fails. The GPU image has no .venv: its python3 has torch.
 GPU_PY = $(if $(wildcard $(PY)),$(PY),python3)

@@ -1,8 +1,8 @@
 """`make gpu-check` and what it runs on a GPU.
 
 On any machine, in-process: a CPU check runs only as a tiny smoke run, a budget names a part and its seconds,
-the committed GPU reports' verdicts say why, the two-rank test runs whenever there are two GPUs, and the wheel
-list is the requirements' closure minus the GPU image. What starts the check or the sweep (its refusal without
+the committed GPU reports' verdicts say why, the two-rank test runs whenever there are two GPUs, the training
+part builds what its ratios need first, and the wheel list is the requirements' closure minus the GPU image. What starts the check or the sweep (its refusal without
 CUDA, its parts end to end at toy sizes, the gpu-mini sweep through deepy.py): tests/e2e/tools/test_gpu_check.py.
 
 On CUDA (`cuda`-marked, run by `make gpu-check`): every attention path x every method, forward and
@@ -76,6 +76,24 @@ def test_the_guides_multi_gpu_command_runs_whenever_there_are_two_gpus():
     assert f"Two GPUs, the GPU guide's multi-GPU command (`{two}`): failed" in "\n".join(report._tests(tests))
     assert not report.passed({"tests": tests})
 
+
+
+def test_the_training_part_builds_what_its_ratios_need_before_what_compiles():
+    """Building stops at half the part's budget: on CUDA every method at `auto`, the peer, the three training
+    paths of a learnable distance table (`triton`, SDPA with the side pass, `sdpa_mask_gradient`) and the old
+    step come before the configurations that compile (`flex`, the compiled layers) and the gpu-mini model."""
+    from tools.gpu_check.profiles import LEARNABLE_TABLE_METHODS, TABLE4_METHODS
+    from tools.gpu_check.train_speed import PEER, configurations
+    labels = [c["label"] for c in configurations("162M", "cuda", TABLE4_METHODS)]
+    assert len(labels) == len(set(labels))
+    needed = [*TABLE4_METHODS, PEER, "alibi+triton", "none+old-step", "rotary+old-step", "kerple_log+old-step"] + [
+        f"{m}+{impl}" for m in LEARNABLE_TABLE_METHODS for impl in ("triton", "sdpa", "sdpa_mask_gradient")]
+    compiling = [i for i, label in enumerate(labels) if label.endswith(("+flex", "+compiled")) or "/" in label]
+    assert compiling and labels[-1] == "gpu-mini/kerple_log"
+    assert max(labels.index(label) for label in needed) < min(compiling), labels
+    # On the CPU there is no `flex` and no side-pass row: `auto` is the blocked path there.
+    on_cpu = {c["label"] for c in configurations("tiny", "cpu", TABLE4_METHODS)}
+    assert not any(label.endswith(("+flex", "+sdpa")) for label in on_cpu)
 
 # ------------------------------------------------------------------------------------ wheels
 def test_wheels_are_the_requirements_closure_minus_the_gpu_image():

@@ -10,9 +10,9 @@ Without CUDA it prints one line and exits with status 2 before doing anything (t
 training part also times the `triton` kernel there, in Triton's interpreter: about 30 s a step). The training-loop
 part reads `.gpu-data/` (`python -m tools.gpu_check.train_loop --stage` fills it here). Each part runs in its
 own process under a time limit, so one that hangs or runs out of memory costs only its share; the parts
-together take over 10 minutes on an H200, more than one device-tool call allows, so run it there as three calls
-(`--parts tests`, `--parts train`, then `--parts eval loop fla`; `--budget PART=SECONDS` changes one part's limit),
-and the report is rewritten after each, so a run stopped early still leaves one. The report (report.md,
+together take up to 19 minutes on an H200, so where a command may run 10 minutes at most, run it as three calls
+(BUDGETS says which; `--budget PART=SECONDS` changes one part's limit), and the report is rewritten after each,
+so a run stopped early still leaves one. The report (report.md,
 report.json and the tests' log) goes to --out, by default a new runs/gpu-check/<device>-<profile>-<UTC time>/; a
 folder holding a report made on another device or profile (the committed docs/gpu/ for a CPU smoke run) is
 refused before anything runs, unless --force.
@@ -34,15 +34,14 @@ from megatron.quoting import quote
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NO_CUDA = 2
 # Seconds per part on the GPU (tests, training step, evaluation, the training loop, fla's kernels) and for the
-# tiny CPU smoke run. The tests part took 245 s on an H200 (409 tests, 6 workers, 2026-11-27); the other parts
-# watch their own budgets and took 367 s with the install in a whole run there (the train part then had 100 s).
-# The train part now also times the `triton` kernel and `sdpa_mask_gradient`, and the old step and the compiled
-# layers of three methods (compiling them first), none of it run on a GPU yet: 360 s, as a call of its own
-# (configurations stop being built at half its budget). Three calls of the device tool's 600 s: the tests, the
-# train part and the rest. Every part killed at its limit (plus its grace) would be
-# 30 + 15 + 260 + 4 x 15 + 360 + 90 + 140 + 90 = 1,045 s; the report is rewritten after each part, so a call
-# stopped at the device tool's 600 s keeps the others.
-BUDGETS = {"cuda": {"install": 30, "environment": 15, "tests": 260, "train": 360, "eval": 90, "loop": 140, "fla": 90},
+# tiny CPU smoke run. The tests part took 245 s on an H200 (409 tests, 6 workers, 2026-11-27). The train part
+# builds its configurations in order of value for half its budget and times rounds in the other half; the eval
+# part needs about three minutes for `triton` to reach a million tokens (an estimate: a causal pass there is
+# 2e16 attention FLOP, three minutes at 1.1e14 FLOP/s). Every part killed at its limit (plus its grace) would be
+# 30 + 15 + 260 + 4 x 15 + 360 + 200 + 140 + 90 = 1,155 s, so where one call may run at most 10 minutes the
+# check is three calls: `--parts train eval --budget train=300` (at most 575 s: the numbers first), `--parts
+# tests`, `--parts loop fla`. The report is rewritten after each part, so a call stopped early keeps the others.
+BUDGETS = {"cuda": {"install": 30, "environment": 15, "tests": 260, "train": 360, "eval": 200, "loop": 140, "fla": 90},
            "tiny": {"install": 45, "environment": 60, "tests": 120, "train": 240, "eval": 120, "loop": 240,
                     "fla": 60}}  # a busy 2-core CPU
 # The parts after the tests, in order of value, and the module each runs.

@@ -7,14 +7,17 @@ Each configuration is a DeepSpeed engine built as train.py builds it, running th
 Configurations take turns for several rounds, so drift on the machine spreads over all of them; a
 configuration's figure is its median round. Besides `attention-impl: auto` (what a user gets), the
 distance-only methods also run with `flex` on CUDA, and the distance-table methods (KERNEL_METHODS) with
-`triton` (the flash kernel with the table inside) and, for a learnable table, `sdpa_mask_gradient` (SDPA
-returning the mask's gradient itself): the numbers `auto`'s rule for training a learnable table on CUDA
+`triton` (the flash kernel with the table inside) and, for a learnable table, `sdpa` on CUDA (SDPA and the
+table gradient's side pass, what `auto` took there before `triton`) and `sdpa_mask_gradient` (SDPA returning
+the mask's gradient itself): the numbers `auto`'s rule for training a learnable table on CUDA
 (choice.py, TRITON_FOR_LEARNABLE_TABLES_ON_CUDA) is to be read against, goal within 1.05x of `none`. On the
 CPU rehearsal `triton` runs only in Triton's interpreter, when TRITON_INTERPRET=1 is set (about 30 s a step
 at the tiny profile), and only for a learnable table. The peer is transformers' GPTNeoXForCausalLM (rotary) of the same size, trained the way its
 users do: fp32 weights under bf16 autocast, torch's fused AdamW, the same clipping. On the 162M
 profile the gpu-mini sweep's model (configs/reproduce/gpu-mini.yml) is timed too, to project that
-sweep's GPU time. Rounds stop early when the time budget runs out; the JSON says how many ran.
+sweep's GPU time. Configurations are built in order of value (configurations()) until half the budget is
+spent, and rounds stop early when the budget runs out; the JSON says how many ran. A configuration that fails
+(out of memory among the others, say) says why in its row, and the others go on.
 """
 import argparse
 import json
@@ -101,38 +104,48 @@ class PeerStep:
 
 
 def configurations(profile: str, device: str, methods) -> list[dict]:
-    """(label, how to build it): every method at `auto`, `flex` for distance-only ones on CUDA, `triton` (on
-    CUDA, or on the CPU in Triton's interpreter) and `sdpa_mask_gradient` for the distance-table methods, the
-    peer, and on the 162M profile the gpu-mini sweep's model."""
-    chosen = []
+    """(label, how to build it), in order of value, because building stops at half the budget: every method at
+    `auto` and the peer (the step's ratios), `triton` (on CUDA, or on the CPU in Triton's interpreter) for the
+    distance-table methods, and for a learnable table `sdpa` on CUDA (SDPA and the table gradient's side pass) and
+    `sdpa_mask_gradient`, the old step, the other loss head, the compiled layers
+    (compiling takes longest), attention-sink, `flex` for distance-only methods on CUDA, and on the
+    162M profile the gpu-mini sweep's model."""
+    def row(method, impl="auto", suffix="", overrides=None):
+        label = method + (f"+{suffix}" if suffix else "")
+        return {"label": label, "method": method, "impl": impl, **({"overrides": overrides} if overrides else {})}
+
+    kernels_here = device == "cuda" or interpreting()
+    auto = [row(m) for m in methods]
+    peer = [{"label": PEER, "method": "rotary", "impl": "transformers sdpa"}]
+    tables, sinks, flex = [], [], []
     for method in methods:
-        chosen.append({"label": method, "method": method, "impl": "auto"})
-        args, _, _ = model_args(profile, method)
-        distance_only = "query_terms" not in positional_embedding(args).channels
-        if device == "cuda" and distance_only and method != "none":
-            chosen.append({"label": f"{method}+flex", "method": method, "impl": "flex"})
         if method in KERNEL_METHODS and (device == "cuda" or (interpreting() and method in LEARNABLE_TABLE_METHODS)):
-            chosen.append({"label": f"{method}+triton", "method": method, "impl": "triton"})
+            tables.append(row(method, "triton", "triton"))
+        if method in LEARNABLE_TABLE_METHODS and device == "cuda":  # the path `auto` took there before `triton`
+            tables.append(row(method, "sdpa", "sdpa"))
         if method in LEARNABLE_TABLE_METHODS:  # (a fixed table's mask needs no gradient: `sdpa` itself)
-            chosen.append({"label": f"{method}+sdpa_mask_gradient", "method": method, "impl": "sdpa_mask_gradient"})
+            tables.append(row(method, "sdpa_mask_gradient", "sdpa_mask_gradient"))
         if method in SINK_METHODS:
             sink = {"attention_sink": True}
-            chosen.append({"label": f"{method}+sink", "method": method, "impl": "auto", "overrides": sink})
-            if device == "cuda" or interpreting():
-                chosen.append({"label": f"{method}+sink+triton", "method": method, "impl": "triton", "overrides": sink})
-    chosen.append({"label": PEER, "method": "rotary", "impl": "transformers sdpa"})
+            sinks.append(row(method, suffix="sink", overrides=sink))
+            if kernels_here:
+                sinks.append(row(method, "triton", "sink+triton", sink))
+        args, _, _ = model_args(profile, method)
+        if device == "cuda" and method != "none" and "query_terms" not in positional_embedding(args).channels:
+            flex.append(row(method, "flex", "flex"))
+    stepped = [m for m in STEP_VARIANT_METHODS if m in methods]
     variants = dict(VARIANTS)
     if model_args(profile, "none")[0].precision != "bf16":  # the tiny profile: the new step in bf16 too
         variants = {"bf16": {"precision": "bf16"}, **variants}
-    for variant, overrides in variants.items():  # after the rest: compiling may use up the time budget
-        for method in (m for m in STEP_VARIANT_METHODS if m in methods):
-            chosen.append({"label": f"{method}+{variant}", "method": method, "impl": "auto", "overrides": overrides})
+    steps = [row(m, suffix=v, overrides=o) for v, o in variants.items() if v != "compiled" for m in stepped]
+    compiled = [row(m, suffix="compiled", overrides=VARIANTS["compiled"]) for m in stepped]
+    head = []
     if "none" in methods:
         label, overrides = OTHER_HEAD["cuda" if device == "cuda" else "cpu"]
-        chosen.append({"label": f"none+{label}", "method": "none", "impl": "auto", "overrides": overrides})
-    if profile == "162M":
-        chosen.append({"label": "gpu-mini/kerple_log", "method": "kerple_log", "impl": "auto", "profile": "gpu-mini"})
-    return chosen
+        head.append(row("none", suffix=label, overrides=overrides))
+    mini = [{"label": "gpu-mini/kerple_log", "method": "kerple_log", "impl": "auto", "profile": "gpu-mini"}] \
+        if profile == "162M" else []
+    return auto + peer + tables + steps + head + compiled + sinks + flex + mini
 
 
 def build(config, profile, device):
@@ -199,8 +212,15 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
         if seconds and min(map(len, seconds.values())) and time.perf_counter() - began + last_round > budget:
             break  # another round would overrun the budget; the rounds so far stand
         round_start = time.perf_counter()
-        for label, runner in runners.items():
-            seconds[label].append(timed(runner, steps, device))
+        for label, runner in list(runners.items()):
+            try:
+                seconds[label].append(timed(runner, steps, device))
+            except Exception as err:  # noqa: BLE001 - out of memory among many engines: drop this one, keep the rest
+                failed = next(c for c in configs if c["label"] == label)
+                failed["error"] = f"{type(err).__name__} in round {len(seconds[label]) + 1}: {err}".splitlines()[0][:400]
+                del runners[label], seconds[label]
+                if device == "cuda":
+                    torch.cuda.empty_cache()
         last_round = time.perf_counter() - round_start
     profiled = [label for label in PROFILED if label in runners and not (label == "none" and "none+bf16" in runners)]
     profiles = {label: profile_step(runners[label], device) for label in profiled}

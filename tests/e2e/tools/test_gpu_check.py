@@ -67,6 +67,10 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert set(evaluation) == {(impl, L) for impl in ("auto", "sdpa") for L in (128, 256)}
     for row in evaluation.values():
         assert row["tokens_per_s"] > 0 and row["finite"]
+    # An untimed pass first where a path may compile for the length (`auto`: FlexAttention on CUDA), else only at
+    # the path's first length.
+    assert [evaluation[impl, L]["warm_up_pass"] for impl in ("auto", "sdpa") for L in (128, 256)] == [
+        True, True, True, False]
     # The same random weights and tokens: the two paths score alike.
     assert evaluation["auto", 256]["mean_loss"] == pytest.approx(evaluation["sdpa", 256]["mean_loss"], abs=1e-3)
     report = (tmp_path / "report.md").read_text()
