@@ -86,7 +86,8 @@ def test_the_training_part_builds_what_its_ratios_need_before_what_compiles():
     from tools.gpu_check.train_speed import PEER, configurations
     labels = [c["label"] for c in configurations("162M", "cuda", TABLE4_METHODS)]
     assert len(labels) == len(set(labels))
-    needed = [*TABLE4_METHODS, PEER, "alibi+triton", "none+old-step", "rotary+old-step", "kerple_log+old-step"] + [
+    needed = [*TABLE4_METHODS, PEER, "alibi+triton", "none+old-step", "rotary+old-step", "kerple_log+old-step",
+              "none@8192", "kerple_log@8192", "t5@8192"] + [
         f"{m}+{impl}" for m in LEARNABLE_TABLE_METHODS for impl in ("triton", "sdpa", "sdpa_mask_gradient")]
     compiling = [i for i, label in enumerate(labels) if label.endswith(("+flex", "+compiled")) or "/" in label]
     assert compiling and labels[-1] == "gpu-mini/kerple_log"

@@ -48,6 +48,12 @@ SINK_METHODS = ("kerple_log",)
 # The loss head `auto` does not take on this device (`loss-head`: sliced on CPU, full logits when training on
 # CUDA), for `none` alone (the head costs the same under every method): the number auto's rule is read against.
 OTHER_HEAD = {"cuda": ("sliced-head", {"loss_head": "sliced"}), "cpu": ("full-head", {"loss_head": "full"})}
+# Training at a long length, the same tokens per step as the profile (162M: 512 x 32 = 8,192 x 2), for `none` and
+# the learnable distance tables at `auto`: where attention, not the rest of the step, sets the cost. Labelled
+# METHOD@LENGTH; their ratios are to none@LENGTH.
+LONG = {"162M": {"seq_length": 8192, "train_micro_batch_size_per_gpu": 2},
+        "tiny": {"seq_length": 256, "train_micro_batch_size_per_gpu": 1}}
+LONG_METHODS = ("none", "kerple_log", "kerple_power", "t5")
 # One torch.profiler summary each, after the timed rounds: the new step (in bf16: on the tiny profile its +bf16
 # row) and the old one.
 PROFILED = ("none", "none+bf16", "none+old-step")
@@ -107,9 +113,9 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
     """(label, how to build it), in order of value, because building stops at half the budget: every method at
     `auto` and the peer (the step's ratios), `triton` (on CUDA, or on the CPU in Triton's interpreter) for the
     distance-table methods, and for a learnable table `sdpa` on CUDA (SDPA and the table gradient's side pass) and
-    `sdpa_mask_gradient`, the old step, the other loss head, the compiled layers
-    (compiling takes longest), attention-sink, `flex` for distance-only methods on CUDA, and on the
-    162M profile the gpu-mini sweep's model."""
+    `sdpa_mask_gradient`, the old step, `none` and the learnable tables at a long length (LONG), the other loss
+    head, the compiled layers (compiling takes longest), attention-sink, `flex` for distance-only methods on
+    CUDA, and on the 162M profile the gpu-mini sweep's model."""
     def row(method, impl="auto", suffix="", overrides=None):
         label = method + (f"+{suffix}" if suffix else "")
         return {"label": label, "method": method, "impl": impl, **({"overrides": overrides} if overrides else {})}
@@ -139,13 +145,15 @@ def configurations(profile: str, device: str, methods) -> list[dict]:
         variants = {"bf16": {"precision": "bf16"}, **variants}
     steps = [row(m, suffix=v, overrides=o) for v, o in variants.items() if v != "compiled" for m in stepped]
     compiled = [row(m, suffix="compiled", overrides=VARIANTS["compiled"]) for m in stepped]
+    long = [{"label": f"{m}@{LONG[profile]['seq_length']}", "method": m, "impl": "auto", "overrides": LONG[profile]}
+            for m in LONG_METHODS if m in methods and profile in LONG]
     head = []
     if "none" in methods:
         label, overrides = OTHER_HEAD["cuda" if device == "cuda" else "cpu"]
         head.append(row("none", suffix=label, overrides=overrides))
     mini = [{"label": "gpu-mini/kerple_log", "method": "kerple_log", "impl": "auto", "profile": "gpu-mini"}] \
         if profile == "162M" else []
-    return auto + peer + tables + steps + head + compiled + sinks + flex + mini
+    return auto + peer + tables + steps + long + head + compiled + sinks + flex + mini
 
 
 def build(config, profile, device):
@@ -201,6 +209,8 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
             continue
         try:
             runners[config["label"]] = build(config, profile, device)
+            built = runners[config["label"]].args
+            config["tokens_per_step"] = built.train_micro_batch_size_per_gpu * built.seq_length
             timed(runners[config["label"]], warmup, device)  # compilation and allocator warm-up, not counted
         except Exception as err:  # noqa: BLE001 - one configuration failing must not hide the others
             runners.pop(config["label"], None)
@@ -225,12 +235,11 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
     profiled = [label for label in PROFILED if label in runners and not (label == "none" and "none+bf16" in runners)]
     profiles = {label: profile_step(runners[label], device) for label in profiled}
     args, _, _ = model_args(profile, "none")
-    tokens_per_step = args.train_micro_batch_size_per_gpu * args.seq_length
     for config in configs:
         times = seconds.get(config["label"])
         if times:
             config.update(seconds_per_step=statistics.median(times), rounds=times,
-                          tokens_per_s=tokens_per_step / statistics.median(times))
+                          tokens_per_s=config["tokens_per_step"] / statistics.median(times))
     mini = next((c for c in configs if c.get("profile") == "gpu-mini"), None)
     if mini and "seconds_per_step" in mini:
         from tools.reproduce.spec import load_sweep

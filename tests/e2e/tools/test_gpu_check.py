@@ -55,7 +55,8 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     # of the test run may have it set; its row is then timed like the others.
     assert set(train) - {"kerple_log+triton", "kerple_log+sink+triton"} == {
         "none", "kerple_log", "kerple_log+sdpa_mask_gradient", "kerple_log+sink", "alibi", "rotary", "hf_gpt_neox"} | {
-        f"{m}+{variant}" for m in ours for variant in ("bf16", "old-step", "compiled")} | {"none+full-head"}
+        f"{m}+{variant}" for m in ours for variant in ("bf16", "old-step", "compiled")} | {
+        "none+full-head", "none@256", "kerple_log@256"}  # training at a longer length, as many tokens per step
     for config in train.values():  # compiling may take the build half of the budget on a busy CPU
         if config["label"].endswith("+compiled") and "error" in config:
             assert config["error"].startswith("not built: half of the"), config
@@ -78,6 +79,11 @@ def test_every_part_runs_end_to_end_on_the_cpu_at_toy_sizes(tmp_path):
     assert "| kerple_log | auto |" in report and "| 0.307 | 1.017 |" in report  # the paper's, labelled
     assert "| hf_gpt_neox | transformers sdpa |" in report and "| none+old-step | auto |" in report
     assert "### Profile of `none+old-step`" in report
+    assert train["kerple_log@256"]["tokens_per_step"] == train["none"]["tokens_per_step"] == 256
+    long_ratio = train["kerple_log@256"]["seconds_per_step"] / train["none@256"]["seconds_per_step"]
+    assert f"| kerple_log@256 | auto | {train['kerple_log@256']['seconds_per_step']:.4f} |" in report
+    assert f"| {long_ratio:.3f} |  |" in report  # against none@256; no ALiBi at that length
+    assert "Goal (not a test): at the long length, within 1.1x of `none` there: " in report
     assert (tmp_path / "tests.log").is_file()
     # The guide's multi-GPU command needs two GPUs: the CPU rehearsal says it did not run and why.
     assert tests["two_ranks"]["outcome"] == "not run: it needs two GPUs and this machine has 0"
