@@ -96,6 +96,24 @@ def test_the_training_part_builds_what_its_ratios_need_before_what_compiles():
     on_cpu = {c["label"] for c in configurations("tiny", "cpu", TABLE4_METHODS)}
     assert not any(label.endswith(("+flex", "+sdpa")) for label in on_cpu)
 
+
+def test_the_evaluation_table_compares_the_kernel_with_the_materialised_bias_where_both_ran():
+    """The report's evaluation section from rows as a GPU run writes them: each path's memory growth, the kernel's
+    speed and peak against `sdpa`'s at the longest length both ran, and the longest one-pass sequence."""
+    from tools.gpu_check import report
+    rows = [{"impl": "triton", "length": 1024, "seconds": 1.0, "tokens_per_s": 1024.0, "peak_mb": 10.0},
+            {"impl": "triton", "length": 4096, "seconds": 2.0, "tokens_per_s": 2048.0, "peak_mb": 40.0},
+            {"impl": "sdpa", "length": 1024, "seconds": 0.5, "tokens_per_s": 2048.0, "peak_mb": 20.0},
+            {"impl": "sdpa", "length": 4096, "seconds": 4.0, "tokens_per_s": 1024.0, "peak_mb": 320.0},
+            {"impl": "auto", "length": 1024, "seconds": 0.5, "tokens_per_s": 2048.0, "peak_mb": 20.0},
+            {"impl": "auto", "length": 4096, "skipped": "time budget spent (~9 s expected, 1 s left)"}]
+    lines = "\n".join(report._eval({"method": "kerple_log", "model": "m", "dtype": "bfloat16", "weights_mb": 1,
+                                     "peak_memory": "p", "rows": rows}))
+    assert "`sdpa` 1024->4096: 2.00; `triton` 1024->4096: 1.00." in lines  # 4x the length: 16x and 4x the memory
+    assert "At 4,096 tokens, the longest length both ran: `triton` at 2.00x `sdpa`'s tokens/s, 40 MB against 320 MB" in lines
+    assert "Longest sequence scored in one pass: 4,096 tokens with `triton`, 2.0 s." in lines
+    assert "| 4096 | time budget spent (~9 s expected, 1 s left) |" in lines
+
 # ------------------------------------------------------------------------------------ wheels
 def test_wheels_are_the_requirements_closure_minus_the_gpu_image():
     from tools.gpu_check.wheels import carried_packages, pinned_requirements

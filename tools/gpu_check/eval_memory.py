@@ -55,7 +55,7 @@ def measure(profile: str, device: str, lengths, budget: float) -> dict:
         dtype = torch.bfloat16 if device == "cuda" and args.precision == "bf16" else torch.float32
         model = dataclasses.replace(args.model, padded_vocab_size=padded_vocab)
         models[impl] = GPTModel(model).to(device=device, dtype=dtype).eval()
-    weights_mb = sum(p.numel() * p.element_size() for p in models["auto"].parameters()) / 2**20
+    weights_mb = sum(p.numel() * p.element_size() for p in next(iter(models.values())).parameters()) / 2**20
     measured = {}  # per path: (seconds of its last timed pass, its one-off cost, that length)
     for impl, model in models.items():
         for length in lengths:

@@ -219,6 +219,12 @@ def _eval(evaluation):
         lines.append("\nGrowth of each path's peak memory between lengths, as the exponent k in peak ~ L^k "
                      "(1 = linear, 2 = quadratic): "
                      + "; ".join(f"`{impl}` " + ", ".join(g) for impl, g in growth.items() if g) + ".\n")
+    both = [L for L in lengths if "tokens_per_s" in cell.get(("triton", L), {}) and "tokens_per_s" in cell.get(("sdpa", L), {})]
+    if both:  # the kernel against the materialised bias, where the materialised bias still fits
+        L = both[-1]
+        lines.append(f"At {L:,} tokens, the longest length both ran: `triton` at "
+                     f"{cell['triton', L]['tokens_per_s'] / cell['sdpa', L]['tokens_per_s']:.2f}x `sdpa`'s tokens/s, "
+                     f"{cell['triton', L]['peak_mb']:,.0f} MB against {cell['sdpa', L]['peak_mb']:,.0f} MB at its peak.\n")
     longest = max((r for r in evaluation["rows"] if "seconds" in r), key=lambda r: (r["length"], -r["seconds"]),
                   default=None)
     if longest:
