@@ -97,6 +97,32 @@ def test_the_training_part_builds_what_its_ratios_need_before_what_compiles():
     assert not any(label.endswith(("+flex", "+sdpa")) for label in on_cpu)
 
 
+def test_a_configuration_failing_in_a_timed_round_is_dropped_with_its_reason_and_the_others_go_on(monkeypatch):
+    """Forty engines share one GPU: one running out of memory in round 2 keeps its reason and loses its rounds,
+    the others keep all theirs. Steps stand in for the engines here: what is checked is the part's bookkeeping."""
+    import types
+    from tools.gpu_check import train_speed
+
+    class Step:
+        def __init__(self, label):
+            self.label, self.calls = label, 0
+            self.args = types.SimpleNamespace(train_micro_batch_size_per_gpu=4, seq_length=64)
+
+        def __call__(self):
+            self.calls += 1
+            if self.label == "alibi" and self.calls > 1 + 2:  # warm-up, then round 1's two steps
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore lines")
+            return 0.0
+
+    monkeypatch.setattr(train_speed, "build", lambda config, profile, device: Step(config["label"]))
+    result = train_speed.measure("tiny", "cpu", ["none", "alibi"], steps=2, rounds=3, warmup=1, budget=600)
+    configs = {c["label"]: c for c in result["configs"]}
+    assert configs["alibi"]["error"] == "RuntimeError in round 2: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert "seconds_per_step" not in configs["alibi"]
+    assert len(configs["none"]["rounds"]) == result["rounds_run"] == 3
+    assert configs["none"]["tokens_per_s"] == 256 / configs["none"]["seconds_per_step"]
+
+
 def test_the_evaluation_table_compares_the_kernel_with_the_materialised_bias_where_both_ran():
     """The report's evaluation section from rows as a GPU run writes them: each path's memory growth, the kernel's
     speed and peak against `sdpa`'s at the longest length both ran, and the longest one-pass sequence."""

@@ -20,6 +20,7 @@ spent, and rounds stop early when the budget runs out; the JSON says how many ra
 (out of memory among the others, say) says why in its row, and the others go on.
 """
 import argparse
+import gc
 import json
 import statistics
 import time
@@ -229,6 +230,8 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
                 failed = next(c for c in configs if c["label"] == label)
                 failed["error"] = f"{type(err).__name__} in round {len(seconds[label]) + 1}: {err}".splitlines()[0][:400]
                 del runners[label], seconds[label]
+                runner = None
+                gc.collect()  # an engine's hooks hold it in reference cycles: free its memory for the others now
                 if device == "cuda":
                     torch.cuda.empty_cache()
         last_round = time.perf_counter() - round_start
