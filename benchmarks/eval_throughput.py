@@ -10,7 +10,7 @@ builds it: on this device in its evaluation dtype (megatron/checkpoint/inference
 the configured `attention-impl` (`auto` by default), scoring one sequence of L random tokens per
 forward (evaluate.py's eval-micro-batch-size 1) under torch.inference_mode. At each length the
 methods and the peer row (Hugging Face GPTNeoXForCausalLM at the same shape, benchmarks/hf_peer.py;
-off with --no-peer) take turns for several rounds (megatron/device_memory.py); each figure is its median
+off with --no-peer) take turns for several rounds (benchmarks/measure.py); each figure is its median
 round, and `vs none` is its time per forward over `none`'s.
 
 Peak memory (off with --no-memory): each (method, length) again in a fresh process, one untimed

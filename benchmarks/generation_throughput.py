@@ -12,7 +12,7 @@ trust_remote_code folder (this project's positional files under a transformers d
 Each row generates `new tokens` greedily after one prompt of random tokens, this project through
 generate.py's `generate_tokens` (its KV cache), the peer through `model.generate(do_sample=False)`
 with its DynamicCache; both must produce the same tokens (a row whose tokens differ is reported as such,
-not timed as equal work). The rows take turns for several rounds (megatron/device_memory.py); tokens/s is the
+not timed as equal work). The rows take turns for several rounds (benchmarks/measure.py); tokens/s is the
 new tokens over the median round's seconds (the prompt's forward included), and `vs peer` is this
 project's time over the peer's for the same method.
 

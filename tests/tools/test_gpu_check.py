@@ -2,8 +2,10 @@
 
 On any machine, in-process: a CPU check runs only as a tiny smoke run, a budget names a part and its seconds,
 the committed GPU reports' verdicts say why, the two-rank test runs whenever there are two GPUs, the training
-part builds what its ratios need first, and the wheel list is the requirements' closure minus the GPU image. What starts the check or the sweep (its refusal without
-CUDA, its parts end to end at toy sizes, the gpu-mini sweep through deepy.py): tests/e2e/tools/test_gpu_check.py.
+part builds what its ratios need first and goes on past a configuration that fails, the evaluation section
+compares the kernel with the materialised bias, and the wheel list is the requirements' closure minus the GPU
+image. What starts the check or the sweep (its refusal without CUDA, its parts end to end at toy sizes, the
+gpu-mini sweep through deepy.py): tests/e2e/tools/test_gpu_check.py.
 
 On CUDA (`cuda`-marked, run by `make gpu-check`): every attention path x every method, forward and
 gradients (kernel parameters included) in fp32 and bf16 against a float64 materialised reference; the
@@ -136,7 +138,8 @@ def test_the_evaluation_table_compares_the_kernel_with_the_materialised_bias_whe
     lines = "\n".join(report._eval({"method": "kerple_log", "model": "m", "dtype": "bfloat16", "weights_mb": 1,
                                      "peak_memory": "p", "rows": rows}))
     assert "`sdpa` 1024->4096: 2.00; `triton` 1024->4096: 1.00." in lines  # 4x the length: 16x and 4x the memory
-    assert "At 4,096 tokens, the longest length both ran: `triton` at 2.00x `sdpa`'s tokens/s, 40 MB against 320 MB" in lines
+    assert ("At 4,096 tokens, the longest length both ran: `triton` at 2.00x `sdpa`'s tokens/s, 40 MB against "
+            "320 MB") in lines
     assert "Longest sequence scored in one pass: 4,096 tokens with `triton`, 2.0 s." in lines
     assert "| 4096 | time budget spent (~9 s expected, 1 s left) |" in lines
 

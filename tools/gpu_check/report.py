@@ -219,12 +219,12 @@ def _eval(evaluation):
         lines.append("\nGrowth of each path's peak memory between lengths, as the exponent k in peak ~ L^k "
                      "(1 = linear, 2 = quadratic): "
                      + "; ".join(f"`{impl}` " + ", ".join(g) for impl, g in growth.items() if g) + ".\n")
-    both = [L for L in lengths if "tokens_per_s" in cell.get(("triton", L), {}) and "tokens_per_s" in cell.get(("sdpa", L), {})]
+    both = [n for n in lengths if all("tokens_per_s" in cell.get((impl, n), {}) for impl in ("triton", "sdpa"))]
     if both:  # the kernel against the materialised bias, where the materialised bias still fits
-        L = both[-1]
-        lines.append(f"At {L:,} tokens, the longest length both ran: `triton` at "
-                     f"{cell['triton', L]['tokens_per_s'] / cell['sdpa', L]['tokens_per_s']:.2f}x `sdpa`'s tokens/s, "
-                     f"{cell['triton', L]['peak_mb']:,.0f} MB against {cell['sdpa', L]['peak_mb']:,.0f} MB at its peak.\n")
+        kernel, materialised = cell["triton", both[-1]], cell["sdpa", both[-1]]
+        lines.append(f"At {both[-1]:,} tokens, the longest length both ran: `triton` at "
+                     f"{kernel['tokens_per_s'] / materialised['tokens_per_s']:.2f}x `sdpa`'s tokens/s, "
+                     f"{kernel['peak_mb']:,.0f} MB against {materialised['peak_mb']:,.0f} MB at its peak.\n")
     longest = max((r for r in evaluation["rows"] if "seconds" in r), key=lambda r: (r["length"], -r["seconds"]),
                   default=None)
     if longest:

@@ -228,7 +228,8 @@ def measure(profile: str, device: str, methods, steps: int, rounds: int, warmup:
                 seconds[label].append(timed(runner, steps, device))
             except Exception as err:  # noqa: BLE001 - out of memory among many engines: drop this one, keep the rest
                 failed = next(c for c in configs if c["label"] == label)
-                failed["error"] = f"{type(err).__name__} in round {len(seconds[label]) + 1}: {err}".splitlines()[0][:400]
+                why = f"{type(err).__name__} in round {len(seconds[label]) + 1}: {err}"
+                failed["error"] = why.splitlines()[0][:400]
                 del runners[label], seconds[label]
                 runner = None
                 gc.collect()  # an engine's hooks hold it in reference cycles: free its memory for the others now
